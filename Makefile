@@ -1,0 +1,93 @@
+# watchkeeper: build, run, test and install.
+# Every target installs the Debian packages it needs first, so a fresh Debian 12
+# machine (as root) needs nothing but this checkout and the Swift toolchain.
+
+SWIFT_BIN ?= /opt/swift/usr/bin
+export PATH := $(SWIFT_BIN):$(PATH)
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  ?= $(PREFIX)/bin
+DOCDIR  ?= $(PREFIX)/share/doc/watchkeeper
+UNITDIR ?= /etc/systemd/system
+CONFDIR ?= /etc/watchkeeper
+
+APT_PACKAGES = libsystemd-dev pkg-config systemd util-linux procps
+SWIFT_FLAGS ?=
+RELEASE_BIN = .build/release/watchkeeper
+DEBUG_BIN   = .build/debug/watchkeeper
+
+.PHONY: all deps build release run test unit-test e2e-test bench install install-files uninstall clean
+
+all: build
+
+# Installs only what is missing, so repeated runs cost one dpkg query.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "unable to install$$missing: run as root or install them yourself" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@command -v swift >/dev/null || { echo "unable to find swift: install the toolchain at $(SWIFT_BIN) or set SWIFT_BIN" >&2; exit 1; }
+
+build: deps
+	swift build $(SWIFT_FLAGS)
+
+release: deps
+	swift build -c release $(SWIFT_FLAGS)
+
+# Foreground daemon on the demo configuration; state and runtime files go under demo/var.
+run: build
+	@mkdir -p demo/var/run demo/var/lib demo/inbox
+	@echo "watchkeeper: running in the foreground on demo/watchkeeper.toml"
+	@echo "watchkeeper: in another terminal: kill -USR1 \$$(pgrep -xo watchkeeper)  (state dump), kill -HUP (reload), Ctrl-C (drain and exit)"
+	$(DEBUG_BIN) run --config demo/watchkeeper.toml
+
+# All tests: unit and integration (swift test), then the end-to-end test under a real systemd.
+test: build
+	swift test $(SWIFT_FLAGS)
+	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
+
+unit-test: build
+	swift test $(SWIFT_FLAGS)
+
+e2e-test: build
+	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
+
+bench: deps
+	swift build -c release --product watchkeeper-bench $(SWIFT_FLAGS)
+	.build/release/watchkeeper-bench
+
+install: release
+	$(MAKE) --no-print-directory install-files BIN=$(RELEASE_BIN)
+
+# Copies an already built binary with the unit, example config and docs (used by
+# `install`, and by the end-to-end test with the debug build).
+BIN ?= $(RELEASE_BIN)
+install-files:
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/watchkeeper
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/watchkeeper.service > $(DESTDIR)$(UNITDIR)/watchkeeper.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/watchkeeper.service
+	@# An administrator's edited configuration is never overwritten.
+	@if [ -e $(DESTDIR)$(CONFDIR)/watchkeeper.toml ]; then \
+	  echo "keeping existing $(DESTDIR)$(CONFDIR)/watchkeeper.toml"; \
+	else \
+	  install -D -m 0644 etc/watchkeeper/watchkeeper.toml $(DESTDIR)$(CONFDIR)/watchkeeper.toml; \
+	fi
+	install -d $(DESTDIR)$(DOCDIR)
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now watchkeeper.service 2>/dev/null || true; fi
+	rm -f $(DESTDIR)$(BINDIR)/watchkeeper $(DESTDIR)$(UNITDIR)/watchkeeper.service
+	rm -rf $(DESTDIR)$(DOCDIR)
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "left $(CONFDIR) and /var/lib/watchkeeper in place: remove them by hand if you want them gone"
+
+clean:
+	rm -rf .build demo/var
