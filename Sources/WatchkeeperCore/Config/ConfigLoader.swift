@@ -1,0 +1,317 @@
+import Logging
+import TOMLKit
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads and validates a configuration file. Nothing is applied here: a caller gets
+/// either a whole valid `Configuration` or every problem the file has, each with its
+/// line and column, so one edit-check cycle fixes them all.
+public enum ConfigLoader {
+    public static let defaultPath = "/etc/watchkeeper/watchkeeper.toml"
+
+    /// `--config` wins, then WATCHKEEPER_CONFIG, then the default.
+    public static func resolvePath(explicit: String?, environment: [String: String]) -> String {
+        if let explicit, !explicit.isEmpty { return explicit }
+        if let fromEnvironment = environment["WATCHKEEPER_CONFIG"], !fromEnvironment.isEmpty { return fromEnvironment }
+        return defaultPath
+    }
+
+    public static func load(path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
+        switch readFile(path) {
+        case .success(let source):
+            return parse(source: source, path: path, environment: environment)
+        case .failure(let failure):
+            return .failure(ConfigErrors([ConfigDiagnostic(file: path, position: nil, message: "unable to read the configuration: \(failure.reason)")]))
+        }
+    }
+
+    public static func parse(source: String, path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
+        let root: TOMLTable
+        do {
+            root = try TOMLTable(string: source)
+        } catch let error as TOMLParseError {
+            let position = SourcePosition(line: error.source.begin.line, column: error.source.begin.column)
+            return .failure(ConfigErrors([ConfigDiagnostic(file: path, position: position, message: "syntax error: \(error.description)")]))
+        } catch {
+            return .failure(ConfigErrors([ConfigDiagnostic(file: path, position: nil, message: "syntax error: \(error)")]))
+        }
+
+        let context = ValidationContext(file: path, sourceMap: TOMLSourceMap(source: source))
+        var daemon = DaemonSettings(environment: environment)
+        var top = TableReader(table: root, path: [], displayName: "the top level", context: context)
+
+        if let daemonTable = top.table("daemon") {
+            var reader = TableReader(table: daemonTable, path: [.key("daemon")], displayName: "[daemon]", context: context)
+            readDaemon(&reader, into: &daemon)
+            reader.reportUnknownKeys()
+        }
+        for kind in NamedEntryKind.allCases {
+            if let entries = top.arrayOfTables(kind.rawValue) {
+                validateNamedEntries(entries, kind: kind, context: context)
+            }
+        }
+        top.reportUnknownKeys()
+
+        if context.diagnostics.isEmpty {
+            return .success(Configuration(path: path, daemon: daemon))
+        }
+        return .failure(ConfigErrors(context.diagnostics))
+    }
+
+    static func readDaemon(_ reader: inout TableReader, into daemon: inout DaemonSettings) {
+        if let level = reader.oneOf("log_level", allowed: Logger.Level.allCases.map(\.rawValue)) {
+            daemon.logLevel = Logger.Level(rawValue: level) ?? .info
+        }
+        if let grace = reader.duration("shutdown_grace", range: .zero ... .seconds(86_400)) {
+            daemon.shutdownGrace = grace
+        }
+        if let directory = reader.absolutePath("runtime_dir") {
+            daemon.runtimeDirectory = directory
+        }
+        if let directory = reader.absolutePath("state_dir") {
+            daemon.stateDirectory = directory
+        }
+        if let limit = reader.duration("dump_component_timeout", range: .milliseconds(10) ... .seconds(60)) {
+            daemon.dumpComponentTimeout = limit
+        }
+        if let count = reader.integer("recent_problems", range: 1 ... 10_000) {
+            daemon.recentProblems = count
+        }
+    }
+
+    static func readFile(_ path: String) -> Result<String, ReadFailure> {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(ReadFailure(reason: String(cString: strerror(errno)))) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return .failure(ReadFailure(reason: String(cString: strerror(errno))))
+            }
+            if count == 0 { break }
+            bytes.append(contentsOf: chunk[0..<count])
+            if bytes.count > 16 << 20 { return .failure(ReadFailure(reason: "file is larger than 16 MiB")) }
+        }
+        return .success(String(decoding: bytes, as: UTF8.self))
+    }
+}
+
+struct ReadFailure: Error {
+    let reason: String
+}
+
+/// The arrays of named tables. The issues that bring watches and tasks fill in their
+/// schemas; until then their names are checked (so duplicates are caught the same way
+/// they will be) and the entries are refused rather than silently ignored.
+enum NamedEntryKind: String, CaseIterable {
+    case watch
+    case task
+}
+
+func validateNamedEntries(_ entries: [(TOMLTable, Int)], kind: NamedEntryKind, context: ValidationContext) {
+    var firstSeen: [String: SourcePosition?] = [:]
+    for (table, index) in entries {
+        let path: [TOMLPathComponent] = [.key(kind.rawValue), .index(index)]
+        var reader = TableReader(table: table, path: path, displayName: "[[\(kind.rawValue)]]", context: context)
+        guard let name = reader.string("name", required: true) else { continue }
+        let namePosition = context.sourceMap.valuePosition(path + [.key("name")])
+        if !isValidEntryName(name) {
+            context.error(at: namePosition, "invalid \(kind.rawValue) name \"\(name)\": use letters, digits, '.', '_' and '-', starting with a letter or digit")
+        } else if let earlier = firstSeen[name] {
+            let whereEarlier = earlier.map { " (first defined at line \($0.line))" } ?? ""
+            context.error(at: namePosition, "duplicate \(kind.rawValue) name \"\(name)\"\(whereEarlier)")
+        } else {
+            firstSeen[name] = namePosition
+        }
+    }
+    if let first = entries.first {
+        context.error(
+            at: context.sourceMap.keyPosition([.key(kind.rawValue), .index(first.1)]),
+            "[[\(kind.rawValue)]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file"
+        )
+    }
+}
+
+func isValidEntryName(_ name: String) -> Bool {
+    guard let first = name.unicodeScalars.first, first.isASCII, first.properties.isAlphabetic || ("0"..."9").contains(first) else {
+        return false
+    }
+    return name.count <= 64 && name.unicodeScalars.allSatisfy { scalar in
+        scalar.isASCII && (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || scalar == "." || scalar == "_" || scalar == "-")
+    }
+}
+
+/// Collects diagnostics while the whole file is walked.
+final class ValidationContext {
+    let file: String
+    let sourceMap: TOMLSourceMap
+    private(set) var diagnostics: [ConfigDiagnostic] = []
+
+    init(file: String, sourceMap: TOMLSourceMap) {
+        self.file = file
+        self.sourceMap = sourceMap
+    }
+
+    func error(at position: SourcePosition?, _ message: String) {
+        diagnostics.append(ConfigDiagnostic(file: file, position: position, message: message))
+    }
+}
+
+/// Typed access to one TOML table that reports every wrong type, bad value and
+/// unknown key at its position. Each accessor marks its key as known.
+struct TableReader {
+    let table: TOMLTable
+    let path: [TOMLPathComponent]
+    let displayName: String
+    let context: ValidationContext
+    private(set) var knownKeys: [String] = []
+
+    init(table: TOMLTable, path: [TOMLPathComponent], displayName: String, context: ValidationContext) {
+        self.table = table
+        self.path = path
+        self.displayName = displayName
+        self.context = context
+    }
+
+    func keyPosition(_ key: String) -> SourcePosition? { context.sourceMap.keyPosition(path + [.key(key)]) }
+    func valuePosition(_ key: String) -> SourcePosition? {
+        context.sourceMap.valuePosition(path + [.key(key)]) ?? keyPosition(key)
+    }
+
+    private func dotted(_ key: String) -> String {
+        let prefix = path.compactMap { component -> String? in
+            if case .key(let name) = component { return name }
+            return nil
+        }
+        return (prefix + [key]).joined(separator: ".")
+    }
+
+    /// The raw value with its type checked; nil (and a diagnostic) on a type mismatch.
+    private mutating func value(_ key: String, expected: TOMLType, required: Bool = false) -> TOMLValueConvertible? {
+        knownKeys.append(key)
+        guard let value = table[key] else {
+            if required {
+                context.error(at: context.sourceMap.keyPosition(path), "missing required key \"\(key)\" in \(displayName)")
+            }
+            return nil
+        }
+        guard value.type == expected else {
+            context.error(at: valuePosition(key), "\(dotted(key)) must be \(article(expected)), not \(article(value.type))")
+            return nil
+        }
+        return value
+    }
+
+    mutating func string(_ key: String, required: Bool = false) -> String? {
+        value(key, expected: .string, required: required)?.string
+    }
+
+    mutating func table(_ key: String) -> TOMLTable? {
+        value(key, expected: .table)?.table
+    }
+
+    /// An array of tables, `[[key]]`, with each element's index for position lookups.
+    mutating func arrayOfTables(_ key: String) -> [(TOMLTable, Int)]? {
+        guard let array = value(key, expected: .array)?.array else { return nil }
+        var tables: [(TOMLTable, Int)] = []
+        for (index, element) in array.enumerated() {
+            guard let table = element.table else {
+                context.error(at: context.sourceMap.valuePosition(path + [.key(key), .index(index)]) ?? valuePosition(key),
+                              "\(dotted(key)) must be a list of tables, like [[\(key)]]")
+                continue
+            }
+            tables.append((table, index))
+        }
+        return tables
+    }
+
+    mutating func integer(_ key: String, range: ClosedRange<Int>) -> Int? {
+        guard let number = value(key, expected: .int)?.int else { return nil }
+        guard range.contains(number) else {
+            context.error(at: valuePosition(key), "\(dotted(key)) = \(number) is out of range (\(range.lowerBound) to \(range.upperBound))")
+            return nil
+        }
+        return number
+    }
+
+    mutating func duration(_ key: String, range: ClosedRange<Duration>) -> Duration? {
+        guard let text = string(key) else { return nil }
+        switch DurationParser.parse(text) {
+        case .failure(let failure):
+            context.error(at: valuePosition(key), "bad duration \"\(text)\" for \(dotted(key)): \(failure.reason)")
+            return nil
+        case .success(let duration):
+            guard range.contains(duration) else {
+                context.error(at: valuePosition(key), "\(dotted(key)) = \"\(text)\" is out of range (\(range.lowerBound.compactDescription) to \(range.upperBound.compactDescription))")
+                return nil
+            }
+            return duration
+        }
+    }
+
+    mutating func absolutePath(_ key: String) -> String? {
+        guard let text = string(key) else { return nil }
+        guard text.hasPrefix("/") else {
+            context.error(at: valuePosition(key), "\(dotted(key)) must be an absolute path, not the relative \"\(text)\"")
+            return nil
+        }
+        return text
+    }
+
+    mutating func oneOf(_ key: String, allowed: [String]) -> String? {
+        guard let text = string(key) else { return nil }
+        guard allowed.contains(text) else {
+            context.error(at: valuePosition(key), "\(dotted(key)) = \"\(text)\" is not one of: \(allowed.joined(separator: ", "))")
+            return nil
+        }
+        return text
+    }
+
+    func reportUnknownKeys() {
+        for key in table.keys where !knownKeys.contains(key) {
+            var message = "unknown key \"\(key)\" in \(displayName)"
+            if let suggestion = closestMatch(to: key, among: knownKeys) {
+                message += "; did you mean \"\(suggestion)\"?"
+            } else if !knownKeys.isEmpty {
+                message += " (known keys: \(knownKeys.joined(separator: ", ")))"
+            }
+            context.error(at: keyPosition(key), message)
+        }
+    }
+}
+
+func article(_ type: TOMLType) -> String {
+    switch type {
+    case .string: return "a string"
+    case .int: return "an integer"
+    case .double: return "a floating-point number"
+    case .bool: return "a boolean"
+    case .date: return "a date"
+    case .time: return "a time"
+    case .dateTime: return "a date-time"
+    case .array: return "an array"
+    case .table: return "a table"
+    }
+}
+
+/// A known key within two edits of a misspelt one.
+func closestMatch(to word: String, among candidates: [String]) -> String? {
+    func distance(_ a: [Character], _ b: [Character]) -> Int {
+        var previous = Array(0...b.count)
+        for (i, ca) in a.enumerated() {
+            var current = [i + 1]
+            for (j, cb) in b.enumerated() {
+                current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (ca == cb ? 0 : 1)))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+    let scored = candidates.map { ($0, distance(Array(word), Array($0))) }.filter { $0.1 <= 2 }
+    return scored.min { $0.1 < $1.1 }?.0
+}

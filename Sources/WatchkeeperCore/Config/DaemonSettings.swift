@@ -1,0 +1,39 @@
+import Logging
+
+/// The `[daemon]` table: settings of the process itself, as opposed to the
+/// `[[watch]]` rules and `[[task]]` entries it runs.
+public struct DaemonSettings: Equatable, Sendable {
+    public var logLevel: Logger.Level = .info
+    /// How long running work may go on after SIGTERM before it is expired.
+    public var shutdownGrace: Duration = .seconds(30)
+    /// Where state.json, the latest dump, is written.
+    public var runtimeDirectory: String
+    /// Persistent state: task history and the file ledger.
+    public var stateDirectory: String
+    /// How long one component may take to describe itself before the dump reports it stuck.
+    public var dumpComponentTimeout: Duration = .seconds(2)
+    /// How many recent warnings and errors the dump keeps.
+    public var recentProblems: Int = 50
+
+    /// Under systemd, RuntimeDirectory= and StateDirectory= arrive as environment
+    /// variables (several paths are colon-separated; the first is ours).
+    public init(environment: [String: String] = [:]) {
+        func firstPath(_ name: String) -> String? {
+            guard let value = environment[name], !value.isEmpty else { return nil }
+            return String(value.split(separator: ":", omittingEmptySubsequences: true).first ?? Substring(value))
+        }
+        runtimeDirectory = firstPath("RUNTIME_DIRECTORY") ?? "/run/watchkeeper"
+        stateDirectory = firstPath("STATE_DIRECTORY") ?? "/var/lib/watchkeeper"
+    }
+}
+
+/// A validated configuration file. `generation` counts successful loads in this process.
+public struct Configuration: Sendable {
+    public var path: String
+    public var daemon: DaemonSettings
+
+    public init(path: String, daemon: DaemonSettings) {
+        self.path = path
+        self.daemon = daemon
+    }
+}

@@ -1,0 +1,28 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum ProcessEnvironment {
+    /// The environment as a dictionary, read from `environ` (no Foundation needed).
+    public static func current() -> [String: String] {
+        var result: [String: String] = [:]
+        var pointer = environ
+        while let entry = pointer.pointee {
+            let text = String(cString: entry)
+            if let equals = text.firstIndex(of: "=") {
+                result[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            }
+            pointer += 1
+        }
+        return result
+    }
+}
+
+/// sysexits(3) codes, as documented in docs/operations.md.
+public enum ExitCode {
+    public static let success: Int32 = 0
+    public static let usage: Int32 = 64
+    public static let software: Int32 = 70
+    public static let osError: Int32 = 71
+    public static let configuration: Int32 = 78
+}
