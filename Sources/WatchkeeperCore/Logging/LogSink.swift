@@ -1,0 +1,147 @@
+import CWatchkeeperSystem
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where every log line of the process goes: the journal (native fields) when
+/// stderr is connected to it, readable lines on stderr otherwise. One sink per
+/// process; the swift-log handlers all share it, so a reload can change the log
+/// level of every logger at once.
+public final class LogSink: Sendable {
+    public enum Target: String, Sendable {
+        case journal
+        case stderr
+    }
+
+    public let target: Target
+    public let problems: ProblemRing
+    private let levelIndex: Atomic<Int>
+
+    public init(target: Target, level: Logger.Level, problemCapacity: Int) {
+        self.target = target
+        self.problems = ProblemRing(capacity: problemCapacity)
+        self.levelIndex = Atomic(Logger.Level.allCases.firstIndex(of: level) ?? 2)
+    }
+
+    public var level: Logger.Level {
+        get { Logger.Level.allCases[levelIndex.load(ordering: .relaxed)] }
+    }
+
+    public func setLevel(_ level: Logger.Level) {
+        levelIndex.store(Logger.Level.allCases.firstIndex(of: level) ?? 2, ordering: .relaxed)
+    }
+
+    /// systemd sets JOURNAL_STREAM=<dev>:<inode> for a service whose stderr goes to
+    /// the journal. Comparing it with fd 2 tells us that the stream really is
+    /// ours, not inherited by a shell started from such a service.
+    public static func detectTarget(environment: [String: String]) -> Target {
+        guard let stream = environment["JOURNAL_STREAM"] else { return .stderr }
+        let parts = stream.split(separator: ":")
+        guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return .stderr }
+        var info = stat()
+        guard fstat(2, &info) == 0 else { return .stderr }
+        return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode ? .journal : .stderr
+    }
+
+    public func log(level: Logger.Level, message: String, metadata: Logger.Metadata, label: String, file: String, function: String, line: UInt) {
+        if level >= .warning {
+            problems.record(level: level.rawValue, message: message)
+        }
+        switch target {
+        case .journal:
+            let fields = JournalFields.fields(level: level, message: message, metadata: metadata, label: label, file: file, function: function, line: line)
+            if Journal.send(fields) != 0 {
+                StandardError.write(Self.line(level: level, message: message, metadata: metadata))
+            }
+        case .stderr:
+            StandardError.write(Self.line(level: level, message: message, metadata: metadata))
+        }
+    }
+
+    /// A journal entry that is not a log message of a logger: the state dump.
+    /// Always written, whatever the log level.
+    public func emit(fields: [(name: String, value: String)], stderrText: String) {
+        if target == .journal, Journal.send(fields + [("SYSLOG_IDENTIFIER", "watchkeeper")]) == 0 { return }
+        StandardError.write(stderrText.hasSuffix("\n") ? stderrText : stderrText + "\n")
+    }
+
+    static func line(level: Logger.Level, message: String, metadata: Logger.Metadata) -> String {
+        var text = "\(WallTime.now().iso8601) \(level.rawValue): \(message)"
+        let pairs = JournalFields.flatten(metadata).filter { $0.key != JournalFields.messageIDKey }
+        if !pairs.isEmpty {
+            text += " (" + pairs.map { "\($0.key)=\($0.value)" }.joined(separator: ", ") + ")"
+        }
+        return text + "\n"
+    }
+}
+
+enum Journal {
+    /// sd_journal_send is variadic and does not import; sendv takes the same
+    /// `FIELD=value` strings as iovecs. Values may hold newlines (the dump does).
+    static func send(_ fields: [(name: String, value: String)]) -> Int32 {
+        var buffer: [UInt8] = []
+        var spans: [(start: Int, length: Int)] = []
+        for (name, value) in fields {
+            let start = buffer.count
+            buffer.append(contentsOf: name.utf8)
+            buffer.append(UInt8(ascii: "="))
+            buffer.append(contentsOf: value.utf8)
+            spans.append((start, buffer.count - start))
+        }
+        return buffer.withUnsafeMutableBytes { raw -> Int32 in
+            var vectors = spans.map { iovec(iov_base: raw.baseAddress! + $0.start, iov_len: $0.length) }
+            return sd_journal_sendv(&vectors, Int32(vectors.count))
+        }
+    }
+}
+
+public enum StandardError {
+    public static func write(_ text: String) {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress! + offset, $0.count - offset) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            offset += written
+        }
+    }
+}
+
+/// The swift-log handler: a thin value that forwards to the process's sink.
+public struct WatchkeeperLogHandler: LogHandler {
+    public let label: String
+    public let sink: LogSink
+    public var metadata: Logger.Metadata = [:]
+    private var levelOverride: Logger.Level?
+
+    public init(label: String, sink: LogSink) {
+        self.label = label
+        self.sink = sink
+    }
+
+    /// The sink's level unless this logger was given its own.
+    public var logLevel: Logger.Level {
+        get { levelOverride ?? sink.level }
+        set { levelOverride = newValue }
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var merged = metadata
+        if let extra = event.metadata {
+            merged.merge(extra) { _, new in new }
+        }
+        sink.log(level: event.level, message: event.message.description, metadata: merged, label: label,
+                 file: event.file, function: event.function, line: event.line)
+    }
+}

@@ -1,0 +1,14 @@
+/// Fixed journal MESSAGE_IDs for the events an operator searches for, e.g.
+/// `journalctl -u watchkeeper MESSAGE_ID=a2f80729ec6c45298dafab0ee7b10f49 -o cat`.
+/// Never change one: scripts and alerts depend on them. Listed in docs/journal.md.
+public enum MessageID {
+    public static let started = "feda4b99a3084ccfa37eefbf266e3dfb"
+    public static let ready = "89f688baebb54f2a98b1c69d4460b585"
+    public static let dump = "a2f80729ec6c45298dafab0ee7b10f49"
+    public static let reloadSucceeded = "efd3e24569174baf99b0879641b1ab8b"
+    public static let reloadFailed = "c95800433a154f6a837f449a59dd5b53"
+    public static let stopping = "7943fdcc39d047cdbb77a7dc61002afa"
+    public static let stopped = "13b1128ed1514912859412cac78fde3f"
+    public static let queueStuck = "a11f84df9593472fbc9eb1bc8c97edf0"
+    public static let configInvalid = "b7a06f2d7e6446bea7ae3a6567d7aea6"
+}
