@@ -1,0 +1,340 @@
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public struct RunOptions: Sendable {
+    public var configPath: String
+    public var logLevelOverride: Logger.Level?
+    public var environment: [String: String]
+    /// DispatchTime nanoseconds at the top of main, for uptime and time-to-READY.
+    public var processStart: UInt64
+
+    public init(configPath: String, logLevelOverride: Logger.Level?, environment: [String: String], processStart: UInt64) {
+        self.configPath = configPath
+        self.logLevelOverride = logLevelOverride
+        self.environment = environment
+        self.processStart = processStart
+    }
+}
+
+/// The lifecycle owner: holds the configuration, turns signals into lifecycle
+/// events, and runs the actions the state machine returns. Everything it owns is
+/// touched only on the lifecycle queue.
+public final class Daemon: DumpContributor, @unchecked Sendable {
+    public let lifecycleQueue = SubsystemQueue(name: "lifecycle", qos: .userInitiated)
+    public let signalsQueue = SubsystemQueue(name: "signals", qos: .userInitiated)
+    public let watchdogQueue = SubsystemQueue(name: "watchdog", qos: .userInitiated)
+    public let diagnosticsQueue = SubsystemQueue(name: "diagnostics", qos: .utility)
+
+    private let options: RunOptions
+    private let sink: LogSink
+    private let logger: Logger
+    private let notifier: SystemdNotifier
+    private let sources = SourceRegistry()
+    private let work = WorkTracker()
+    private var watchdog: Watchdog!
+    private var stateDump: StateDump!
+    private var signals: SignalSources!
+
+    // Confined to the lifecycle queue.
+    private var machine = LifecycleMachine()
+    private var configuration: Configuration
+    private var generation: Int64 = 1
+    private var loadedAt = WallTime.now()
+    private var lastReload: (at: WallTime, errors: ConfigErrors?)?
+    private var readyAfter: Duration?
+    private var drainStartedAt: UInt64?
+    private var drainOutcome: WorkTracker.DrainOutcome?
+    private var drainExtender: DispatchSourceTimer?
+
+    /// How long expired work gets to end before the daemon exits anyway. The task
+    /// runner's kill_grace fits inside it.
+    static let expireGrace: Duration = .seconds(10)
+
+    /// Loads the configuration, starts every subsystem, and never returns: the
+    /// process ends in `finishStopping` (exit 0) or on a fatal start-up error.
+    public static func run(options: RunOptions) -> Never {
+        let configuration: Configuration
+        switch ConfigLoader.load(path: options.configPath, environment: options.environment) {
+        case .success(let loaded):
+            configuration = loaded
+        case .failure(let errors):
+            StandardError.write(errors.description + "\n")
+            StandardError.write("watchkeeper: unable to start: \(options.configPath) has \(errors.diagnostics.count) error(s)\n")
+            exit(ExitCode.configuration)
+        }
+        let sink = LogSink(
+            target: LogSink.detectTarget(environment: options.environment),
+            level: options.logLevelOverride ?? configuration.daemon.logLevel,
+            problemCapacity: configuration.daemon.recentProblems
+        )
+        LoggingSystem.bootstrap { label in WatchkeeperLogHandler(label: label, sink: sink) }
+        let daemon = Daemon(options: options, configuration: configuration, sink: sink)
+        daemon.start()
+        dispatchMain()
+    }
+
+    init(options: RunOptions, configuration: Configuration, sink: LogSink) {
+        self.options = options
+        self.configuration = configuration
+        self.sink = sink
+        self.logger = Logger(label: "watchkeeper")
+        self.notifier = SystemdNotifier(environment: options.environment)
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue]
+        watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
+                            registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog], queues: monitored, sources: sources,
+                              sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
+                              settings: configuration.daemon)
+        signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
+            self.received(signal)
+        }
+    }
+
+    public var dumpSectionName: String { "daemon" }
+    public var dumpQueue: SubsystemQueue { lifecycleQueue }
+
+    func start() {
+        lifecycleQueue.async { self.startOnLifecycleQueue() }
+    }
+
+    private func startOnLifecycleQueue() {
+        logger.info("starting watchkeeper \(WatchkeeperVersion.current) with \(configuration.path), logging to \(sink.target.rawValue)",
+                    metadata: [JournalFields.messageIDKey: .string(MessageID.started), "config": .string(configuration.path)])
+        prepareRuntimeDirectory(configuration.daemon)
+        do {
+            try signals.registerAll(timeout: .seconds(5))
+        } catch {
+            logger.critical("\(error)")
+            exit(ExitCode.osError)
+        }
+        watchdog.start()
+        perform(machine.handle(.sourcesRegistered))
+    }
+
+    private func prepareRuntimeDirectory(_ settings: DaemonSettings) {
+        do {
+            try makeDirectories(settings.runtimeDirectory)
+        } catch {
+            logger.warning("unable to create runtime directory \(settings.runtimeDirectory): \(error); state.json will not be written")
+        }
+    }
+
+    /// Runs on the signals queue: only forwards, the owners act.
+    private func received(_ signal: Int32) {
+        switch signal {
+        case SIGUSR1:
+            stateDump.requestDump(reason: "SIGUSR1")
+        case SIGHUP:
+            lifecycleQueue.async { self.perform(self.machine.handle(.reloadRequested)) }
+        case SIGTERM, SIGINT:
+            lifecycleQueue.async { self.perform(self.machine.handle(.terminationRequested(signal: signal))) }
+        default:
+            break
+        }
+    }
+
+    private func perform(_ actions: [LifecycleAction]) {
+        dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
+        for action in actions {
+            switch action {
+            case .announceReady:
+                announceReady()
+            case .reload:
+                reload()
+            case .beginDrain(let signal):
+                beginDrain(signal: signal)
+            case .expireRunningWorkNow:
+                logger.warning("second termination signal while draining: expiring \(work.running.count) running job(s) now")
+                work.expireAll()
+            case .finishStopping:
+                finishStopping()
+            case .ignore(let reason):
+                logger.notice("\(reason); ignored")
+            }
+        }
+    }
+
+    private func announceReady() {
+        let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- options.processStart))
+        readyAfter = elapsed
+        logger.info("ready in \(elapsed.compactDescription): \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
+                    metadata: [JournalFields.messageIDKey: .string(MessageID.ready), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])
+        // Logged before READY=1 so the journal shows it before systemd's "Started".
+        notifier.send([("READY", "1"), ("STATUS", statusLine())])
+        scheduleTestStallIfAsked()
+    }
+
+    /// One line for `systemctl status`: what runs, and what went wrong last.
+    private func statusLine() -> String {
+        var line: String
+        switch machine.state {
+        case .starting: line = "starting"
+        case .running: line = "running"
+        case .draining(let signal): line = "stopping on \(HandledSignals.name(signal)): \(work.running.count) job(s) still running"
+        case .stopped: line = "stopped"
+        }
+        line += "; config generation \(generation)"
+        let runningCount = work.running.count
+        if case .running = machine.state { line += "; \(runningCount) job(s) running" }
+        if let errors = lastReload?.errors {
+            line += "; last reload FAILED, old config kept: \(errors.summary)"
+        }
+        return String(line.prefix(400))
+    }
+
+    private func reload() {
+        let monotonic = MonotonicClock.nowMicroseconds()
+        notifier.send([("RELOADING", "1"), ("MONOTONIC_USEC", String(monotonic)), ("STATUS", "reloading \(configuration.path)")])
+        let at = WallTime.now()
+        switch ConfigLoader.load(path: configuration.path, environment: options.environment) {
+        case .success(let loaded):
+            apply(loaded)
+            generation += 1
+            loadedAt = at
+            lastReload = (at, nil)
+            logger.notice("reloaded \(loaded.path): configuration generation \(generation) in force",
+                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded), "generation": .stringConvertible(generation)])
+        case .failure(let errors):
+            lastReload = (at, errors)
+            for diagnostic in errors.diagnostics {
+                logger.error("\(diagnostic)", metadata: [JournalFields.messageIDKey: .string(MessageID.configInvalid)])
+            }
+            logger.error("unable to reload \(configuration.path): \(errors.diagnostics.count) error(s); configuration generation \(generation) stays in force",
+                         metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed), "errors": .string(errors.description)])
+        }
+        notifier.send([("READY", "1"), ("STATUS", statusLine())])
+    }
+
+    private func apply(_ new: Configuration) {
+        let settings = new.daemon
+        sink.setLevel(options.logLevelOverride ?? settings.logLevel)
+        sink.problems.resize(capacity: settings.recentProblems)
+        if settings.runtimeDirectory != configuration.daemon.runtimeDirectory {
+            prepareRuntimeDirectory(settings)
+        }
+        stateDump.apply(settings)
+        configuration = new
+    }
+
+    private func beginDrain(signal: Int32) {
+        let grace = configuration.daemon.shutdownGrace
+        let running = work.running
+        drainStartedAt = DispatchTime.now().uptimeNanoseconds
+        logger.notice("received \(HandledSignals.name(signal)): stopping; \(running.count) job(s) running, waiting up to \(grace.compactDescription) for them",
+                      metadata: [JournalFields.messageIDKey: .string(MessageID.stopping), "signal": .string(HandledSignals.name(signal))])
+        notifier.send([("STOPPING", "1"), ("STATUS", statusLine())])
+        if !running.isEmpty {
+            startDrainExtender(until: grace + Self.expireGrace)
+        }
+        work.drain(grace: grace, expireGrace: Self.expireGrace, on: lifecycleQueue.queue) { [unowned self] outcome in
+            self.drainOutcome = outcome
+            self.perform(self.machine.handle(.drainFinished))
+        }
+    }
+
+    /// systemd kills a service that takes longer than TimeoutStopSec to stop. While
+    /// jobs legitimately finish within shutdown_grace, keep asking for a little more
+    /// time, in steps, so a hung drain is still cut off.
+    private func startDrainExtender(until limit: Duration) {
+        let step: Duration = .seconds(5)
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(limit.nanosecondsClamped)
+        let stats = sources.register(.timer, target: "drain: EXTEND_TIMEOUT_USEC every \(step.compactDescription)", on: lifecycleQueue)
+        let timer = DispatchSource.makeTimerSource(queue: lifecycleQueue.queue)
+        timer.schedule(deadline: .now(), repeating: .nanoseconds(Int(step.nanosecondsClamped)))
+        timer.setEventHandler { [unowned self] in
+            stats.fired()
+            let now = DispatchTime.now().uptimeNanoseconds
+            guard now < deadline else {
+                self.drainExtender?.cancel()
+                return
+            }
+            let remaining = Duration.nanoseconds(Int64(deadline - now))
+            self.notifier.send([("EXTEND_TIMEOUT_USEC", String(min(remaining, step * 2).microseconds + 1_000_000)), ("STATUS", self.statusLine())])
+        }
+        timer.setCancelHandler { [sources] in sources.unregister(stats) }
+        drainExtender = timer
+        timer.activate()
+    }
+
+    private func finishStopping() {
+        drainExtender?.cancel()
+        let took = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- (drainStartedAt ?? 0)))
+        let how: String
+        if case .expired(let names) = drainOutcome {
+            how = "expired at the end of shutdown_grace: \(names.joined(separator: ", "))"
+        } else {
+            how = "all work finished"
+        }
+        let logger = logger
+        stateDump.writeFinalState(reason: "stopped") {
+            logger.notice("stopped after draining for \(took.compactDescription); \(how)",
+                          metadata: [JournalFields.messageIDKey: .string(MessageID.stopped)])
+            exit(ExitCode.success)
+        }
+    }
+
+    public func describeForDump() -> DumpValue {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let settings = configuration.daemon
+        var reload: DumpValue = .null
+        if let lastReload {
+            reload = .object([
+                .init("at", .string(lastReload.at.iso8601)),
+                .init("result", .string(lastReload.errors == nil ? "ok" : "failed")),
+                .init("errors", .array((lastReload.errors?.diagnostics ?? []).map { .string($0.description) })),
+            ])
+        }
+        let state: String
+        switch machine.state {
+        case .starting: state = "starting"
+        case .running: state = "running"
+        case .draining(let signal): state = "draining (\(HandledSignals.name(signal)))"
+        case .stopped: state = "stopped"
+        }
+        return .object([
+            .init("state", .string(state)),
+            .init("ready_after_ms", readyAfter.map { .double(Double($0.nanosecondsClamped) / 1e6) } ?? .null),
+            .init("log_target", .string(sink.target.rawValue)),
+            .init("log_level", .string(sink.level.rawValue)),
+            .init("config", .object([
+                .init("path", .string(configuration.path)),
+                .init("generation", .int(generation)),
+                .init("loaded_at", .string(loadedAt.iso8601)),
+                .init("last_reload", reload),
+                .init("shutdown_grace", .string(settings.shutdownGrace.compactDescription)),
+                .init("runtime_dir", .string(settings.runtimeDirectory)),
+                .init("state_dir", .string(settings.stateDirectory)),
+                .init("dump_component_timeout", .string(settings.dumpComponentTimeout.compactDescription)),
+            ])),
+            .init("work", work.describe(now: now)),
+        ])
+    }
+
+    /// Fault injection for the watchdog's tests (docs/testing.md):
+    /// WATCHKEEPER_TEST_STALL=<queue>:<duration>[:<delay>] blocks that subsystem's
+    /// queue once, after READY, as a stuck handler would.
+    private func scheduleTestStallIfAsked() {
+        guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
+        let parts = request.split(separator: ":").map(String.init)
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue]
+        guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
+              case .success(let stall) = DurationParser.parse(parts[1]) else {
+            logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")
+            return
+        }
+        var delay: Duration = .zero
+        if parts.count > 2, case .success(let parsed) = DurationParser.parse(parts[2]) { delay = parsed }
+        logger.warning("test hook: queue \(target.label) will be blocked for \(stall.compactDescription) in \(delay.compactDescription)")
+        lifecycleQueue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) {
+            target.async {
+                var remaining = timespec(tv_sec: Int(stall.components.seconds), tv_nsec: Int(stall.components.attoseconds / 1_000_000_000))
+                var left = timespec()
+                while nanosleep(&remaining, &left) != 0 && errno == EINTR { remaining = left }
+            }
+        }
+    }
+}

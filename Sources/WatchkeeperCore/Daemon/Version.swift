@@ -1,0 +1,3 @@
+public enum WatchkeeperVersion {
+    public static let current = "0.1.0"
+}

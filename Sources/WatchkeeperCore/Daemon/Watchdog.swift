@@ -1,0 +1,104 @@
+import Dispatch
+import Logging
+
+/// The watchdog that means something: systemd's ping is sent only when every
+/// subsystem queue answered the probe sent on the previous tick. A queue that is
+/// stuck (a handler blocked in a syscall, a deadlock) therefore withholds the ping
+/// and systemd restarts us, instead of a timer on a healthy thread pinging forever.
+public final class Watchdog: DumpContributor, @unchecked Sendable {
+    public let queue: SubsystemQueue
+    private let monitored: [SubsystemQueue]
+    private let notifier: SystemdNotifier
+    private let logger: Logger
+    private let registry: SourceRegistry
+    /// systemd's WatchdogSec, when it expects pings of us.
+    public let systemdInterval: Duration?
+    public let tickInterval: Duration
+    // Confined to `queue`.
+    private var timer: DispatchSourceTimer?
+    private var pingsSent: UInt64 = 0
+    private var pingsWithheld: UInt64 = 0
+    private var ticks: UInt64 = 0
+    private var reportedStuck: [String: UInt64] = [:]
+
+    /// Without systemd's watchdog the probes still run, less often, so the dump can
+    /// show each queue's latency.
+    public static let probeIntervalWithoutSystemd: Duration = .seconds(5)
+
+    public init(queue: SubsystemQueue, monitored: [SubsystemQueue], notifier: SystemdNotifier, logger: Logger,
+                registry: SourceRegistry, systemdInterval: Duration?) {
+        self.queue = queue
+        self.monitored = monitored
+        self.notifier = notifier
+        self.logger = logger
+        self.registry = registry
+        self.systemdInterval = systemdInterval
+        self.tickInterval = systemdInterval.map { $0 / 2 } ?? Self.probeIntervalWithoutSystemd
+    }
+
+    public var dumpSectionName: String { "watchdog" }
+    public var dumpQueue: SubsystemQueue { queue }
+
+    public func start() {
+        queue.async {
+            let target = self.systemdInterval.map { "watchdog ping every \(self.tickInterval.compactDescription) (WatchdogSec=\($0.compactDescription))" }
+                ?? "queue probe every \(self.tickInterval.compactDescription)"
+            let stats = self.registry.register(.timer, target: target, on: self.queue)
+            let timer = DispatchSource.makeTimerSource(queue: self.queue.queue)
+            let interval = DispatchTimeInterval.nanoseconds(Int(self.tickInterval.nanosecondsClamped))
+            timer.schedule(deadline: .now(), repeating: interval)
+            timer.setEventHandler { [unowned self] in
+                stats.fired()
+                self.tick()
+            }
+            self.timer = timer
+            timer.activate()
+        }
+    }
+
+    private func tick() {
+        ticks += 1
+        let now = DispatchTime.now().uptimeNanoseconds
+        var stuck: [(SubsystemQueue, UInt64)] = []
+        for subsystem in monitored {
+            if let since = subsystem.probeState.outstandingSince {
+                stuck.append((subsystem, now &- since))
+            } else if let reportedAt = reportedStuck.removeValue(forKey: subsystem.label) {
+                logger.notice("queue \(subsystem.label) answered again after \(Duration.nanoseconds(Int64(now &- reportedAt)).compactDescription) stuck")
+            }
+        }
+        if stuck.isEmpty {
+            if systemdInterval != nil {
+                notifier.send([("WATCHDOG", "1")])
+                pingsSent += 1
+            }
+        } else {
+            pingsWithheld += 1
+            for (subsystem, age) in stuck {
+                // Once when first seen, then every 5 s: enough to follow in the journal without flooding it.
+                let last = reportedStuck[subsystem.label]
+                if last == nil || now &- (last ?? 0) >= 5_000_000_000 {
+                    reportedStuck[subsystem.label] = reportedStuck[subsystem.label] ?? now
+                    let action = systemdInterval != nil ? "; withholding the watchdog ping" : ""
+                    logger.error("queue \(subsystem.label) stuck for \(Duration.nanoseconds(Int64(age)).compactDescription): its probe is unanswered\(action)",
+                                 metadata: [JournalFields.messageIDKey: .string(MessageID.queueStuck), "queue": .string(subsystem.label),
+                                            "stuck_ms": .stringConvertible(age / 1_000_000)])
+                }
+            }
+        }
+        for subsystem in monitored {
+            subsystem.sendProbe(at: now)
+        }
+    }
+
+    public func describeForDump() -> DumpValue {
+        .object([
+            .init("systemd_watchdog", systemdInterval.map { .string($0.compactDescription) } ?? .null),
+            .init("tick_interval", .string(tickInterval.compactDescription)),
+            .init("ticks", .int(Int64(ticks))),
+            .init("pings_sent", .int(Int64(pingsSent))),
+            .init("pings_withheld", .int(Int64(pingsWithheld))),
+            .init("queues_stuck", .array(reportedStuck.keys.sorted().map { .string($0) })),
+        ])
+    }
+}

@@ -1,0 +1,153 @@
+/// The state dump's data model: one tree that renders both as the versioned JSON
+/// (state.json and the journal field) and as the human-readable MESSAGE, so the
+/// two can never disagree. Objects keep their key order.
+public indirect enum DumpValue: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([DumpValue])
+    case object([DumpField])
+
+    public subscript(key: String) -> DumpValue? {
+        guard case .object(let fields) = self else { return nil }
+        return fields.first { $0.key == key }?.value
+    }
+}
+
+public struct DumpField: Sendable, Equatable {
+    public let key: String
+    public let value: DumpValue
+
+    public init(_ key: String, _ value: DumpValue) {
+        self.key = key
+        self.value = value
+    }
+}
+
+extension DumpValue {
+    public var json: String {
+        var output = ""
+        writeJSON(into: &output)
+        return output
+    }
+
+    private func writeJSON(into output: inout String) {
+        switch self {
+        case .null: output += "null"
+        case .bool(let value): output += value ? "true" : "false"
+        case .int(let value): output += String(value)
+        case .double(let value): output += value.isFinite ? String(value) : "null"
+        case .string(let value): DumpValue.writeJSONString(value, into: &output)
+        case .array(let values):
+            output += "["
+            for (index, value) in values.enumerated() {
+                if index > 0 { output += "," }
+                value.writeJSON(into: &output)
+            }
+            output += "]"
+        case .object(let fields):
+            output += "{"
+            for (index, field) in fields.enumerated() {
+                if index > 0 { output += "," }
+                DumpValue.writeJSONString(field.key, into: &output)
+                output += ":"
+                field.value.writeJSON(into: &output)
+            }
+            output += "}"
+        }
+    }
+
+    static func writeJSONString(_ text: String, into output: inout String) {
+        output += "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": output += "\\\""
+            case "\\": output += "\\\\"
+            case "\n": output += "\\n"
+            case "\r": output += "\\r"
+            case "\t": output += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                let hex = String(scalar.value, radix: 16)
+                output += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: output.unicodeScalars.append(scalar)
+            }
+        }
+        output += "\""
+    }
+
+    /// Indented `key: value` lines: what `journalctl -o cat` shows an operator.
+    public func text(indent: Int = 0) -> String {
+        var lines: [String] = []
+        appendText(to: &lines, indent: indent)
+        return lines.joined(separator: "\n")
+    }
+
+    private var isScalar: Bool {
+        switch self {
+        case .array, .object: return false
+        default: return true
+        }
+    }
+
+    var scalarText: String {
+        switch self {
+        case .null: return "-"
+        case .bool(let value): return value ? "yes" : "no"
+        case .int(let value): return String(value)
+        case .double(let value): return roundedString(value, digits: 3)
+        case .string(let value): return value.isEmpty ? "\"\"" : value
+        case .array(let values): return values.map(\.scalarText).joined(separator: ", ")
+        case .object: return "{…}"
+        }
+    }
+
+    private func appendText(to lines: inout [String], indent: Int) {
+        let pad = String(repeating: " ", count: indent)
+        switch self {
+        case .object(let fields):
+            for field in fields {
+                switch field.value {
+                case .array(let values) where values.allSatisfy(\.isScalar):
+                    lines.append("\(pad)\(field.key): \(values.isEmpty ? "none" : field.value.scalarText)")
+                case .array(let values):
+                    lines.append("\(pad)\(field.key):")
+                    for value in values {
+                        value.appendListItem(to: &lines, indent: indent + 2)
+                    }
+                case .object(let nested) where nested.isEmpty:
+                    lines.append("\(pad)\(field.key): none")
+                case .object:
+                    lines.append("\(pad)\(field.key):")
+                    field.value.appendText(to: &lines, indent: indent + 2)
+                default:
+                    lines.append("\(pad)\(field.key): \(field.value.scalarText)")
+                }
+            }
+        case .array(let values):
+            for value in values { value.appendListItem(to: &lines, indent: indent) }
+        default:
+            lines.append(pad + scalarText)
+        }
+    }
+
+    /// An object in a list reads as one line when it is flat: "- kind: signal, target: SIGHUP, …".
+    private func appendListItem(to lines: inout [String], indent: Int) {
+        let pad = String(repeating: " ", count: indent)
+        guard case .object(let fields) = self else {
+            lines.append("\(pad)- \(scalarText)")
+            return
+        }
+        if fields.allSatisfy({ $0.value.isScalar }) {
+            lines.append("\(pad)- " + fields.map { "\($0.key): \($0.value.scalarText)" }.joined(separator: ", "))
+        } else {
+            var nested: [String] = []
+            appendText(to: &nested, indent: indent + 2)
+            if let first = nested.first {
+                nested[0] = pad + "- " + first.dropFirst(indent + 2)
+            }
+            lines += nested
+        }
+    }
+}

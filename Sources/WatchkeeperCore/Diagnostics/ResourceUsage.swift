@@ -1,0 +1,128 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the process costs, read from /proc and getrusage at dump time.
+public struct ResourceUsage: Sendable, Equatable {
+    public var residentBytes: Int64?
+    public var peakResidentBytes: Int64?
+    public var threads: Int?
+    public var openFileDescriptors: Int?
+    public var userCPUSeconds: Double
+    public var systemCPUSeconds: Double
+
+    public static func current() -> ResourceUsage {
+        let status = (try? readSmallFile("/proc/self/status")) ?? ""
+        func kilobytes(_ field: String) -> Int64? {
+            guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }) else { return nil }
+            return line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int64($0) }.map { $0 * 1024 }
+        }
+        let threadLine = status.split(separator: "\n").first { $0.hasPrefix("Threads:") }
+        var usage = rusage()
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        return ResourceUsage(
+            residentBytes: kilobytes("VmRSS"),
+            peakResidentBytes: kilobytes("VmHWM"),
+            threads: threadLine.flatMap { Int($0.split(separator: "\t").last?.trimmingSpaces ?? "") },
+            openFileDescriptors: countOpenFileDescriptors(),
+            userCPUSeconds: Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6,
+            systemCPUSeconds: Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+        )
+    }
+
+    static func countOpenFileDescriptors() -> Int? {
+        guard let directory = opendir("/proc/self/fd") else { return nil }
+        defer { closedir(directory) }
+        var count = 0
+        while let entry = readdir(directory) {
+            let isDot = withUnsafeBytes(of: entry.pointee.d_name) { $0.first == UInt8(ascii: ".") }
+            if !isDot { count += 1 }
+        }
+        return count - 1 // the descriptor opendir itself holds
+    }
+
+    var dumpValue: DumpValue {
+        func optional(_ value: Int64?) -> DumpValue { value.map { .int($0) } ?? .null }
+        return .object([
+            .init("rss_bytes", optional(residentBytes)),
+            .init("rss_peak_bytes", optional(peakResidentBytes)),
+            .init("threads", optional(threads.map(Int64.init))),
+            .init("open_fds", optional(openFileDescriptors.map(Int64.init))),
+            .init("cpu_user_s", .double(userCPUSeconds)),
+            .init("cpu_system_s", .double(systemCPUSeconds)),
+        ])
+    }
+}
+
+extension Substring {
+    var trimmingSpaces: String {
+        String(self.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
+    }
+}
+
+struct SystemCallError: Error, CustomStringConvertible {
+    let call: String
+    let errno: Int32
+    var description: String { "\(call): \(String(cString: strerror(errno)))" }
+}
+
+/// /proc files report size 0, so read until EOF.
+func readSmallFile(_ path: String) throws -> String {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { throw SystemCallError(call: "open \(path)", errno: errno) }
+    defer { close(fd) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 8192)
+    while true {
+        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count < 0 {
+            if errno == EINTR { continue }
+            throw SystemCallError(call: "read \(path)", errno: errno)
+        }
+        if count == 0 { break }
+        bytes += chunk[0..<count]
+    }
+    return String(decoding: bytes, as: UTF8.self)
+}
+
+/// Write-then-rename, so a reader of state.json sees the previous dump or the new
+/// one, never half of one.
+func writeFileAtomically(_ path: String, contents: String, mode: mode_t = 0o640) throws {
+    let temporary = path + ".tmp"
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+    guard fd >= 0 else { throw SystemCallError(call: "open \(temporary)", errno: errno) }
+    var bytes = Array(contents.utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+        if written < 0 {
+            if errno == EINTR { continue }
+            let saved = errno
+            close(fd)
+            unlink(temporary)
+            throw SystemCallError(call: "write \(temporary)", errno: saved)
+        }
+        offset += written
+    }
+    if fsync(fd) != 0 || close(fd) != 0 {
+        let saved = errno
+        unlink(temporary)
+        throw SystemCallError(call: "fsync \(temporary)", errno: saved)
+    }
+    guard rename(temporary, path) == 0 else {
+        let saved = errno
+        unlink(temporary)
+        throw SystemCallError(call: "rename \(temporary) to \(path)", errno: saved)
+    }
+}
+
+/// `mkdir -p` with the mode for the directories we create.
+func makeDirectories(_ path: String, mode: mode_t = 0o750) throws {
+    var current = ""
+    for component in path.split(separator: "/") {
+        current += "/" + component
+        if mkdir(current, mode) != 0 && errno != EEXIST {
+            throw SystemCallError(call: "mkdir \(current)", errno: errno)
+        }
+    }
+}

@@ -1,0 +1,181 @@
+import Dispatch
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A component that can describe itself for the SIGUSR1 dump. `describeForDump`
+/// runs on the component's own queue, so it reads its state without locks; the
+/// dump waits for it only up to the configured limit.
+public protocol DumpContributor: AnyObject, Sendable {
+    var dumpSectionName: String { get }
+    var dumpQueue: SubsystemQueue { get }
+    func describeForDump() -> DumpValue
+}
+
+/// Builds the state dump on the diagnostics queue: asks every component for its
+/// description in parallel, reports any that does not answer in time as stuck,
+/// and writes the result to the journal and to <runtime_dir>/state.json.
+/// Nothing here resets a counter: a dump only peeks.
+public final class StateDump: @unchecked Sendable {
+    public static let formatName = "watchkeeper.state-dump"
+    public static let formatVersion: Int64 = 1
+
+    public let queue: SubsystemQueue
+    private let contributors: [DumpContributor]
+    private let queues: [SubsystemQueue]
+    private let sources: SourceRegistry
+    private let sink: LogSink
+    private let notifier: SystemdNotifier
+    private let logger: Logger
+    private let processStart: UInt64
+    // Confined to `queue`.
+    private var sequence: Int64 = 0
+    private var runtimeDirectory: String
+    private var componentTimeout: Duration
+    private var lastWriteError: String?
+
+    public init(queue: SubsystemQueue, contributors: [DumpContributor], queues: [SubsystemQueue], sources: SourceRegistry,
+                sink: LogSink, notifier: SystemdNotifier, logger: Logger, processStart: UInt64, settings: DaemonSettings) {
+        self.queue = queue
+        self.contributors = contributors
+        self.queues = queues
+        self.sources = sources
+        self.sink = sink
+        self.notifier = notifier
+        self.logger = logger
+        self.processStart = processStart
+        self.runtimeDirectory = settings.runtimeDirectory
+        self.componentTimeout = settings.dumpComponentTimeout
+    }
+
+    public func apply(_ settings: DaemonSettings) {
+        queue.async {
+            self.runtimeDirectory = settings.runtimeDirectory
+            self.componentTimeout = settings.dumpComponentTimeout
+        }
+    }
+
+    public var statePath: String { runtimeDirectory + "/state.json" }
+
+    /// Asked by the SIGUSR1 source's owner; the dump itself runs here.
+    public func requestDump(reason: String) {
+        queue.async { self.dump(reason: reason, toJournal: true) }
+    }
+
+    /// The last state written at shutdown, to state.json only; `then` runs on the
+    /// diagnostics queue afterwards. Asynchronous because the dump asks the caller's
+    /// queue to describe itself.
+    public func writeFinalState(reason: String, then: @escaping @Sendable () -> Void) {
+        queue.async {
+            self.dump(reason: reason, toJournal: false)
+            then()
+        }
+    }
+
+    private func dump(reason: String, toJournal: Bool) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        sequence += 1
+        let document = build(reason: reason)
+        let json = document.json
+        let text = "watchkeeper state dump #\(sequence) (\(reason))\n" + document.text(indent: 2)
+        do {
+            try writeFileAtomically(statePath, contents: json + "\n")
+            lastWriteError = nil
+        } catch {
+            let message = "unable to write the state dump to \(statePath): \(error)"
+            if lastWriteError != message {
+                logger.warning("\(message)")
+            }
+            lastWriteError = message
+        }
+        if toJournal {
+            sink.emit(fields: [
+                ("MESSAGE_ID", MessageID.dump),
+                ("MESSAGE", text),
+                ("PRIORITY", "6"),
+                ("WATCHKEEPER_DUMP_SEQUENCE", String(sequence)),
+                ("WATCHKEEPER_DUMP_FORMAT", "\(Self.formatName)/\(Self.formatVersion)"),
+                ("WATCHKEEPER_DUMP_JSON", json),
+            ], stderrText: text)
+        }
+    }
+
+    func build(reason: String) -> DumpValue {
+        let started = DispatchTime.now()
+        let answers = collectContributions()
+        let now = DispatchTime.now().uptimeNanoseconds
+        var fields: [DumpField] = [
+            .init("format", .string(Self.formatName)),
+            .init("format_version", .int(Self.formatVersion)),
+            .init("sequence", .int(sequence)),
+            .init("time", .string(WallTime.now().iso8601)),
+            .init("reason", .string(reason)),
+            .init("version", .string(WatchkeeperVersion.current)),
+            .init("pid", .int(Int64(getpid()))),
+            .init("uptime_s", .double(Double(now &- processStart) / 1e9)),
+            .init("status", .string(notifier.status)),
+        ]
+        var stuck: [DumpValue] = []
+        for contributor in contributors {
+            if let value = answers[contributor.dumpSectionName] {
+                fields.append(.init(contributor.dumpSectionName, value))
+            } else {
+                fields.append(.init(contributor.dumpSectionName, .object([
+                    .init("stuck", .bool(true)),
+                    .init("queue", .string(contributor.dumpQueue.label)),
+                    .init("no_answer_within_s", .double(componentTimeout.secondsDouble)),
+                ])))
+                stuck.append(.string(contributor.dumpSectionName))
+            }
+        }
+        fields.append(.init("queues", .array(queues.map { describe($0, now: now) })))
+        fields.append(.init("sources", .array(sources.all.map { $0.describe(now: now) })))
+        fields.append(.init("resources", ResourceUsage.current().dumpValue))
+        let problems = sink.problems.snapshot()
+        fields.append(.init("recent_problems", .object([
+            .init("total_since_start", .int(Int64(problems.total))),
+            .init("capacity", .int(Int64(problems.capacity))),
+            .init("entries", .array(problems.entries.map { entry in
+                .object([.init("time", .string(entry.time.iso8601)), .init("level", .string(entry.level)), .init("message", .string(entry.message))])
+            })),
+        ])))
+        fields.append(.init("stuck_components", .array(stuck)))
+        fields.append(.init("dump_build_ms", .double(Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e6)))
+        return .object(fields)
+    }
+
+    private func describe(_ subsystem: SubsystemQueue, now: UInt64) -> DumpValue {
+        let probe = subsystem.probeState
+        var fields: [DumpField] = [
+            .init("label", .string(subsystem.label)),
+            .init("qos", .string(subsystem.qosName)),
+            .init("pending", .int(Int64(subsystem.pendingItems))),
+            .init("last_probe_latency_ms", probe.lastLatencyNanoseconds.map { .double(Double($0) / 1e6) } ?? .null),
+        ]
+        if let since = probe.outstandingSince, now &- since > 1_000_000_000 {
+            fields.append(.init("unanswered_probe_for_s", .double(Double(now &- since) / 1e9)))
+        }
+        return .object(fields)
+    }
+
+    /// Every contributor is asked at once; one deadline bounds the wait, so a stuck
+    /// component costs the dump `componentTimeout`, not a hang.
+    private func collectContributions() -> [String: DumpValue] {
+        let answers = Mutex<[String: DumpValue]>([:])
+        let group = DispatchGroup()
+        for contributor in contributors {
+            group.enter()
+            contributor.dumpQueue.async {
+                let value = contributor.describeForDump()
+                answers.withLock { $0[contributor.dumpSectionName] = value }
+                group.leave()
+            }
+        }
+        let deadline = DispatchTime.now() + .nanoseconds(Int(componentTimeout.nanosecondsClamped))
+        _ = group.wait(timeout: deadline)
+        return answers.withLock { $0 }
+    }
+}

@@ -1,0 +1,73 @@
+import ArgumentParser
+import Dispatch
+import Logging
+import WatchkeeperCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum ProcessStart {
+    nonisolated(unsafe) static var uptimeNanoseconds: UInt64 = 0
+    static func mark() { uptimeNanoseconds = DispatchTime.now().uptimeNanoseconds }
+}
+
+struct WatchkeeperCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "watchkeeper",
+        abstract: "Watch directories, run periodic tasks with time budgets, and explain it all in the journal.",
+        discussion: """
+            Signals: USR1 writes a state dump to the journal and <runtime_dir>/state.json; HUP reloads \
+            the configuration (an invalid file is rejected and the old one kept); TERM or INT drains \
+            running work and exits 0.
+            Exit codes: 0 success, 64 usage error, 71 system error, 78 invalid configuration.
+            """,
+        version: WatchkeeperVersion.current,
+        subcommands: [Run.self, CheckConfig.self]
+    )
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+struct Run: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the daemon in the foreground (systemd Type=notify; no forking, no pidfile)."
+    )
+
+    @Option(name: .long, help: "Configuration file (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).")
+    var config: String?
+
+    @Option(name: .long, help: "Log level, overriding [daemon] log_level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: Logger.Level?
+
+    func run() throws {
+        let environment = ProcessEnvironment.current()
+        let path = ConfigLoader.resolvePath(explicit: config, environment: environment)
+        Daemon.run(options: RunOptions(configPath: path, logLevelOverride: logLevel, environment: environment,
+                                       processStart: ProcessStart.uptimeNanoseconds))
+    }
+}
+
+struct CheckConfig: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check-config",
+        abstract: "Validate a configuration file: exit 0, or print every error as PATH:LINE:COLUMN: message and exit 78."
+    )
+
+    @Argument(help: "Configuration file (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).")
+    var path: String?
+
+    func run() throws {
+        // Not a daemon: let Ctrl-C work as usual.
+        HandledSignals.unblockInCallingThread()
+        let environment = ProcessEnvironment.current()
+        let resolved = ConfigLoader.resolvePath(explicit: path, environment: environment)
+        switch ConfigLoader.load(path: resolved, environment: environment) {
+        case .success:
+            print("\(resolved): ok")
+        case .failure(let errors):
+            StandardError.write(errors.description + "\n")
+            throw ExitCode(WatchkeeperCore.ExitCode.configuration)
+        }
+    }
+}
