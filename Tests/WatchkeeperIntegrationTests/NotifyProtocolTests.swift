@@ -1,0 +1,156 @@
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The sd_notify conversation, observed on a real datagram socket as systemd would.
+final class NotifyProtocolTests: XCTestCase {
+    func testReady_carriesAStatusLine() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify)
+        let ready = try XCTUnwrap(notify.waitFor("READY", "1", timeout: 10), "stderr:\n\(daemon.stderr)")
+        let status = try XCTUnwrap(ready["STATUS"])
+        XCTAssertTrue(status.hasPrefix("running; config generation 1"), status)
+        XCTAssertTrue(daemon.stderr.contains("ready in"), daemon.stderr)
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+    }
+
+    func testReloadWithAValidFile_sendsReloadingWithMonotonicTimeThenReady_andAppliesIt() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        try sandbox.writeConfig(DaemonSandbox.basicConfig.replacingOccurrences(of: "shutdown_grace = \"5s\"", with: "shutdown_grace = \"7s\""))
+
+        var before = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &before)
+        daemon.send(SIGHUP)
+        let reloading = try XCTUnwrap(notify.waitFor("RELOADING", "1"))
+        var after = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &after)
+        let monotonic = try XCTUnwrap(reloading["MONOTONIC_USEC"].flatMap(UInt64.init), "RELOADING=1 without MONOTONIC_USEC")
+        let lower = UInt64(before.tv_sec) * 1_000_000 + UInt64(before.tv_nsec) / 1_000
+        let upper = UInt64(after.tv_sec) * 1_000_000 + UInt64(after.tv_nsec) / 1_000
+        XCTAssertTrue((lower...upper).contains(monotonic), "MONOTONIC_USEC \(monotonic) is not CLOCK_MONOTONIC now (\(lower)...\(upper))")
+        let ready = try XCTUnwrap(notify.waitFor("READY", "1"))
+        XCTAssertTrue(ready["STATUS"]?.contains("config generation 2") ?? false, ready["STATUS"] ?? "no STATUS")
+
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let config = try XCTUnwrap((state["daemon"] as? [String: Any])?["config"] as? [String: Any])
+        XCTAssertEqual(config["generation"] as? Int, 2)
+        XCTAssertEqual(config["shutdown_grace"] as? String, "7s")
+        XCTAssertEqual((config["last_reload"] as? [String: Any])?["result"] as? String, "ok")
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+    }
+
+    func testReloadWithABrokenFile_keepsTheOldConfiguration_andReportsEveryError() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        try sandbox.writeConfig("""
+            [daemon]
+            log_level = "info"
+            shutdown_grace = "forever"
+            bogus_key = 1
+            """)
+        daemon.send(SIGHUP)
+        XCTAssertNotNil(notify.waitFor("RELOADING", "1"))
+        let ready = try XCTUnwrap(notify.waitFor("READY", "1"))
+        let status = try XCTUnwrap(ready["STATUS"])
+        XCTAssertTrue(status.contains("config generation 1"), status)
+        XCTAssertTrue(status.contains("last reload FAILED"), status)
+        XCTAssertTrue(daemon.waitForStderr(containing: "unable to reload", timeout: 2))
+        XCTAssertTrue(daemon.stderr.contains("\(sandbox.configPath):3:18: bad duration \"forever\""), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("\(sandbox.configPath):4:1: unknown key \"bogus_key\""), daemon.stderr)
+
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let config = try XCTUnwrap((state["daemon"] as? [String: Any])?["config"] as? [String: Any])
+        XCTAssertEqual(config["generation"] as? Int, 1)
+        XCTAssertEqual(config["shutdown_grace"] as? String, "5s", "the old configuration must stay in force")
+        let lastReload = try XCTUnwrap(config["last_reload"] as? [String: Any])
+        XCTAssertEqual(lastReload["result"] as? String, "failed")
+        XCTAssertEqual((lastReload["errors"] as? [String])?.count, 2)
+        XCTAssertTrue(daemon.isRunning)
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+    }
+
+    func testTerminate_sendsStoppingAndLeavesAFinalStateFile() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        daemon.send(SIGTERM)
+        let stopping = try XCTUnwrap(notify.waitFor("STOPPING", "1"))
+        XCTAssertTrue(stopping["STATUS"]?.hasPrefix("stopping on SIGTERM") ?? false, stopping["STATUS"] ?? "")
+        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 1))
+        XCTAssertEqual(state["reason"] as? String, "stopped")
+        XCTAssertEqual((state["stuck_components"] as? [Any])?.count, 0, "nothing may look stuck while stopping")
+        XCTAssertTrue(daemon.stderr.contains("stopped after draining"), daemon.stderr)
+    }
+
+    func testWatchdog_pingsAtHalfTheIntervalWhileEveryQueueAnswers() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHDOG_USEC": "200000"])
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        let pings = notify.collect(for: 1.5).filter { $0["WATCHDOG"] == "1" }
+        // 100 ms ticks: about 15 in 1.5 s; a loaded CI machine may delay some.
+        XCTAssertGreaterThanOrEqual(pings.count, 8, "stderr:\n\(daemon.stderr)")
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+    }
+
+    func testWatchdog_isWithheldWhileAQueueIsBlocked_andTheDumpReportsItStuck() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify, extra: [
+            "WATCHDOG_USEC": "200000",
+            "WATCHKEEPER_TEST_STALL": "lifecycle:2s:500ms",
+        ])
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        let started = Date()
+        // Ask for a dump in the middle of the stall.
+        var dumpRequested = false
+        var messages: [NotifySocket.Message] = []
+        while Date().timeIntervalSince(started) < 4 {
+            if !dumpRequested && Date().timeIntervalSince(started) > 1.2 {
+                daemon.send(SIGUSR1)
+                dumpRequested = true
+            }
+            if let message = notify.next(timeout: 0.05) { messages.append(message) }
+        }
+        let pingTimes = messages.filter { $0["WATCHDOG"] == "1" }.map { $0.receivedAt.timeIntervalSince(started) }
+        XCTAssertFalse(pingTimes.isEmpty)
+        let gaps = zip(pingTimes, pingTimes.dropFirst()).map { $1 - $0 }
+        let longest = gaps.max() ?? 0
+        XCTAssertGreaterThan(longest, 1.5, "pings kept coming while the lifecycle queue was blocked: \(pingTimes)")
+        XCTAssertGreaterThan(pingTimes.last ?? 0, 2.6, "pings did not resume after the stall: \(pingTimes)")
+        XCTAssertTrue(daemon.stderr.contains("queue watchkeeper.lifecycle stuck for"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("withholding the watchdog ping"), daemon.stderr)
+
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let section = try XCTUnwrap(state["daemon"] as? [String: Any])
+        XCTAssertEqual(section["stuck"] as? Bool, true, "the blocked component must be reported as stuck: \(section)")
+        XCTAssertEqual(state["stuck_components"] as? [String], ["daemon"])
+        let watchdog = try XCTUnwrap(state["watchdog"] as? [String: Any])
+        XCTAssertEqual(watchdog["queues_stuck"] as? [String], ["watchkeeper.lifecycle"])
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0)
+    }
+}

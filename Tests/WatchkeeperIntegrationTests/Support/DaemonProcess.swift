@@ -1,0 +1,170 @@
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The real watchkeeper binary, started with posix_spawn so the test controls its
+/// environment, signal mask and stderr exactly (the daemon must not inherit a
+/// blocked mask from the test runner, just as it would not from systemd).
+final class DaemonProcess {
+    let pid: pid_t
+    let stderrPath: String
+    private(set) var exitStatus: Int32?
+
+    static var binaryPath: String {
+        if let explicit = ProcessInfo.processInfo.environment["WATCHKEEPER_BIN"] { return explicit }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent()
+        return root.appendingPathComponent(".build/debug/watchkeeper").path
+    }
+
+    init(arguments: [String], environment: [String: String], stderrPath: String, stdoutPath: String = "/dev/null") throws {
+        self.stderrPath = stderrPath
+        let binary = Self.binaryPath
+        guard access(binary, X_OK) == 0 else {
+            throw XCTSkip("no watchkeeper binary at \(binary): run `swift build` (or `make test`) first")
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var emptyMask = sigset_t()
+        sigemptyset(&emptyMask)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGUSR1, SIGHUP, SIGTERM, SIGINT, SIGPIPE] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigmask(&attributes, &emptyMask)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        let argv = ([binary] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var child: pid_t = 0
+        let result = posix_spawn(&child, binary, &actions, &attributes, argv, envp)
+        guard result == 0 else {
+            throw NSError(domain: "posix_spawn", code: Int(result), userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(result))])
+        }
+        pid = child
+    }
+
+    deinit {
+        if exitStatus == nil {
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+    }
+
+    func send(_ signal: Int32) {
+        kill(pid, signal)
+    }
+
+    /// The exit code, or 128+signal if it was killed; nil if still running at the deadline.
+    func waitForExit(timeout: TimeInterval) -> Int32? {
+        if let exitStatus { return exitStatus }
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            var status: Int32 = 0
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid {
+                let code = status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                exitStatus = code
+                return code
+            }
+            usleep(10_000)
+        }
+        return nil
+    }
+
+    var isRunning: Bool {
+        exitStatus == nil && waitForExit(timeout: 0) == nil
+    }
+
+    var stderr: String {
+        (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+    }
+
+    /// Polls stderr until it contains `text`.
+    func waitForStderr(containing text: String, timeout: TimeInterval) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if stderr.contains(text) { return true }
+            usleep(20_000)
+        } while Date() < deadline
+        return false
+    }
+}
+
+/// A scratch directory per test with a config file, a runtime dir and the daemon's stderr.
+final class DaemonSandbox {
+    let root: String
+
+    init() throws {
+        let template = "/tmp/wk-it-XXXXXX"
+        var bytes = Array(template.utf8CString)
+        guard let made = mkdtemp(&bytes) else { throw NSError(domain: "mkdtemp", code: Int(errno)) }
+        root = String(cString: made)
+    }
+
+    deinit {
+        _ = try? FileManager.default.removeItem(atPath: root)
+    }
+
+    var configPath: String { root + "/watchkeeper.toml" }
+    var runtimeDirectory: String { root + "/run" }
+    var statePath: String { runtimeDirectory + "/state.json" }
+
+    func writeConfig(_ text: String) throws {
+        try text.write(toFile: configPath, atomically: true, encoding: .utf8)
+    }
+
+    static let basicConfig = """
+        [daemon]
+        log_level = "info"
+        shutdown_grace = "5s"
+        dump_component_timeout = "300ms"
+        """
+
+    func environment(notifySocket: NotifySocket?, extra: [String: String] = [:]) -> [String: String] {
+        var environment = [
+            "PATH": "/usr/bin:/bin",
+            "RUNTIME_DIRECTORY": runtimeDirectory,
+            "STATE_DIRECTORY": root + "/state",
+        ]
+        if let notifySocket { environment["NOTIFY_SOCKET"] = notifySocket.path }
+        environment.merge(extra) { _, new in new }
+        return environment
+    }
+
+    func start(notifySocket: NotifySocket?, extra: [String: String] = [:], arguments: [String]? = nil) throws -> DaemonProcess {
+        try DaemonProcess(arguments: arguments ?? ["run", "--config", configPath],
+                          environment: environment(notifySocket: notifySocket, extra: extra),
+                          stderrPath: root + "/stderr.log")
+    }
+
+    /// state.json parsed, once it exists and has at least `sequence`.
+    func waitForState(sequence: Int, timeout: TimeInterval) -> [String: Any]? {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if let data = FileManager.default.contents(atPath: statePath),
+               let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+               let current = object["sequence"] as? Int, current >= sequence {
+                return object
+            }
+            usleep(10_000)
+        } while Date() < deadline
+        return nil
+    }
+}

@@ -1,0 +1,515 @@
+#!/bin/bash
+# End-to-end test of watchkeeper under a real systemd.
+#
+#   Tests/e2e/systemd-e2e.sh /abs/path/to/watchkeeper
+#
+# Boots systemd as PID 1 of a private PID, mount, cgroup, UTS, IPC and network
+# namespace (the machine's PID 1 need not be systemd), installs the binary with
+# `make install-files` in there, and drives the real unit with systemctl, signals
+# and journalctl. Everything the namespace writes lands on tmpfs: the host's
+# /, /sys and /proc/sys are read-only in there and /etc, /var and /usr/local are
+# overlays. The namespace is killed with SIGKILL at exit; it is never shut down.
+#
+# Prints one line per check and, last, `e2e: N passed, M failed` (CI parses it).
+# Exits 1 if a check failed, 0 otherwise (also when skipped for not being root).
+
+set -uo pipefail
+
+NAME=watchkeeper-e2e
+SYSTEMD=/lib/systemd/systemd
+UNIT=watchkeeper.service
+CONF=/etc/watchkeeper/watchkeeper.toml
+PATH_IN_NS=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+# MESSAGE_IDs: the daemon's (Sources/WatchkeeperCore/Systemd/MessageIDs.swift)
+# and systemd's "Started ..." and "Deactivated successfully" (sd-messages.h).
+ID_READY=89f688baebb54f2a98b1c69d4460b585
+ID_DUMP=a2f80729ec6c45298dafab0ee7b10f49
+ID_RELOAD_OK=efd3e24569174baf99b0879641b1ab8b
+ID_RELOAD_FAILED=c95800433a154f6a837f449a59dd5b53
+ID_STOPPING=7943fdcc39d047cdbb77a7dc61002afa
+ID_UNIT_STARTED=39f53479d3a045ac8e11786248231fbf
+ID_UNIT_SUCCESS=7ad2d189f7e94e70a38c781354912448
+
+# ---------------------------------------------------------------------------
+# Inside the new namespaces, before systemd: runs as their PID 1 (see start_ns).
+# Arguments: repository root, binary, file that receives the console output.
+ns_init() {
+    set -e
+    local src=$1 bin=$2 console=$3 d
+    local stage=/run/$NAME
+
+    # A fresh /run: systemd needs one, and it holds what we mount from the host.
+    mount -t tmpfs -o mode=0755,nosuid,nodev "$NAME-run" /run
+    mkdir -p "$stage/src" "$stage/overlay" "$stage/dev"
+    # The checkout and binary under fixed paths, read-only, so they stay visible
+    # even if they live under /tmp or /var/tmp (which get fresh tmpfs below).
+    mount --bind "$src" "$stage/src"
+    mount -o remount,bind,ro "$stage/src"
+    touch "$stage/watchkeeper"
+    mount --bind "$bin" "$stage/watchkeeper"
+    mount -o remount,bind,ro "$stage/watchkeeper"
+
+    # A private /dev: systemd creates /dev/log, /dev/initctl, mount points and
+    # static nodes, and writes to /dev/console; the host's devtmpfs and serial
+    # console must see none of it. The console is a plain file on the host.
+    d=$stage/dev
+    mount -t tmpfs -o mode=0755,nosuid "$NAME-dev" "$d"
+    mknod -m 0666 "$d/null" c 1 3
+    mknod -m 0666 "$d/zero" c 1 5
+    mknod -m 0666 "$d/full" c 1 7
+    mknod -m 0666 "$d/random" c 1 8
+    mknod -m 0666 "$d/urandom" c 1 9
+    mknod -m 0666 "$d/tty" c 5 0
+    touch "$d/console"
+    mount --bind "$console" "$d/console"
+    mkdir -m 0755 "$d/pts"
+    mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$d/pts"
+    ln -s pts/ptmx "$d/ptmx"
+    mkdir -m 1777 "$d/shm"
+    mount -t tmpfs -o mode=1777,nosuid,nodev "$NAME-shm" "$d/shm"
+    ln -s /proc/self/fd "$d/fd"
+    ln -s /proc/self/fd/0 "$d/stdin"
+    ln -s /proc/self/fd/1 "$d/stdout"
+    ln -s /proc/self/fd/2 "$d/stderr"
+    mount --move "$d" /dev
+
+    # The host's file systems read-only; what systemd and the install write goes
+    # to tmpfs overlays. (Each mount point's read-only flag is per namespace.)
+    mount -o remount,bind,ro /
+    mount -t tmpfs -o mode=0755 "$NAME-overlay" "$stage/overlay"
+    for dir in /etc /var /usr/local; do
+        d=$stage/overlay/${dir//\//_}
+        mkdir -p "$d/upper" "$d/work"
+        mount -t overlay -o "lowerdir=$dir,upperdir=$d/upper,workdir=$d/work" "$NAME-overlay" "$dir"
+    done
+    # Start from nothing of a previous installation, and no old journal.
+    # (mkdir only ever writes to an overlay: the root underneath is read-only.)
+    for dir in /etc/watchkeeper /var/lib/watchkeeper /usr/local/share/doc/watchkeeper \
+               /etc/systemd/system/$UNIT.d /var/log/journal; do
+        mkdir -p "$dir"
+        mount -t tmpfs -o mode=0755 "$NAME-empty" "$dir"
+    done
+    rm -f "/etc/systemd/system/$UNIT" /usr/local/bin/watchkeeper
+    # Fresh temporary directories: systemd-tmpfiles empties /tmp at boot.
+    mount -t tmpfs -o mode=1777,nosuid,nodev "$NAME-tmp" /tmp
+    mount -t tmpfs -o mode=1777,nosuid,nodev "$NAME-tmp" /var/tmp
+
+    # What containers usually get: /sys and /proc/sys read-only, so systemd-udevd,
+    # systemd-sysctl and systemd-binfmt (all conditioned on writable paths) leave
+    # the host's devices and kernel settings alone...
+    mount -o remount,bind,ro /sys
+    mount --bind /proc/sys /proc/sys
+    mount -o remount,bind,ro /proc/sys
+    if [ -e /proc/sysrq-trigger ]; then
+        mount --bind /proc/sysrq-trigger /proc/sysrq-trigger
+        mount -o remount,bind,ro /proc/sysrq-trigger
+    fi
+    # ...and a writable cgroup2 hierarchy whose root is the cgroup start_ns made
+    # for us (we are in a new cgroup namespace), even where the host is cgroup v1
+    # or hybrid. systemd then runs in unified mode. (The host's cgroup mounts go
+    # first: mount(8) refuses a second cgroup2 on the same path.)
+    if mountpoint -q /sys/fs/cgroup; then umount -R /sys/fs/cgroup; fi
+    mount -t cgroup2 "$NAME-cgroup" /sys/fs/cgroup
+
+    # Boot only basic.target: multi-user.target would start the machine's
+    # services (getty on the console, databases, cron...). Mask what could run
+    # host jobs or wait for a network the namespace does not have.
+    for u in timers.target networking.service ifupdown-wait-online.service \
+             systemd-networkd-wait-online.service NetworkManager-wait-online.service; do
+        ln -sf /dev/null "/etc/systemd/system/$u"
+    done
+
+    # The kernel and the clock are the host's: systemd and its services get no
+    # capability to load modules or set the time.
+    exec env -i container="$NAME" PATH="$PATH_IN_NS" \
+        setpriv --bounding-set -sys_module,-sys_time \
+        "$SYSTEMD" --unit=basic.target --show-status=yes
+}
+
+if [ "${1-}" = --ns-init ]; then
+    shift
+    ns_init "$@"
+    exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# On the host.
+
+say() { printf 'e2e: %s\n' "$*"; }
+
+if [ $# -ne 1 ]; then
+    echo "usage: $0 /abs/path/to/watchkeeper" >&2
+    exit 2
+fi
+if [ "$(id -u)" != 0 ]; then
+    say "skipped: the systemd end-to-end test needs root (it boots systemd in a private PID namespace)"
+    exit 0
+fi
+
+BIN=$(realpath -e -- "$1" 2>/dev/null) || { say "FAIL unable to find the binary $1"; say "0 passed, 1 failed"; exit 1; }
+[ -x "$BIN" ] || { say "FAIL $BIN is not executable"; say "0 passed, 1 failed"; exit 1; }
+SELF=$(realpath -e -- "$0")
+REPO=$(cd "$(dirname "$SELF")/../.." && pwd)
+
+# systemd and python3 (for JSON) are installed if missing: CI runs this as root
+# on a fresh machine. The rest comes with util-linux and procps.
+apt_install() {
+    say "installing $*"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+[ -x "$SYSTEMD" ] || apt_install systemd || { say "FAIL unable to install systemd"; say "0 passed, 1 failed"; exit 1; }
+command -v python3 >/dev/null || apt_install python3 || { say "FAIL unable to install python3"; say "0 passed, 1 failed"; exit 1; }
+for cmd in unshare nsenter setpriv mount findmnt pgrep make; do
+    if ! command -v "$cmd" >/dev/null; then
+        say "skipped: unable to find $cmd (util-linux, procps and make are needed to boot systemd in a namespace)"
+        exit 0
+    fi
+done
+if ! grep -qw cgroup2 /proc/filesystems || ! grep -qw overlay /proc/filesystems; then
+    say "skipped: the kernel lacks cgroup2 or overlayfs, both needed to boot systemd in a namespace"
+    exit 0
+fi
+
+# Host-side scratch (logs, console). Those of runs killed outright are removed.
+for dir in /tmp/"$NAME".*; do
+    pid=${dir#/tmp/$NAME.}; pid=${pid%%.*}
+    [ -d "$dir" ] && [ "$pid" -gt 0 ] 2>/dev/null && ! kill -0 "$pid" 2>/dev/null && rm -rf "$dir"
+done
+WORK=$(mktemp -d "/tmp/$NAME.$$.XXXXXX")
+UNSHARE_PID= NS_PID= CGROUP= OWN_CGROUP_MOUNT=
+STARTED=$SECONDS
+
+# Runs on every exit: SIGKILL to the namespace's PID 1 takes every process in
+# it down, and with the last one its mounts go. Then the cgroup is removed.
+cleanup() {
+    [ -n "$NS_PID" ] && kill -KILL "$NS_PID" 2>/dev/null
+    [ -n "$UNSHARE_PID" ] && wait "$UNSHARE_PID" 2>/dev/null
+    if [ -n "$CGROUP" ] && [ -d "$CGROUP" ]; then
+        for _ in $(seq 50); do
+            grep -qx 'populated 0' "$CGROUP/cgroup.events" 2>/dev/null && break
+            sleep 0.1
+        done
+        find "$CGROUP" -depth -type d -exec rmdir {} + 2>/dev/null
+        [ -d "$CGROUP" ] && echo "e2e: warning: unable to remove $CGROUP" >&2
+    fi
+    [ -n "$OWN_CGROUP_MOUNT" ] && umount "$OWN_CGROUP_MOUNT"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# Runs a command in the namespace: its mounts, PIDs, cgroups and network.
+ns() {
+    nsenter --target "$NS_PID" --mount --pid --cgroup --uts --ipc --net -- \
+        env -i PATH="$PATH_IN_NS" LANG=C.UTF-8 SYSTEMD_PAGER=cat SYSTEMD_COLORS=0 "$@"
+}
+
+# --- checks bookkeeping -----------------------------------------------------
+PASSED=0 FAILED=0 WHY=
+CHECKS=(
+    "systemd boots as PID 1 in a private namespace"
+    "make install-files installs the unit, binary and configuration"
+    "start becomes active after READY"
+    "SIGUSR1 writes a state dump to the journal and state.json"
+    "reload applies a valid configuration in place"
+    "reload of a broken configuration is rejected and the daemon keeps running"
+    "reload of the restored configuration succeeds"
+    "stop is clean"
+)
+NEXT=0
+
+show_unit() {
+    echo "----- journalctl -u watchkeeper -n 80"
+    ns journalctl -u watchkeeper --no-pager -n 80 2>&1
+    echo "----- systemctl status watchkeeper"
+    ns systemctl status watchkeeper --no-pager -l 2>&1
+    echo "-----"
+}
+
+# record OK|FAIL: reports the next check in CHECKS (WHY says why it failed).
+record() {
+    local name=${CHECKS[$NEXT]}
+    NEXT=$((NEXT + 1))
+    if [ "$1" = OK ]; then
+        PASSED=$((PASSED + 1))
+        say "ok   $name${WHY:+ ($WHY)}"
+    else
+        FAILED=$((FAILED + 1))
+        say "FAIL $name: ${WHY:-failed}"
+        [ -n "$NS_PID" ] && [ "${2-}" != quiet ] && show_unit
+    fi
+    WHY=
+}
+# Runs a check function; it returns non-zero and sets WHY on failure.
+check() {
+    WHY=
+    if "$@"; then record OK; else record FAIL; return 1; fi
+}
+finish() {
+    while [ "$NEXT" -lt "${#CHECKS[@]}" ]; do
+        WHY="not run: $1"
+        record FAIL quiet
+    done
+    say "took $((SECONDS - STARTED)) s"
+    say "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+    exit
+}
+
+# --- journal helpers --------------------------------------------------------
+# Entries of the unit's journal (the daemon's and systemd's about it) as JSON
+# lines, optionally filtered by MESSAGE_ID. --all: fields over 4 KiB are null otherwise.
+journal_json() {
+    ns journalctl --sync 2>/dev/null
+    ns journalctl -u watchkeeper --no-pager -o json --all ${1:+MESSAGE_ID=$1}
+}
+count_id() { journal_json "$1" | grep -c .; }
+# wait_id ID N: waits up to 10 s for more than N entries with that MESSAGE_ID.
+wait_id() {
+    local i
+    for i in $(seq 50); do
+        [ "$(count_id "$1")" -gt "$2" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+prop() { ns systemctl show "$UNIT" -p "$1" --value; }
+
+# ---------------------------------------------------------------------------
+# Boot. The namespace's cgroup is a fresh child of the root of the host's
+# cgroup2 hierarchy, mounted for the occasion if the host has none.
+start_ns() {
+    local root i state
+    root=$(findmnt -n -r -t cgroup2 -o TARGET | head -n 1)
+    if [ -z "$root" ]; then
+        root=$WORK/cgroup2
+        mkdir -p "$root"
+        mount -t cgroup2 cgroup2 "$root" || { WHY="unable to mount a cgroup2 hierarchy"; return 1; }
+        OWN_CGROUP_MOUNT=$root
+    fi
+    # Leftovers of runs that were killed outright: empty, and their PID is gone.
+    for i in "$root/$NAME"-*; do
+        [ -d "$i" ] && ! kill -0 "${i##*-}" 2>/dev/null &&
+            grep -qx 'populated 0' "$i/cgroup.events" 2>/dev/null &&
+            find "$i" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    CGROUP=$root/$NAME-$$
+    mkdir "$CGROUP" || { WHY="unable to create the cgroup $CGROUP"; return 1; }
+
+    : >"$WORK/console"
+    # Into the cgroup first, then unshare: the new cgroup namespace is rooted there.
+    # If this script is killed outright (no EXIT trap), the parent-death signal
+    # kills unshare, and unshare's --kill-child kills the namespace's PID 1.
+    (
+        echo "$BASHPID" >"$CGROUP/cgroup.procs" || exit 1
+        exec setpriv --pdeathsig SIGKILL \
+            unshare --cgroup --pid --mount --uts --ipc --net --fork --mount-proc \
+            --kill-child=SIGKILL -- "$SELF" --ns-init "$REPO" "$BIN" "$WORK/console"
+    ) </dev/null >"$WORK/boot.log" 2>&1 &
+    UNSHARE_PID=$!
+
+    # The namespace's PID 1 is unshare's child; wait until it is systemd.
+    for i in $(seq 100); do
+        NS_PID=$(pgrep -P "$UNSHARE_PID" | head -n 1)
+        [ -n "$NS_PID" ] && [ "$(cat "/proc/$NS_PID/comm" 2>/dev/null)" = systemd ] && break
+        NS_PID=
+        kill -0 "$UNSHARE_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$NS_PID" ]; then
+        WHY="the namespace did not start systemd:$(printf '\n'; cat "$WORK/boot.log")"
+        return 1
+    fi
+    # "degraded" is fine: some of the machine's units may fail in a namespace.
+    for i in $(seq 300); do
+        state=$(ns systemctl is-system-running 2>/dev/null)
+        case $state in
+            running|degraded) WHY="$state, $((SECONDS - STARTED)) s"; return 0 ;;
+        esac
+        kill -0 "$NS_PID" 2>/dev/null || break
+        sleep 0.2
+    done
+    WHY="systemd is '${state:-unreachable}' after 60 s:$(printf '\n'; cat "$WORK/boot.log" "$WORK/console")"
+    [ -n "$NS_PID" ] && ns systemctl --failed --no-pager >&2
+    return 1
+}
+
+install_unit() {
+    local out
+    if ! out=$(ns make -C "/run/$NAME/src" --no-print-directory install-files \
+            BIN="/run/$NAME/watchkeeper" 2>&1); then
+        WHY="make install-files failed:$(printf '\n%s' "$out")"
+        return 1
+    fi
+    ns systemctl daemon-reload || { WHY="systemctl daemon-reload failed"; return 1; }
+    if [ "$(prop LoadState)" != loaded ]; then
+        WHY="$UNIT is $(prop LoadState) after installing"
+        return 1
+    fi
+    for f in /usr/local/bin/watchkeeper "$CONF"; do
+        ns test -f "$f" || { WHY="$f is missing after installing"; return 1; }
+    done
+}
+
+# --- the checks -------------------------------------------------------------
+MAIN_PID=
+
+check_start() {
+    local out exec_start active_enter
+    if ! out=$(ns timeout 30 systemctl start "$UNIT" 2>&1); then
+        WHY="systemctl start failed: $out"
+        return 1
+    fi
+    [ "$(prop ActiveState)" = active ] || { WHY="unit is $(prop ActiveState) after start"; return 1; }
+    MAIN_PID=$(prop MainPID)
+    [ "$(prop Type)" = notify ] || { WHY="unit Type is $(prop Type), not notify"; return 1; }
+    exec_start=$(prop ExecMainStartTimestampMonotonic)
+    active_enter=$(prop ActiveEnterTimestampMonotonic)
+    if ! [ "$exec_start" -gt 0 ] || ! [ "$active_enter" -ge "$exec_start" ]; then
+        WHY="active at ${active_enter} us, main process started at ${exec_start} us"
+        return 1
+    fi
+    # The daemon logs its ready message before READY=1; both the message and
+    # systemd's "Started" reach journald on the same socket, so their sequence
+    # numbers show the order even when journald lags.
+    out=$(journal_json | python3 -c '
+import json, sys
+main_pid, ready_id, started_id = sys.argv[1:]
+ready = started = None
+for line in sys.stdin:
+    e = json.loads(line)
+    if e.get("MESSAGE_ID") == ready_id and e.get("_PID") == main_pid:
+        ready = ready or e
+    elif e.get("MESSAGE_ID") == started_id and e.get("_PID") == "1":
+        started = started or e
+if not ready:
+    sys.exit("no ready message (MESSAGE_ID=%s) from the main process %s" % (ready_id, main_pid))
+if not started:
+    sys.exit("no \"Started\" message from systemd")
+def seqnum(e):  # journalctl 252 has no __SEQNUM field; the cursor has it as i=<hex>
+    return int(dict(kv.split("=", 1) for kv in e["__CURSOR"].split(";"))["i"], 16)
+r, s = seqnum(ready), seqnum(started)
+if r > s:
+    sys.exit("the ready message reached the journal after systemd logged \"Started\": "
+             "the daemon must log it before it sends READY=1")
+' "$MAIN_PID" "$ID_READY" "$ID_UNIT_STARTED" 2>&1) || { WHY=$out; return 1; }
+    out=$(prop StatusText)
+    [ -n "$out" ] || { WHY="StatusText is empty: the daemon sent no STATUS="; return 1; }
+    WHY="ready after $(( (active_enter - exec_start) / 1000 )) ms, status: $out"
+}
+
+check_dump() {
+    local before out
+    before=$(count_id "$ID_DUMP")
+    if ! out=$(ns systemctl kill --kill-whom=main -s USR1 "$UNIT" 2>&1); then
+        WHY="systemctl kill --kill-whom=main -s USR1 failed: $out"
+        return 1
+    fi
+    wait_id "$ID_DUMP" "$before" || { WHY="no dump (MESSAGE_ID=$ID_DUMP) in the journal within 10 s"; return 1; }
+    out=$(journal_json "$ID_DUMP" | tail -n 1 | python3 -c '
+import json, sys
+def text(v):  # journalctl gives byte arrays for values that are not plain text
+    return bytes(v).decode("utf-8", "replace") if isinstance(v, list) else v
+e = json.loads(sys.stdin.read())
+msg = text(e.get("MESSAGE") or "")
+if not msg.startswith("watchkeeper state dump"):
+    sys.exit("the dump MESSAGE starts with %r" % msg[:60])
+raw = e.get("WATCHKEEPER_DUMP_JSON")
+if raw is None:
+    sys.exit("the dump entry has no WATCHKEEPER_DUMP_JSON field")
+try:
+    json.loads(text(raw))
+except ValueError as err:
+    sys.exit("WATCHKEEPER_DUMP_JSON does not parse: %s" % err)
+print("%d lines of text, %d bytes of JSON" % (msg.count("\n") + 1, len(text(raw))))
+' 2>&1) || { WHY=$out; return 1; }
+    ns journalctl -u watchkeeper "MESSAGE_ID=$ID_DUMP" -o cat -n 1 --no-pager | grep -q '^watchkeeper state dump' ||
+        { WHY="journalctl -o cat does not show the dump text"; return 1; }
+    # state.json is written with the dump; give it the same few seconds.
+    local i
+    for i in $(seq 25); do ns test -s /run/watchkeeper/state.json && break; sleep 0.2; done
+    if ! ns cat /run/watchkeeper/state.json 2>/dev/null | python3 -c 'import json, sys; json.load(sys.stdin)' 2>/dev/null; then
+        WHY="/run/watchkeeper/state.json is missing or does not parse"
+        return 1
+    fi
+    WHY="$out"
+}
+
+check_reload() {
+    local before out
+    before=$(count_id "$ID_RELOAD_OK")
+    if ! out=$(ns timeout 30 systemctl reload "$UNIT" 2>&1); then
+        WHY="systemctl reload failed: $out"
+        return 1
+    fi
+    wait_id "$ID_RELOAD_OK" "$before" || { WHY="no reload message (MESSAGE_ID=$ID_RELOAD_OK) within 10 s"; return 1; }
+    [ "$(prop ActiveState)" = active ] || { WHY="unit is $(prop ActiveState) after reload"; return 1; }
+    [ "$(prop MainPID)" = "$MAIN_PID" ] || { WHY="main PID changed from $MAIN_PID to $(prop MainPID)"; return 1; }
+}
+
+check_broken_reload() {
+    local before out status
+    ns cp -p "$CONF" "/run/$NAME/watchkeeper.toml.orig" || { WHY="unable to save $CONF"; return 1; }
+    # An unknown key in [daemon], right under its header.
+    ns sed -i '/^\[daemon\]/a bogus_key = 1' "$CONF"
+    ns grep -q '^bogus_key = 1' "$CONF" || { WHY="unable to break $CONF"; return 1; }
+    before=$(count_id "$ID_RELOAD_FAILED")
+    out=$(ns timeout 30 systemctl reload "$UNIT" 2>&1)
+    wait_id "$ID_RELOAD_FAILED" "$before" || { WHY="no reload-failed message (MESSAGE_ID=$ID_RELOAD_FAILED) within 10 s${out:+; systemctl: $out}"; return 1; }
+    [ "$(prop ActiveState)" = active ] || { WHY="unit is $(prop ActiveState) after the failed reload"; return 1; }
+    [ "$(prop MainPID)" = "$MAIN_PID" ] || { WHY="main PID changed from $MAIN_PID to $(prop MainPID)"; return 1; }
+    status=$(prop StatusText)
+    if ! grep -qiE 'fail|invalid|reject|error|bogus_key' <<<"$status"; then
+        WHY="StatusText does not mention the failure: '$status'"
+        return 1
+    fi
+    WHY="status: $status"
+}
+
+check_restored_reload() {
+    ns cp -p "/run/$NAME/watchkeeper.toml.orig" "$CONF" || { WHY="unable to restore $CONF"; return 1; }
+    check_reload || return 1
+    WHY="status: $(prop StatusText)"
+}
+
+check_stop() {
+    local out result code status t0 took
+    # systemd unloads an inactive unit that nothing references, and with it the
+    # exit status; a transient unit that Wants= it keeps it loaded.
+    if ! out=$(ns systemd-run --quiet --unit="$NAME-hold" -p Wants="$UNIT" sleep infinity 2>&1); then
+        WHY="unable to start a transient unit that keeps $UNIT loaded: $out"
+        return 1
+    fi
+    t0=$(date +%s%N)
+    if ! out=$(ns timeout 60 systemctl stop "$UNIT" 2>&1); then
+        WHY="systemctl stop failed: $out"
+        return 1
+    fi
+    took=$(( ($(date +%s%N) - t0) / 1000000 ))
+    result=$(prop Result) code=$(prop ExecMainCode) status=$(prop ExecMainStatus)
+    [ "$(prop ActiveState)" = inactive ] || { WHY="unit is $(prop ActiveState) after stop"; return 1; }
+    # ExecMainCode 1 is CLD_EXITED: the daemon exited rather than die of SIGTERM.
+    if [ "$result" != success ] || [ "$code" != 1 ] || [ "$status" != 0 ]; then
+        WHY="Result=$result ExecMainCode=$code ExecMainStatus=$status (want success, 1, 0)"
+        return 1
+    fi
+    wait_id "$ID_STOPPING" 0 || { WHY="no stopping message (MESSAGE_ID=$ID_STOPPING) in the journal"; return 1; }
+    wait_id "$ID_UNIT_SUCCESS" 0 || { WHY="systemd did not log \"Deactivated successfully\" (MESSAGE_ID=$ID_UNIT_SUCCESS)"; return 1; }
+    WHY="systemctl stop took $took ms"
+}
+
+# ---------------------------------------------------------------------------
+check start_ns || finish "systemd did not boot"
+check install_unit || finish "the installation failed"
+check check_start
+[ "$(prop ActiveState)" = active ] || finish "the unit is not running"
+check check_dump
+check check_reload
+check check_broken_reload
+check check_restored_reload
+# Informational, for the docs: systemd's view of the unit's sandboxing.
+exposure=$(ns systemd-analyze security "$UNIT" --no-pager 2>/dev/null | grep -i 'overall exposure' | sed 's/^[^A-Za-z]*//')
+[ -n "$exposure" ] && say "info $exposure"
+check check_stop
+finish ""
