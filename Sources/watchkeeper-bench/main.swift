@@ -1,0 +1,20 @@
+// watchkeeper-bench: measurements behind our design choices (see docs/measurements/).
+// Usage: watchkeeper-bench [NAME...]   (no NAME: run all; --help: list the names)
+
+import Foundation
+
+let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
+    ("sync", "synchronisation primitives for shared counters and small state (ns/op)", runSyncPrimitiveBenchmark),
+]
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.contains("--help") || arguments.contains("-h") {
+    print("usage: watchkeeper-bench [NAME...]   (no NAME runs all)\n\nbenchmarks:")
+    for b in benchmarks { print("  \(b.name)\t\(b.summary)") }
+    exit(0)
+}
+for name in arguments where !benchmarks.contains(where: { $0.name == name }) {
+    FileHandle.standardError.write(Data("watchkeeper-bench: unknown benchmark '\(name)' (try --help)\n".utf8))
+    exit(2)
+}
+for b in benchmarks where arguments.isEmpty || arguments.contains(b.name) { b.run() }
