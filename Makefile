@@ -41,18 +41,20 @@ release: deps
 
 # Foreground daemon on the demo configuration; state and runtime files go under demo/var.
 run: build
-	@mkdir -p demo/var/run demo/var/lib demo/inbox
+	@mkdir -p demo/var/run demo/var/lib
 	@echo "watchkeeper: running in the foreground on demo/watchkeeper.toml"
-	@echo "watchkeeper: in another terminal: kill -USR1 \$$(pgrep -xo watchkeeper)  (state dump), kill -HUP (reload), Ctrl-C (drain and exit)"
-	$(DEBUG_BIN) run --config demo/watchkeeper.toml
+	@echo "watchkeeper: from another terminal: kill -USR1 \$$(pgrep -xo watchkeeper) for a state dump (also in demo/var/run/state.json),"
+	@echo "watchkeeper: kill -HUP for a reload; Ctrl-C or kill -TERM drains and exits"
+	RUNTIME_DIRECTORY=$(CURDIR)/demo/var/run STATE_DIRECTORY=$(CURDIR)/demo/var/lib \
+	  $(DEBUG_BIN) run --config $(CURDIR)/demo/watchkeeper.toml
 
 # All tests: unit and integration (swift test), then the end-to-end test under a real systemd.
 test: build
-	swift test $(SWIFT_FLAGS)
+	swift test --disable-swift-testing $(SWIFT_FLAGS)
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 
 unit-test: build
-	swift test $(SWIFT_FLAGS)
+	swift test --disable-swift-testing $(SWIFT_FLAGS)
 
 e2e-test: build
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
