@@ -5,6 +5,7 @@ import Foundation
 
 let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("sync", "synchronisation primitives for shared counters and small state (ns/op)", runSyncPrimitiveBenchmark),
+    ("daemon", "the release daemon: exec to READY, SIGUSR1 to dump, SIGTERM to exit, idle RSS", runDaemonLifecycleBenchmark),
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
