@@ -101,8 +101,11 @@ extension Duration {
 }
 
 func roundedString(_ value: Double, digits: Int) -> String {
+    guard value.isFinite else { return "-" }
     var scale = 1.0
     for _ in 0..<digits { scale *= 10 }
+    // Past Int64's range the fixed-point form below would trap; such figures read fine as they are.
+    guard abs(value * scale) < 9.2e18 else { return String(value) }
     let scaled = (value * scale).rounded()
     let whole = Int64(scaled / scale)
     let fraction = Int64(abs(scaled).truncatingRemainder(dividingBy: scale))

@@ -36,9 +36,10 @@ public enum JournalFields {
             name.append(mapped)
             lastWasUnderscore = mapped == "_"
         }
+        name = String(name.prefix(64))
         while name.hasSuffix("_") && name.count > "WATCHKEEPER_".count { name.removeLast() }
         if name == "WATCHKEEPER_" { name += "FIELD" }
-        return String(name.prefix(64))
+        return name
     }
 
     /// Nested metadata flattens into one field per leaf: ["job": ["pid": 3]] → WATCHKEEPER_JOB_PID=3.

@@ -29,6 +29,26 @@ public final class WorkTracker: Sendable {
     private let state = Mutex(State())
     private let group = DispatchGroup()
 
+    /// One drain's outcome, decided once: whichever of "the group emptied" and "the
+    /// expire grace ran out" comes first completes it.
+    private final class DrainProgress: Sendable {
+        private let state = Mutex<(done: Bool, expired: [String]?)>((false, nil))
+
+        var isDone: Bool { state.withLock { $0.done } }
+
+        func markExpired(_ names: [String]) {
+            state.withLock { $0.expired = names }
+        }
+
+        func finish() -> DrainOutcome? {
+            state.withLock { state in
+                guard !state.done else { return nil }
+                state.done = true
+                return state.expired.map { .expired(names: $0) } ?? .finished
+            }
+        }
+    }
+
     public init() {}
 
     /// Running work holds a token until it ends; `expire` is how the drain ends it
@@ -51,36 +71,39 @@ public final class WorkTracker: Sendable {
 
     /// nil once the drain has begun: no new work starts during shutdown.
     public func begin(_ name: String, expire: @escaping @Sendable () -> Void) -> Token? {
+        // The group is entered under the lock, so a drain that starts right after
+        // cannot see the work registered but not yet counted.
         let id: UInt64? = state.withLock { state in
             guard state.accepting else { return nil }
             let id = state.nextID
             state.nextID += 1
             state.running[id] = (name, DispatchTime.now().uptimeNanoseconds, expire)
+            group.enter()
             return id
         }
         guard let id else { return nil }
-        group.enter()
         return Token(id: id, tracker: self)
     }
 
-    /// Work queued to start later. The drain cancels it if it has not started; the
-    /// item itself calls `started` (or simply runs; see `schedule`).
+    /// Work queued to start later (after `delay`, or as soon as `queue` gets to it).
+    /// The drain cancels it if it has not started; false once the drain has begun.
     @discardableResult
     public func schedule(_ name: String, on queue: DispatchQueue, after delay: DispatchTimeInterval = .never,
                          _ body: @escaping @Sendable () -> Void) -> Bool {
-        let id: UInt64? = state.withLock { state in
+        // Registered in the same critical section that checks `accepting`, so a
+        // concurrent drain either refuses it or cancels it, never misses it.
+        let item: DispatchWorkItem? = state.withLock { state in
             guard state.accepting else { return nil }
             let id = state.nextID
             state.nextID += 1
-            return id
+            let item = DispatchWorkItem { [self] in
+                let stillPending = self.state.withLock { $0.pending.removeValue(forKey: id) != nil }
+                if stillPending { body() }
+            }
+            state.pending[id] = (name, CancellableItem(item: item))
+            return item
         }
-        guard let id else { return false }
-        let item = DispatchWorkItem { [self] in
-            let stillPending = state.withLock { $0.pending.removeValue(forKey: id) != nil }
-            if stillPending { body() }
-        }
-        let cancellable = CancellableItem(item: item)
-        state.withLock { $0.pending[id] = (name, cancellable) }
+        guard let item else { return false }
         if case .never = delay {
             queue.async(execute: item)
         } else {
@@ -127,20 +150,20 @@ public final class WorkTracker: Sendable {
         }
         for pending in cancelled { pending.item.cancel() }
 
-        let done = Atomic(false)
+        let progress = DrainProgress()
         group.notify(queue: queue) {
-            if !done.exchange(true, ordering: .acquiringAndReleasing) { completion(.finished) }
+            if let outcome = progress.finish() { completion(outcome) }
         }
         queue.asyncAfter(deadline: .now() + .nanoseconds(Int(grace.nanosecondsClamped))) { [self] in
-            guard !done.load(ordering: .acquiring) else { return }
+            guard !progress.isDone else { return }
             let late = state.withLock { $0.running.values.map { ($0.name, $0.expire) } }
+            // Recorded before any expire runs: an expire may end its work at once, and
+            // the group's notify must then already report the expiry.
+            progress.markExpired(late.map(\.0).sorted())
             for (_, expire) in late { expire() }
-            let names = late.map(\.0).sorted()
-            let finishLate: @Sendable () -> Void = {
-                if !done.exchange(true, ordering: .acquiringAndReleasing) { completion(.expired(names: names)) }
+            queue.asyncAfter(deadline: .now() + .nanoseconds(Int(expireGrace.nanosecondsClamped))) {
+                if let outcome = progress.finish() { completion(outcome) }
             }
-            group.notify(queue: queue, execute: finishLate)
-            queue.asyncAfter(deadline: .now() + .nanoseconds(Int(expireGrace.nanosecondsClamped)), execute: finishLate)
         }
     }
 
