@@ -1,0 +1,65 @@
+#ifndef WK_SPAWN_H
+#define WK_SPAWN_H
+
+// Process spawning for job processes: fork, a fixed sequence of async-signal-safe setup
+// steps in the child, execve. See spawn.c for why this is fork and not vfork/posix_spawn.
+
+#include <stddef.h>
+#include <sys/types.h>
+
+// The step that failed, so an error can name the call and its object
+// ("chdir /srv/x: No such file or directory"), not just an errno.
+enum wk_spawn_step {
+    WK_STEP_NONE = 0,
+    WK_STEP_PIPE,       // parent: the error-report pipe
+    WK_STEP_FORK,       // parent: fork
+    WK_STEP_PIDFD,      // parent: pidfd_open
+    WK_STEP_REPORT,     // parent: reading the child's report
+    WK_STEP_SIGNALS,    // child: default dispositions
+    WK_STEP_SETSID,     // child: setsid
+    WK_STEP_STDIN,      // child: open /dev/null
+    WK_STEP_DUP,        // child: installing fds 0..3
+    WK_STEP_CLOSE_FDS,  // child: closing every other fd
+    WK_STEP_SETGROUPS,  // child: setgroups
+    WK_STEP_SETGID,     // child: setgid
+    WK_STEP_SETUID,     // child: setuid
+    WK_STEP_CHDIR,      // child: chdir
+    WK_STEP_SIGMASK,    // child: empty signal mask
+    WK_STEP_EXEC,       // child: execve
+};
+
+struct wk_spawn_request {
+    const char *path;             // executable, already resolved; relative paths resolve after cwd
+    char *const *argv;            // NULL-terminated
+    char *const *envp;            // NULL-terminated; the child's whole environment
+    const char *cwd;              // NULL: inherit
+    int set_credentials;          // nonzero: setgroups(groups), setgid(gid), setuid(uid)
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;          // may be NULL when group_count is 0 (drops all groups)
+    size_t group_count;
+    int stdout_fd;                // installed as fd 1
+    int stderr_fd;                // installed as fd 2
+    int extra_fd;                 // installed as fd 3, or -1 for none
+};
+
+struct wk_spawn_result {
+    pid_t pid;                    // valid only on success
+    int pidfd;                    // O_CLOEXEC; the caller owns it (valid only on success)
+    int error;                    // errno of the failed step, 0 on success
+    int failed_step;              // enum wk_spawn_step, WK_STEP_NONE on success
+};
+
+// Returns only after the child has called execve successfully (0) or has failed and
+// been reaped (-1, with the step and errno in *res). Never leaves an fd or a zombie
+// behind on failure. SIGCHLD must not be SIG_IGN (the kernel would reap the child
+// before pidfd_open can name it).
+int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res);
+
+// pipe2(fds, O_CLOEXEC), which Swift's Glibc module does not import (a GNU extension).
+int wk_pipe_cloexec(int fds[2]);
+
+// "fork", "chdir", "execve", ...; "unknown step" for values outside the enum.
+const char *wk_spawn_step_name(int step);
+
+#endif

@@ -1,0 +1,322 @@
+// fork/exec for job processes.
+//
+// Why fork and not vfork or posix_spawn: jobs may run as another user, and setuid in a
+// vfork child (which shares the parent's memory and glibc's thread list) goes through
+// glibc's setxid broadcast to the parent's threads. fork's child is single-threaded as far
+// as glibc knows, so setgroups/setgid/setuid there only change the child. posix_spawn has
+// no credential attributes. The price is copying the page tables (measured in
+// docs/measurements/spawn.md).
+//
+// Between fork and execve the child calls only async-signal-safe functions: another thread
+// may have held a lock (malloc, the Swift runtime) at the moment of fork.
+
+#define _GNU_SOURCE
+#include "wk_spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// Debian 12's headers know both; older ones might not, and the kernel is what matters.
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+// The child installs fds 0..3; everything it still needs is first moved at or above this.
+#define WK_FIRST_SPARE_FD 4
+
+struct child_report {
+    int step;
+    int error;
+};
+
+// Everything the child needs, prepared by the parent so the child only makes syscalls.
+struct child_plan {
+    const struct wk_spawn_request *req;
+    int report_fd;
+    sigset_t empty_mask;
+    int highest_fd;  // for the close loop on kernels without close_range (< 5.9)
+};
+
+static const char *const step_names[] = {
+    [WK_STEP_NONE] = "none",
+    [WK_STEP_PIPE] = "pipe2",
+    [WK_STEP_FORK] = "fork",
+    [WK_STEP_PIDFD] = "pidfd_open",
+    [WK_STEP_REPORT] = "read",
+    [WK_STEP_SIGNALS] = "rt_sigaction",
+    [WK_STEP_SETSID] = "setsid",
+    [WK_STEP_STDIN] = "open /dev/null",
+    [WK_STEP_DUP] = "dup2",
+    [WK_STEP_CLOSE_FDS] = "close_range",
+    [WK_STEP_SETGROUPS] = "setgroups",
+    [WK_STEP_SETGID] = "setgid",
+    [WK_STEP_SETUID] = "setuid",
+    [WK_STEP_CHDIR] = "chdir",
+    [WK_STEP_SIGMASK] = "sigprocmask",
+    [WK_STEP_EXEC] = "execve",
+};
+
+const char *wk_spawn_step_name(int step) {
+    if (step < 0 || (size_t)step >= sizeof(step_names) / sizeof(step_names[0])) {
+        return "unknown step";
+    }
+    return step_names[step];
+}
+
+int wk_pipe_cloexec(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC);
+}
+
+__attribute__((noreturn)) static void report_and_exit(int report_fd, int step) {
+    struct child_report report = {step, errno};
+    ssize_t written;
+    do {
+        written = write(report_fd, &report, sizeof(report));
+    } while (written < 0 && errno == EINTR);
+    // 127 like a shell's "command not found"; the parent reports the real cause.
+    _exit(127);
+}
+
+// Returns a copy of fd at or above WK_FIRST_SPARE_FD (close-on-exec), so that installing
+// fds 0..3 cannot overwrite a source that has not been installed yet.
+static int move_above_targets(int fd) {
+    if (fd < 0 || fd >= WK_FIRST_SPARE_FD) {
+        return fd;
+    }
+    return fcntl(fd, F_DUPFD_CLOEXEC, WK_FIRST_SPARE_FD);
+}
+
+// dup2 clears close-on-exec on the target; sources are never equal to targets here.
+static int install(int fd, int target) {
+    int rc;
+    do {
+        rc = dup2(fd, target);
+    } while (rc < 0 && errno == EINTR);
+    return rc;
+}
+
+static int close_range_or_loop(unsigned first, unsigned last, int highest_fd) {
+    if (first > last) {
+        return 0;
+    }
+    if (syscall(SYS_close_range, first, last, 0) == 0) {
+        return 0;
+    }
+    if (errno != ENOSYS) {
+        return -1;
+    }
+    for (long fd = first; fd <= (long)last && fd <= highest_fd; fd++) {
+        (void)close((int)fd);
+    }
+    return 0;
+}
+
+__attribute__((noreturn)) static void run_child(struct child_plan *plan) {
+    const struct wk_spawn_request *req = plan->req;
+
+    int report_fd = plan->report_fd;
+    int stdout_fd = move_above_targets(req->stdout_fd);
+    int stderr_fd = move_above_targets(req->stderr_fd);
+    int extra_fd = req->extra_fd >= 0 ? move_above_targets(req->extra_fd) : -1;
+    if (stdout_fd < 0 || stderr_fd < 0 || (req->extra_fd >= 0 && extra_fd < 0)) {
+        report_and_exit(report_fd, WK_STEP_DUP);
+    }
+
+    // Ignored signals survive execve (handlers do not), so the daemon's SIG_IGN for
+    // SIGPIPE, or for signal 32 as the test runner has it, would reach the job. The raw
+    // syscall because glibc's sigaction refuses its internal signals 32 and 33; an
+    // all-zero kernel sigaction is SIG_DFL, no flags, empty mask on every architecture.
+    static const unsigned long default_action[8];
+    for (int sig = 1; sig < _NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) {
+            continue;
+        }
+        if (syscall(SYS_rt_sigaction, sig, default_action, NULL, _NSIG / 8) != 0) {
+            report_and_exit(report_fd, WK_STEP_SIGNALS);
+        }
+    }
+
+    // Own session, hence own process group: the daemon stops a job with kill(-pid).
+    if (setsid() < 0) {
+        report_and_exit(report_fd, WK_STEP_SETSID);
+    }
+
+    int null_fd;
+    do {
+        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    } while (null_fd < 0 && errno == EINTR);
+    if (null_fd < 0) {
+        report_and_exit(report_fd, WK_STEP_STDIN);
+    }
+    if (null_fd == STDIN_FILENO) {
+        if (fcntl(STDIN_FILENO, F_SETFD, 0) != 0) {
+            report_and_exit(report_fd, WK_STEP_DUP);
+        }
+    } else if (install(null_fd, STDIN_FILENO) < 0) {
+        report_and_exit(report_fd, WK_STEP_DUP);
+    }
+    if (install(stdout_fd, STDOUT_FILENO) < 0 || install(stderr_fd, STDERR_FILENO) < 0 ||
+        (extra_fd >= 0 && install(extra_fd, 3) < 0)) {
+        report_and_exit(report_fd, WK_STEP_DUP);
+    }
+
+    // Everything else goes, close-on-exec or not: a job must not hold the daemon's
+    // inotify fd, sockets or another job's pipe (which would delay that job's EOF).
+    // The report pipe stays until execve closes it (it is close-on-exec).
+    unsigned first = extra_fd >= 0 ? 4 : 3;
+    if (close_range_or_loop(first, (unsigned)report_fd - 1, plan->highest_fd) != 0 ||
+        close_range_or_loop((unsigned)report_fd + 1, ~0U, plan->highest_fd) != 0) {
+        report_and_exit(report_fd, WK_STEP_CLOSE_FDS);
+    }
+
+    // setgroups first (needs CAP_SETGID), setgid before setuid (setuid drops the
+    // capability setgid needs).
+    if (req->set_credentials) {
+        if (setgroups(req->group_count, req->groups) != 0) {
+            report_and_exit(report_fd, WK_STEP_SETGROUPS);
+        }
+        if (setgid(req->gid) != 0) {
+            report_and_exit(report_fd, WK_STEP_SETGID);
+        }
+        if (setuid(req->uid) != 0) {
+            report_and_exit(report_fd, WK_STEP_SETUID);
+        }
+    }
+
+    // After the credentials, as systemd does: the job may enter only directories its
+    // user may enter, and a root-squashed NFS directory works for its owner.
+    if (req->cwd != NULL && chdir(req->cwd) != 0) {
+        report_and_exit(report_fd, WK_STEP_CHDIR);
+    }
+
+    // Last, so that nothing above runs a default action halfway through setup; a signal
+    // sent to the group meanwhile stays pending and takes effect here.
+    if (sigprocmask(SIG_SETMASK, &plan->empty_mask, NULL) != 0) {
+        report_and_exit(report_fd, WK_STEP_SIGMASK);
+    }
+
+    execve(req->path, req->argv, req->envp);
+    report_and_exit(report_fd, WK_STEP_EXEC);
+}
+
+static int fail(struct wk_spawn_result *res, int step, int error) {
+    res->pid = -1;
+    res->pidfd = -1;
+    res->failed_step = step;
+    res->error = error;
+    return -1;
+}
+
+// Only for a child that has exited or was just sent SIGKILL: blocks until it is gone.
+static void reap(pid_t pid) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+}
+
+static void close_keeping_errno(int fd) {
+    int saved = errno;
+    (void)close(fd);
+    errno = saved;
+}
+
+int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
+    struct child_plan plan;
+    memset(&plan, 0, sizeof(plan));
+    plan.req = req;
+    sigemptyset(&plan.empty_mask);
+    struct rlimit limit;
+    plan.highest_fd = 65535;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+        plan.highest_fd = limit.rlim_cur > INT_MAX ? INT_MAX : (int)limit.rlim_cur;
+    }
+
+    if (req->stdout_fd < 0 || req->stderr_fd < 0) {
+        return fail(res, WK_STEP_DUP, EBADF);
+    }
+
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) {
+        return fail(res, WK_STEP_PIPE, errno);
+    }
+    // The child keeps its end while it installs fds 0..3, so it must not be one of them
+    // (possible only if the daemon runs with 0..2 closed).
+    if (report[1] < WK_FIRST_SPARE_FD) {
+        int moved = fcntl(report[1], F_DUPFD_CLOEXEC, WK_FIRST_SPARE_FD);
+        int error = errno;
+        (void)close(report[1]);
+        if (moved < 0) {
+            (void)close(report[0]);
+            return fail(res, WK_STEP_PIPE, error);
+        }
+        report[1] = moved;
+    }
+    plan.report_fd = report[1];
+
+    // With every signal blocked, no handler of the parent's can run in the child before
+    // the child has reset the dispositions.
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    pid_t pid = fork();
+    if (pid == 0) {
+        (void)close(report[0]);
+        run_child(&plan);
+    }
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    (void)close(report[1]);
+    if (pid < 0) {
+        (void)close(report[0]);
+        return fail(res, WK_STEP_FORK, fork_errno);
+    }
+
+    // Safe by pid: only we reap this child, so the pid cannot have been reused yet.
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) {
+        int error = errno;
+        (void)kill(pid, SIGKILL);
+        (void)close(report[0]);
+        reap(pid);
+        return fail(res, WK_STEP_PIDFD, error);
+    }
+
+    // EOF: execve succeeded and closed the child's close-on-exec copy of the write end
+    // (or the child was killed before it could report; reaping will show the signal).
+    struct child_report report_read;
+    ssize_t got;
+    do {
+        got = read(report[0], &report_read, sizeof(report_read));
+    } while (got < 0 && errno == EINTR);
+    int read_errno = errno;
+    close_keeping_errno(report[0]);
+
+    if (got == 0) {
+        res->pid = pid;
+        res->pidfd = pidfd;
+        res->failed_step = WK_STEP_NONE;
+        res->error = 0;
+        return 0;
+    }
+    if (got == (ssize_t)sizeof(report_read)) {
+        reap(pid);
+        (void)close(pidfd);
+        return fail(res, report_read.step, report_read.error);
+    }
+    // A short report or a failed read: the child's state is unknown, so it must not run.
+    (void)kill(pid, SIGKILL);
+    reap(pid);
+    (void)close(pidfd);
+    return fail(res, WK_STEP_REPORT, got < 0 ? read_errno : EIO);
+}
