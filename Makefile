@@ -12,7 +12,7 @@ DOCDIR  ?= $(PREFIX)/share/doc/watchkeeper
 UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/watchkeeper
 
-APT_PACKAGES = libsystemd-dev pkg-config systemd util-linux procps
+APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps
 SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper

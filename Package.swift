@@ -19,10 +19,23 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
+        // Process spawning in C: fork/exec with setsid, credentials, an empty signal mask,
+        // default dispositions and closed fds, none of which posix_spawn or Foundation.Process
+        // offers all together (docs/architecture.md).
+        .target(name: "CWatchkeeperSpawn"),
+        // The system's SQLite for the task state and file ledger (Tasks/TaskStore.swift):
+        // the C API directly, no wrapper package to build in CI.
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
         .target(
             name: "WatchkeeperCore",
             dependencies: [
                 "CWatchkeeperSystem",
+                "CWatchkeeperSpawn",
+                "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
             ]

@@ -9,17 +9,17 @@ import Foundation
 import Glibc
 #endif
 
-private func now() -> UInt64 {
+func now() -> UInt64 {
     var spec = timespec()
     clock_gettime(CLOCK_MONOTONIC, &spec)
     return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
 }
 
-private struct BenchFailure: Error, CustomStringConvertible {
+struct BenchFailure: Error, CustomStringConvertible {
     let description: String
 }
 
-private final class NotifyEndpoint {
+final class NotifyEndpoint {
     let path: String
     let fd: Int32
 
@@ -143,7 +143,7 @@ private func runOnce(binary: String, idleSeconds: Double) throws -> RunResult {
     return RunResult(execToReady: ready - started, usr1ToDump: dumped - signalled, termToExit: exited - terminating, idleRSS: idleRSS)
 }
 
-private func percentile(_ values: [UInt64], _ p: Double) -> Double {
+func percentile(_ values: [UInt64], _ p: Double) -> Double {
     let sorted = values.sorted()
     let index = min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))
     return Double(sorted[index]) / 1e6

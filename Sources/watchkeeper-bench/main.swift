@@ -6,6 +6,10 @@ import Foundation
 let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("sync", "synchronisation primitives for shared counters and small state (ns/op)", runSyncPrimitiveBenchmark),
     ("daemon", "the release daemon: exec to READY, SIGUSR1 to dump, SIGTERM to exit, idle RSS", runDaemonLifecycleBenchmark),
+    ("tasks", "idle RSS with 100 tasks configured (WATCHKEEPER_BENCH_TASKS)", runManyTasksBenchmark),
+    ("progress", "daemon CPU per update while a job floods its progress fd for 10 s", runProgressCostBenchmark),
+    ("timer", "start jitter of a 1 s task over 60 s (WATCHKEEPER_BENCH_TIMER_S)", runTimerJitterBenchmark),
+    ("spawn", "job spawn cost: ProcessSpawner (fork/exec shim) vs posix_spawn, to exec and to reaped (µs)", runSpawnOverheadBenchmark),
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

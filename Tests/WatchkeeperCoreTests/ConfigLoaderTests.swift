@@ -68,6 +68,7 @@ final class ConfigLoaderTests: XCTestCase {
             state_dir = "/var/lib/wk-test"
             dump_component_timeout = "250ms"
             recent_problems = 7
+            max_jobs = 16
             """
         let configuration = try XCTUnwrap(parsed(source, environment: [
             "RUNTIME_DIRECTORY": "/run/from-env",
@@ -82,6 +83,7 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(daemon.stateDirectory, "/var/lib/wk-test")
         XCTAssertEqual(daemon.dumpComponentTimeout, .milliseconds(250))
         XCTAssertEqual(daemon.recentProblems, 7)
+        XCTAssertEqual(daemon.maxJobs, 16)
     }
 
     func testParse_withoutDirectories_takesThemFromSystemdEnvironment_firstOfSeveral() throws {
@@ -107,6 +109,8 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(configuration.daemon.stateDirectory, "/var/lib/watchkeeper")
         XCTAssertEqual(configuration.daemon.dumpComponentTimeout, .seconds(2))
         XCTAssertEqual(configuration.daemon.recentProblems, 50)
+        XCTAssertEqual(configuration.daemon.maxJobs, 4)
+        XCTAssertEqual(configuration.tasks, [])
     }
 
     func testParse_emptyFileWithSystemdEnvironment_defaultsDirectoriesFromIt() throws {
@@ -190,7 +194,7 @@ final class ConfigLoaderTests: XCTestCase {
             """
         assertSingleError(
             source, at: (2, 1),
-            #"unknown key "colour" in [daemon] (known keys: log_level, shutdown_grace, runtime_dir, state_dir, dump_component_timeout, recent_problems)"#
+            #"unknown key "colour" in [daemon] (known keys: log_level, shutdown_grace, runtime_dir, state_dir, dump_component_timeout, recent_problems, max_jobs)"#
         )
     }
 
@@ -202,7 +206,7 @@ final class ConfigLoaderTests: XCTestCase {
             [logging]
             level = "info"
             """
-        assertSingleError(source, at: (4, 2), #"unknown key "logging" in the top level (known keys: daemon, watch, task)"#)
+        assertSingleError(source, at: (4, 2), #"unknown key "logging" in the top level (known keys: daemon, task, watch)"#)
     }
 
     func testParse_misspeltTopLevelTable_suggestsDaemon() {
@@ -263,6 +267,13 @@ final class ConfigLoaderTests: XCTestCase {
         assertSingleError(source, at: (2, 19), "daemon.recent_problems = 0 is out of range (1 to 10000)")
     }
 
+    func testParse_maxJobsOutsideOneTo1024_givesTheAllowedRange() {
+        assertSingleError("[daemon]\nmax_jobs = 0", at: (2, 12), "daemon.max_jobs = 0 is out of range (1 to 1024)")
+        assertSingleError("[daemon]\nmax_jobs = 1025", at: (2, 12), "daemon.max_jobs = 1025 is out of range (1 to 1024)")
+        XCTAssertEqual(parsed("[daemon]\nmax_jobs = 1024")?.daemon.maxJobs, 1_024)
+        XCTAssertEqual(parsed("[daemon]\nmax_jobs = 1")?.daemon.maxJobs, 1)
+    }
+
     func testParse_outOfRangeDurations_giveTheAllowedRangeInConfigurationSyntax() {
         assertSingleError(
             "[daemon]\ndump_component_timeout = \"5ms\"", at: (2, 26),
@@ -297,26 +308,25 @@ final class ConfigLoaderTests: XCTestCase {
         assertSingleError(source, at: (2, 13), #"daemon.log_level = "loud" is not one of: "# + Self.levels)
     }
 
-    func testParse_duplicateTaskNames_reportsTheSecondNameAndWhereTheFirstWas_andRefusesTasks() {
+    func testParse_duplicateTaskNames_reportsOnlyTheSecondNameAndWhereTheFirstWas() {
+        // Every entry is otherwise valid, so the duplicate is the file's only problem.
         let source = """
             [[task]]
             name = "backup"
+            command = ["/bin/true"]
+            every = "1h"
 
             [[task]]
             name = "rotate"
+            command = ["/bin/true"]
+            every = "1h"
 
             [[task]]
             name   =   "backup"
+            command = ["/bin/true"]
+            every = "1h"
             """
-        let diagnostics = errors(source)
-        XCTAssertEqual(diagnostics.map(\.position), [
-            SourcePosition(line: 1, column: 3),
-            SourcePosition(line: 8, column: 12),
-        ], "\(diagnostics)")
-        XCTAssertEqual(diagnostics.map(\.message), [
-            "[[task]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file",
-            #"duplicate task name "backup" (first defined at line 2)"#,
-        ])
+        assertSingleError(source, at: (12, 12), #"duplicate task name "backup" (first defined at line 2)"#)
     }
 
     func testParse_watchEntries_areRefusedAsNotSupportedYet() {
@@ -336,36 +346,29 @@ final class ConfigLoaderTests: XCTestCase {
     func testParse_taskWithoutName_reportsTheMissingKeyAtItsHeader() {
         let source = """
             [[task]]
-            command = "/bin/true"
+            command = ["/bin/true"]
+            every = "1h"
             """
-        let diagnostics = errors(source)
-        XCTAssertEqual(diagnostics.map(\.message), [
-            #"missing required key "name" in [[task]]"#,
-            "[[task]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file",
-        ])
-        XCTAssertEqual(diagnostics.map(\.position), [
-            SourcePosition(line: 1, column: 3),
-            SourcePosition(line: 1, column: 3),
-        ])
+        assertSingleError(source, at: (1, 3), #"missing required key "name" in [[task]]"#)
     }
 
     func testParse_invalidTaskName_isReportedAtTheName() {
         let source = """
             [[task]]
             name = "-backup"
+            command = ["/bin/true"]
+            every = "1h"
             """
-        let diagnostics = errors(source)
-        XCTAssertEqual(diagnostics.count, 2, "\(diagnostics)")
-        XCTAssertEqual(diagnostics.last?.position, SourcePosition(line: 2, column: 8))
-        XCTAssertEqual(
-            diagnostics.last?.message,
+        assertSingleError(
+            source, at: (2, 8),
             #"invalid task name "-backup": use letters, digits, '.', '_' and '-', starting with a letter or digit"#
         )
     }
 
     func testParse_fileWithSeveralProblems_reportsAllInSourceOrder() {
         // The loader reads keys in its own order (log_level first, recent_problems
-        // last, unknown keys after all of them); the report must still follow the file.
+        // near the end, unknown keys after all of them, and top-level keys as daemon,
+        // task, watch); the report must still follow the file.
         let source = """
             [daemon]
             recent_problems = 0
@@ -384,7 +387,7 @@ final class ConfigLoaderTests: XCTestCase {
             #"bad duration "5x" for daemon.shutdown_grace: unknown unit "x"; "# + DurationParser.expectation,
             #"daemon.log_level = "loud" is not one of: "# + Self.levels,
             #"daemon.runtime_dir must be an absolute path, not the relative "run""#,
-            #"unknown key "extra" in the top level (known keys: daemon, watch, task)"#,
+            #"unknown key "extra" in the top level (known keys: daemon, task, watch)"#,
         ])
     }
 

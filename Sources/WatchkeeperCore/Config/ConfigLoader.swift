@@ -47,15 +47,30 @@ public enum ConfigLoader {
             readDaemon(&reader, into: &daemon)
             reader.reportUnknownKeys()
         }
-        for kind in NamedEntryKind.allCases {
-            if let entries = top.arrayOfTables(kind.rawValue) {
-                validateNamedEntries(entries, kind: kind, context: context)
+        var tasks: [TaskSettings] = []
+        if let entries = top.arrayOfTables(NamedEntryKind.task.rawValue) {
+            var declared: [String: [TOMLPathComponent]] = [:]
+            for (name, reader) in namedEntries(entries, kind: .task, context: context) {
+                var reader = reader
+                declared[name] = reader.path
+                if let task = TaskSettings.read(name: name, from: &reader) { tasks.append(task) }
+                reader.reportUnknownKeys()
+            }
+            TaskSettings.validateDependencies(tasks, declared: declared, context: context)
+        }
+        if let entries = top.arrayOfTables(NamedEntryKind.watch.rawValue) {
+            _ = namedEntries(entries, kind: .watch, context: context)
+            if let first = entries.first {
+                context.error(
+                    at: context.sourceMap.keyPosition([.key("watch"), .index(first.1)]),
+                    "[[watch]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file"
+                )
             }
         }
         top.reportUnknownKeys()
 
         if context.diagnostics.isEmpty {
-            return .success(Configuration(path: path, daemon: daemon))
+            return .success(Configuration(path: path, daemon: daemon, tasks: tasks))
         }
         return .failure(ConfigErrors(context.diagnostics))
     }
@@ -78,6 +93,9 @@ public enum ConfigLoader {
         }
         if let count = reader.integer("recent_problems", range: 1 ... 10_000) {
             daemon.recentProblems = count
+        }
+        if let limit = reader.integer("max_jobs", range: 1 ... 1_024) {
+            daemon.maxJobs = limit
         }
     }
 
@@ -105,16 +123,18 @@ struct ReadFailure: Error {
     let reason: String
 }
 
-/// The arrays of named tables. The issues that bring watches and tasks fill in their
-/// schemas; until then their names are checked (so duplicates are caught the same way
-/// they will be) and the entries are refused rather than silently ignored.
+/// The arrays of named tables: `[[task]]` now, `[[watch]]` with the watching
+/// subsystem (refused until then rather than silently ignored).
 enum NamedEntryKind: String, CaseIterable {
     case watch
     case task
 }
 
-func validateNamedEntries(_ entries: [(TOMLTable, Int)], kind: NamedEntryKind, context: ValidationContext) {
+/// Checks every entry's `name` (present, well-formed, unique within its kind) and
+/// returns the entries that have one, each with a reader that already knows `name`.
+func namedEntries(_ entries: [(TOMLTable, Int)], kind: NamedEntryKind, context: ValidationContext) -> [(String, TableReader)] {
     var firstSeen: [String: SourcePosition?] = [:]
+    var result: [(String, TableReader)] = []
     for (table, index) in entries {
         let path: [TOMLPathComponent] = [.key(kind.rawValue), .index(index)]
         var reader = TableReader(table: table, path: path, displayName: "[[\(kind.rawValue)]]", context: context)
@@ -122,19 +142,16 @@ func validateNamedEntries(_ entries: [(TOMLTable, Int)], kind: NamedEntryKind, c
         let namePosition = context.sourceMap.valuePosition(path + [.key("name")])
         if !isValidEntryName(name) {
             context.error(at: namePosition, "invalid \(kind.rawValue) name \"\(name)\": use letters, digits, '.', '_' and '-', starting with a letter or digit")
+            continue
         } else if let earlier = firstSeen[name] {
             let whereEarlier = earlier.map { " (first defined at line \($0.line))" } ?? ""
             context.error(at: namePosition, "duplicate \(kind.rawValue) name \"\(name)\"\(whereEarlier)")
-        } else {
-            firstSeen[name] = namePosition
+            continue
         }
+        firstSeen[name] = namePosition
+        result.append((name, TableReader(table: table, path: path, displayName: "[[\(kind.rawValue)]] \"\(name)\"", context: context, knownKeys: ["name"])))
     }
-    if let first = entries.first {
-        context.error(
-            at: context.sourceMap.keyPosition([.key(kind.rawValue), .index(first.1)]),
-            "[[\(kind.rawValue)]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file"
-        )
-    }
+    return result
 }
 
 func isValidEntryName(_ name: String) -> Bool {
@@ -171,19 +188,23 @@ struct TableReader {
     let context: ValidationContext
     private(set) var knownKeys: [String] = []
 
-    init(table: TOMLTable, path: [TOMLPathComponent], displayName: String, context: ValidationContext) {
+    init(table: TOMLTable, path: [TOMLPathComponent], displayName: String, context: ValidationContext, knownKeys: [String] = []) {
         self.table = table
         self.path = path
         self.displayName = displayName
         self.context = context
+        self.knownKeys = knownKeys
     }
+
+    /// Where a problem with this whole table is reported: its header.
+    var headerPosition: SourcePosition? { context.sourceMap.keyPosition(path) }
 
     func keyPosition(_ key: String) -> SourcePosition? { context.sourceMap.keyPosition(path + [.key(key)]) }
     func valuePosition(_ key: String) -> SourcePosition? {
         context.sourceMap.valuePosition(path + [.key(key)]) ?? keyPosition(key)
     }
 
-    private func dotted(_ key: String) -> String {
+    func dotted(_ key: String) -> String {
         let prefix = path.compactMap { component -> String? in
             if case .key(let name) = component { return name }
             return nil
@@ -228,6 +249,35 @@ struct TableReader {
             tables.append((table, index))
         }
         return tables
+    }
+
+    mutating func bool(_ key: String) -> Bool? {
+        value(key, expected: .bool)?.bool
+    }
+
+    /// A non-empty array of strings, such as an argv.
+    mutating func stringArray(_ key: String, allowEmpty: Bool = false) -> [String]? {
+        guard let array = value(key, expected: .array)?.array else { return nil }
+        var strings: [String] = []
+        for (index, element) in array.enumerated() {
+            guard let text = element.string else {
+                context.error(at: context.sourceMap.valuePosition(path + [.key(key), .index(index)]) ?? valuePosition(key),
+                              "\(dotted(key)) must be an array of strings; element \(index + 1) is \(article(element.type))")
+                return nil
+            }
+            strings.append(text)
+        }
+        if strings.isEmpty && !allowEmpty {
+            context.error(at: valuePosition(key), "\(dotted(key)) must not be empty")
+            return nil
+        }
+        return strings
+    }
+
+    /// The raw value whatever its type, for keys that accept several (`command`).
+    mutating func any(_ key: String) -> TOMLValueConvertible? {
+        knownKeys.append(key)
+        return table[key]
     }
 
     mutating func integer(_ key: String, range: ClosedRange<Int>) -> Int? {

@@ -14,6 +14,8 @@ public struct DaemonSettings: Equatable, Sendable {
     public var dumpComponentTimeout: Duration = .seconds(2)
     /// How many recent warnings and errors the dump keeps.
     public var recentProblems: Int = 50
+    /// Jobs running at once, across all tasks and watches; the rest wait by priority.
+    public var maxJobs: Int = 4
 
     /// Under systemd, RuntimeDirectory= and StateDirectory= arrive as environment
     /// variables (several paths are colon-separated; the first is ours).
@@ -31,9 +33,11 @@ public struct DaemonSettings: Equatable, Sendable {
 public struct Configuration: Sendable {
     public var path: String
     public var daemon: DaemonSettings
+    public var tasks: [TaskSettings]
 
-    public init(path: String, daemon: DaemonSettings) {
+    public init(path: String, daemon: DaemonSettings, tasks: [TaskSettings] = []) {
         self.path = path
         self.daemon = daemon
+        self.tasks = tasks
     }
 }

@@ -28,6 +28,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     public let signalsQueue = SubsystemQueue(name: "signals", qos: .userInitiated)
     public let watchdogQueue = SubsystemQueue(name: "watchdog", qos: .userInitiated)
     public let diagnosticsQueue = SubsystemQueue(name: "diagnostics", qos: .utility)
+    public let tasksQueue = SubsystemQueue(name: "tasks", qos: .default)
 
     private let options: RunOptions
     private let sink: LogSink
@@ -38,6 +39,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var watchdog: Watchdog!
     private var stateDump: StateDump!
     private var signals: SignalSources!
+    private var scheduler: TaskScheduler!
 
     // Confined to the lifecycle queue.
     private var machine = LifecycleMachine()
@@ -49,6 +51,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var drainStartedAt: UInt64?
     private var drainOutcome: WorkTracker.DrainOutcome?
     private var drainExtender: DispatchSourceTimer?
+    /// The tasks subsystem's view for STATUS=, pushed from its queue.
+    private var jobSummary: (running: Int, text: String) = (0, "")
 
     /// How long expired work gets to end before the daemon exits anyway. The task
     /// runner's kill_grace fits inside it.
@@ -83,10 +87,12 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue]
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
-        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog], queues: monitored, sources: sources,
+        let jobContext = JobContext(queue: tasksQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
+        scheduler = TaskScheduler(context: jobContext, work: work, maxJobs: configuration.daemon.maxJobs)
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, scheduler], queues: monitored, sources: sources,
                               sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
                               settings: configuration.daemon)
         signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
@@ -112,6 +118,19 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             exit(ExitCode.osError)
         }
         watchdog.start()
+        scheduler.onChange = { [unowned self] in
+            // On the tasks queue: take the figures here, show them from the lifecycle queue.
+            let summary = (self.scheduler.runningCount, self.scheduler.runningSummary)
+            self.lifecycleQueue.async {
+                guard summary != self.jobSummary else { return }
+                self.jobSummary = summary
+                if case .running = self.machine.state { self.notifier.setStatus(self.statusLine()) }
+            }
+        }
+        let tasks = configuration.tasks
+        let settings = configuration.daemon
+        // The tasks queue never waits for this one, so waiting for it here cannot deadlock.
+        tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: true, stateDirectory: settings.stateDirectory) }
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -161,7 +180,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func announceReady() {
         let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- options.processStart))
         readyAfter = elapsed
-        logger.info("ready in \(elapsed.compactDescription): \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
+        logger.info("ready in \(elapsed.compactDescription): \(configuration.tasks.count) task(s), \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
                     metadata: [JournalFields.messageIDKey: .string(MessageID.ready), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])
         // Logged before READY=1 so the journal shows it before systemd's "Started".
         notifier.send([("READY", "1"), ("STATUS", statusLine())])
@@ -178,8 +197,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         case .stopped: line = "stopped"
         }
         line += "; config generation \(generation)"
-        let runningCount = work.running.count
-        if case .running = machine.state { line += "; \(runningCount) job(s) running" }
+        if case .running = machine.state {
+            line += "; \(jobSummary.running) job(s) running"
+            if !jobSummary.text.isEmpty { line += ": \(jobSummary.text)" }
+        }
         if let errors = lastReload?.errors {
             line += "; last reload FAILED, old config kept: \(errors.summary)"
         }
@@ -190,6 +211,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let monotonic = MonotonicClock.nowMicroseconds()
         notifier.send([("RELOADING", "1"), ("MONOTONIC_USEC", String(monotonic)), ("STATUS", "reloading \(configuration.path)")])
         let at = WallTime.now()
+        // A reload also picks up a tzdata update for cron schedules.
+        TimeZoneRules.discardCachedZones()
         switch ConfigLoader.load(path: configuration.path, environment: options.environment) {
         case .success(let loaded):
             apply(loaded)
@@ -217,11 +240,15 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             prepareRuntimeDirectory(settings)
         }
         stateDump.apply(settings)
+        let tasks = new.tasks
+        tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: false, stateDirectory: settings.stateDirectory) }
         configuration = new
     }
 
     private func beginDrain(signal: Int32) {
         let grace = configuration.daemon.shutdownGrace
+        // No new runs; queued ones are cancelled. Running ones are the drain's to wait for.
+        tasksQueue.queue.sync { scheduler.stop() }
         let running = work.running
         drainStartedAt = DispatchTime.now().uptimeNanoseconds
         logger.notice("received \(HandledSignals.name(signal)): stopping; \(running.count) job(s) running, waiting up to \(grace.compactDescription) for them",
@@ -309,6 +336,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
                 .init("runtime_dir", .string(settings.runtimeDirectory)),
                 .init("state_dir", .string(settings.stateDirectory)),
                 .init("dump_component_timeout", .string(settings.dumpComponentTimeout.compactDescription)),
+                .init("max_jobs", .int(Int64(settings.maxJobs))),
+                .init("tasks", .int(Int64(configuration.tasks.count))),
             ])),
             .init("work", work.describe(now: now)),
         ])
@@ -320,7 +349,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")

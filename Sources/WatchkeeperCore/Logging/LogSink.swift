@@ -61,11 +61,21 @@ public final class LogSink: Sendable {
         }
     }
 
-    /// A journal entry that is not a log message of a logger: the state dump.
-    /// Always written, whatever the log level.
+    /// A journal entry that is not a log message of a logger: the state dump, a
+    /// job's output line, a run record. Always written, whatever the log level.
     public func emit(fields: [(name: String, value: String)], stderrText: String) {
-        if target == .journal, Journal.send(fields + [("SYSLOG_IDENTIFIER", "watchkeeper")]) == 0 { return }
-        StandardError.write(stderrText.hasSuffix("\n") ? stderrText : stderrText + "\n")
+        emit(bytes: fields.map { ($0.name, Array($0.value.utf8)) }, stderrText: stderrText)
+    }
+
+    /// Values as bytes: a job's output need not be UTF-8, and the journal keeps it as it came.
+    public func emit(bytes fields: [(name: String, value: [UInt8])], stderrText: @autoclosure () -> String) {
+        if target == .journal {
+            var all = fields
+            if !fields.contains(where: { $0.name == "SYSLOG_IDENTIFIER" }) { all.append(("SYSLOG_IDENTIFIER", Array("watchkeeper".utf8))) }
+            if Journal.send(bytes: all) == 0 { return }
+        }
+        let text = stderrText()
+        StandardError.write(text.hasSuffix("\n") ? text : text + "\n")
     }
 
     static func line(level: Logger.Level, message: String, metadata: Logger.Metadata) -> String {
@@ -82,13 +92,17 @@ enum Journal {
     /// sd_journal_send is variadic and does not import; sendv takes the same
     /// `FIELD=value` strings as iovecs. Values may hold newlines (the dump does).
     static func send(_ fields: [(name: String, value: String)]) -> Int32 {
+        send(bytes: fields.map { ($0.name, Array($0.value.utf8)) })
+    }
+
+    static func send(bytes fields: [(name: String, value: [UInt8])]) -> Int32 {
         var buffer: [UInt8] = []
         var spans: [(start: Int, length: Int)] = []
         for (name, value) in fields {
             let start = buffer.count
             buffer.append(contentsOf: name.utf8)
             buffer.append(UInt8(ascii: "="))
-            buffer.append(contentsOf: value.utf8)
+            buffer.append(contentsOf: value)
             spans.append((start, buffer.count - start))
         }
         return buffer.withUnsafeMutableBytes { raw -> Int32 in

@@ -9,6 +9,11 @@ public struct WallTime: Sendable, Equatable, Comparable {
     public let secondsSinceEpoch: Int64
     public let nanoseconds: Int32
 
+    public init(secondsSinceEpoch: Int64, nanoseconds: Int32) {
+        self.secondsSinceEpoch = secondsSinceEpoch
+        self.nanoseconds = nanoseconds
+    }
+
     public static func now() -> WallTime {
         var spec = timespec()
         clock_gettime(CLOCK_REALTIME, &spec)

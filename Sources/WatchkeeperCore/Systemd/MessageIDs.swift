@@ -11,4 +11,7 @@ public enum MessageID {
     public static let stopped = "13b1128ed1514912859412cac78fde3f"
     public static let queueStuck = "a11f84df9593472fbc9eb1bc8c97edf0"
     public static let configInvalid = "b7a06f2d7e6446bea7ae3a6567d7aea6"
+    public static let runFinished = "b665bf3c2f6c4766ab20db516c7d25dd"
+    public static let jobExpiring = "8dfa9a8effc84013a8510927e5da2b0f"
+    public static let runSkipped = "26b3c8c426154b11861bc88b678724f4"
 }

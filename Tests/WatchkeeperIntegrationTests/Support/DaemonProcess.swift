@@ -96,6 +96,15 @@ final class DaemonProcess {
         (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
     }
 
+    /// The last 64 KiB of stderr, for tests whose jobs print a lot.
+    var stderrTail: String {
+        guard let handle = FileHandle(forReadingAtPath: stderrPath) else { return "" }
+        defer { try? handle.close() }
+        let size = (try? handle.seekToEnd()) ?? 0
+        try? handle.seek(toOffset: size > 65_536 ? size - 65_536 : 0)
+        return String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+    }
+
     /// Polls stderr until it contains `text`.
     func waitForStderr(containing text: String, timeout: TimeInterval) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)

@@ -1,0 +1,296 @@
+import TOMLKit
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What to run and how to end it: shared by `[[task]]` entries and, later, `[[watch]]`
+/// rules, since one runner runs both.
+public struct JobSettings: Equatable, Sendable {
+    public enum Command: Equatable, Sendable {
+        /// Run directly: argv templates, each element expanded on its own.
+        case arguments([String])
+        /// Run through `/bin/sh -c`, only when the configuration says `shell = true`.
+        case shell(String)
+    }
+
+    public var command: Command
+    public var budget: Duration = .seconds(3_600)
+    /// Fraction of the budget after which a warning is logged (0.8 for "80%").
+    public var warnAt: Double?
+    public var onExpire: Command?
+    public var onExpireBudget: Duration = .seconds(30)
+    public var stopSignal: Int32 = SIGTERM
+    public var killGrace: Duration = .seconds(5)
+    public var user: String?
+    public var group: String?
+    public var workingDirectory: String?
+    public var environment: [String: String] = [:]
+    public var priority: JobPriority = .default
+
+    public init(command: Command) {
+        self.command = command
+    }
+}
+
+public enum JobPriority: String, Sendable, CaseIterable, Comparable {
+    case high
+    case `default`
+    case low
+
+    /// Lower runs first.
+    var rank: Int {
+        switch self {
+        case .high: return 0
+        case .default: return 1
+        case .low: return 2
+        }
+    }
+
+    public static func < (lhs: JobPriority, rhs: JobPriority) -> Bool { lhs.rank < rhs.rank }
+}
+
+public enum TaskSchedule: Equatable, Sendable {
+    /// Drift-free: fires at anchor + k·interval on the monotonic clock.
+    case every(Duration)
+    /// Wall-clock calendar times in a zone (nil: the machine's local zone).
+    case cron(CronExpression, timezone: String?)
+    /// Only when triggered.
+    case manual
+}
+
+public enum OverlapPolicy: String, Sendable, CaseIterable {
+    case skip
+    case queue
+    case replace
+    case allow
+}
+
+public struct RetryPolicy: Equatable, Sendable {
+    /// Total attempts, the first run included.
+    public var attempts: Int
+    public var backoff: Duration
+    public var maxBackoff: Duration
+}
+
+/// One `[[task]]` entry.
+public struct TaskSettings: Equatable, Sendable {
+    public var name: String
+    public var schedule: TaskSchedule
+    public var job: JobSettings
+    public var jitter: Duration = .zero
+    public var runOnStart = false
+    public var overlap: OverlapPolicy = .skip
+    public var maxConcurrent = 1
+    public var retry: RetryPolicy?
+    public var retryExpired = false
+    public var after: [String] = []
+    public var persistent = false
+    public var catchUpWindow: Duration = .seconds(86_400)
+
+    /// Placeholders a task's command may use.
+    public static let placeholders = ["task", "run_id", "attempt", "scheduled"]
+
+    static let signalNames: [String: Int32] = [
+        "SIGTERM": SIGTERM, "SIGINT": SIGINT, "SIGHUP": SIGHUP, "SIGQUIT": SIGQUIT,
+        "SIGUSR1": SIGUSR1, "SIGUSR2": SIGUSR2, "SIGKILL": SIGKILL,
+    ]
+
+    static func read(name: String, from reader: inout TableReader) -> TaskSettings? {
+        let context = reader.context
+        let job = readJob(&reader, placeholders: placeholders)
+
+        var schedules: [TaskSchedule] = []
+        if let interval = reader.duration("every", range: .milliseconds(100) ... .seconds(366 * 86_400)) {
+            schedules.append(.every(interval))
+        }
+        let timezone = reader.string("timezone")
+        if let text = reader.string("cron") {
+            do {
+                let expression = try CronExpression(parsing: text)
+                if expression.neverFires {
+                    context.error(at: reader.valuePosition("cron"), "cron \"\(text)\" for \(reader.dotted("cron")) never matches a real date")
+                }
+                schedules.append(.cron(expression, timezone: timezone))
+            } catch {
+                var position = reader.valuePosition("cron")
+                // Point into the string at the offending field: the value's opening quote + column.
+                if let start = position { position = SourcePosition(line: start.line, column: start.column + error.column) }
+                context.error(at: position, "bad cron expression \"\(text)\" for \(reader.dotted("cron")): \(error.message)")
+                schedules.append(.manual)
+            }
+        }
+        if let zone = timezone {
+            if reader.table["cron"] == nil {
+                context.error(at: reader.valuePosition("timezone"), "\(reader.dotted("timezone")) only applies to a cron schedule")
+            } else {
+                do {
+                    _ = try TimeZoneRules.load(identifier: zone)
+                } catch {
+                    context.error(at: reader.valuePosition("timezone"), "\(error)")
+                }
+            }
+        }
+        if reader.bool("manual") == true {
+            schedules.append(.manual)
+        }
+        if schedules.count != 1 {
+            let message = schedules.isEmpty
+                ? "task \"\(name)\" has no schedule: set one of every = \"15m\", cron = \"0 3 * * *\" or manual = true"
+                : "task \"\(name)\" has more than one schedule: keep only one of every, cron and manual"
+            context.error(at: reader.headerPosition, message)
+        }
+
+        var task = TaskSettings(name: name, schedule: schedules.first ?? .manual, job: job ?? JobSettings(command: .arguments(["/bin/true"])))
+        if let jitter = reader.duration("jitter", range: .zero ... .seconds(86_400)) { task.jitter = jitter }
+        if let value = reader.bool("run_on_start") { task.runOnStart = value }
+        if let policy = reader.oneOf("overlap", allowed: OverlapPolicy.allCases.map(\.rawValue)) {
+            task.overlap = OverlapPolicy(rawValue: policy) ?? .skip
+        }
+        if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) {
+            task.maxConcurrent = limit
+            if task.overlap != .allow && limit > 1 {
+                context.error(at: reader.valuePosition("max_concurrent"), "\(reader.dotted("max_concurrent")) above 1 needs overlap = \"allow\"")
+            }
+        } else if task.overlap == .allow {
+            task.maxConcurrent = 1_024
+        }
+        if let retry = reader.table("retry") {
+            var retryReader = TableReader(table: retry, path: reader.path + [.key("retry")], displayName: "\(reader.dotted("retry"))", context: context)
+            let attempts = retryReader.integer("attempts", range: 1 ... 100) ?? 3
+            let backoff = retryReader.duration("backoff", range: .milliseconds(100) ... .seconds(86_400)) ?? .seconds(10)
+            let maxBackoff = retryReader.duration("max_backoff", range: .milliseconds(100) ... .seconds(7 * 86_400)) ?? .seconds(300)
+            retryReader.reportUnknownKeys()
+            task.retry = RetryPolicy(attempts: attempts, backoff: backoff, maxBackoff: max(backoff, maxBackoff))
+        }
+        if let value = reader.bool("retry_expired") { task.retryExpired = value }
+        if let names = reader.stringArray("after", allowEmpty: true) { task.after = names }
+        if let value = reader.bool("persistent") { task.persistent = value }
+        if let window = reader.duration("catch_up_window", range: .seconds(1) ... .seconds(366 * 86_400)) { task.catchUpWindow = window }
+        return job == nil ? nil : task
+    }
+
+    /// The keys every job has, whatever starts it.
+    static func readJob(_ reader: inout TableReader, placeholders: [String]) -> JobSettings? {
+        let context = reader.context
+        let shell = reader.bool("shell") ?? false
+        guard let command = readCommand("command", shell: shell, from: &reader, placeholders: placeholders, required: true) else { return nil }
+        var job = JobSettings(command: command)
+        if let budget = reader.duration("budget", range: .milliseconds(10) ... .seconds(7 * 86_400)) { job.budget = budget }
+        if let text = reader.string("warn_at") {
+            if text.hasSuffix("%"), let percent = Double(text.dropLast()), percent > 0, percent < 100 {
+                job.warnAt = percent / 100
+            } else {
+                context.error(at: reader.valuePosition("warn_at"), "\(reader.dotted("warn_at")) = \"\(text)\" must be a percentage of the budget between 0% and 100%, like \"80%\"")
+            }
+        }
+        job.onExpire = readCommand("on_expire", shell: shell, from: &reader, placeholders: placeholders + ["pid", "budget"], required: false)
+        if let budget = reader.duration("on_expire_budget", range: .milliseconds(10) ... .seconds(3_600)) { job.onExpireBudget = budget }
+        if let name = reader.string("stop_signal") {
+            let normalised = name.uppercased().hasPrefix("SIG") ? name.uppercased() : "SIG" + name.uppercased()
+            if let number = signalNames[normalised] {
+                job.stopSignal = number
+            } else {
+                context.error(at: reader.valuePosition("stop_signal"), "\(reader.dotted("stop_signal")) = \"\(name)\" is not one of: \(signalNames.keys.sorted().joined(separator: ", "))")
+            }
+        }
+        if let grace = reader.duration("kill_grace", range: .zero ... .seconds(3_600)) { job.killGrace = grace }
+        job.user = reader.string("user")
+        job.group = reader.string("group")
+        if job.user != nil || job.group != nil {
+            do {
+                _ = try Credentials.lookup(user: job.user, group: job.group)
+            } catch {
+                context.error(at: reader.valuePosition(job.user != nil ? "user" : "group"), "\(error)")
+            }
+        }
+        job.workingDirectory = reader.absolutePath("working_directory")
+        if let environment = reader.table("environment") {
+            for key in environment.keys {
+                guard let value = environment[key]?.string else {
+                    context.error(at: reader.context.sourceMap.valuePosition(reader.path + [.key("environment"), .key(key)]),
+                                  "\(reader.dotted("environment")).\(key) must be a string")
+                    continue
+                }
+                if key.isEmpty || key.contains("=") || key.hasPrefix("WATCHKEEPER_") {
+                    context.error(at: reader.context.sourceMap.keyPosition(reader.path + [.key("environment"), .key(key)]),
+                                  "invalid environment variable name \"\(key)\" (WATCHKEEPER_ names are set by the daemon)")
+                    continue
+                }
+                job.environment[key] = value
+            }
+        }
+        if let priority = reader.oneOf("priority", allowed: JobPriority.allCases.map(\.rawValue)) {
+            job.priority = JobPriority(rawValue: priority) ?? .default
+        }
+        return job
+    }
+
+    static func readCommand(_ key: String, shell: Bool, from reader: inout TableReader, placeholders: [String], required: Bool) -> JobSettings.Command? {
+        let context = reader.context
+        guard let raw = reader.any(key) else {
+            if required { context.error(at: reader.headerPosition, "missing required key \"\(key)\" in \(reader.displayName)") }
+            return nil
+        }
+        let position = reader.valuePosition(key)
+        if shell {
+            guard let script = raw.string else {
+                context.error(at: position, "\(reader.dotted(key)) must be a string when shell = true")
+                return nil
+            }
+            return .shell(script)
+        }
+        if raw.type == .string {
+            context.error(at: position, "\(reader.dotted(key)) must be an array of arguments, like [\"/usr/bin/rsync\", \"-a\", \"{task}\"]; set shell = true to run a string through /bin/sh -c")
+            return nil
+        }
+        guard let arguments = reader.stringArray(key) else { return nil }
+        for (index, argument) in arguments.enumerated() {
+            if let problem = Placeholders.check(argument, known: placeholders) {
+                let elementPosition = context.sourceMap.valuePosition(reader.path + [.key(key), .index(index)]) ?? position
+                context.error(at: elementPosition, "\(reader.dotted(key)): \(problem.message)")
+                return nil
+            }
+        }
+        return .arguments(arguments)
+    }
+
+    /// `after` must name other tasks, and the graph must have no cycle. `declared` holds
+    /// every named entry's table path, including entries refused for other reasons, so
+    /// positions are right and a refused task is not also reported as missing.
+    static func validateDependencies(_ tasks: [TaskSettings], declared: [String: [TOMLPathComponent]], context: ValidationContext) {
+        let names = Set(tasks.map(\.name))
+        func afterPosition(_ task: TaskSettings) -> SourcePosition? {
+            declared[task.name].flatMap { context.sourceMap.valuePosition($0 + [.key("after")]) }
+        }
+        for task in tasks {
+            for dependency in task.after where declared[dependency] == nil || dependency == task.name {
+                let reason = dependency == task.name ? "a task cannot run after itself" : "no task is named \"\(dependency)\""
+                context.error(at: afterPosition(task), "task \"\(task.name)\": after = \"\(dependency)\": \(reason)")
+            }
+        }
+        // Depth-first search for a cycle; report it once, naming the whole loop.
+        let edges = Dictionary(uniqueKeysWithValues: tasks.map { ($0.name, $0.after.filter { names.contains($0) && $0 != "" }) })
+        var state: [String: Int] = [:] // 1 visiting, 2 done
+        var stack: [String] = []
+        var reported = false
+        func visit(_ name: String) {
+            guard !reported else { return }
+            if state[name] == 2 { return }
+            if state[name] == 1 {
+                let loop = stack[(stack.firstIndex(of: name) ?? 0)...] + [name]
+                if let task = tasks.first(where: { $0.name == name }) {
+                    context.error(at: afterPosition(task), "tasks depend on each other in a cycle: \(loop.joined(separator: " → "))")
+                }
+                reported = true
+                return
+            }
+            state[name] = 1
+            stack.append(name)
+            for next in edges[name] ?? [] where next != name { visit(next) }
+            stack.removeLast()
+            state[name] = 2
+        }
+        for task in tasks { visit(task.name) }
+    }
+}

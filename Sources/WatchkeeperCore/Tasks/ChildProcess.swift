@@ -1,0 +1,189 @@
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What every child-owning object needs from the daemon.
+public struct JobContext: Sendable {
+    public let queue: SubsystemQueue
+    public let sink: LogSink
+    public let logger: Logger
+    public let sources: SourceRegistry
+    /// The daemon's environment, read once: jobs get PATH, LANG, LC_ALL and TZ from it.
+    public let daemonEnvironment: [String: String]
+}
+
+/// One spawned process seen from the daemon: a pidfd read source for its exit (no
+/// SIGCHLD handler, no waitpid(-1)) and a read source per output pipe streaming lines
+/// into the journal. Confined to the tasks queue; every fd is closed only in its
+/// source's cancel handler.
+///
+/// No registered fd is ever allowed to report EPOLLHUP. libdispatch's epoll backend
+/// unregisters a muxnote on its manager thread when it sees EPOLLHUP, and a cancel
+/// from the source's queue at the same moment unregisters it again: a use-after-free
+/// that crashes in _dispatch_event_loop_drain (swift-corelibs-libdispatch #949; we
+/// hit it in about a third of short jobs). So the daemon keeps each pipe's write end
+/// until it has cancelled the read source, and cancels the pidfd source before it
+/// reaps (a reaped pid's pidfd reports EPOLLHUP).
+final class ChildProcess: @unchecked Sendable {
+    let name: String
+    let runID: String
+    let pid: pid_t
+    private let context: JobContext
+    private var exitSource: DispatchSourceRead?
+    private var outputs: [OutputChannel] = []
+    private var onExit: ((ProcessExit) -> Void)?
+    private(set) var exit: ProcessExit?
+
+    init(name: String, runID: String, spawned: SpawnedProcess, outputs: [(stream: String, pipe: PipePair)], context: JobContext,
+         onExit: @escaping (ProcessExit) -> Void) {
+        self.name = name
+        self.runID = runID
+        self.pid = spawned.pid
+        self.context = context
+        self.onExit = onExit
+        for (stream, pipe) in outputs {
+            self.outputs.append(OutputChannel(stream: stream, pipe: pipe, name: name, runID: runID, pid: spawned.pid, context: context))
+        }
+        let stats = context.sources.register(.read, target: "pidfd of \(name) pid \(spawned.pid)", on: context.queue)
+        let source = DispatchSource.makeReadSource(fileDescriptor: spawned.pidfd, queue: context.queue.queue)
+        let pidfd = spawned.pidfd
+        let pid = spawned.pid
+        source.setEventHandler { [weak self] in
+            stats.fired()
+            // Readable means exited (not yet reaped): stop watching first, reap in the
+            // cancel handler, once the fd is out of epoll.
+            self?.exitSource?.cancel()
+        }
+        source.setCancelHandler { [weak self, sources = context.sources] in
+            let status = reap(pid: pid, pidfd: pidfd)
+            close(pidfd)
+            sources.unregister(stats)
+            if let status { self?.exited(status) }
+        }
+        exitSource = source
+        source.activate()
+    }
+
+    private func exited(_ status: ProcessExit) {
+        guard exit == nil else { return }
+        exit = status
+        exitSource = nil
+        let handler = onExit
+        onExit = nil
+        handler?(status)
+    }
+
+    /// The whole process group: the child is a session leader, so its pid is the pgid,
+    /// and grandchildren it forked go with it.
+    @discardableResult
+    func signalGroup(_ signal: Int32) -> Bool {
+        kill(-pid, signal) == 0
+    }
+
+    /// True while any process of the group is alive. The group id stays reserved (no
+    /// new process can get it) for as long as one member lives, so this cannot hit a
+    /// stranger.
+    var groupHasMembers: Bool {
+        kill(-pid, 0) == 0
+    }
+
+    /// After the exit: what is still in the pipes is read, then the pipes are closed.
+    /// Output a leftover descendant writes later is not waited for.
+    func closeOutputs() {
+        for output in outputs { output.close() }
+    }
+
+    var outputStats: [(stream: String, lines: UInt64, bytes: UInt64)] {
+        outputs.map { ($0.stream, $0.lines, $0.bytes) }
+    }
+}
+
+/// A child's stdout or stderr: lines into the journal as the job's own entries
+/// (SYSLOG_IDENTIFIER is the task's name, so `journalctl -t NAME` shows them), with a
+/// `<N>` prefix setting the line's priority. Memory stays bounded whatever the child
+/// writes: one read buffer and at most one partial line.
+final class OutputChannel: @unchecked Sendable {
+    let stream: String
+    private let name: String
+    private let runID: String
+    private let pid: pid_t
+    private let context: JobContext
+    private var source: DispatchSourceRead?
+    private var splitter = LineSplitter()
+    private let fd: Int32
+    private(set) var lines: UInt64 = 0
+    private(set) var bytes: UInt64 = 0
+    private static let readSize = 65_536
+    /// Reads per event before yielding the queue to other jobs; the source fires again.
+    private static let readsPerEvent = 16
+
+    init(stream: String, pipe: PipePair, name: String, runID: String, pid: pid_t, context: JobContext) {
+        self.stream = stream
+        self.name = name
+        self.runID = runID
+        self.pid = pid
+        self.context = context
+        let stats = context.sources.register(.read, target: "\(stream) of \(name) pid \(pid)", on: context.queue)
+        let fd = pipe.readEnd
+        self.fd = fd
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: context.queue.queue)
+        source.setEventHandler { [weak self] in
+            stats.fired()
+            self?.readAvailable(fd: fd)
+        }
+        // The write end too, only now: while it was open the read end could not hang up.
+        source.setCancelHandler { [sources = context.sources] in
+            Glibc.close(pipe.readEnd)
+            Glibc.close(pipe.writeEnd)
+            sources.unregister(stats)
+        }
+        self.source = source
+        source.activate()
+    }
+
+    private func readAvailable(fd: Int32, final: Bool = false) {
+        var buffer = [UInt8](repeating: 0, count: Self.readSize)
+        for _ in 0..<(final ? Int.max : Self.readsPerEvent) {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count > 0 {
+                bytes += UInt64(count)
+                buffer.withUnsafeBytes { raw in
+                    splitter.feed(UnsafeRawBufferPointer(rebasing: raw[0..<count])) { line in emit(line) }
+                }
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            // EAGAIN: all read. (EOF cannot happen while we hold the write end.)
+            return
+        }
+    }
+
+    private func emit(_ line: LineSplitter.Line) {
+        lines += 1
+        let (priority, message) = LineSplitter.priorityPrefix(line.bytes)
+        var text = Array(message)
+        if line.continues { text += Array(" […]".utf8) }
+        let level = priority ?? 6
+        context.sink.emit(bytes: [
+            ("MESSAGE", text),
+            ("PRIORITY", Array(String(level).utf8)),
+            ("SYSLOG_IDENTIFIER", Array(name.utf8)),
+            ("SYSLOG_PID", Array(String(pid).utf8)),
+            ("WATCHKEEPER_TASK", Array(name.utf8)),
+            ("WATCHKEEPER_RUN_ID", Array(runID.utf8)),
+            ("WATCHKEEPER_STREAM", Array(stream.utf8)),
+        ], stderrText: "\(WallTime.now().iso8601) \(self.name)[\(self.pid)] \(self.stream): \(String(decoding: text, as: UTF8.self))")
+    }
+
+    /// Reads what is left (the read end is non-blocking), then stops.
+    func close() {
+        guard let source else { return }
+        readAvailable(fd: fd, final: true)
+        splitter.finish { line in emit(line) }
+        source.cancel()
+        self.source = nil
+    }
+}

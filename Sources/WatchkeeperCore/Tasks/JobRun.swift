@@ -1,0 +1,404 @@
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One run of a job, from spawn to its record: owns the child, the budget timers, the
+/// progress channel and the expiration handler. Confined to the tasks queue.
+final class JobRun: @unchecked Sendable {
+    let request: JobRequest
+    private let context: JobContext
+    private var machine: JobMachine
+    private var child: ChildProcess?
+    private var expireHandler: ChildProcess?
+    private var timers: [DispatchSourceTimer] = []
+    private var killTimer: DispatchSourceTimer?
+    private var progressSource: DispatchSourceRead?
+    /// libdispatch traps on releasing or cancelling-then-releasing a suspended source,
+    /// so every path that drops the source resumes it first.
+    private var progressSuspended = false
+    private var progressFD: Int32 = -1
+    private(set) var progress = ProgressParser()
+    private var onFinish: ((RunRecord) -> Void)?
+    private var onProgress: (() -> Void)?
+    private(set) var startedAt: UInt64 = 0
+    private(set) var startedWall: WallTime?
+    private var deadlineWall: WallTime?
+    /// What the previous dump saw, for its "no progress since" marker.
+    var progressSeenByLastDump: UInt64?
+
+    /// A job's progress updates are applied at most this often; between reads the pipe
+    /// (enlarged to 1 MiB) buffers them.
+    static let progressInterval: DispatchTimeInterval = .milliseconds(100)
+
+    init(request: JobRequest, context: JobContext, onProgress: @escaping () -> Void, onFinish: @escaping (RunRecord) -> Void) {
+        self.request = request
+        self.context = context
+        self.machine = JobMachine(hasExpireHandler: request.settings.onExpire != nil, stopSignal: request.settings.stopSignal)
+        self.onFinish = onFinish
+        self.onProgress = onProgress
+    }
+
+    var pid: pid_t? { child?.pid }
+    var phase: JobPhase { machine.phase }
+    private var logger: Logger { context.logger }
+
+    // MARK: Start
+
+    func start() {
+        dispatchPrecondition(condition: .onQueue(context.queue.queue))
+        startedAt = DispatchTime.now().uptimeNanoseconds
+        startedWall = .now()
+        let budget = request.settings.budget
+        deadlineWall = WallTime(secondsSinceEpoch: startedWall!.secondsSinceEpoch + budget.components.seconds,
+                                nanoseconds: startedWall!.nanoseconds)
+        do {
+            let spawned = try spawnMain()
+            scheduleBudget()
+            logger.debug("started \(request.name) run \(request.runID) as pid \(spawned.pid) in \(Duration.nanoseconds(Int64(spawned.spawnToExecNanoseconds)).compactDescription)")
+        } catch {
+            finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)")
+        }
+    }
+
+    private func spawnMain() throws(SpawnError) -> SpawnedProcess {
+        let stdout = try PipePair.make(nonBlockingRead: true)
+        let stderr = try PipePair.make(nonBlockingRead: true)
+        let progressPipe = try PipePair.make(nonBlockingRead: true)
+        // Room for bursts between two progress reads.
+        _ = fcntl(progressPipe.writeEnd, 1031 /* F_SETPIPE_SZ */, 1 << 20)
+        let request = try spawnRequest(command: self.request.settings.command, extra: [
+            ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
+        ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: progressPipe.writeEnd)
+        let spawned: SpawnedProcess
+        do {
+            spawned = try ProcessSpawner.spawn(request)
+        } catch {
+            for fd in [stdout.readEnd, stdout.writeEnd, stderr.readEnd, stderr.writeEnd, progressPipe.readEnd, progressPipe.writeEnd] { close(fd) }
+            throw error
+        }
+        // Our write ends stay open until the read sources are cancelled (see ChildProcess).
+        child = ChildProcess(name: self.request.name, runID: self.request.runID, spawned: spawned,
+                             outputs: [("stdout", stdout), ("stderr", stderr)], context: context) { [weak self] status in
+            self?.perform(self?.machine.handle(.exited(status)) ?? [])
+        }
+        watchProgress(progressPipe, pid: spawned.pid)
+        return spawned
+    }
+
+    /// argv with placeholders expanded inside single elements, and an environment built
+    /// from scratch: nothing of the daemon's own (NOTIFY_SOCKET, JOURNAL_STREAM, …) leaks.
+    private func spawnRequest(command: JobSettings.Command, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
+                              progress: Int32?) throws(SpawnError) -> SpawnRequest {
+        let settings = request.settings
+        let credentials = try (settings.user != nil || settings.group != nil) ? Credentials.lookup(user: settings.user, group: settings.group) : nil
+        var placeholders = request.placeholders
+        placeholders["task"] = Array(request.name.utf8)
+        placeholders["run_id"] = Array(request.runID.utf8)
+        placeholders["attempt"] = Array(String(request.attempt).utf8)
+        placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8)
+        if let pid = child?.pid { placeholders["pid"] = Array(String(pid).utf8) }
+        placeholders["budget"] = Array(settings.budget.compactDescription.utf8)
+        let arguments: [[UInt8]]
+        switch command {
+        case .arguments(let templates):
+            arguments = templates.map { Placeholders.expand($0, values: placeholders) }
+        case .shell(let script):
+            arguments = [Array("/bin/sh".utf8), Array("-c".utf8), Array(script.utf8), Array(request.name.utf8)]
+        }
+        var environment: [String: [UInt8]] = [
+            "PATH": Array((context.daemonEnvironment["PATH"] ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").utf8),
+        ]
+        for key in ["LANG", "LC_ALL", "TZ"] {
+            if let value = context.daemonEnvironment[key] { environment[key] = Array(value.utf8) }
+        }
+        if let account = credentials.flatMap({ Account.lookup(uid: $0.uid) }) ?? Account.lookup(uid: geteuid()) {
+            environment["HOME"] = Array(account.home.utf8)
+            environment["USER"] = Array(account.name.utf8)
+            environment["LOGNAME"] = Array(account.name.utf8)
+            environment["SHELL"] = Array(account.shell.utf8)
+        }
+        for (key, value) in settings.environment { environment[key] = Array(value.utf8) }
+        environment["WATCHKEEPER_TASK"] = Array(request.name.utf8)
+        environment["WATCHKEEPER_RUN_ID"] = Array(request.runID.utf8)
+        environment["WATCHKEEPER_ATTEMPT"] = Array(String(request.attempt).utf8)
+        environment["WATCHKEEPER_BUDGET_SECONDS"] = Array(String(settings.budget.components.seconds).utf8)
+        if let deadlineWall { environment["WATCHKEEPER_DEADLINE"] = Array(deadlineWall.iso8601.utf8) }
+        if let scheduled = request.scheduledAt { environment["WATCHKEEPER_SCHEDULED_AT"] = Array(scheduled.iso8601.utf8) }
+        for (key, value) in request.environment + extra { environment[key] = value }
+        return SpawnRequest(
+            arguments: arguments,
+            environment: environment.sorted { $0.key < $1.key }.map { Array($0.key.utf8) + [UInt8(ascii: "=")] + $0.value },
+            workingDirectory: settings.workingDirectory,
+            credentials: credentials,
+            standardOutput: stdout,
+            standardError: stderr,
+            progressDescriptor: progress
+        )
+    }
+
+    // MARK: Budget
+
+    private func scheduleBudget() {
+        let budget = request.settings.budget
+        if let fraction = request.settings.warnAt {
+            addTimer(after: .nanoseconds(Int64(Double(budget.nanosecondsClamped) * fraction)), target: "\(request.name) warn_at") { [weak self] in
+                guard let self else { return }
+                self.perform(self.machine.handle(.warnPointReached))
+            }
+        }
+        addTimer(after: budget, target: "\(request.name) budget \(budget.compactDescription)") { [weak self] in
+            self?.expire(.budget)
+        }
+    }
+
+    @discardableResult
+    private func addTimer(after delay: Duration, target: String, _ body: @escaping () -> Void) -> DispatchSourceTimer {
+        let stats = context.sources.register(.timer, target: target, on: context.queue)
+        let timer = DispatchSource.makeTimerSource(queue: context.queue.queue)
+        timer.schedule(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped)))
+        timer.setEventHandler {
+            stats.fired()
+            body()
+        }
+        timer.setCancelHandler { [sources = context.sources] in sources.unregister(stats) }
+        timers.append(timer)
+        timer.activate()
+        return timer
+    }
+
+    /// The one way a job is ended early: budget, shutdown and replacement all come here.
+    func expire(_ reason: ExpiryReason) {
+        perform(machine.handle(.expire(reason)))
+    }
+
+    // MARK: Actions
+
+    private func perform(_ actions: [JobAction]) {
+        for action in actions {
+            switch action {
+            case .logBudgetWarning:
+                let used = Int((request.settings.warnAt ?? 0) * 100)
+                logger.warning("task \(request.name) run \(request.runID) has used \(used)% of its \(request.settings.budget.compactDescription) budget",
+                               metadata: ["task": .string(request.name), "run_id": .string(request.runID)])
+            case .logExpiring(let reason):
+                let why: String
+                switch reason {
+                case .budget: why = "its budget of \(request.settings.budget.compactDescription) is exhausted"
+                case .shutdown: why = "the daemon is stopping and shutdown_grace ran out"
+                case .replaced: why = "overlap = \"replace\" and a new run is due"
+                }
+                logger.warning("task \(request.name) run \(request.runID) is expiring: \(why)",
+                               metadata: ["task": .string(request.name), "run_id": .string(request.runID), "expiry": .string(reason.rawValue),
+                                          JournalFields.messageIDKey: .string(MessageID.jobExpiring)])
+            case .runExpireHandler(let reason):
+                runExpireHandler(reason)
+            case .signalGroup(let signal):
+                child?.signalGroup(signal)
+            case .startKillGrace:
+                killTimer = addTimer(after: request.settings.killGrace, target: "\(request.name) kill_grace") { [weak self] in
+                    guard let self else { return }
+                    if self.machine.phase != .finished {
+                        self.logger.warning("task \(self.request.name) run \(self.request.runID) did not stop within kill_grace \(self.request.settings.killGrace.compactDescription): SIGKILL to its process group")
+                    }
+                    self.perform(self.machine.handle(.killGraceElapsed))
+                }
+            case .reapLeftovers(let expired):
+                reapLeftovers(expired: expired)
+            case .record(let outcome, let status, let reason):
+                finish(outcome: outcome, exit: status, expiry: reason, detail: nil)
+            }
+        }
+    }
+
+    private func reapLeftovers(expired: Bool) {
+        guard let child, child.groupHasMembers else {
+            self.child?.closeOutputs()
+            return
+        }
+        if expired {
+            child.signalGroup(SIGKILL)
+        } else {
+            logger.warning("task \(request.name) run \(request.runID) exited but left processes in its group \(child.pid): sending \(HandledSignals.name(request.settings.stopSignal)), SIGKILL after \(request.settings.killGrace.compactDescription)")
+            child.signalGroup(request.settings.stopSignal)
+            context.queue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(request.settings.killGrace.nanosecondsClamped))) {
+                if child.groupHasMembers { child.signalGroup(SIGKILL) }
+            }
+        }
+        child.closeOutputs()
+    }
+
+    private func runExpireHandler(_ reason: ExpiryReason) {
+        guard let command = request.settings.onExpire, let pid = child?.pid else {
+            perform(machine.handle(.expireHandlerEnded))
+            return
+        }
+        do {
+            let stdout = try PipePair.make(nonBlockingRead: true)
+            let stderr = try PipePair.make(nonBlockingRead: true)
+            let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
+            let spawnRequest = try self.spawnRequest(command: command, extra: [
+                ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
+                ("WATCHKEEPER_PID", Array(String(pid).utf8)),
+                ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
+            ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: nil)
+            let spawned: SpawnedProcess
+            do {
+                spawned = try ProcessSpawner.spawn(spawnRequest)
+            } catch {
+                for fd in [stdout.readEnd, stdout.writeEnd, stderr.readEnd, stderr.writeEnd] { close(fd) }
+                throw error
+            }
+            let handlerBudget = request.settings.onExpireBudget
+            var budgetTimer: DispatchSourceTimer?
+            let handler = ChildProcess(name: request.name, runID: request.runID, spawned: spawned,
+                                       outputs: [("on_expire stdout", stdout), ("on_expire stderr", stderr)],
+                                       context: context) { [weak self] status in
+                budgetTimer?.cancel()
+                guard let self else { return }
+                self.logger.info("task \(self.request.name) run \(self.request.runID): on_expire handler ended (\(status))")
+                self.expireHandler?.closeOutputs()
+                self.perform(self.machine.handle(.expireHandlerEnded))
+            }
+            expireHandler = handler
+            budgetTimer = addTimer(after: handlerBudget, target: "\(request.name) on_expire budget") { [weak self, weak handler] in
+                guard let self, let handler, handler.exit == nil else { return }
+                self.logger.warning("task \(self.request.name) run \(self.request.runID): on_expire handler exceeded its \(handlerBudget.compactDescription) budget; SIGKILL")
+                handler.signalGroup(SIGKILL)
+            }
+        } catch {
+            logger.error("task \(request.name) run \(request.runID): unable to run on_expire handler: \(error)")
+            perform(machine.handle(.expireHandlerEnded))
+        }
+    }
+
+    // MARK: Progress
+
+    private func watchProgress(_ pipe: PipePair, pid: pid_t) {
+        let stats = context.sources.register(.read, target: "progress of \(request.name) pid \(pid)", on: context.queue)
+        let fd = pipe.readEnd
+        progressFD = fd
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: context.queue.queue)
+        source.setEventHandler { [weak self] in
+            stats.fired()
+            self?.readProgress(fd: fd)
+        }
+        // Both ends only now, so the read end never hangs up while registered (see ChildProcess).
+        source.setCancelHandler { [sources = context.sources] in
+            close(pipe.readEnd)
+            close(pipe.writeEnd)
+            sources.unregister(stats)
+        }
+        progressSource = source
+        source.activate()
+    }
+
+    private func readProgress(fd: Int32, final: Bool = false) {
+        guard progressSource != nil else { return }
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var changed = false
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count > 0 {
+                buffer.withUnsafeBytes { raw in
+                    if progress.feed(UnsafeRawBufferPointer(rebasing: raw[0..<count])) { changed = true }
+                }
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            // EAGAIN: all read. EOF cannot happen: we hold the write end.
+            break
+        }
+        if changed { onProgress?() }
+        // Coalesce: leave the pipe alone for a while so many updates arrive in one read.
+        if !final, let source = progressSource {
+            source.suspend()
+            progressSuspended = true
+            context.queue.queue.asyncAfter(deadline: .now() + Self.progressInterval) { [weak self] in
+                // progressSource is set once per run, so "still there" means "the same source".
+                guard let self, self.progressSuspended, let current = self.progressSource else { return }
+                self.progressSuspended = false
+                current.resume()
+            }
+        }
+    }
+
+    // MARK: Finish
+
+    private func finish(outcome: RunOutcome, exit: ProcessExit?, expiry: ExpiryReason?, detail: String?) {
+        for timer in timers { timer.cancel() }
+        timers.removeAll()
+        if let source = progressSource {
+            // The last updates before the exit, then stop watching.
+            readProgress(fd: progressFD, final: true)
+            progressSource = nil
+            if progressSuspended {
+                progressSuspended = false
+                source.resume()
+            }
+            source.cancel()
+        }
+        let now = DispatchTime.now().uptimeNanoseconds
+        let started = startedWall
+        var lateness: Duration?
+        if let scheduled = request.scheduledAt, let started {
+            let seconds = started.secondsSinceEpoch - scheduled.secondsSinceEpoch
+            let nanos = Int64(started.nanoseconds) - Int64(scheduled.nanoseconds)
+            lateness = .nanoseconds(seconds * 1_000_000_000 + nanos)
+        }
+        let record = RunRecord(name: request.name, runID: request.runID, attempt: request.attempt, outcome: outcome,
+                               scheduledAt: request.scheduledAt, startedAt: started, finishedAt: .now(),
+                               duration: .nanoseconds(Int64(now &- startedAt)), exit: exit, expiry: expiry, lateness: lateness, detail: detail)
+        let handler = onFinish
+        onFinish = nil
+        handler?(record)
+    }
+
+    func describe(now: UInt64) -> DumpValue {
+        let elapsed = Duration.nanoseconds(Int64(now &- startedAt))
+        let left = request.settings.budget - elapsed
+        var fields: [DumpField] = [
+            .init("run_id", .string(request.runID)),
+            .init("pid", child.map { .int(Int64($0.pid)) } ?? .null),
+            .init("phase", .string(phaseName)),
+            .init("elapsed", .string(elapsed.compactDescription)),
+            .init("budget_left", .string(left > .zero ? left.compactDescription : "0s")),
+            .init("progress", progress.progress.map { .double($0) } ?? .null),
+            .init("status", progress.status.map { .string($0) } ?? .null),
+            .init("progress_updates", .int(Int64(progress.updates))),
+        ]
+        if let seen = progressSeenByLastDump, seen == progress.updates {
+            fields.append(.init("no_progress_since_last_dump", .bool(true)))
+        }
+        progressSeenByLastDump = progress.updates
+        if request.attempt > 1 { fields.append(.init("attempt", .int(Int64(request.attempt)))) }
+        return .object(fields)
+    }
+
+    var phaseName: String {
+        switch machine.phase {
+        case .running: return "running"
+        case .expiring(let reason): return "expiring (\(reason.rawValue)): on_expire running"
+        case .stopping(let reason): return "expiring (\(reason.rawValue)): \(HandledSignals.name(request.settings.stopSignal)) sent"
+        case .killing(let reason): return "expiring (\(reason.rawValue)): SIGKILL sent"
+        case .finished: return "finished"
+        }
+    }
+}
+
+/// A passwd entry, for HOME/USER/SHELL of the account a job runs as.
+struct Account {
+    let name: String
+    let home: String
+    let shell: String
+
+    static func lookup(uid: uid_t) -> Account? {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4_096)
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return Account(name: String(cString: entry.pw_name), home: String(cString: entry.pw_dir), shell: String(cString: entry.pw_shell))
+    }
+}

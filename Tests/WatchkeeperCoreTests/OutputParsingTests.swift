@@ -1,0 +1,105 @@
+import XCTest
+
+@testable import WatchkeeperCore
+
+/// How a job's output and progress bytes become lines and updates, whatever the chunking.
+final class OutputParsingTests: XCTestCase {
+    private func split(_ chunks: [String], max: Int = 16_384) -> [LineSplitter.Line] {
+        var splitter = LineSplitter(maxLineBytes: max)
+        var lines: [LineSplitter.Line] = []
+        for chunk in chunks { splitter.feed(Array(chunk.utf8)) { lines.append($0) } }
+        splitter.finish { lines.append($0) }
+        return lines
+    }
+
+    func testLines_spanningChunks_areJoined_andCRLFIsStripped() {
+        let lines = split(["hel", "lo\r\nwor", "ld\n", "tail"])
+        XCTAssertEqual(lines.map { String(decoding: $0.bytes, as: UTF8.self) }, ["hello", "world", "tail"])
+        XCTAssertEqual(lines.map(\.continues), [false, false, false])
+    }
+
+    func testALineLongerThanTheLimit_isCutIntoMarkedPieces_andMemoryStaysBounded() {
+        var splitter = LineSplitter(maxLineBytes: 10)
+        var lines: [LineSplitter.Line] = []
+        for _ in 0..<1_000 {
+            splitter.feed(Array("xxxxxxx".utf8)) { lines.append($0) }
+            XCTAssertLessThan(splitter.bufferedBytes, 10)
+        }
+        splitter.feed(Array("end\n".utf8)) { lines.append($0) }
+        XCTAssertEqual(lines.dropLast().count, 700)
+        XCTAssertTrue(lines.dropLast().allSatisfy { $0.continues && $0.bytes.count == 10 })
+        XCTAssertEqual(String(decoding: lines.last!.bytes, as: UTF8.self), "end")
+        XCTAssertFalse(lines.last!.continues)
+    }
+
+    func testInvalidUTF8AndEmptyLines_passThroughAsBytes() {
+        var splitter = LineSplitter()
+        var lines: [[UInt8]] = []
+        splitter.feed([0xff, 0xfe, 0x0a, 0x0a, 0x41, 0x0a]) { lines.append($0.bytes) }
+        XCTAssertEqual(lines, [[0xff, 0xfe], [], [0x41]])
+    }
+
+    func testPriorityPrefix_isReadOnlyInTheSdDaemonForm() {
+        XCTAssertEqual(LineSplitter.priorityPrefix(Array("<3>disk failed".utf8)).priority, 3)
+        XCTAssertEqual(Array(LineSplitter.priorityPrefix(Array("<3>disk failed".utf8)).message), Array("disk failed".utf8))
+        XCTAssertNil(LineSplitter.priorityPrefix(Array("<8>not a level".utf8)).priority)
+        XCTAssertNil(LineSplitter.priorityPrefix(Array("<12>no".utf8)).priority)
+        XCTAssertNil(LineSplitter.priorityPrefix(Array("plain".utf8)).priority)
+    }
+
+    private func feed(_ parser: inout ProgressParser, _ text: String) -> Bool {
+        Array(text.utf8).withUnsafeBytes { parser.feed($0) }
+    }
+
+    func testProgress_keepsTheLatestValueAndStatus_andCountsEveryUpdate() {
+        var parser = ProgressParser()
+        XCTAssertTrue(feed(&parser, "PROGRESS=10\nSTATUS=one\nPROGRESS=20\nnoise\nSTATUS=two\nPROGRESS=30\n"))
+        XCTAssertEqual(parser.progress, 30)
+        XCTAssertEqual(parser.status, "two")
+        XCTAssertEqual(parser.updates, 6)
+        XCTAssertFalse(feed(&parser, "PROGRESS=30\n"), "an unchanged value is not a change")
+        XCTAssertEqual(parser.updates, 7)
+    }
+
+    func testProgress_linesSplitAcrossReads_areCompletedBeforeParsing() {
+        var parser = ProgressParser()
+        _ = feed(&parser, "PROGRESS=4")
+        XCTAssertNil(parser.progress, "half a line is not an update")
+        _ = feed(&parser, "2\nSTATUS=imp")
+        XCTAssertEqual(parser.progress, 42)
+        _ = feed(&parser, "orting batch 7\r\n")
+        XCTAssertEqual(parser.status, "importing batch 7")
+        XCTAssertEqual(parser.updates, 2)
+    }
+
+    func testProgress_statusAtTheStartOfAChunk_andOnlyInTheFirstLine_isFound() {
+        var parser = ProgressParser()
+        _ = feed(&parser, "x\n")
+        _ = feed(&parser, "STATUS=first line of chunk\nPROGRESS=5\n")
+        XCTAssertEqual(parser.status, "first line of chunk")
+        XCTAssertEqual(parser.progress, 5)
+        _ = feed(&parser, "STATUS=only line\n")
+        XCTAssertEqual(parser.status, "only line")
+    }
+
+    func testProgress_valuesAreClampedAndJunkIgnored() {
+        var parser = ProgressParser()
+        _ = feed(&parser, "PROGRESS=250\n")
+        XCTAssertEqual(parser.progress, 100)
+        _ = feed(&parser, "PROGRESS=-3\n")
+        XCTAssertEqual(parser.progress, 0)
+        _ = feed(&parser, "PROGRESS=12.5%\n")
+        XCTAssertEqual(parser.progress, 12.5)
+        _ = feed(&parser, "PROGRESS=lots\n")
+        XCTAssertEqual(parser.progress, 12.5)
+    }
+
+    func testProgress_aFloodInOneChunk_isCountedExactly() {
+        var parser = ProgressParser()
+        let flood = (0..<100_000).map { "PROGRESS=\($0 % 100)\n" }.joined() + "STATUS=done\nPROGRESS=77\n"
+        _ = feed(&parser, flood)
+        XCTAssertEqual(parser.updates, 100_002)
+        XCTAssertEqual(parser.progress, 77)
+        XCTAssertEqual(parser.status, "done")
+    }
+}

@@ -1,0 +1,457 @@
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Periodic tasks run by the real daemon: real processes, real signals, real clocks
+/// (short durations). Each test reads what the jobs themselves wrote to files and the
+/// daemon's run records on stderr.
+final class TaskRunTests: XCTestCase {
+    private func start(_ tasks: String, daemon extra: String = "", environment: [String: String] = [:]) throws
+        -> (sandbox: DaemonSandbox, daemon: DaemonProcess, notify: NotifySocket) {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        let grace = extra.contains("shutdown_grace") ? "" : "shutdown_grace = \"5s\""
+        let config = """
+            [daemon]
+            log_level = "debug"
+            dump_component_timeout = "1s"
+            \(grace)
+            \(extra)
+
+            \(tasks.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+            """
+        try sandbox.writeConfig(config)
+        let daemon = try sandbox.start(notifySocket: notify, extra: environment)
+        guard notify.waitFor("READY", "1", timeout: 10) != nil else {
+            XCTFail("no READY=1; stderr:\n\(daemon.stderr)")
+            throw XCTSkip("daemon did not start")
+        }
+        return (sandbox, daemon, notify)
+    }
+
+    private func stop(_ daemon: DaemonProcess) {
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 20), 0, "stderr:\n\(daemon.stderr)")
+    }
+
+    private func lines(_ path: String) -> [String] {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    private func waitFor(_ timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if condition() { return true }
+            usleep(20_000)
+        } while Date() < deadline
+        return false
+    }
+
+    private func processExists(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return false }
+        // A zombie left for a reaper that is not ours does not count as running.
+        guard let close = stat.lastIndex(of: ")") else { return false }
+        return !stat[stat.index(close, offsetBy: 2)...].hasPrefix("Z")
+    }
+
+    func testJobOverBudget_runsOnExpireFirst_thenStopSignalToTheGroup() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "slow"
+            every = "1h"
+            run_on_start = true
+            budget = "500ms"
+            shell = true
+            command = 'trap "echo term >> @DIR@/events; exit 0" TERM; echo started >> @DIR@/events; while :; do sleep 0.05; done'
+            on_expire = 'echo "expire $WATCHKEEPER_EXPIRE_REASON $WATCHKEEPER_TASK" >> @DIR@/events'
+            """)
+        let events = sandbox.root + "/events"
+        XCTAssertTrue(waitFor(10) { lines(events).contains("term") }, "events: \(lines(events))\n\(daemon.stderr)")
+        XCTAssertEqual(lines(events), ["started", "expire budget slow", "term"])
+        XCTAssertTrue(daemon.waitForStderr(containing: "outcome=expired", timeout: 5), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("expiry=budget"), daemon.stderr)
+        stop(daemon)
+    }
+
+    func testJobIgnoringTheStopSignal_isKilledAfterKillGrace() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "stubborn"
+            every = "1h"
+            run_on_start = true
+            budget = "300ms"
+            kill_grace = "700ms"
+            shell = true
+            command = 'trap "" TERM; echo $$ > @DIR@/pid; while :; do sleep 0.05; done'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "outcome=expired", timeout: 10), daemon.stderr)
+        let record = try XCTUnwrap(daemon.stderr.split(separator: "\n").first { $0.contains("outcome=expired") })
+        XCTAssertTrue(record.contains("signal=SIGKILL"), String(record))
+        XCTAssertTrue(daemon.stderr.contains("did not stop within kill_grace 700ms"), daemon.stderr)
+        let durationMS = Int(record.components(separatedBy: "duration_ms=")[1].prefix { $0.isNumber }) ?? 0
+        XCTAssertGreaterThanOrEqual(durationMS, 950, "SIGKILL must wait for kill_grace after the budget: \(record)")
+        let pid = pid_t(lines(sandbox.root + "/pid").first ?? "") ?? 0
+        XCTAssertFalse(processExists(pid))
+        stop(daemon)
+    }
+
+    func testGrandchildStillRunning_isKilledWithItsProcessGroup() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "forker"
+            every = "1h"
+            run_on_start = true
+            budget = "400ms"
+            kill_grace = "300ms"
+            shell = true
+            command = 'sleep 300 & echo $! > @DIR@/grandchild; wait'
+
+            [[task]]
+            name = "leaver"
+            every = "1h"
+            run_on_start = true
+            kill_grace = "300ms"
+            shell = true
+            command = 'sleep 300 & echo $! > @DIR@/leftover; exit 0'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "task forker run", timeout: 10), daemon.stderr)
+        let grandchild = try XCTUnwrap(pid_t(lines(sandbox.root + "/grandchild").first ?? ""))
+        XCTAssertTrue(waitFor(3) { !processExists(grandchild) }, "grandchild \(grandchild) survived its job's expiry")
+        let leftover = try XCTUnwrap(pid_t(lines(sandbox.root + "/leftover").first ?? ""))
+        XCTAssertTrue(waitFor(3) { !processExists(leftover) }, "process \(leftover) left behind by a finished job survived")
+        XCTAssertTrue(daemon.stderr.contains("left processes in its group"), daemon.stderr)
+        stop(daemon)
+    }
+
+    func testOverlapSkip_skipsWhileRunning_andLogsOncePerStreak() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "long"
+            every = "200ms"
+            run_on_start = true
+            budget = "5s"
+            command = ["/bin/sleep", "1.1"]
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "runs again after skipping", timeout: 10), daemon.stderr)
+        let stderr = daemon.stderr
+        let skipNotices = stderr.components(separatedBy: "because the previous one is still running").count - 1
+        XCTAssertEqual(skipNotices, 1, "one notice per streak:\n\(stderr)")
+        XCTAssertTrue(stderr.contains("after skipping 5 run(s)") || stderr.contains("after skipping 4 run(s)") || stderr.contains("after skipping 6 run(s)"), stderr)
+        _ = sandbox // keeps the directory (and the daemon's stderr file) until the end
+        stop(daemon)
+    }
+
+    func testOverlapQueue_keepsAtMostOneRunWaiting() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "queued"
+            every = "150ms"
+            run_on_start = true
+            overlap = "queue"
+            shell = true
+            command = 'echo start >> @DIR@/runs; sleep 0.6'
+            """)
+        usleep(2_000_000)
+        stop(daemon)
+        // 2 s of 0.6 s runs, back to back because one always waits: about 3-4 runs, not 13.
+        let runs = lines(sandbox.root + "/runs").count
+        XCTAssertGreaterThanOrEqual(runs, 3)
+        XCTAssertLessThanOrEqual(runs, 4)
+    }
+
+    func testOverlapReplace_expiresTheRunningOneThenStartsTheNext() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "replaced"
+            every = "500ms"
+            run_on_start = true
+            overlap = "replace"
+            budget = "10s"
+            shell = true
+            command = 'echo "start $WATCHKEEPER_RUN_ID" >> @DIR@/runs; trap "echo term >> @DIR@/runs; exit 0" TERM; while :; do sleep 0.05; done'
+            """)
+        XCTAssertTrue(waitFor(5) { lines(sandbox.root + "/runs").filter { $0.hasPrefix("start") }.count >= 2 }, daemon.stderr)
+        let runs = lines(sandbox.root + "/runs")
+        XCTAssertEqual(Array(runs.prefix(3)).map { $0.hasPrefix("start") ? "start" : $0 }, ["start", "term", "start"])
+        XCTAssertTrue(daemon.stderr.contains("expiry=replaced"), daemon.stderr)
+        stop(daemon)
+    }
+
+    func testOverlapAllow_runsConcurrentlyUpToMaxConcurrent() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "parallel"
+            every = "100ms"
+            run_on_start = true
+            overlap = "allow"
+            max_concurrent = 3
+            shell = true
+            command = 'echo $$ >> @DIR@/running; sleep 1'
+            """)
+        usleep(600_000)
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let tasks = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first)
+        XCTAssertEqual((tasks["running"] as? [Any])?.count, 3, "\(tasks)")
+        stop(daemon)
+    }
+
+    func testFailedRun_isRetriedWithExponentialBackoff() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "flaky"
+            every = "1h"
+            run_on_start = true
+            retry = { attempts = 3, backoff = "300ms", max_backoff = "5s" }
+            shell = true
+            command = 'date +%s%N >> @DIR@/attempts; exit 3'
+            """)
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/attempts").count >= 3 }, daemon.stderr)
+        usleep(1_500_000)
+        let times = lines(sandbox.root + "/attempts").compactMap { Double($0) }.map { $0 / 1e9 }
+        XCTAssertEqual(times.count, 3, "attempts = 3 means three runs in all")
+        // 300 ms then 600 ms, each ±20%, plus spawn time.
+        XCTAssertGreaterThan(times[1] - times[0], 0.23)
+        XCTAssertGreaterThan(times[2] - times[1], 0.47)
+        XCTAssertGreaterThan(times[2] - times[1], (times[1] - times[0]) * 1.3, "the second wait must be longer: \(times)")
+        XCTAssertTrue(daemon.stderr.contains("outcome=failed"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("exit_code=3"), daemon.stderr)
+        stop(daemon)
+    }
+
+    func testHostileArguments_reachTheJobByteExact() throws {
+        let (sandbox, daemon, _) = try start(#"""
+            [[task]]
+            name = "argv"
+            every = "1h"
+            run_on_start = true
+            command = ["/usr/bin/python3", "-c", "import sys,os; open(sys.argv[1],'wb').write(b'\\0'.join(os.fsencode(a) for a in sys.argv[2:]))", "@DIR@/argv", "a b", "'q' \"dq\"", "$(touch @DIR@/pwned)", "`id`", "line1\nline2", "--rf", "-", "", "*", "{{literal}}", "{task}-{attempt}"]
+            """#)
+        XCTAssertTrue(daemon.waitForStderr(containing: "outcome=ok", timeout: 10), daemon.stderr)
+        let written = try Data(contentsOf: URL(fileURLWithPath: sandbox.root + "/argv"))
+        let expected = ["a b", "'q' \"dq\"", "$(touch \(sandbox.root)/pwned)", "`id`", "line1\nline2", "--rf", "-", "", "*", "{literal}", "argv-1"]
+        XCTAssertEqual(written, Data(expected.joined(separator: "\0").utf8))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/pwned"))
+        stop(daemon)
+    }
+
+    func testJobEnvironment_describesTheRun_andLeaksNothingOfTheDaemon() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "env"
+            every = "1h"
+            run_on_start = true
+            environment = { GREETING = "hello" }
+            command = ["/usr/bin/env"]
+            working_directory = "@DIR@"
+            shell = false
+            """, environment: ["SECRET_OF_THE_DAEMON": "leak"])
+        XCTAssertTrue(daemon.waitForStderr(containing: "outcome=ok", timeout: 10), daemon.stderr)
+        let output = daemon.stderr.split(separator: "\n").filter { $0.contains("env[") && $0.contains("stdout: ") }
+            .map { String($0.components(separatedBy: "stdout: ")[1]) }
+        let keys = Set(output.map { String($0.prefix { $0 != "=" }) })
+        XCTAssertTrue(keys.isSuperset(of: ["PATH", "WATCHKEEPER_TASK", "WATCHKEEPER_RUN_ID", "WATCHKEEPER_DEADLINE",
+                                           "WATCHKEEPER_PROGRESS_FD", "WATCHKEEPER_ATTEMPT", "GREETING", "HOME"]), "\(keys)")
+        XCTAssertFalse(keys.contains("SECRET_OF_THE_DAEMON"))
+        XCTAssertFalse(keys.contains("NOTIFY_SOCKET"))
+        XCTAssertTrue(output.contains("GREETING=hello"))
+        XCTAssertTrue(output.contains("WATCHKEEPER_TASK=env"))
+        _ = sandbox
+        stop(daemon)
+    }
+
+    func testQueuedJobs_startByPriority_withinMaxJobs() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "first"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'echo first >> @DIR@/order; sleep 0.5'
+
+            [[task]]
+            name = "low"
+            every = "1h"
+            run_on_start = true
+            priority = "low"
+            shell = true
+            command = 'echo low >> @DIR@/order'
+
+            [[task]]
+            name = "normal"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'echo normal >> @DIR@/order'
+
+            [[task]]
+            name = "urgent"
+            every = "1h"
+            run_on_start = true
+            priority = "high"
+            shell = true
+            command = 'echo urgent >> @DIR@/order'
+            """, daemon: "max_jobs = 1")
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/order").count == 4 }, daemon.stderr)
+        XCTAssertEqual(lines(sandbox.root + "/order"), ["first", "urgent", "normal", "low"])
+        stop(daemon)
+    }
+
+    func testDrain_expiresJobsStillRunningAtTheEndOfShutdownGrace_andExtendsTheStopTimeout() throws {
+        let (sandbox, daemon, notify) = try start("""
+            [[task]]
+            name = "endless"
+            every = "1h"
+            run_on_start = true
+            kill_grace = "300ms"
+            shell = true
+            command = 'trap "echo term >> @DIR@/events; exit 0" TERM; while :; do sleep 0.05; done'
+            on_expire = 'echo "expire $WATCHKEEPER_EXPIRE_REASON" >> @DIR@/events'
+
+            [[task]]
+            name = "waiting"
+            every = "1h"
+            run_on_start = true
+            command = ["/bin/true"]
+            """, daemon: "max_jobs = 1\nshutdown_grace = \"800ms\"")
+        usleep(300_000)
+        daemon.send(SIGTERM)
+        let stopping = notify.waitFor("STOPPING", "1", timeout: 5)
+        XCTAssertNotNil(stopping)
+        XCTAssertNotNil(notify.waitFor(timeout: 3) { $0["EXTEND_TIMEOUT_USEC"] != nil }, "no EXTEND_TIMEOUT_USEC while a job was finishing")
+        XCTAssertEqual(daemon.waitForExit(timeout: 15), 0, daemon.stderr)
+        XCTAssertEqual(lines(sandbox.root + "/events"), ["expire shutdown", "term"])
+        XCTAssertTrue(daemon.stderr.contains("expiry=shutdown"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("task waiting run") && daemon.stderr.contains("outcome=cancelled"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("expired at the end of shutdown_grace: endless"), daemon.stderr)
+    }
+
+    func testProgressFlood_isCoalesced_andTheLatestValueIsShown() throws {
+        let (sandbox, daemon, _) = try start(#"""
+            [[task]]
+            name = "chatty"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'awk "BEGIN { for (i = 0; i < 200000; i++) printf \"PROGRESS=%d\\n\", i % 100; printf \"PROGRESS=77\\nSTATUS=almost done\\n\" }" >&3; touch @DIR@/sent; sleep 30'
+            """#)
+        XCTAssertTrue(waitFor(20) { FileManager.default.fileExists(atPath: sandbox.root + "/sent") }, daemon.stderr)
+        usleep(400_000)
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let task = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first)
+        let run = try XCTUnwrap((task["running"] as? [[String: Any]])?.first, "\(task)")
+        XCTAssertEqual(run["progress"] as? Double, 77)
+        XCTAssertEqual(run["status"] as? String, "almost done")
+        XCTAssertEqual(run["progress_updates"] as? Int, 200_002)
+        let sources = try XCTUnwrap(state["sources"] as? [[String: Any]])
+        let progressSource = try XCTUnwrap(sources.first { ($0["target"] as? String)?.hasPrefix("progress of chatty") == true })
+        XCTAssertLessThan(progressSource["events"] as? Int ?? .max, 2_000, "200,000 updates must not mean 200,000 wake-ups")
+        XCTAssertTrue((state["status"] as? String)?.contains("chatty 77% (almost done)") ?? false, "\(state["status"] ?? "")")
+        stop(daemon)
+    }
+
+    func testOutputFloodWithoutNewlines_keepsDaemonMemoryBounded() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "flood"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'head -c 30000000 /dev/zero | tr "\\\\0" x; echo; echo done'
+            """)
+        // 30 MB in one line: read only the end of the daemon's (large) stderr.
+        XCTAssertTrue(waitFor(60) { daemon.stderrTail.contains("outcome=ok") }, daemon.stderrTail)
+        let status = try String(contentsOfFile: "/proc/\(daemon.pid)/status", encoding: .utf8)
+        let peakKB = Int(status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }?.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? .max
+        // The daemon keeps one 64 KiB read buffer and one 16 KiB partial line per stream.
+        XCTAssertLessThan(peakKB, 80_000, "peak RSS \(peakKB) kB after a 30 MB line")
+        XCTAssertTrue(daemon.stderrTail.contains("flood["), "the output must reach the log")
+        XCTAssertTrue(daemon.stderrTail.contains("stdout: done"), daemon.stderrTail)
+        _ = sandbox
+        stop(daemon)
+    }
+
+    func testAfter_aRunWaitsForItsDependencyToSucceed_andIsCancelledWhenItFails() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "publish"
+            every = "1h"
+            run_on_start = true
+            after = ["prepare"]
+            shell = true
+            command = 'echo publish >> @DIR@/order'
+
+            [[task]]
+            name = "prepare"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'sleep 0.4; echo prepare >> @DIR@/order'
+
+            [[task]]
+            name = "report"
+            every = "1h"
+            run_on_start = true
+            after = ["broken"]
+            shell = true
+            command = 'echo report >> @DIR@/order'
+
+            [[task]]
+            name = "broken"
+            every = "1h"
+            run_on_start = true
+            command = ["/bin/false"]
+            """)
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/order").count >= 2 }, daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "dependency broken did not succeed", timeout: 5), daemon.stderr)
+        usleep(300_000)
+        XCTAssertEqual(lines(sandbox.root + "/order"), ["prepare", "publish"], "report must not run after broken failed")
+        XCTAssertTrue(daemon.stderr.contains("task report run") && daemon.stderr.contains("outcome=cancelled"), daemon.stderr)
+        stop(daemon)
+    }
+
+    func testPersistentTask_catchesUpAMissedRunOnceAfterARestart_andOlderOnesAreRecordedMissed() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "nightly"
+            every = "1500ms"
+            persistent = true
+            catch_up_window = "1h"
+            shell = true
+            command = 'echo "$WATCHKEEPER_SCHEDULED_AT" >> @DIR@/runs'
+
+            [[task]]
+            name = "stale"
+            every = "1500ms"
+            persistent = true
+            catch_up_window = "1s"
+            shell = true
+            command = 'echo stale >> @DIR@/stale'
+            """)
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/runs").count == 1 && lines(sandbox.root + "/stale").count == 1 }, daemon.stderr)
+        stop(daemon)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: sandbox.root + "/state/watchkeeper.sqlite3"))
+        // Down for longer than an interval: nightly's next run is missed, stale's by more than its window.
+        usleep(3_200_000)
+        try FileManager.default.removeItem(atPath: sandbox.statePath) // the first life's final dump
+        let notify = try NotifySocket()
+        let restarted = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        XCTAssertTrue(waitFor(1) { lines(sandbox.root + "/runs").count == 2 }, "the missed run was not caught up at start:\n\(restarted.stderr)")
+        usleep(600_000)
+        XCTAssertEqual(lines(sandbox.root + "/runs").count, 2, "caught up once, not once per missed interval")
+        XCTAssertEqual(lines(sandbox.root + "/stale").count, 1, "beyond catch_up_window: not run")
+        XCTAssertTrue(restarted.stderr.contains("was missed while watchkeeper was not running"), restarted.stderr)
+        XCTAssertTrue(restarted.stderr.contains("task stale run") && restarted.stderr.contains("outcome=missed"), restarted.stderr)
+        // History survives the restart: the dump shows the first life's run.
+        restarted.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let nightly = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first { $0["name"] as? String == "nightly" })
+        XCTAssertGreaterThanOrEqual((nightly["last_runs"] as? [Any])?.count ?? 0, 2, "\(nightly)")
+        stop(restarted)
+    }
+}
