@@ -7,12 +7,12 @@ import XCTest
 /// The scheduler driven in-process, with real child processes: the manual-trigger
 /// entry point the control interface will call.
 final class TaskSchedulerTests: XCTestCase {
-    private func makeScheduler() -> (TaskScheduler, SubsystemQueue) {
+    private func makeScheduler(maxJobs: Int = 2) -> (TaskScheduler, SubsystemQueue) {
         let queue = SubsystemQueue(name: "test.tasks.\(UUIDLess.next())")
         let sink = LogSink(target: .stderr, level: .warning, problemCapacity: 10)
         let context = JobContext(queue: queue, sink: sink, logger: Logger(label: "test"), sources: SourceRegistry(),
                                  daemonEnvironment: ["PATH": "/usr/bin:/bin"])
-        return (TaskScheduler(context: context, work: WorkTracker(), maxJobs: 2), queue)
+        return (TaskScheduler(context: context, work: WorkTracker(), maxJobs: maxJobs), queue)
     }
 
     private func manualTask(_ name: String, _ command: [String], overlap: OverlapPolicy = .skip) -> TaskSettings {
@@ -77,6 +77,38 @@ final class TaskSchedulerTests: XCTestCase {
         }
         XCTAssertEqual(lastOutcome(scheduler, queue: queue, task: "fails", timeout: 10), "failed")
         XCTAssertEqual(lastOutcome(scheduler, queue: queue, task: "missing", timeout: 10), "failed")
+    }
+}
+
+extension TaskSchedulerTests {
+    func testCancel_ofARunWaitingForASlot_recordsCancelled_andItNeverRuns() throws {
+        let (scheduler, queue) = makeScheduler(maxJobs: 1)
+        let marker = "/tmp/wk-cancel-test-\(getpid())"
+        unlink(marker)
+        let (cancelled, cancelledAgain) = queue.queue.sync { () -> (Bool, Bool) in
+            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.3"]), manualTask("later", ["/usr/bin/touch", marker])],
+                            maxJobs: 1, isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            _ = scheduler.trigger(task: "slow")
+            guard case .success(let waiting) = scheduler.trigger(task: "later") else { return (false, false) }
+            return (scheduler.cancel(runID: waiting), scheduler.cancel(runID: waiting))
+        }
+        XCTAssertTrue(cancelled)
+        XCTAssertFalse(cancelledAgain, "a run is cancelled once")
+        XCTAssertEqual(lastOutcome(scheduler, queue: queue, task: "later", timeout: 5), "cancelled")
+        XCTAssertEqual(lastOutcome(scheduler, queue: queue, task: "slow", timeout: 5), "ok")
+        XCTAssertNotEqual(access(marker, F_OK), 0, "the cancelled run must never start")
+    }
+
+    func testCancel_ofARunningJob_isRefused() {
+        let (scheduler, queue) = makeScheduler(maxJobs: 1)
+        let refused = queue.queue.sync { () -> Bool in
+            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.2"])], maxJobs: 1, isStart: true,
+                            stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            guard case .success(let running) = scheduler.trigger(task: "slow") else { return false }
+            return !scheduler.cancel(runID: running)
+        }
+        XCTAssertTrue(refused)
+        XCTAssertEqual(lastOutcome(scheduler, queue: queue, task: "slow", timeout: 5), "ok")
     }
 }
 

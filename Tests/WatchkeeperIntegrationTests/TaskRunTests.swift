@@ -351,6 +351,8 @@ final class TaskRunTests: XCTestCase {
         let progressSource = try XCTUnwrap(sources.first { ($0["target"] as? String)?.hasPrefix("progress of chatty") == true })
         XCTAssertLessThan(progressSource["events"] as? Int ?? .max, 2_000, "200,000 updates must not mean 200,000 wake-ups")
         XCTAssertTrue((state["status"] as? String)?.contains("chatty 77% (almost done)") ?? false, "\(state["status"] ?? "")")
+        let resources = try XCTUnwrap(state["resources"] as? [String: Any])
+        XCTAssertLessThan(resources["rss_peak_bytes"] as? Int ?? .max, 80_000_000, "200,000 updates must not grow the daemon")
         stop(daemon)
     }
 

@@ -56,6 +56,10 @@ final class JobRun: @unchecked Sendable {
                                 nanoseconds: startedWall!.nanoseconds)
         do {
             let spawned = try spawnMain()
+            if request.settings.priority == .low {
+                // Low priority also yields the CPU: nice 10, as a batch job would be.
+                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(spawned.pid), 10)
+            }
             scheduleBudget()
             logger.debug("started \(request.name) run \(request.runID) as pid \(spawned.pid) in \(Duration.nanoseconds(Int64(spawned.spawnToExecNanoseconds)).compactDescription)")
         } catch {

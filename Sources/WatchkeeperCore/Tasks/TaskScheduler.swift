@@ -115,6 +115,20 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         return .success(runID)
     }
 
+    /// Cancels a run that has not started yet (waiting for a `max_jobs` slot or for its
+    /// dependencies). False if it already started or is unknown.
+    public func cancel(runID: String) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        if runner.cancel(runID: runID) { return true }
+        for task in tasks.values {
+            guard let held = task.held, held.request.runID == runID else { continue }
+            task.held = nil
+            finished(JobRunner.cancelledRecord(held.request, detail: "cancelled before it started"), task: task)
+            return true
+        }
+        return false
+    }
+
     public enum TriggerError: Error, Equatable, CustomStringConvertible {
         case unknownTask(String)
         case notStarted(String, policy: OverlapPolicy)
