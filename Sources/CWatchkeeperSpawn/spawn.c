@@ -1,11 +1,12 @@
 // fork/exec for job processes.
 //
-// Why fork and not vfork or posix_spawn: jobs may run as another user, and setuid in a
-// vfork child (which shares the parent's memory and glibc's thread list) goes through
-// glibc's setxid broadcast to the parent's threads. fork's child is single-threaded as far
-// as glibc knows, so setgroups/setgid/setuid there only change the child. posix_spawn has
-// no credential attributes. The price is copying the page tables (measured in
-// docs/measurements/spawn.md).
+// Why fork and not vfork, a raw clone or posix_spawn: jobs may run as another user, and
+// setuid in a vfork child (which shares the parent's memory and glibc's thread list) goes
+// through glibc's setxid broadcast to the parent's threads; a raw clone skips glibc's fork
+// bookkeeping and its child can hang in setuid the same way (the credentials test under
+// thread churn catches that). fork's child is single-threaded as far as glibc knows, so
+// setgroups/setgid/setuid there only change the child. posix_spawn has no credential
+// attributes. The price is copying the page tables (docs/measurements/spawn.md).
 //
 // Between fork and execve the child calls only async-signal-safe functions: another thread
 // may have held a lock (malloc, the Swift runtime) at the moment of fork.
