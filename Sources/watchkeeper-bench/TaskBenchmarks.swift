@@ -95,7 +95,7 @@ func runTimerJitterBenchmark() {
         let records = (try? String(contentsOfFile: daemon.stderrPath, encoding: .utf8)) ?? ""
         let lateness = records.split(separator: "\n").compactMap { line -> Double? in
             guard let range = line.range(of: "lateness_ms=") else { return nil }
-            return Double(line[range.upperBound...].prefix { $0.isNumber || $0 == "-" }).map { $0 / 1e3 }
+            return Double(line[range.upperBound...].prefix { $0.isNumber || $0 == "-" || $0 == "." }).map { $0 / 1e3 }
         }
         let starts = ((try? String(contentsOfFile: daemon.directory + "/starts", encoding: .utf8)) ?? "")
             .split(separator: "\n").compactMap { Double($0) }.map { $0 / 1e9 }
@@ -109,7 +109,7 @@ func runTimerJitterBenchmark() {
         let floor = deviations.min() ?? 0
         let spread = deviations.map { $0 - floor }
         let drift = (deviations.last ?? 0) - (deviations.first ?? 0)
-        print("  scheduler lateness (run records, ms resolution): \(milliseconds(lateness))")
+        print("  scheduler lateness (run records: start minus due):  \(milliseconds(lateness))")
         print("  job-observed start jitter vs the 1 s grid:      \(milliseconds(spread))")
         print(String(format: "  drift over %d runs: %.2f ms", starts.count, drift * 1e3))
     } catch {

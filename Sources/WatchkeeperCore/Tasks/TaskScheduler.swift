@@ -433,7 +433,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         ]
         if let scheduled = record.scheduledAt { metadata["scheduled_at"] = .string(scheduled.iso8601) }
         if let started = record.startedAt { metadata["started_at"] = .string(started.iso8601) }
-        if let lateness = record.lateness { metadata["lateness_ms"] = .stringConvertible(lateness.nanosecondsClamped / 1_000_000) }
+        if let lateness = record.lateness { metadata["lateness_ms"] = .string(roundedString(Double(lateness.nanosecondsClamped) / 1e6, digits: 3)) }
         switch record.exit {
         case .exited(let code)?: metadata["exit_code"] = .stringConvertible(code)
         case .signaled(let signal, _)?: metadata["signal"] = .string(HandledSignals.name(signal))
