@@ -28,6 +28,7 @@ ID_DUMP=a2f80729ec6c45298dafab0ee7b10f49
 ID_RELOAD_OK=efd3e24569174baf99b0879641b1ab8b
 ID_RELOAD_FAILED=c95800433a154f6a837f449a59dd5b53
 ID_STOPPING=7943fdcc39d047cdbb77a7dc61002afa
+ID_RUN_FINISHED=b665bf3c2f6c4766ab20db516c7d25dd
 ID_UNIT_STARTED=39f53479d3a045ac8e11786248231fbf
 ID_UNIT_SUCCESS=7ad2d189f7e94e70a38c781354912448
 
@@ -215,6 +216,7 @@ CHECKS=(
     "reload applies a valid configuration in place"
     "reload of a broken configuration is rejected and the daemon keeps running"
     "reload of the restored configuration succeeds"
+    "a task's output lines and run record are journal entries with their fields"
     "stop is clean"
 )
 NEXT=0
@@ -467,6 +469,53 @@ check_broken_reload() {
     WHY="status: $status"
 }
 
+# A task added by reload runs every second; its output lines are entries of their own
+# (SYSLOG_IDENTIFIER = the task, <N> prefix = PRIORITY) and each run ends in one record.
+check_task_journal() {
+    printf '%s\n' '' '[[task]]' 'name = "e2e-task"' 'every = "1s"' \
+        'command = ["/bin/sh", "-c", "echo \"<4>disk almost full\"; echo plain line"]' |
+        ns sh -c "cat >> $CONF" || { WHY="unable to add a task to $CONF"; return 1; }
+    check_reload || return 1
+    local i out=""
+    for i in $(seq 50); do
+        ns journalctl --sync 2>/dev/null
+        out=$( { ns journalctl -t e2e-task -o json --no-pager; echo "--records--";
+                 ns journalctl -u watchkeeper "MESSAGE_ID=$ID_RUN_FINISHED" WATCHKEEPER_TASK=e2e-task -o json --no-pager; } 2>/dev/null |
+            python3 -c '
+import json, sys
+lines, records, part = [], [], None
+for raw in sys.stdin:
+    raw = raw.strip()
+    if raw == "--records--": part = "records"; continue
+    if not raw: continue
+    (records if part else lines).append(json.loads(raw))
+warn = [e for e in lines if e.get("MESSAGE") == "disk almost full"]
+plain = [e for e in lines if e.get("MESSAGE") == "plain line"]
+if not warn or not plain or not records: sys.exit("waiting")
+w, r = warn[0], records[0]
+problems = []
+if w.get("PRIORITY") != "4": problems.append("the <4> line has PRIORITY=%s" % w.get("PRIORITY"))
+if plain[0].get("PRIORITY") != "6": problems.append("a plain line has PRIORITY=%s" % plain[0].get("PRIORITY"))
+if w.get("WATCHKEEPER_STREAM") != "stdout": problems.append("WATCHKEEPER_STREAM=%s" % w.get("WATCHKEEPER_STREAM"))
+if not w.get("SYSLOG_PID") or w.get("SYSLOG_PID") == w.get("_PID"): problems.append("SYSLOG_PID is not the pid of the job")
+runs = {e.get("WATCHKEEPER_RUN_ID") for e in warn}
+if r.get("WATCHKEEPER_RUN_ID") not in runs: problems.append("the record run id is not among the run ids of the lines")
+if r.get("WATCHKEEPER_OUTCOME") != "ok" or r.get("WATCHKEEPER_EXIT_CODE") != "0": problems.append("record: outcome %s exit %s" % (r.get("WATCHKEEPER_OUTCOME"), r.get("WATCHKEEPER_EXIT_CODE")))
+for field in ("WATCHKEEPER_SCHEDULED_AT", "WATCHKEEPER_STARTED_AT", "WATCHKEEPER_LATENESS_MS", "WATCHKEEPER_DURATION_MS"):
+    if field not in r: problems.append("the record has no " + field)
+if problems: print("; ".join(problems)); sys.exit(2)
+print("%d output lines, %d run records" % (len(lines), len(records)))
+' 2>&1)
+        case $? in
+            0) WHY=$out; return 0 ;;
+            2) WHY=$out; return 1 ;;
+        esac
+        sleep 0.2
+    done
+    WHY="no task output and run record in the journal within 10 s ($out)"
+    return 1
+}
+
 check_restored_reload() {
     ns cp -p "/run/$NAME/watchkeeper.toml.orig" "$CONF" || { WHY="unable to restore $CONF"; return 1; }
     check_reload || return 1
@@ -528,6 +577,7 @@ measure_dump_latency
 check check_reload
 check check_broken_reload
 check check_restored_reload
+check check_task_journal
 # Informational, for the docs: systemd's view of the unit's sandboxing.
 # E2E_SECURITY_REPORT=FILE keeps the whole table (docs/measurements/systemd-security.md).
 security=$(ns systemd-analyze security "$UNIT" --no-pager 2>/dev/null)
