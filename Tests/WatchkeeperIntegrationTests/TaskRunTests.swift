@@ -456,4 +456,23 @@ final class TaskRunTests: XCTestCase {
         XCTAssertGreaterThanOrEqual((nightly["last_runs"] as? [Any])?.count ?? 0, 2, "\(nightly)")
         stop(restarted)
     }
+
+    func testExpireHandler_keepsItsOwnBudget_evenAfterTheJobEndedOnItsOwn() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "shortlived"
+            every = "1h"
+            run_on_start = true
+            budget = "200ms"
+            on_expire_budget = "600ms"
+            shell = true
+            command = 'sleep 0.4'
+            on_expire = 'echo $$ > @DIR@/handler; sleep 30'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "outcome=expired", timeout: 10), daemon.stderr)
+        let handler = try XCTUnwrap(pid_t(lines(sandbox.root + "/handler").first ?? ""))
+        XCTAssertTrue(waitFor(3) { !processExists(handler) }, "the on_expire handler outlived its budget")
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_expire handler exceeded its 600ms budget", timeout: 2), daemon.stderr)
+        stop(daemon)
+    }
 }

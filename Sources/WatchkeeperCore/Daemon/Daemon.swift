@@ -189,12 +189,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
 
     /// One line for `systemctl status`: what runs, and what went wrong last.
     private func statusLine() -> String {
-        var line: String
-        switch machine.state {
-        case .starting: line = "starting"
-        case .running: line = "running"
-        case .draining(let signal): line = "stopping on \(HandledSignals.name(signal)): \(work.running.count) job(s) still running"
-        case .stopped: line = "stopped"
+        var line = machine.state.description
+        if case .draining(let signal) = machine.state {
+            line = "stopping on \(HandledSignals.name(signal)): \(work.running.count) job(s) still running"
         }
         line += "; config generation \(generation)"
         if case .running = machine.state {
@@ -315,15 +312,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
                 .init("errors", .array((lastReload.errors?.diagnostics ?? []).map { .string($0.description) })),
             ])
         }
-        let state: String
-        switch machine.state {
-        case .starting: state = "starting"
-        case .running: state = "running"
-        case .draining(let signal): state = "draining (\(HandledSignals.name(signal)))"
-        case .stopped: state = "stopped"
-        }
         return .object([
-            .init("state", .string(state)),
+            .init("state", .string(machine.state.description)),
             .init("ready_after_ms", readyAfter.map { .double(Double($0.nanosecondsClamped) / 1e6) } ?? .null),
             .init("log_target", .string(sink.target.rawValue)),
             .init("log_level", .string(sink.level.rawValue)),

@@ -9,6 +9,17 @@ public enum LifecycleState: Equatable, Sendable {
     case stopped
 }
 
+extension LifecycleState: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .starting: return "starting"
+        case .running: return "running"
+        case .draining(let signal): return "draining (\(HandledSignals.name(signal)))"
+        case .stopped: return "stopped"
+        }
+    }
+}
+
 public enum LifecycleEvent: Equatable, Sendable {
     case sourcesRegistered
     case reloadRequested

@@ -33,12 +33,15 @@ final class ChildProcess: @unchecked Sendable {
     let pid: pid_t
     private let context: JobContext
     private var exitSource: DispatchSourceRead?
+    private var budgetTimer: DispatchSourceTimer?
     private var outputs: [OutputChannel] = []
     private var onExit: ((ProcessExit) -> Void)?
     private(set) var exit: ProcessExit?
 
+    /// `killAfter`: a budget of the child's own (the expiration handler's), enforced here
+    /// so it holds even if the job that started it has already finished.
     init(name: String, runID: String, spawned: SpawnedProcess, outputs: [(stream: String, pipe: PipePair)], context: JobContext,
-         onExit: @escaping (ProcessExit) -> Void) {
+         killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         self.name = name
         self.runID = runID
         self.pid = spawned.pid
@@ -51,29 +54,49 @@ final class ChildProcess: @unchecked Sendable {
         let source = DispatchSource.makeReadSource(fileDescriptor: spawned.pidfd, queue: context.queue.queue)
         let pidfd = spawned.pidfd
         let pid = spawned.pid
-        source.setEventHandler { [weak self] in
+        // The handlers hold `self` strongly on purpose: a child's owner lives as long as
+        // the child, whoever started it; libdispatch drops the handlers after cancel.
+        source.setEventHandler {
             stats.fired()
             // Readable means exited (not yet reaped): stop watching first, reap in the
             // cancel handler, once the fd is out of epoll.
-            self?.exitSource?.cancel()
+            self.exitSource?.cancel()
         }
-        source.setCancelHandler { [weak self, sources = context.sources] in
+        source.setCancelHandler { [sources = context.sources] in
             let status = reap(pid: pid, pidfd: pidfd)
             close(pidfd)
             sources.unregister(stats)
-            if let status { self?.exited(status) }
+            if let status { self.exited(status) }
         }
         exitSource = source
         source.activate()
+        if let killAfter {
+            let timerStats = context.sources.register(.timer, target: "\(name) pid \(pid) budget \(killAfter.compactDescription)", on: context.queue)
+            let timer = DispatchSource.makeTimerSource(queue: context.queue.queue)
+            timer.schedule(deadline: .now() + .nanoseconds(Int(killAfter.nanosecondsClamped)))
+            timer.setEventHandler { [weak self] in
+                timerStats.fired()
+                guard let self, self.exit == nil else { return }
+                onKill?(killAfter)
+                self.signalGroup(SIGKILL)
+            }
+            timer.setCancelHandler { [sources = context.sources] in sources.unregister(timerStats) }
+            budgetTimer = timer
+            timer.activate()
+        }
     }
 
     private func exited(_ status: ProcessExit) {
         guard exit == nil else { return }
         exit = status
         exitSource = nil
+        budgetTimer?.cancel()
+        budgetTimer = nil
         let handler = onExit
         onExit = nil
         handler?(status)
+        // What the child wrote before it exited is read now; its pipes close.
+        closeOutputs()
     }
 
     /// The whole process group: the child is a session leader, so its pid is the pgid,

@@ -256,21 +256,16 @@ final class JobRun: @unchecked Sendable {
                 throw error
             }
             let handlerBudget = request.settings.onExpireBudget
-            var budgetTimer: DispatchSourceTimer?
-            let handler = ChildProcess(name: request.name, runID: request.runID, spawned: spawned,
-                                       outputs: [("on_expire stdout", stdout), ("on_expire stderr", stderr)],
-                                       context: context) { [weak self] status in
-                budgetTimer?.cancel()
+            let logger = self.logger
+            let label = "task \(request.name) run \(request.runID)"
+            expireHandler = ChildProcess(name: request.name, runID: request.runID, spawned: spawned,
+                                         outputs: [("on_expire stdout", stdout), ("on_expire stderr", stderr)], context: context,
+                                         killAfter: handlerBudget, onKill: { budget in
+                                             logger.warning("\(label): on_expire handler exceeded its \(budget.compactDescription) budget; SIGKILL")
+                                         }) { [weak self] status in
+                logger.info("\(label): on_expire handler ended (\(status))")
                 guard let self else { return }
-                self.logger.info("task \(self.request.name) run \(self.request.runID): on_expire handler ended (\(status))")
-                self.expireHandler?.closeOutputs()
                 self.perform(self.machine.handle(.expireHandlerEnded))
-            }
-            expireHandler = handler
-            budgetTimer = addTimer(after: handlerBudget, target: "\(request.name) on_expire budget") { [weak self, weak handler] in
-                guard let self, let handler, handler.exit == nil else { return }
-                self.logger.warning("task \(self.request.name) run \(self.request.runID): on_expire handler exceeded its \(handlerBudget.compactDescription) budget; SIGKILL")
-                handler.signalGroup(SIGKILL)
             }
         } catch {
             logger.error("task \(request.name) run \(request.runID): unable to run on_expire handler: \(error)")
