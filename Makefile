@@ -45,10 +45,11 @@ release: deps
 
 # Foreground daemon on the demo configuration; state and runtime files go under demo/var.
 run: build
-	@mkdir -p demo/var/run demo/var/lib
+	@mkdir -p demo/var/run demo/var/lib /tmp/watchkeeper-demo/inbox
 	@echo "watchkeeper: running in the foreground on demo/watchkeeper.toml"
 	@echo "watchkeeper: from another terminal: kill -USR1 \$$(pgrep -xo watchkeeper) for a state dump (also in demo/var/run/state.json),"
 	@echo "watchkeeper: kill -HUP for a reload; Ctrl-C or kill -TERM drains and exits"
+	@echo "watchkeeper: copy a file into the demo inbox to start a job: cp README.md /tmp/watchkeeper-demo/inbox/"
 	RUNTIME_DIRECTORY=$(CURDIR)/demo/var/run STATE_DIRECTORY=$(CURDIR)/demo/var/lib \
 	  $(DEBUG_BIN) run --config $(CURDIR)/demo/watchkeeper.toml
 

@@ -329,7 +329,7 @@ final class ConfigLoaderTests: XCTestCase {
         assertSingleError(source, at: (12, 12), #"duplicate task name "backup" (first defined at line 2)"#)
     }
 
-    func testParse_watchEntries_areRefusedAsNotSupportedYet() {
+    func testParse_watchWithoutPathOrCommand_reportsBothAtItsHeader() {
         let source = """
             [daemon]
             log_level = "info"
@@ -337,10 +337,14 @@ final class ConfigLoaderTests: XCTestCase {
             [[watch]]
             name = "incoming"
             """
-        assertSingleError(
-            source, at: (4, 3),
-            "[[watch]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file"
-        )
+        guard case .failure(let errors) = ConfigLoader.parse(source: source, path: "/etc/watchkeeper/watchkeeper.toml", environment: [:]) else {
+            return XCTFail("a watch without path and command must be refused")
+        }
+        XCTAssertEqual(errors.diagnostics.map(\.message).sorted(), [
+            #"missing required key "command" in [[watch]] "incoming""#,
+            #"missing required key "path" in [[watch]] "incoming""#,
+        ])
+        XCTAssertEqual(Set(errors.diagnostics.map { $0.position.map { "\($0.line):\($0.column)" } ?? "-" }), ["4:3"])
     }
 
     func testParse_taskWithoutName_reportsTheMissingKeyAtItsHeader() {

@@ -619,19 +619,87 @@ final class TaskSettingsTests: XCTestCase {
         )
     }
 
-    func testParse_watchEntries_areStillRefusedBesideValidTasks() {
+    func testParse_watchRule_readsEveryKey() throws {
         let source = """
-            [[task]]
-            name = "a"
-            command = ["/bin/true"]
-            every = "1h"
-
             [[watch]]
-            name = "incoming"
+            name = "inbox"
+            path = "/srv/inbox"
+            recursive = true
+            events = ["closed_write", "moved_in", "deleted"]
+            include = ["**/*.csv"]
+            exclude = ["**/.*"]
+            follow_symlinks = true
+            settle = "500ms"
+            max_concurrent = 2
+            command = ["/usr/local/bin/import", "{watch}", "{path}", "{dir}", "{name}", "{event}"]
+            budget = "10m"
             """
-        assertSingleError(
-            source, at: (6, 3),
-            "[[watch]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file"
-        )
+        let watch = try XCTUnwrap(parsed(source)?.watches.first)
+        XCTAssertEqual(watch.name, "inbox")
+        XCTAssertEqual(watch.path, "/srv/inbox")
+        XCTAssertTrue(watch.recursive)
+        XCTAssertEqual(watch.events, [.closedWrite, .movedIn, .deleted])
+        XCTAssertTrue(watch.filter.selects(Array("a/b.csv".utf8)))
+        XCTAssertFalse(watch.filter.selects(Array("a/.b.csv".utf8)))
+        XCTAssertTrue(watch.followSymlinks)
+        XCTAssertEqual(watch.settle, .milliseconds(500))
+        XCTAssertEqual(watch.maxConcurrent, 2)
+        XCTAssertEqual(watch.job.budget, .seconds(600))
+    }
+
+    func testParse_watchRuleDefaults_areTheReadyEventsAndNoSettle() throws {
+        let watch = try XCTUnwrap(parsed("""
+            [[watch]]
+            name = "w"
+            path = "/srv/w"
+            command = ["/bin/true"]
+            """)?.watches.first)
+        XCTAssertEqual(watch.events, [.closedWrite, .movedIn])
+        XCTAssertFalse(watch.recursive)
+        XCTAssertEqual(watch.settle, .zero)
+        XCTAssertTrue(watch.filter.selects(Array("anything".utf8)))
+    }
+
+    func testParse_watchWithRelativePath_isRefusedAtTheValue() {
+        assertSingleError("""
+            [[watch]]
+            name = "w"
+            path = "srv/w"
+            command = ["/bin/true"]
+            """, at: (3, 8), #"watch.path must be an absolute path, not the relative "srv/w""#)
+    }
+
+    func testParse_watchWithUnknownEvent_listsTheKnownOnes() {
+        assertSingleError("""
+            [[watch]]
+            name = "w"
+            path = "/srv/w"
+            events = ["closed_write", "opened"]
+            command = ["/bin/true"]
+            """, at: (4, 10), #"watch.events: unknown event "opened" (known: created, closed_write, moved_in, moved_out, deleted, modified, attrib)"#)
+    }
+
+    func testParse_watchWithBadGlob_pointsIntoThePattern() {
+        let found = errors("""
+            [[watch]]
+            name = "w"
+            path = "/srv/w"
+            include = ["ok/*.csv", "bad/[x"]
+            command = ["/bin/true"]
+            """)
+        XCTAssertEqual(found.count, 1, "\(found)")
+        XCTAssertEqual(found.first?.position?.line, 4)
+        XCTAssertTrue(found.first?.message.hasPrefix(#"bad pattern "bad/[x" in watch.include: "#) ?? false, "\(found)")
+    }
+
+    func testParse_watchCommandWithATaskPlaceholder_isRefused() {
+        let found = errors("""
+            [[watch]]
+            name = "w"
+            path = "/srv/w"
+            command = ["/bin/echo", "{scheduled}"]
+            """)
+        XCTAssertEqual(found.count, 1, "\(found)")
+        XCTAssertTrue(found.first?.message.contains(#"unknown placeholder "{scheduled}""#) ?? false, "\(found)")
     }
 }

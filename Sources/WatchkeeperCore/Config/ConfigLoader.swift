@@ -58,19 +58,18 @@ public enum ConfigLoader {
             }
             TaskSettings.validateDependencies(tasks, declared: declared, context: context)
         }
+        var watches: [WatchSettings] = []
         if let entries = top.arrayOfTables(NamedEntryKind.watch.rawValue) {
-            _ = namedEntries(entries, kind: .watch, context: context)
-            if let first = entries.first {
-                context.error(
-                    at: context.sourceMap.keyPosition([.key("watch"), .index(first.1)]),
-                    "[[watch]] entries are not supported by watchkeeper \(WatchkeeperVersion.current) yet; remove them to run this file"
-                )
+            for (name, reader) in namedEntries(entries, kind: .watch, context: context) {
+                var reader = reader
+                if let watch = WatchSettings.read(name: name, from: &reader) { watches.append(watch) }
+                reader.reportUnknownKeys()
             }
         }
         top.reportUnknownKeys()
 
         if context.diagnostics.isEmpty {
-            return .success(Configuration(path: path, daemon: daemon, tasks: tasks))
+            return .success(Configuration(path: path, daemon: daemon, tasks: tasks, watches: watches))
         }
         return .failure(ConfigErrors(context.diagnostics))
     }
@@ -123,8 +122,7 @@ struct ReadFailure: Error {
     let reason: String
 }
 
-/// The arrays of named tables: `[[task]]` now, `[[watch]]` with the watching
-/// subsystem (refused until then rather than silently ignored).
+/// The arrays of named tables; names are unique within each kind.
 enum NamedEntryKind: String, CaseIterable {
     case watch
     case task

@@ -34,10 +34,12 @@ public struct Configuration: Sendable {
     public var path: String
     public var daemon: DaemonSettings
     public var tasks: [TaskSettings]
+    public var watches: [WatchSettings]
 
-    public init(path: String, daemon: DaemonSettings, tasks: [TaskSettings] = []) {
+    public init(path: String, daemon: DaemonSettings, tasks: [TaskSettings] = [], watches: [WatchSettings] = []) {
         self.path = path
         self.daemon = daemon
         self.tasks = tasks
+        self.watches = watches
     }
 }

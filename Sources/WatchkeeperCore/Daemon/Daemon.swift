@@ -29,6 +29,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     public let watchdogQueue = SubsystemQueue(name: "watchdog", qos: .userInitiated)
     public let diagnosticsQueue = SubsystemQueue(name: "diagnostics", qos: .utility)
     public let tasksQueue = SubsystemQueue(name: "tasks", qos: .default)
+    public let watchingQueue = SubsystemQueue(name: "watching", qos: .default)
 
     private let options: RunOptions
     private let sink: LogSink
@@ -40,6 +41,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var stateDump: StateDump!
     private var signals: SignalSources!
     private var scheduler: TaskScheduler!
+    private var watcher: DirectoryWatcher!
 
     // Confined to the lifecycle queue.
     private var machine = LifecycleMachine()
@@ -87,12 +89,14 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue]
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue, watchingQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
         let jobContext = JobContext(queue: tasksQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
         scheduler = TaskScheduler(context: jobContext, work: work, maxJobs: configuration.daemon.maxJobs)
-        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, scheduler], queues: monitored, sources: sources,
+        let scheduler = scheduler!
+        watcher = DirectoryWatcher(queue: watchingQueue, jobs: jobContext) { scheduler.runner }
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, scheduler, watcher], queues: monitored, sources: sources,
                               sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
                               settings: configuration.daemon)
         signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
@@ -131,6 +135,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let settings = configuration.daemon
         // The tasks queue never waits for this one, so waiting for it here cannot deadlock.
         tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: true, stateDirectory: settings.stateDirectory) }
+        // READY=1 promises the initial watches are in place.
+        let watches = configuration.watches
+        watchingQueue.queue.sync { watcher.apply(watches) }
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -180,7 +187,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func announceReady() {
         let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- options.processStart))
         readyAfter = elapsed
-        logger.info("ready in \(elapsed.compactDescription): \(configuration.tasks.count) task(s), \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
+        logger.info("ready in \(elapsed.compactDescription): \(configuration.tasks.count) task(s), \(configuration.watches.count) watch rule(s), \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
                     metadata: [JournalFields.messageIDKey: .string(MessageID.ready), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])
         // Logged before READY=1 so the journal shows it before systemd's "Started".
         notifier.send([("READY", "1"), ("STATUS", statusLine())])
@@ -239,12 +246,15 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         stateDump.apply(settings)
         let tasks = new.tasks
         tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: false, stateDirectory: settings.stateDirectory) }
+        let watches = new.watches
+        watchingQueue.queue.sync { watcher.apply(watches) }
         configuration = new
     }
 
     private func beginDrain(signal: Int32) {
         let grace = configuration.daemon.shutdownGrace
         // No new runs; queued ones are cancelled. Running ones are the drain's to wait for.
+        watchingQueue.queue.sync { watcher.stop() }
         tasksQueue.queue.sync { scheduler.stop() }
         let running = work.running
         drainStartedAt = DispatchTime.now().uptimeNanoseconds
@@ -339,7 +349,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue, watchingQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")

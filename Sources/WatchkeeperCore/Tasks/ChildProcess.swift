@@ -40,7 +40,7 @@ final class ChildProcess: @unchecked Sendable {
 
     /// `killAfter`: a budget of the child's own (the expiration handler's), enforced here
     /// so it holds even if the job that started it has already finished.
-    init(name: String, runID: String, spawned: SpawnedProcess, outputs: [(stream: String, pipe: PipePair)], context: JobContext,
+    init(name: String, kind: JobKind, runID: String, spawned: SpawnedProcess, outputs: [(stream: String, pipe: PipePair)], context: JobContext,
          killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         self.name = name
         self.runID = runID
@@ -48,7 +48,7 @@ final class ChildProcess: @unchecked Sendable {
         self.context = context
         self.onExit = onExit
         for (stream, pipe) in outputs {
-            self.outputs.append(OutputChannel(stream: stream, pipe: pipe, name: name, runID: runID, pid: spawned.pid, context: context))
+            self.outputs.append(OutputChannel(stream: stream, pipe: pipe, name: name, kind: kind, runID: runID, pid: spawned.pid, context: context))
         }
         let stats = context.sources.register(.read, target: "pidfd of \(name) pid \(spawned.pid)", on: context.queue)
         let source = DispatchSource.makeReadSource(fileDescriptor: spawned.pidfd, queue: context.queue.queue)
@@ -130,6 +130,7 @@ final class ChildProcess: @unchecked Sendable {
 /// writes: one read buffer and at most one partial line.
 final class OutputChannel: @unchecked Sendable {
     let stream: String
+    private let kind: JobKind
     private let name: String
     private let runID: String
     private let pid: pid_t
@@ -143,8 +144,9 @@ final class OutputChannel: @unchecked Sendable {
     /// Reads per event before yielding the queue to other jobs; the source fires again.
     private static let readsPerEvent = 16
 
-    init(stream: String, pipe: PipePair, name: String, runID: String, pid: pid_t, context: JobContext) {
+    init(stream: String, pipe: PipePair, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
         self.stream = stream
+        self.kind = kind
         self.name = name
         self.runID = runID
         self.pid = pid
@@ -195,7 +197,7 @@ final class OutputChannel: @unchecked Sendable {
             ("PRIORITY", Array(String(level).utf8)),
             ("SYSLOG_IDENTIFIER", Array(name.utf8)),
             ("SYSLOG_PID", Array(String(pid).utf8)),
-            ("WATCHKEEPER_TASK", Array(name.utf8)),
+            (kind.fieldName, Array(name.utf8)),
             ("WATCHKEEPER_RUN_ID", Array(runID.utf8)),
             ("WATCHKEEPER_STREAM", Array(stream.utf8)),
         ], stderrText: "\(WallTime.now().iso8601) \(self.name)[\(self.pid)] \(self.stream): \(String(decoding: text, as: UTF8.self))")

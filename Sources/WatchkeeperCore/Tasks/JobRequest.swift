@@ -1,13 +1,24 @@
 import Dispatch
+import Logging
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
+/// What started a job: it names the job's journal field and environment variable
+/// (WATCHKEEPER_TASK or WATCHKEEPER_WATCH).
+public enum JobKind: String, Sendable {
+    case task
+    case watch
+
+    var fieldName: String { self == .task ? "WATCHKEEPER_TASK" : "WATCHKEEPER_WATCH" }
+}
+
 /// One run to start: what the runner needs, whoever asked for it (a task's schedule,
 /// a retry, a manual trigger, later a file event).
 public struct JobRequest: Sendable {
     public let name: String
+    public let kind: JobKind
     public let runID: String
     public let settings: JobSettings
     /// Byte values for the command's `{placeholders}`.
@@ -18,9 +29,11 @@ public struct JobRequest: Sendable {
     public let attempt: Int
     public let submittedAt: UInt64
 
-    public init(name: String, runID: String = JobRequest.makeRunID(), settings: JobSettings, placeholders: [String: [UInt8]] = [:],
-                environment: [(String, [UInt8])] = [], scheduledAt: WallTime? = nil, attempt: Int = 1) {
+    public init(name: String, kind: JobKind = .task, runID: String = JobRequest.makeRunID(), settings: JobSettings,
+                placeholders: [String: [UInt8]] = [:], environment: [(String, [UInt8])] = [], scheduledAt: WallTime? = nil,
+                attempt: Int = 1) {
         self.name = name
+        self.kind = kind
         self.runID = runID
         self.settings = settings
         self.placeholders = placeholders
@@ -81,5 +94,33 @@ public struct RunRecord: Sendable, Equatable {
         if attempt > 1 { fields.append(.init("attempt", .int(Int64(attempt)))) }
         if let detail { fields.append(.init("detail", .string(detail))) }
         return .object(fields)
+    }
+}
+
+extension RunRecord {
+    /// One structured journal record per run, for tasks and watch rules alike.
+    func log(to logger: Logger, kind: JobKind, extra: Logger.Metadata = [:]) {
+        var metadata: Logger.Metadata = [
+            JournalFields.messageIDKey: .string(MessageID.runFinished),
+            kind.rawValue: .string(name),
+            "run_id": .string(runID),
+            "outcome": .string(outcome.rawValue),
+            "duration_ms": .stringConvertible(duration.nanosecondsClamped / 1_000_000),
+            "attempt": .stringConvertible(attempt),
+        ]
+        metadata.merge(extra) { _, new in new }
+        if let scheduledAt { metadata["scheduled_at"] = .string(scheduledAt.iso8601) }
+        if let startedAt { metadata["started_at"] = .string(startedAt.iso8601) }
+        if let lateness { metadata["lateness_ms"] = .string(roundedString(Double(lateness.nanosecondsClamped) / 1e6, digits: 3)) }
+        switch exit {
+        case .exited(let code)?: metadata["exit_code"] = .stringConvertible(code)
+        case .signaled(let signal, _)?: metadata["signal"] = .string(HandledSignals.name(signal))
+        case nil: break
+        }
+        if let expiry { metadata["expiry"] = .string(expiry.rawValue) }
+        var message = "\(kind.rawValue) \(name) run \(runID): \(summary) in \(duration.compactDescription)"
+        if let lateness, lateness > .milliseconds(1) { message += ", started \(lateness.compactDescription) late" }
+        let level: Logger.Level = outcome == .ok ? .info : (outcome == .cancelled ? .notice : .warning)
+        logger.log(level: level, "\(message)", metadata: metadata)
     }
 }

@@ -84,7 +84,7 @@ final class JobRun: @unchecked Sendable {
             throw error
         }
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
-        child = ChildProcess(name: self.request.name, runID: self.request.runID, spawned: spawned,
+        child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
                              outputs: [("stdout", stdout), ("stderr", stderr)], context: context) { [weak self] status in
             self?.perform(self?.machine.handle(.exited(status)) ?? [])
         }
@@ -99,7 +99,7 @@ final class JobRun: @unchecked Sendable {
         let settings = request.settings
         let credentials = try (settings.user != nil || settings.group != nil) ? Credentials.lookup(user: settings.user, group: settings.group) : nil
         var placeholders = request.placeholders
-        placeholders["task"] = Array(request.name.utf8)
+        placeholders[request.kind.rawValue] = Array(request.name.utf8)
         placeholders["run_id"] = Array(request.runID.utf8)
         placeholders["attempt"] = Array(String(request.attempt).utf8)
         placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8)
@@ -125,7 +125,7 @@ final class JobRun: @unchecked Sendable {
             environment["SHELL"] = Array(account.shell.utf8)
         }
         for (key, value) in settings.environment { environment[key] = Array(value.utf8) }
-        environment["WATCHKEEPER_TASK"] = Array(request.name.utf8)
+        environment[request.kind.fieldName] = Array(request.name.utf8)
         environment["WATCHKEEPER_RUN_ID"] = Array(request.runID.utf8)
         environment["WATCHKEEPER_ATTEMPT"] = Array(String(request.attempt).utf8)
         environment["WATCHKEEPER_BUDGET_SECONDS"] = Array(String(settings.budget.components.seconds).utf8)
@@ -258,7 +258,7 @@ final class JobRun: @unchecked Sendable {
             let handlerBudget = request.settings.onExpireBudget
             let logger = self.logger
             let label = "task \(request.name) run \(request.runID)"
-            expireHandler = ChildProcess(name: request.name, runID: request.runID, spawned: spawned,
+            expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned,
                                          outputs: [("on_expire stdout", stdout), ("on_expire stderr", stderr)], context: context,
                                          killAfter: handlerBudget, onKill: { budget in
                                              logger.warning("\(label): on_expire handler exceeded its \(budget.compactDescription) budget; SIGKILL")

@@ -36,7 +36,8 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     public let queue: SubsystemQueue
     private let context: JobContext
-    private let runner: JobRunner
+    /// Shared with the directory watcher: one runner, one `max_jobs`, for every job.
+    let runner: JobRunner
     private var logger: Logger { context.logger }
     // Confined to `queue`.
     private var tasks: [String: ScheduledTask] = [:]
@@ -421,29 +422,8 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         return .nanoseconds(Int64(Double(delay.nanosecondsClamped) * spread))
     }
 
-    /// One structured journal record per run.
     private func log(_ record: RunRecord) {
-        var metadata: Logger.Metadata = [
-            JournalFields.messageIDKey: .string(MessageID.runFinished),
-            "task": .string(record.name),
-            "run_id": .string(record.runID),
-            "outcome": .string(record.outcome.rawValue),
-            "duration_ms": .stringConvertible(record.duration.nanosecondsClamped / 1_000_000),
-            "attempt": .stringConvertible(record.attempt),
-        ]
-        if let scheduled = record.scheduledAt { metadata["scheduled_at"] = .string(scheduled.iso8601) }
-        if let started = record.startedAt { metadata["started_at"] = .string(started.iso8601) }
-        if let lateness = record.lateness { metadata["lateness_ms"] = .string(roundedString(Double(lateness.nanosecondsClamped) / 1e6, digits: 3)) }
-        switch record.exit {
-        case .exited(let code)?: metadata["exit_code"] = .stringConvertible(code)
-        case .signaled(let signal, _)?: metadata["signal"] = .string(HandledSignals.name(signal))
-        case nil: break
-        }
-        if let expiry = record.expiry { metadata["expiry"] = .string(expiry.rawValue) }
-        var message = "task \(record.name) run \(record.runID): \(record.summary) in \(record.duration.compactDescription)"
-        if let lateness = record.lateness, lateness > .milliseconds(1) { message += ", started \(lateness.compactDescription) late" }
-        let level: Logger.Level = record.outcome == .ok ? .info : (record.outcome == .cancelled ? .notice : .warning)
-        logger.log(level: level, "\(message)", metadata: metadata)
+        record.log(to: logger, kind: .task)
     }
 
     // MARK: Persistence

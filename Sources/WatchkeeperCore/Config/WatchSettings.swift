@@ -1,0 +1,93 @@
+import TOMLKit
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The inotify events a rule can react to, by the names the configuration uses.
+public enum WatchEvent: String, Sendable, CaseIterable {
+    case created
+    case closedWrite = "closed_write"
+    case movedIn = "moved_in"
+    case movedOut = "moved_out"
+    case deleted
+    case modified
+    case attrib
+
+    var mask: UInt32 {
+        switch self {
+        case .created: return UInt32(IN_CREATE)
+        case .closedWrite: return UInt32(IN_CLOSE_WRITE)
+        case .movedIn: return UInt32(IN_MOVED_TO)
+        case .movedOut: return UInt32(IN_MOVED_FROM)
+        case .deleted: return UInt32(IN_DELETE)
+        case .modified: return UInt32(IN_MODIFY)
+        case .attrib: return UInt32(IN_ATTRIB)
+        }
+    }
+
+    /// "A file is ready": written and closed, or moved in whole.
+    public static let ready: [WatchEvent] = [.closedWrite, .movedIn]
+}
+
+/// One `[[watch]]` rule: a directory (tree) and the job its files start.
+public struct WatchSettings: Equatable, Sendable {
+    public var name: String
+    public var path: String
+    public var recursive = false
+    public var events: [WatchEvent] = WatchEvent.ready
+    public var filter: PathFilter
+    public var followSymlinks = false
+    /// Events for one path within this window become one job.
+    public var settle: Duration = .zero
+    public var maxConcurrent = 1_024
+    public var job: JobSettings
+
+    public static let placeholders = ["path", "dir", "name", "event", "watch", "run_id", "attempt"]
+
+    static func read(name: String, from reader: inout TableReader) -> WatchSettings? {
+        let context = reader.context
+        let job = TaskSettings.readJob(&reader, placeholders: placeholders)
+        let path = reader.absolutePath("path")
+        if path == nil && reader.table["path"] == nil {
+            context.error(at: reader.headerPosition, "missing required key \"path\" in \(reader.displayName)")
+        }
+        var watch = WatchSettings(name: name, path: path ?? "/", filter: PathFilter(include: [], exclude: []),
+                                  job: job ?? JobSettings(command: .arguments(["/bin/true"])))
+        if let value = reader.bool("recursive") { watch.recursive = value }
+        if let names = reader.stringArray("events") {
+            var events: [WatchEvent] = []
+            for name in names {
+                guard let event = WatchEvent(rawValue: name) else {
+                    context.error(at: reader.valuePosition("events"),
+                                  "\(reader.dotted("events")): unknown event \"\(name)\" (known: \(WatchEvent.allCases.map(\.rawValue).joined(separator: ", ")))")
+                    continue
+                }
+                if !events.contains(event) { events.append(event) }
+            }
+            if !events.isEmpty { watch.events = events }
+        }
+        let include = readGlobs("include", from: &reader)
+        let exclude = readGlobs("exclude", from: &reader)
+        watch.filter = PathFilter(include: include, exclude: exclude)
+        if let value = reader.bool("follow_symlinks") { watch.followSymlinks = value }
+        if let settle = reader.duration("settle", range: .zero ... .seconds(3_600)) { watch.settle = settle }
+        if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
+        return job == nil || path == nil ? nil : watch
+    }
+
+    private static func readGlobs(_ key: String, from reader: inout TableReader) -> [GlobPattern] {
+        guard let texts = reader.stringArray(key, allowEmpty: true) else { return [] }
+        var patterns: [GlobPattern] = []
+        for (index, text) in texts.enumerated() {
+            do {
+                patterns.append(try GlobPattern(text))
+            } catch {
+                var position = reader.context.sourceMap.valuePosition(reader.path + [.key(key), .index(index)]) ?? reader.valuePosition(key)
+                if let start = position { position = SourcePosition(line: start.line, column: start.column + error.column) }
+                reader.context.error(at: position, "bad pattern \"\(text)\" in \(reader.dotted(key)): \(error.message)")
+            }
+        }
+        return patterns
+    }
+}

@@ -1,0 +1,558 @@
+import CWatchkeeperSystem
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The watching subsystem: one inotify fd for the daemon, read by one read source on
+/// the watching queue, turning file events of `[[watch]]` rules into jobs run by the
+/// shared job runner. Everything here is touched only on the watching queue.
+public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
+    /// A file as it was when a job was started for it: an event for the same bytes
+    /// (a rescan, or the real event racing the scan of a new directory) is a duplicate.
+    struct FileIdentity: Equatable {
+        let device: UInt64
+        let inode: UInt64
+        let size: Int64
+        let modifiedNanoseconds: Int64
+    }
+
+    /// Confined to the watching queue.
+    final class Rule: @unchecked Sendable {
+        var settings: WatchSettings
+        /// Relative directory (bytes, "" for the root) → watch descriptor.
+        var descriptors: [[UInt8]: Int32] = [:]
+        var rootMissing = false
+        var pending: [[UInt8]: (deadline: UInt64, event: String)] = [:]
+        /// Paths in the order their settle windows end; stale entries are skipped.
+        var settleOrder: [(path: [UInt8], deadline: UInt64)] = []
+        var settleTimer: DispatchSourceTimer?
+        var handled: [[UInt8]: FileIdentity] = [:]
+        var running = 0
+        var waiting: [JobRequest] = []
+        var eventsSeen: UInt64 = 0
+        var coalesced: UInt64 = 0
+        var matched: UInt64 = 0
+        var duplicates: UInt64 = 0
+        var jobsStarted: UInt64 = 0
+        var jobsFailed: UInt64 = 0
+        var overflows: UInt64 = 0
+        var rescans: UInt64 = 0
+        var lastEventAt: UInt64?
+        var unwatchable: [[UInt8]] = []
+
+        init(settings: WatchSettings) {
+            self.settings = settings
+        }
+
+        var rootBytes: [UInt8] { Array(settings.path.utf8) }
+
+        func absolute(_ relative: [UInt8]) -> [UInt8] {
+            relative.isEmpty ? rootBytes : rootBytes + [UInt8(ascii: "/")] + relative
+        }
+    }
+
+    public let queue: SubsystemQueue
+    private let jobs: JobContext
+    private let runner: @Sendable () -> JobRunner
+    private var logger: Logger { jobs.logger }
+    private var fd: Int32 = -1
+    private var source: DispatchSourceRead?
+    private var rules: [String: Rule] = [:]
+    private var order: [String] = []
+    private var descriptors: [Int32: [(rule: String, relative: [UInt8])]] = [:]
+    private var accepting = true
+    private var overflowsTotal: UInt64 = 0
+    private var recheckTimer: DispatchSourceTimer?
+    private var initProblem: String?
+    static let handledLimit = 200_000
+    static let recheckInterval: Duration = .seconds(5)
+
+    /// `runner` is read on the tasks queue only.
+    init(queue: SubsystemQueue, jobs: JobContext, runner: @escaping @Sendable () -> JobRunner) {
+        self.queue = queue
+        self.jobs = jobs
+        self.runner = runner
+    }
+
+    public var dumpSectionName: String { "watches" }
+    public var dumpQueue: SubsystemQueue { queue }
+
+    // MARK: Rules
+
+    /// First start and every reload: unchanged rules keep their watches (no event is lost
+    /// for them); changed and removed ones are unwatched; new and changed ones are watched.
+    func apply(_ settings: [WatchSettings]) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        if fd < 0 && !settings.isEmpty { openInotify() }
+        let names = Set(settings.map(\.name))
+        for (name, rule) in rules where !names.contains(name) || rule.settings != settings.first(where: { $0.name == name }) {
+            unwatch(rule)
+            rules[name] = nil
+        }
+        for new in settings where rules[new.name] == nil {
+            let rule = Rule(settings: new)
+            rules[new.name] = rule
+            watchRoot(rule, emitExisting: false)
+        }
+        order = settings.map(\.name)
+        armRecheckIfNeeded()
+    }
+
+    private func openInotify() {
+        fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        guard fd >= 0 else {
+            initProblem = "unable to create an inotify instance: \(String(cString: strerror(errno)))" + (errno == EMFILE
+                ? " (fs.inotify.max_user_instances=\(Self.sysctl("max_user_instances") ?? "?") reached; raise it with sysctl fs.inotify.max_user_instances=1024)" : "")
+            logger.error("\(initProblem!)")
+            return
+        }
+        let stats = jobs.sources.register(.read, target: "inotify (all watch rules)", on: queue)
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue.queue)
+        let descriptor = fd
+        source.setEventHandler { [unowned self] in
+            stats.fired()
+            self.readEvents()
+        }
+        // Never cancelled while the daemon runs; the fd closes with the source.
+        source.setCancelHandler { close(descriptor) }
+        self.source = source
+        source.activate()
+    }
+
+    private func watchRoot(_ rule: Rule, emitExisting: Bool) {
+        var info = stat()
+        guard stat(rule.settings.path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+            if !rule.rootMissing {
+                logger.warning("watch \(rule.settings.name): unable to watch \(rule.settings.path): \(errno == 0 || errno == ENOENT ? "no such directory" : String(cString: strerror(errno))); checking again every \(Self.recheckInterval.compactDescription)")
+            }
+            rule.rootMissing = true
+            return
+        }
+        if rule.rootMissing {
+            logger.notice("watch \(rule.settings.name): \(rule.settings.path) is back; watching it again")
+        }
+        rule.rootMissing = false
+        addTree(rule, relative: [], emitExisting: emitExisting)
+    }
+
+    private func unwatch(_ rule: Rule) {
+        rule.settleTimer?.cancel()
+        rule.settleTimer = nil
+        for (relative, wd) in rule.descriptors {
+            removeDescriptor(wd, rule: rule.settings.name, relative: relative)
+        }
+        rule.descriptors.removeAll()
+    }
+
+    private func removeDescriptor(_ wd: Int32, rule name: String, relative: [UInt8]) {
+        guard var users = descriptors[wd] else { return }
+        users.removeAll { $0.rule == name && $0.relative == relative }
+        if users.isEmpty {
+            descriptors[wd] = nil
+            _ = inotify_rm_watch(fd, wd)
+        } else {
+            descriptors[wd] = users
+        }
+    }
+
+    /// Watches a directory first, then lists it: a file created in between is seen by
+    /// the scan, the event, or both (the duplicate is dropped by identity).
+    private func addTree(_ rule: Rule, relative: [UInt8], emitExisting: Bool) {
+        guard fd >= 0 else { return }
+        let absolute = rule.absolute(relative)
+        var mask = rule.settings.events.reduce(UInt32(0)) { $0 | $1.mask }
+        mask |= UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR) | 0x2000_0000 /* IN_MASK_ADD */
+        if !rule.settings.followSymlinks { mask |= UInt32(IN_DONT_FOLLOW) }
+        let wd = absolute.withUnsafeBufferPointer { bytes -> Int32 in
+            var path = Array(bytes) + [0]
+            return path.withUnsafeMutableBufferPointer { inotify_add_watch(fd, UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), mask) }
+        }
+        if wd < 0 {
+            reportWatchFailure(rule, absolute: absolute, relative: relative, error: errno)
+            return
+        }
+        rule.descriptors[relative] = wd
+        var users = descriptors[wd] ?? []
+        if !users.contains(where: { $0.rule == rule.settings.name && $0.relative == relative }) {
+            users.append((rule.settings.name, relative))
+        }
+        descriptors[wd] = users
+        guard rule.settings.recursive || emitExisting else { return }
+        for entry in listDirectory(absolute) {
+            let child = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
+            if entry.isDirectory {
+                if rule.settings.recursive && rule.settings.filter.mayContainSelected(directory: child) {
+                    addTree(rule, relative: child, emitExisting: emitExisting)
+                }
+            } else if emitExisting, let event = readyEventName(rule), rule.settings.filter.selects(child) {
+                rule.matched += 1
+                enqueue(rule, relative: child, event: event, minimumSettle: Self.scanSettle)
+            }
+        }
+    }
+
+    /// The event name a file found by a scan is reported with: the rule's "ready" event.
+    private func readyEventName(_ rule: Rule) -> String? {
+        for candidate in [WatchEvent.closedWrite, .movedIn, .created] where rule.settings.events.contains(candidate) {
+            return candidate.rawValue
+        }
+        return nil
+    }
+
+    private func reportWatchFailure(_ rule: Rule, absolute: [UInt8], relative: [UInt8], error: Int32) {
+        let path = String(decoding: absolute, as: UTF8.self)
+        switch error {
+        case ENOSPC:
+            rule.unwatchable.append(relative)
+            let limit = Self.sysctl("max_user_watches") ?? "?"
+            logger.error("unable to watch \(path): inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(descriptors.count) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/)",
+                         metadata: ["watch": .string(rule.settings.name)])
+        case EACCES:
+            logger.warning("watch \(rule.settings.name): unable to watch \(path): permission denied; files below it are not seen")
+        case ENOENT, ENOTDIR:
+            break // gone again before we got to it
+        default:
+            logger.error("watch \(rule.settings.name): unable to watch \(path): \(String(cString: strerror(error)))")
+        }
+    }
+
+    struct DirectoryEntry {
+        let name: [UInt8]
+        let isDirectory: Bool
+    }
+
+    private func listDirectory(_ absolute: [UInt8]) -> [DirectoryEntry] {
+        let directory = (absolute + [0]).withUnsafeBufferPointer { opendir(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
+        guard let directory else { return [] }
+        defer { closedir(directory) }
+        var entries: [DirectoryEntry] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+            if name == [UInt8(ascii: ".")] || name == [UInt8(ascii: "."), UInt8(ascii: ".")] { continue }
+            var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
+            if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
+                var info = stat()
+                let full = absolute + [UInt8(ascii: "/")] + name + [0]
+                if full.withUnsafeBufferPointer({ lstat(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), &info) }) == 0 {
+                    isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
+                }
+            }
+            entries.append(DirectoryEntry(name: name, isDirectory: isDirectory))
+        }
+        return entries
+    }
+
+    // MARK: Events
+
+    private func readEvents() {
+        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return // EAGAIN: all read
+            }
+            if count == 0 { return }
+            buffer.withUnsafeBytes { raw in
+                var offset = 0
+                while offset + 16 <= count {
+                    let wd = raw.loadUnaligned(fromByteOffset: offset, as: Int32.self)
+                    let mask = raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
+                    let length = Int(raw.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
+                    let nameBytes = raw[(offset + 16)..<min(count, offset + 16 + length)]
+                    let name = Array(nameBytes.prefix { $0 != 0 })
+                    handle(wd: wd, mask: mask, name: name)
+                    offset += 16 + length
+                }
+            }
+        }
+    }
+
+    private func handle(wd: Int32, mask: UInt32, name: [UInt8]) {
+        if mask & UInt32(IN_Q_OVERFLOW) != 0 {
+            overflowed()
+            return
+        }
+        guard let users = descriptors[wd] else { return }
+        if mask & UInt32(IN_IGNORED) != 0 {
+            // The directory is gone (deleted, unmounted) or was unwatched.
+            descriptors[wd] = nil
+            for (ruleName, relative) in users {
+                guard let rule = rules[ruleName], rule.descriptors[relative] == wd else { continue }
+                rule.descriptors[relative] = nil
+                if relative.isEmpty {
+                    rule.rootMissing = true
+                    logger.warning("watch \(rule.settings.name): \(rule.settings.path) was removed; checking for it every \(Self.recheckInterval.compactDescription)")
+                    armRecheckIfNeeded()
+                }
+            }
+            return
+        }
+        let now = DispatchTime.now().uptimeNanoseconds
+        for (ruleName, relative) in users {
+            guard let rule = rules[ruleName] else { continue }
+            rule.eventsSeen += 1
+            rule.lastEventAt = now
+            if name.isEmpty { continue } // about the directory itself (DELETE_SELF, MOVE_SELF)
+            let path = relative.isEmpty ? name : relative + [UInt8(ascii: "/")] + name
+            if mask & UInt32(IN_ISDIR) != 0 {
+                if rule.settings.recursive {
+                    if mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0, rule.settings.filter.mayContainSelected(directory: path) {
+                        addTree(rule, relative: path, emitExisting: true)
+                    } else if mask & UInt32(IN_MOVED_FROM) != 0 {
+                        dropSubtree(rule, relative: path)
+                    }
+                }
+                continue
+            }
+            guard let event = rule.settings.events.first(where: { mask & $0.mask != 0 }) else { continue }
+            guard rule.settings.filter.selects(path) else { continue }
+            rule.matched += 1
+            enqueue(rule, relative: path, event: event.rawValue)
+        }
+    }
+
+    /// A directory moved out of the tree: its watches would report paths that no
+    /// longer belong to the rule.
+    private func dropSubtree(_ rule: Rule, relative: [UInt8]) {
+        let prefix = relative + [UInt8(ascii: "/")]
+        for (path, wd) in rule.descriptors where path == relative || path.starts(with: prefix) {
+            rule.descriptors[path] = nil
+            removeDescriptor(wd, rule: rule.settings.name, relative: path)
+        }
+    }
+
+    /// IN_Q_OVERFLOW: the kernel dropped events. Every tree is scanned again; files not
+    /// handled yet in the form they have now get their job, so nothing is lost.
+    private func overflowed() {
+        overflowsTotal += 1
+        logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; fs.inotify.max_queued_events=\(Self.sysctl("max_queued_events") ?? "?")); rescanning every watched tree")
+        for name in order {
+            guard let rule = rules[name], !rule.rootMissing else { continue }
+            rule.overflows += 1
+            rule.rescans += 1
+            rescan(rule, relative: [])
+        }
+    }
+
+    private func rescan(_ rule: Rule, relative: [UInt8]) {
+        let absolute = rule.absolute(relative)
+        if rule.descriptors[relative] == nil {
+            addTree(rule, relative: relative, emitExisting: true)
+            return
+        }
+        for entry in listDirectory(absolute) {
+            let child = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
+            if entry.isDirectory {
+                if rule.settings.recursive && rule.settings.filter.mayContainSelected(directory: child) { rescan(rule, relative: child) }
+            } else if let event = readyEventName(rule), rule.settings.filter.selects(child) {
+                enqueue(rule, relative: child, event: event, minimumSettle: Self.scanSettle)
+            }
+        }
+    }
+
+    // MARK: Settle and start
+
+    /// Files found by a scan may still be open for writing (a scan cannot tell): they wait
+    /// this long, and a close event for the same path meanwhile joins the same job.
+    static let scanSettle: Duration = .seconds(1)
+
+    private func enqueue(_ rule: Rule, relative: [UInt8], event: String, minimumSettle: Duration = .zero) {
+        guard accepting else { return }
+        let window = max(rule.settings.settle, minimumSettle)
+        if window == .zero && rule.pending[relative] == nil {
+            start(rule, relative: relative, event: event)
+            return
+        }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(window.nanosecondsClamped)
+        if rule.pending[relative] != nil { rule.coalesced += 1 }
+        rule.pending[relative] = (deadline, event)
+        rule.settleOrder.append((relative, deadline))
+        if rule.settleTimer == nil { armSettleTimer(rule, at: deadline) }
+    }
+
+    private func armSettleTimer(_ rule: Rule, at deadline: UInt64) {
+        let stats = jobs.sources.register(.timer, target: "watch \(rule.settings.name): settle \(rule.settings.settle.compactDescription)", on: queue)
+        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
+        timer.schedule(deadline: DispatchTime(uptimeNanoseconds: deadline))
+        timer.setEventHandler { [unowned self] in
+            stats.fired()
+            self.settleDue(rule)
+        }
+        timer.setCancelHandler { [sources = jobs.sources] in sources.unregister(stats) }
+        rule.settleTimer = timer
+        timer.activate()
+    }
+
+    /// Starts every path whose window has ended; re-arms for the next one. Entries a
+    /// later event superseded are skipped (their path has a later deadline).
+    private func settleDue(_ rule: Rule) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        var index = 0
+        while index < rule.settleOrder.count, rule.settleOrder[index].deadline <= now {
+            let (path, deadline) = rule.settleOrder[index]
+            index += 1
+            guard let pending = rule.pending[path], pending.deadline == deadline else { continue }
+            rule.pending[path] = nil
+            start(rule, relative: path, event: pending.event)
+        }
+        rule.settleOrder.removeFirst(index)
+        rule.settleTimer?.cancel()
+        rule.settleTimer = nil
+        if let next = rule.settleOrder.first { armSettleTimer(rule, at: next.deadline) }
+    }
+
+    private func identity(of path: [UInt8], followSymlinks: Bool) -> FileIdentity? {
+        var info = stat()
+        let result = (path + [0]).withUnsafeBufferPointer { bytes -> Int32 in
+            let cPath = UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self)
+            return followSymlinks ? stat(cPath, &info) : lstat(cPath, &info)
+        }
+        guard result == 0 else { return nil }
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+                            modifiedNanoseconds: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+    }
+
+    private func start(_ rule: Rule, relative: [UInt8], event: String) {
+        let absolute = rule.absolute(relative)
+        let settings = rule.settings
+        let vanishes = event == WatchEvent.deleted.rawValue || event == WatchEvent.movedOut.rawValue
+        if !vanishes {
+            guard let current = identity(of: absolute, followSymlinks: settings.followSymlinks) else { return } // gone already
+            if rule.handled[relative] == current {
+                rule.duplicates += 1
+                return
+            }
+            if rule.handled.count >= Self.handledLimit { rule.handled.removeAll(keepingCapacity: true) }
+            rule.handled[relative] = current
+        }
+        let slash = absolute.lastIndex(of: UInt8(ascii: "/")) ?? 0
+        let directory = slash == 0 ? [UInt8(ascii: "/")] : Array(absolute[..<slash])
+        let name = Array(absolute[(slash + 1)...])
+        let request = JobRequest(
+            name: settings.name, kind: .watch, settings: settings.job,
+            placeholders: ["path": absolute, "dir": directory, "name": name, "event": Array(event.utf8)],
+            environment: [("WATCHKEEPER_PATH", absolute), ("WATCHKEEPER_DIR", directory), ("WATCHKEEPER_NAME", name),
+                          ("WATCHKEEPER_EVENT", Array(event.utf8))]
+        )
+        if rule.running >= settings.maxConcurrent {
+            rule.waiting.append(request)
+        } else {
+            submit(request, rule: rule)
+        }
+    }
+
+    private func submit(_ request: JobRequest, rule: Rule) {
+        rule.running += 1
+        rule.jobsStarted += 1
+        let runner = self.runner
+        let path = String(decoding: request.placeholders["path"] ?? [], as: UTF8.self)
+        let queue = self.queue
+        // The watcher lives as long as the daemon: strong captures are fine here.
+        jobs.queue.async {
+            let accepted = runner().submit(request) { record in
+                queue.async { self.finished(record, rule: rule, path: path) }
+            }
+            if !accepted {
+                queue.async { self.finished(JobRunner.cancelledRecord(request, detail: "cancelled: the daemon is stopping"), rule: rule, path: path) }
+            }
+        }
+    }
+
+    private func finished(_ record: RunRecord, rule: Rule, path: String) {
+        rule.running -= 1
+        if record.outcome != .ok { rule.jobsFailed += 1 }
+        record.log(to: logger, kind: .watch, extra: ["path": .string(path)])
+        if accepting, !rule.waiting.isEmpty, rule.running < rule.settings.maxConcurrent {
+            submit(rule.waiting.removeFirst(), rule: rule)
+        }
+    }
+
+    /// The drain: no new jobs from file events.
+    func stop() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        accepting = false
+        for name in order {
+            guard let rule = rules[name] else { continue }
+            rule.settleTimer?.cancel()
+            rule.settleTimer = nil
+            let dropped = rule.pending.count + rule.waiting.count
+            if dropped > 0 {
+                logger.notice("watch \(name): \(dropped) file(s) waiting to settle or for a slot were not started because the daemon is stopping")
+            }
+            rule.pending.removeAll()
+            rule.waiting.removeAll()
+        }
+        recheckTimer?.cancel()
+        recheckTimer = nil
+    }
+
+    // MARK: Missing roots
+
+    private func armRecheckIfNeeded() {
+        guard recheckTimer == nil, accepting, rules.values.contains(where: \.rootMissing) else { return }
+        let stats = jobs.sources.register(.timer, target: "watch roots missing: check every \(Self.recheckInterval.compactDescription)", on: queue)
+        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
+        let interval = DispatchTimeInterval.nanoseconds(Int(Self.recheckInterval.nanosecondsClamped))
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [unowned self] in
+            stats.fired()
+            for name in self.order {
+                // A root that comes back may already hold files: they are handled.
+                if let rule = self.rules[name], rule.rootMissing { self.watchRoot(rule, emitExisting: true) }
+            }
+            if !self.rules.values.contains(where: \.rootMissing) {
+                self.recheckTimer?.cancel()
+                self.recheckTimer = nil
+            }
+        }
+        timer.setCancelHandler { [sources = jobs.sources] in sources.unregister(stats) }
+        recheckTimer = timer
+        timer.activate()
+    }
+
+    // MARK: Dump
+
+    static func sysctl(_ name: String) -> String? {
+        (try? readSmallFile("/proc/sys/fs/inotify/\(name)"))?.split(separator: "\n").first.map(String.init)
+    }
+
+    public func describeForDump() -> DumpValue {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
+            let settings = rule.settings
+            return .object([
+                .init("name", .string(settings.name)),
+                .init("root", .string(settings.path)),
+                .init("recursive", .bool(settings.recursive)),
+                .init("events", .array(settings.events.map { .string($0.rawValue) })),
+                .init("root_missing", .bool(rule.rootMissing)),
+                .init("inotify_watches", .int(Int64(rule.descriptors.count))),
+                .init("events_seen", .int(Int64(rule.eventsSeen))),
+                .init("matched", .int(Int64(rule.matched))),
+                .init("coalesced", .int(Int64(rule.coalesced))),
+                .init("duplicates_dropped", .int(Int64(rule.duplicates))),
+                .init("jobs_started", .int(Int64(rule.jobsStarted))),
+                .init("jobs_failed", .int(Int64(rule.jobsFailed))),
+                .init("jobs_running", .int(Int64(rule.running))),
+                .init("jobs_waiting", .int(Int64(rule.waiting.count))),
+                .init("overflows", .int(Int64(rule.overflows))),
+                .init("rescans", .int(Int64(rule.rescans))),
+                .init("last_event_ago_s", rule.lastEventAt.map { .double(Double(now &- $0) / 1e9) } ?? .null),
+                .init("pending_settle", .int(Int64(rule.pending.count))),
+                .init("files_remembered", .int(Int64(rule.handled.count))),
+                .init("unwatched_directories", .array(rule.unwatchable.prefix(20).map { .string(String(decoding: $0, as: UTF8.self)) })),
+            ])
+        }
+        return .object([
+            .init("inotify", initProblem.map { .string($0) } ?? .string(fd >= 0 ? "fd \(fd)" : "not needed")),
+            .init("watches_in_use", .int(Int64(descriptors.count))),
+            .init("max_user_watches", Self.sysctl("max_user_watches").flatMap { Int64($0) }.map { .int($0) } ?? .null),
+            .init("overflows", .int(Int64(overflowsTotal))),
+            .init("rules", .array(entries)),
+        ])
+    }
+}

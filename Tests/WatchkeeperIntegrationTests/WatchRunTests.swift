@@ -1,0 +1,232 @@
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `[[watch]]` rules on real directories with real inotify: each test creates files the
+/// way programs do and reads what the started jobs wrote.
+final class WatchRunTests: XCTestCase {
+    private var sandbox: DaemonSandbox!
+    private var daemon: DaemonProcess!
+
+    private func start(_ rules: String, daemonExtra: String = "") throws {
+        sandbox = try DaemonSandbox()
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
+        let notify = try NotifySocket()
+        try sandbox.writeConfig("""
+            [daemon]
+            log_level = "debug"
+            shutdown_grace = "5s"
+            \(daemonExtra)
+
+            \(rules.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+            """)
+        daemon = try sandbox.start(notifySocket: notify)
+        guard notify.waitFor("READY", "1", timeout: 10) != nil else {
+            XCTFail("no READY=1; stderr:\n\(daemon.stderr)")
+            throw XCTSkip("daemon did not start")
+        }
+    }
+
+    override func tearDown() {
+        if let daemon, daemon.isRunning {
+            daemon.send(SIGTERM)
+            XCTAssertEqual(daemon.waitForExit(timeout: 20), 0, "stderr:\n\(daemon.stderr)")
+        }
+        daemon = nil
+        sandbox = nil
+    }
+
+    private func records(_ path: String) -> [[UInt8]] {
+        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        return Array(data).split(separator: 0, omittingEmptySubsequences: true).map(Array.init)
+    }
+
+    private func waitFor(_ timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if condition() { return true }
+            usleep(20_000)
+        } while Date() < deadline
+        return false
+    }
+
+    /// A job that appends its {path} argument and NUL to @DIR@/handled, byte for byte.
+    private static let recorder = #"command = ["/usr/bin/python3", "-c", "import sys,os; f=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND|os.O_CREAT); os.write(f, os.fsencode(sys.argv[2]) + b'\\0')", "@DIR@/handled", "{path}"]"#
+
+    /// open, write, close: what most programs do (FileManager writes through a temporary file).
+    private func write(_ relative: String, _ text: String = "data") {
+        let fd = open(sandbox.root + "/in/" + relative, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { return XCTFail("unable to create \(relative): \(String(cString: strerror(errno)))") }
+        _ = Array(text.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+    }
+
+    func testFileWrittenAndClosed_startsOneJobWithItsPath() throws {
+        try start("""
+            [[watch]]
+            name = "inbox"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        write("report.csv")
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 1 }, daemon.stderr)
+        usleep(300_000)
+        XCTAssertEqual(records(sandbox.root + "/handled"), [Array((sandbox.root + "/in/report.csv").utf8)])
+        XCTAssertTrue(daemon.stderr.contains("outcome=ok"), daemon.stderr)
+    }
+
+    func testRecursive_aDeepTreeCreatedInOneGo_yieldsTheFileInside() throws {
+        try start("""
+            [[watch]]
+            name = "tree"
+            path = "@DIR@/in"
+            recursive = true
+            \(Self.recorder)
+            """)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "mkdir -p \(sandbox.root)/in/a/b/c && touch \(sandbox.root)/in/a/b/c/f"]
+        try process.run()
+        process.waitUntilExit()
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count >= 1 }, daemon.stderr)
+        usleep(500_000)
+        XCTAssertEqual(records(sandbox.root + "/handled"), [Array((sandbox.root + "/in/a/b/c/f").utf8)], "exactly once")
+    }
+
+    func testSettle_coalescesRepeatedWritesOfOneFileIntoOneJob() throws {
+        try start("""
+            [[watch]]
+            name = "settled"
+            path = "@DIR@/in"
+            settle = "400ms"
+            \(Self.recorder)
+            """)
+        for round in 0..<5 {
+            write("busy.log", "round \(round)")
+            usleep(50_000)
+        }
+        usleep(1_200_000)
+        XCTAssertEqual(records(sandbox.root + "/handled").count, 1, daemon.stderr)
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
+        XCTAssertEqual(rule["coalesced"] as? Int, 4, "five writes, one job: \(rule)")
+    }
+
+    func testGlobs_selectByRelativePath_andExcludeDotfilesAndTemporaries() throws {
+        try start("""
+            [[watch]]
+            name = "csv"
+            path = "@DIR@/in"
+            recursive = true
+            include = ["**/*.csv"]
+            exclude = ["**/.*", "**/*.tmp"]
+            \(Self.recorder)
+            """)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in/sub", withIntermediateDirectories: true)
+        usleep(200_000)
+        for name in ["x.csv", ".hidden.csv", "y.txt", "sub/z.csv", "sub/w.csv.tmp"] { write(name) }
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count >= 2 }, daemon.stderr)
+        usleep(500_000)
+        let handled = Set(records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) })
+        XCTAssertEqual(handled, [sandbox.root + "/in/x.csv", sandbox.root + "/in/sub/z.csv"])
+    }
+
+    func testHostileFileNames_reachTheJobByteExact() throws {
+        try start("""
+            [[watch]]
+            name = "hostile"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        let names: [[UInt8]] = [
+            Array("-rf *".utf8), Array("line\nbreak".utf8), Array("$(touch pwned)".utf8), Array("sp ace's \"q\"".utf8),
+            [0x66, 0xff, 0xfe, 0x2e, 0x62, 0x69, 0x6e],
+        ]
+        for name in names {
+            let path = Array((sandbox.root + "/in/").utf8) + name + [0]
+            let fd = path.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_WRONLY | O_CREAT, 0o644) }
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            close(fd)
+        }
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == names.count }, daemon.stderr)
+        let expected = Set(names.map { Array((sandbox.root + "/in/").utf8) + $0 })
+        XCTAssertEqual(Set(records(sandbox.root + "/handled")), expected)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/in/pwned"))
+    }
+
+    func testQueueOverflow_isRecoveredByARescan_andNoFileIsLost() throws {
+        guard getuid() == 0 else { throw XCTSkip("lowering fs.inotify.max_queued_events needs root") }
+        let knob = "/proc/sys/fs/inotify/max_queued_events"
+        let original = try String(contentsOfFile: knob, encoding: .utf8)
+        // The limit applies to inotify instances created while it is set: the daemon's,
+        // created before READY. Restored as soon as the daemon is up.
+        try "32\n".write(toFile: knob, atomically: false, encoding: .utf8)
+        defer { try? original.write(toFile: knob, atomically: false, encoding: .utf8) }
+        try start("""
+            [[watch]]
+            name = "burst"
+            path = "@DIR@/in"
+            shell = true
+            command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
+            """, daemonExtra: "max_jobs = 8")
+        try original.write(toFile: knob, atomically: false, encoding: .utf8)
+        // The daemon's queue holds 32 events; this burst is far larger.
+        for index in 0..<600 { write("file-\(index)") }
+        XCTAssertTrue(waitFor(60) { Set(records(sandbox.root + "/handled")).count == 600 },
+                      "handled \(Set(records(sandbox.root + "/handled")).count) of 600\n\(daemon.stderrTail)")
+        XCTAssertTrue(daemon.stderr.contains("inotify event queue overflowed"), "no overflow happened, the test proves nothing")
+        usleep(500_000)
+        XCTAssertEqual(records(sandbox.root + "/handled").count, 600, "every file exactly once")
+    }
+
+    func testRootDeletedAndRecreated_isWatchedAgain_andFilesInsideAreHandled() throws {
+        try start("""
+            [[watch]]
+            name = "comeback"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        try FileManager.default.removeItem(atPath: sandbox.root + "/in")
+        XCTAssertTrue(daemon.waitForStderr(containing: "was removed", timeout: 5), daemon.stderr)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
+        write("early")
+        XCTAssertTrue(waitFor(12) { records(sandbox.root + "/handled").count == 1 }, daemon.stderr)
+        write("later")
+        XCTAssertTrue(waitFor(5) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("is back; watching it again"), daemon.stderr)
+    }
+
+    func testWatchLimitExhausted_isReportedWithTheSysctlToRaise_andShownInTheDump() throws {
+        guard getuid() == 0 else { throw XCTSkip("lowering fs.inotify.max_user_watches needs root") }
+        let knob = "/proc/sys/fs/inotify/max_user_watches"
+        let original = try String(contentsOfFile: knob, encoding: .utf8)
+        defer { try? original.write(toFile: knob, atomically: false, encoding: .utf8) }
+        let root = try DaemonSandbox()
+        for sub in ["a", "b", "c"] {
+            try FileManager.default.createDirectory(atPath: root.root + "/tree/" + sub, withIntermediateDirectories: true)
+        }
+        sandbox = root
+        let notify = try NotifySocket()
+        try sandbox.writeConfig("""
+            [[watch]]
+            name = "big"
+            path = "\(root.root)/tree"
+            recursive = true
+            command = ["/bin/true"]
+            """)
+        try "1\n".write(toFile: knob, atomically: false, encoding: .utf8)
+        daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        try original.write(toFile: knob, atomically: false, encoding: .utf8)
+        XCTAssertTrue(daemon.stderr.contains("inotify watch limit (fs.inotify.max_user_watches=1) reached"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("raise it with: sysctl fs.inotify.max_user_watches="), daemon.stderr)
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
+        XCTAssertFalse((rule["unwatched_directories"] as? [String] ?? []).isEmpty, "\(rule)")
+    }
+}
