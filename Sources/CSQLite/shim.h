@@ -10,4 +10,8 @@ static inline int wk_sqlite3_bind_text_copied(sqlite3_stmt *statement, int index
     return sqlite3_bind_text(statement, index, text, length, SQLITE_TRANSIENT);
 }
 
+static inline int wk_sqlite3_bind_blob_copied(sqlite3_stmt *statement, int index, const void *bytes, int length) {
+    return sqlite3_bind_blob(statement, index, bytes, length, SQLITE_TRANSIENT);
+}
+
 #endif

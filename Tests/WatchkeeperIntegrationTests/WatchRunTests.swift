@@ -229,4 +229,50 @@ final class WatchRunTests: XCTestCase {
         let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
         XCTAssertFalse((rule["unwatched_directories"] as? [String] ?? []).isEmpty, "\(rule)")
     }
+
+    func testFilesArrivedWhileDown_areCaughtUpAtStart_andHandledOnesAreNotRedone() throws {
+        try start("""
+            [[watch]]
+            name = "ledgered"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        write("before-stop")
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 1 }, daemon.stderr)
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0)
+        write("while-down")
+        let notify = try NotifySocket()
+        daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
+        usleep(1_500_000)
+        let handled = records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
+        XCTAssertEqual(handled, [sandbox.root + "/in/before-stop", sandbox.root + "/in/while-down"], "each file once, across the restart")
+    }
+
+    func testDaemonKilledMidBurst_everyFileIsHandledAfterRestart_andFinishedOnesAreNotRedone() throws {
+        try start("""
+            [[watch]]
+            name = "burst"
+            path = "@DIR@/in"
+            shell = true
+            command = 'sleep 0.05; printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
+            """, daemonExtra: "max_jobs = 2")
+        for index in 0..<80 { write("file-\(index)") }
+        XCTAssertTrue(waitFor(20) { records(sandbox.root + "/handled").count >= 20 }, daemon.stderrTail)
+        daemon.send(SIGKILL)
+        _ = daemon.waitForExit(timeout: 5)
+        usleep(300_000) // jobs still running finish on their own
+        let beforeRestart = records(sandbox.root + "/handled").count
+        let notify = try NotifySocket()
+        daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        XCTAssertTrue(waitFor(30) { Set(records(sandbox.root + "/handled")).count == 80 },
+                      "handled \(Set(records(sandbox.root + "/handled")).count) of 80 after the restart\n\(daemon.stderrTail)")
+        usleep(1_500_000)
+        let total = records(sandbox.root + "/handled").count
+        // Only jobs in flight at the kill (their results never reached the ledger) may run twice.
+        XCTAssertLessThanOrEqual(total, 80 + 2, "\(beforeRestart) handled before the kill, \(total) in all")
+    }
 }

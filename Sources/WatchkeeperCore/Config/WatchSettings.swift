@@ -41,6 +41,10 @@ public struct WatchSettings: Equatable, Sendable {
     /// Events for one path within this window become one job.
     public var settle: Duration = .zero
     public var maxConcurrent = 1_024
+    /// Scan at start-up (and after an overflow) for matching files never handled, using
+    /// the ledger in the state directory. On by default when the rule reacts to files
+    /// being ready; off for rules about deletions and changes.
+    public var catchUp: Bool
     public var job: JobSettings
 
     public static let placeholders = ["path", "dir", "name", "event", "watch", "run_id", "attempt"]
@@ -52,7 +56,7 @@ public struct WatchSettings: Equatable, Sendable {
         if path == nil && reader.table["path"] == nil {
             context.error(at: reader.headerPosition, "missing required key \"path\" in \(reader.displayName)")
         }
-        var watch = WatchSettings(name: name, path: path ?? "/", filter: PathFilter(include: [], exclude: []),
+        var watch = WatchSettings(name: name, path: path ?? "/", filter: PathFilter(include: [], exclude: []), catchUp: true,
                                   job: job ?? JobSettings(command: .arguments(["/bin/true"])))
         if let value = reader.bool("recursive") { watch.recursive = value }
         if let names = reader.stringArray("events") {
@@ -73,6 +77,7 @@ public struct WatchSettings: Equatable, Sendable {
         if let value = reader.bool("follow_symlinks") { watch.followSymlinks = value }
         if let settle = reader.duration("settle", range: .zero ... .seconds(3_600)) { watch.settle = settle }
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
+        watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
         return job == nil || path == nil ? nil : watch
     }
 

@@ -164,6 +164,22 @@ public final class TaskStore {
             """,
             "CREATE INDEX run_history_by_task ON run_history (task, id)",
         ],
+        // 2: the file ledger of watch rules: which file, in which form, was handled how.
+        [
+            """
+            CREATE TABLE file_ledger (
+                rule TEXT NOT NULL,
+                path BLOB NOT NULL,
+                device INTEGER NOT NULL,
+                inode INTEGER NOT NULL,
+                size INTEGER NOT NULL,
+                modified_ns INTEGER NOT NULL,
+                outcome TEXT NOT NULL,
+                handled_at INTEGER NOT NULL,
+                PRIMARY KEY (rule, path)
+            ) WITHOUT ROWID
+            """,
+        ],
     ]
 
     /// The `PRAGMA user_version` this build writes and understands.
@@ -334,6 +350,59 @@ public final class TaskStore {
         return runs
     }
 
+    // MARK: - File ledger
+
+    /// A watched file as it was handled: the same bytes in the same place (device, inode,
+    /// size, modification time) are not handled again, across restarts and crashes.
+    public struct LedgerEntry: Sendable, Equatable {
+        public let device: UInt64
+        public let inode: UInt64
+        public let size: Int64
+        public let modifiedNanoseconds: Int64
+        public let outcome: String
+
+        public init(device: UInt64, inode: UInt64, size: Int64, modifiedNanoseconds: Int64, outcome: String) {
+            self.device = device
+            self.inode = inode
+            self.size = size
+            self.modifiedNanoseconds = modifiedNanoseconds
+            self.outcome = outcome
+        }
+    }
+
+    public func recordFile(rule: String, path: [UInt8], entry: LedgerEntry, at handledAt: WallTime) throws(TaskStoreError) {
+        let action = "record a handled file of watch \"\(rule)\" in"
+        try execute(
+            """
+            INSERT INTO file_ledger (rule, path, device, inode, size, modified_ns, outcome, handled_at)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            ON CONFLICT (rule, path) DO UPDATE SET device = excluded.device, inode = excluded.inode, size = excluded.size,
+                modified_ns = excluded.modified_ns, outcome = excluded.outcome, handled_at = excluded.handled_at
+            """,
+            [.text(rule), .blob(path), .integer(Int64(bitPattern: entry.device)), .integer(Int64(bitPattern: entry.inode)),
+             .integer(entry.size), .integer(entry.modifiedNanoseconds), .text(entry.outcome), try time(handledAt, action)],
+            action: action)
+    }
+
+    public func ledgerEntry(rule: String, path: [UInt8]) throws(TaskStoreError) -> LedgerEntry? {
+        var found: LedgerEntry?
+        try execute(
+            "SELECT device, inode, size, modified_ns, outcome FROM file_ledger WHERE rule = ?1 AND path = ?2",
+            [.text(rule), .blob(path)], action: "read the file ledger of watch \"\(rule)\" from"
+        ) { row in
+            found = LedgerEntry(device: UInt64(bitPattern: row.integer(0) ?? 0), inode: UInt64(bitPattern: row.integer(1) ?? 0),
+                                size: row.integer(2) ?? 0, modifiedNanoseconds: row.integer(3) ?? 0, outcome: row.text(4) ?? "")
+        }
+        return found
+    }
+
+    public func ledgerSize(rule: String) throws(TaskStoreError) -> Int {
+        var count = 0
+        try execute("SELECT count(*) FROM file_ledger WHERE rule = ?1", [.text(rule)],
+                    action: "count the file ledger of watch \"\(rule)\" in") { row in count = Int(row.integer(0) ?? 0) }
+        return count
+    }
+
     // MARK: - Opening
 
     /// Creates the file with our mode before SQLite does (SQLite would use 0644 minus the
@@ -411,6 +480,7 @@ public final class TaskStore {
     private enum Value {
         case integer(Int64)
         case text(String)
+        case blob([UInt8])
         case null
     }
 
@@ -468,6 +538,8 @@ public final class TaskStore {
                 code = sqlite3_bind_int64(statement, index, number)
             case .text(let text):
                 code = text.withCString { wk_sqlite3_bind_text_copied(statement, index, $0, Int32(clamping: text.utf8.count)) }
+            case .blob(let bytes):
+                code = bytes.withUnsafeBytes { wk_sqlite3_bind_blob_copied(statement, index, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(clamping: $0.count)) }
             case .null:
                 code = sqlite3_bind_null(statement, index)
             }

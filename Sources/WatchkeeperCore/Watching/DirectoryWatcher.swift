@@ -42,6 +42,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         var rescans: UInt64 = 0
         var lastEventAt: UInt64?
         var unwatchable: [[UInt8]] = []
+        /// Run ID → the file and its form when its job started, for the ledger.
+        var inFlight: [String: (relative: [UInt8], identity: FileIdentity)] = [:]
 
         init(settings: WatchSettings) {
             self.settings = settings
@@ -67,6 +69,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private var overflowsTotal: UInt64 = 0
     private var recheckTimer: DispatchSourceTimer?
     private var initProblem: String?
+    /// The file ledger (in the state directory's SQLite file), on this queue's own connection.
+    private var ledger: TaskStore?
+    private var ledgerProblem: String?
     static let handledLimit = 200_000
     static let recheckInterval: Duration = .seconds(5)
 
@@ -84,9 +89,18 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     /// First start and every reload: unchanged rules keep their watches (no event is lost
     /// for them); changed and removed ones are unwatched; new and changed ones are watched.
-    func apply(_ settings: [WatchSettings]) {
+    func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         if fd < 0 && !settings.isEmpty { openInotify() }
+        if ledger == nil && ledgerProblem == nil && settings.contains(where: \.catchUp) {
+            do {
+                try makeDirectories(stateDirectory)
+                ledger = try TaskStore(directory: stateDirectory)
+            } catch {
+                ledgerProblem = "\(error)"
+                logger.error("watch rules will not catch up files that arrived while watchkeeper was down: \(error)")
+            }
+        }
         let names = Set(settings.map(\.name))
         for (name, rule) in rules where !names.contains(name) || rule.settings != settings.first(where: { $0.name == name }) {
             unwatch(rule)
@@ -95,7 +109,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         for new in settings where rules[new.name] == nil {
             let rule = Rule(settings: new)
             rules[new.name] = rule
-            watchRoot(rule, emitExisting: false)
+            // Catch-up: files that arrived while the daemon was down (or before the rule
+            // existed) and are not in the ledger as handled are handled now.
+            watchRoot(rule, emitExisting: new.catchUp && ledger != nil)
         }
         order = settings.map(\.name)
         armRecheckIfNeeded()
@@ -420,14 +436,16 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         let absolute = rule.absolute(relative)
         let settings = rule.settings
         let vanishes = event == WatchEvent.deleted.rawValue || event == WatchEvent.movedOut.rawValue
+        var fileIdentity: FileIdentity?
         if !vanishes {
             guard let current = identity(of: absolute, followSymlinks: settings.followSymlinks) else { return } // gone already
-            if rule.handled[relative] == current {
+            if rule.handled[relative] == current || handledBefore(rule, relative: relative, identity: current) {
                 rule.duplicates += 1
                 return
             }
             if rule.handled.count >= Self.handledLimit { rule.handled.removeAll(keepingCapacity: true) }
             rule.handled[relative] = current
+            fileIdentity = current
         }
         let slash = absolute.lastIndex(of: UInt8(ascii: "/")) ?? 0
         let directory = slash == 0 ? [UInt8(ascii: "/")] : Array(absolute[..<slash])
@@ -438,11 +456,19 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             environment: [("WATCHKEEPER_PATH", absolute), ("WATCHKEEPER_DIR", directory), ("WATCHKEEPER_NAME", name),
                           ("WATCHKEEPER_EVENT", Array(event.utf8))]
         )
+        if let fileIdentity { rule.inFlight[request.runID] = (relative, fileIdentity) }
         if rule.running >= settings.maxConcurrent {
             rule.waiting.append(request)
         } else {
             submit(request, rule: rule)
         }
+    }
+
+    /// Handled successfully in this exact form, in this life of the daemon or an earlier one.
+    private func handledBefore(_ rule: Rule, relative: [UInt8], identity: FileIdentity) -> Bool {
+        guard rule.settings.catchUp, let ledger, let entry = try? ledger.ledgerEntry(rule: rule.settings.name, path: relative) else { return false }
+        return entry.outcome == RunOutcome.ok.rawValue && entry.device == identity.device && entry.inode == identity.inode
+            && entry.size == identity.size && entry.modifiedNanoseconds == identity.modifiedNanoseconds
     }
 
     private func submit(_ request: JobRequest, rule: Rule) {
@@ -465,6 +491,15 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func finished(_ record: RunRecord, rule: Rule, path: String) {
         rule.running -= 1
         if record.outcome != .ok { rule.jobsFailed += 1 }
+        if let (relative, identity) = rule.inFlight.removeValue(forKey: record.runID), rule.settings.catchUp, let ledger {
+            do {
+                try ledger.recordFile(rule: rule.settings.name, path: relative, entry: TaskStore.LedgerEntry(
+                    device: identity.device, inode: identity.inode, size: identity.size,
+                    modifiedNanoseconds: identity.modifiedNanoseconds, outcome: record.outcome.rawValue), at: .now())
+            } catch {
+                logger.warning("watch \(rule.settings.name): unable to record \(path) in the ledger: \(error)")
+            }
+        }
         record.log(to: logger, kind: .watch, extra: ["path": .string(path)])
         if accepting, !rule.waiting.isEmpty, rule.running < rule.settings.maxConcurrent {
             submit(rule.waiting.removeFirst(), rule: rule)
@@ -524,6 +559,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         let now = DispatchTime.now().uptimeNanoseconds
         let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
             let settings = rule.settings
+            var ledgerSize = DumpValue.null
+            if let count = try? ledger?.ledgerSize(rule: settings.name) { ledgerSize = .int(Int64(count)) }
+            let lastEvent: DumpValue = rule.lastEventAt.map { .double(Double(now &- $0) / 1e9) } ?? .null
+            let unwatched: [DumpValue] = rule.unwatchable.prefix(20).map { .string(String(decoding: $0, as: UTF8.self)) }
             return .object([
                 .init("name", .string(settings.name)),
                 .init("root", .string(settings.path)),
@@ -541,10 +580,12 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 .init("jobs_waiting", .int(Int64(rule.waiting.count))),
                 .init("overflows", .int(Int64(rule.overflows))),
                 .init("rescans", .int(Int64(rule.rescans))),
-                .init("last_event_ago_s", rule.lastEventAt.map { .double(Double(now &- $0) / 1e9) } ?? .null),
+                .init("last_event_ago_s", lastEvent),
                 .init("pending_settle", .int(Int64(rule.pending.count))),
                 .init("files_remembered", .int(Int64(rule.handled.count))),
-                .init("unwatched_directories", .array(rule.unwatchable.prefix(20).map { .string(String(decoding: $0, as: UTF8.self)) })),
+                .init("catch_up", .bool(settings.catchUp)),
+                .init("ledger_size", ledgerSize),
+                .init("unwatched_directories", .array(unwatched)),
             ])
         }
         return .object([
@@ -552,6 +593,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             .init("watches_in_use", .int(Int64(descriptors.count))),
             .init("max_user_watches", Self.sysctl("max_user_watches").flatMap { Int64($0) }.map { .int($0) } ?? .null),
             .init("overflows", .int(Int64(overflowsTotal))),
+            .init("ledger", ledger.map { .string($0.path) } ?? .null),
+            .init("ledger_problem", ledgerProblem.map { .string($0) } ?? .null),
             .init("rules", .array(entries)),
         ])
     }
