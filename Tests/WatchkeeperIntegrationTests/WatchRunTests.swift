@@ -200,7 +200,7 @@ final class WatchRunTests: XCTestCase {
         XCTAssertTrue(daemon.stderr.contains("is back; watching it again"), daemon.stderr)
     }
 
-    func testWatchLimitExhausted_isReportedWithTheSysctlToRaise_andShownInTheDump() throws {
+    func testWatchLimitExhausted_isReportedWithTheSysctlToRaise_andTheSubtreeIsScannedInstead() throws {
         guard getuid() == 0 else { throw XCTSkip("lowering fs.inotify.max_user_watches needs root") }
         let knob = "/proc/sys/fs/inotify/max_user_watches"
         let original = try String(contentsOfFile: knob, encoding: .utf8)
@@ -216,18 +216,31 @@ final class WatchRunTests: XCTestCase {
             name = "big"
             path = "\(root.root)/tree"
             recursive = true
-            command = ["/bin/true"]
+            catch_up = false
+            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: root.root))
             """)
         try "1\n".write(toFile: knob, atomically: false, encoding: .utf8)
-        daemon = try sandbox.start(notifySocket: notify)
+        daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHKEEPER_TEST_FALLBACK_INTERVAL": "1s"])
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
-        try original.write(toFile: knob, atomically: false, encoding: .utf8)
         XCTAssertTrue(daemon.stderr.contains("inotify watch limit (fs.inotify.max_user_watches=1) reached"), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("raise it with: sysctl fs.inotify.max_user_watches="), daemon.stderr)
         daemon.send(SIGUSR1)
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
         let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
         XCTAssertFalse((rule["unwatched_directories"] as? [String] ?? []).isEmpty, "\(rule)")
+        // A file in a directory that has no watch is still handled, by the fallback scan.
+        FileManager.default.createFile(atPath: root.root + "/tree/c/late.csv", contents: Data("x".utf8))
+        XCTAssertTrue(waitFor(10) { records(root.root + "/handled").count == 1 }, daemon.stderr)
+        XCTAssertEqual(records(root.root + "/handled"), [Array((root.root + "/tree/c/late.csv").utf8)])
+        // Once the limit is raised again, the next pass watches the subtree.
+        try original.write(toFile: knob, atomically: false, encoding: .utf8)
+        XCTAssertTrue(waitFor(10) {
+            daemon.send(SIGUSR1)
+            usleep(300_000)
+            let state = try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: sandbox.statePath))) as? [String: Any]
+            let rule = ((state?["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first
+            return (rule?["unwatched_total"] as? Int) == 0 && (rule?["inotify_watches"] as? Int) == 4
+        }, daemon.stderr)
     }
 
     func testFilesArrivedWhileDown_areCaughtUpAtStart_andHandledOnesAreNotRedone() throws {

@@ -42,6 +42,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         var rescans: UInt64 = 0
         var lastEventAt: UInt64?
         var unwatchable: [[UInt8]] = []
+        var fallbackTimer: DispatchSourceTimer?
+        var fallbackScans: UInt64 = 0
+        var reportedUnwatchable: Set<[UInt8]> = []
         /// Run ID → the file and its form when its job started, for the ledger.
         var inFlight: [String: (relative: [UInt8], identity: FileIdentity)] = [:]
 
@@ -157,6 +160,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func unwatch(_ rule: Rule) {
         rule.settleTimer?.cancel()
         rule.settleTimer = nil
+        rule.fallbackTimer?.cancel()
+        rule.fallbackTimer = nil
         for (relative, wd) in rule.descriptors {
             removeDescriptor(wd, rule: rule.settings.name, relative: relative)
         }
@@ -221,10 +226,17 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func reportWatchFailure(_ rule: Rule, absolute: [UInt8], relative: [UInt8], error: Int32) {
         let path = String(decoding: absolute, as: UTF8.self)
         switch error {
-        case ENOSPC:
-            rule.unwatchable.append(relative)
+        case ENOSPC, ENOMEM:
+            if !rule.unwatchable.contains(relative) { rule.unwatchable.append(relative) }
+            armFallbackScan(rule)
+            // Said once per directory; the fallback scan retries it quietly.
+            guard rule.reportedUnwatchable.insert(relative).inserted else { return }
+            guard error == ENOSPC else {
+                logger.error("unable to watch \(path): the kernel is out of memory for inotify watches; scanning it every \(fallbackInterval.compactDescription) instead")
+                return
+            }
             let limit = Self.sysctl("max_user_watches") ?? "?"
-            logger.error("unable to watch \(path): inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(descriptors.count) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/)",
+            logger.error("unable to watch \(path): inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(descriptors.count) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then it is scanned every \(fallbackInterval.compactDescription)",
                          metadata: ["watch": .string(rule.settings.name)])
         case EACCES:
             logger.warning("watch \(rule.settings.name): unable to watch \(path): permission denied; files below it are not seen")
@@ -383,6 +395,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             start(rule, relative: relative, event: event)
             return
         }
+        // A scan finding a path that already waits does not push its window back: only
+        // new events for the file do (a scan every second would otherwise starve it).
+        if minimumSettle > .zero, rule.pending[relative] != nil { return }
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(window.nanosecondsClamped)
         if rule.pending[relative] != nil { rule.coalesced += 1 }
         rule.pending[relative] = (deadline, event)
@@ -520,9 +535,81 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             }
             rule.pending.removeAll()
             rule.waiting.removeAll()
+            rule.fallbackTimer?.cancel()
+            rule.fallbackTimer = nil
         }
         recheckTimer?.cancel()
         recheckTimer = nil
+    }
+
+    // MARK: Directories that could not be watched
+
+    /// Subtrees over the inotify limit are scanned this often instead, each pass limited to
+    /// `fallbackBudget` so a huge tree cannot stall the watching queue; the next pass goes
+    /// on where this one stopped. Each pass also tries to watch them again (the limit may
+    /// have been raised).
+    static let fallbackBudget: Duration = .milliseconds(500)
+    /// 30 s; WATCHKEEPER_TEST_FALLBACK_INTERVAL shortens it for the tests (docs/testing.md).
+    private var fallbackInterval: Duration {
+        if let text = jobs.daemonEnvironment["WATCHKEEPER_TEST_FALLBACK_INTERVAL"], case .success(let value) = DurationParser.parse(text) {
+            return value
+        }
+        return .seconds(30)
+    }
+
+    private func armFallbackScan(_ rule: Rule) {
+        guard rule.fallbackTimer == nil, accepting else { return }
+        let stats = jobs.sources.register(.timer, target: "watch \(rule.settings.name): scan unwatched directories every \(fallbackInterval.compactDescription)", on: queue)
+        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
+        let interval = DispatchTimeInterval.nanoseconds(Int(fallbackInterval.nanosecondsClamped))
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [unowned self] in
+            stats.fired()
+            self.fallbackScan(rule)
+        }
+        timer.setCancelHandler { [sources = jobs.sources] in sources.unregister(stats) }
+        rule.fallbackTimer = timer
+        timer.activate()
+    }
+
+    func fallbackScan(_ rule: Rule) {
+        guard accepting, !rule.unwatchable.isEmpty else {
+            rule.fallbackTimer?.cancel()
+            rule.fallbackTimer = nil
+            return
+        }
+        rule.fallbackScans += 1
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(Self.fallbackBudget.nanosecondsClamped)
+        let due = rule.unwatchable
+        rule.unwatchable = []
+        var index = 0
+        while index < due.count, DispatchTime.now().uptimeNanoseconds < deadline {
+            let relative = due[index]
+            index += 1
+            // Watchable again (the limit was raised)? Then its files are caught up through
+            // the watch; otherwise addTree lists it as unwatchable again and we scan it.
+            addTree(rule, relative: relative, emitExisting: true)
+            if rule.descriptors[relative] == nil {
+                scanFiles(rule, relative: relative)
+            } else if rule.reportedUnwatchable.remove(relative) != nil {
+                logger.notice("watch \(rule.settings.name): \(String(decoding: rule.absolute(relative), as: UTF8.self)) is watched now")
+            }
+        }
+        // Not reached within the budget: first in line next time.
+        rule.unwatchable = Array(due[index...]) + rule.unwatchable
+    }
+
+    /// The files of one directory (and, for recursive rules, below it) through the settle
+    /// queue, without adding watches.
+    private func scanFiles(_ rule: Rule, relative: [UInt8]) {
+        for entry in listDirectory(rule.absolute(relative)) {
+            let child = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
+            if entry.isDirectory {
+                if rule.settings.recursive && rule.settings.filter.mayContainSelected(directory: child) { scanFiles(rule, relative: child) }
+            } else if let event = readyEventName(rule), rule.settings.filter.selects(child) {
+                enqueue(rule, relative: child, event: event, minimumSettle: Self.scanSettle)
+            }
+        }
     }
 
     // MARK: Missing roots
@@ -586,6 +673,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 .init("catch_up", .bool(settings.catchUp)),
                 .init("ledger_size", ledgerSize),
                 .init("unwatched_directories", .array(unwatched)),
+                .init("unwatched_total", .int(Int64(rule.unwatchable.count))),
+                .init("fallback_scans", .int(Int64(rule.fallbackScans))),
             ])
         }
         return .object([
