@@ -702,4 +702,28 @@ final class TaskSettingsTests: XCTestCase {
         XCTAssertEqual(found.count, 1, "\(found)")
         XCTAssertTrue(found.first?.message.contains(#"unknown placeholder "{scheduled}""#) ?? false, "\(found)")
     }
+
+    func testParse_batchWatchWithoutPathsElement_isRefused() {
+        let found = errors("""
+            [[watch]]
+            name = "b"
+            path = "/srv/b"
+            batch = true
+            settle = "1s"
+            command = ["/usr/bin/import", "{path}"]
+            """)
+        XCTAssertFalse(found.isEmpty)
+        XCTAssertTrue(found.contains { $0.message.contains(#"unknown placeholder "{path}""#) }, "\(found)")
+    }
+
+    func testParse_batchWatchWithoutSettle_isRefused() {
+        let found = errors("""
+            [[watch]]
+            name = "b"
+            path = "/srv/b"
+            batch = true
+            command = ["/usr/bin/import", "{paths}"]
+            """)
+        XCTAssertEqual(found.map(\.message), [#"batch = true needs a settle window (for example settle = "1s") to collect files in"#])
+    }
 }

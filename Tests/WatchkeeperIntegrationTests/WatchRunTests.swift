@@ -288,4 +288,54 @@ final class WatchRunTests: XCTestCase {
         // Only jobs in flight at the kill (their results never reached the ledger) may run twice.
         XCTAssertLessThanOrEqual(total, 80 + 2, "\(beforeRestart) handled before the kill, \(total) in all")
     }
+
+    /// A batch job that appends each of its arguments, NUL-terminated, and one "|" per run.
+    private static let batchRecorder = #"command = ["/usr/bin/python3", "-c", "import sys,os; f=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND|os.O_CREAT); os.write(f, b''.join(os.fsencode(a) + b'\\0' for a in sys.argv[2:]) + b'|\\0')", "@DIR@/handled", "{paths}"]"#
+
+    func testBatch_handsTheSettledFilesToOneJob() throws {
+        try start("""
+            [[watch]]
+            name = "batched"
+            path = "@DIR@/in"
+            batch = true
+            settle = "500ms"
+            \(Self.batchRecorder)
+            """)
+        for index in 0..<40 { write("part-\(index)") }
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").contains([UInt8(ascii: "|")]) }, daemon.stderr)
+        usleep(800_000)
+        let entries = records(sandbox.root + "/handled")
+        let runs = entries.filter { $0 == [UInt8(ascii: "|")] }.count
+        let files = entries.filter { $0 != [UInt8(ascii: "|")] }.map { String(decoding: $0, as: UTF8.self) }
+        XCTAssertEqual(Set(files), Set((0..<40).map { sandbox.root + "/in/part-\($0)" }))
+        XCTAssertEqual(files.count, 40, "each file exactly once")
+        XCTAssertLessThanOrEqual(runs, 2, "40 files written at once settle together")
+    }
+
+    func testBatch_largerThanTheArgvBudget_isSplitIntoSeveralRuns_neverCut() throws {
+        sandbox = nil
+        try start("""
+            [[watch]]
+            name = "split"
+            path = "@DIR@/in"
+            batch = true
+            settle = "500ms"
+            \(Self.batchRecorder)
+            """)
+        // Restart with a 4 KiB budget: 30 names of ~200 bytes need at least two runs.
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0)
+        let notify = try NotifySocket()
+        daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHKEEPER_TEST_BATCH_BYTES": "4096"])
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        let long = String(repeating: "n", count: 150)
+        for index in 0..<30 { write("\(long)-\(index)") }
+        XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").filter { $0 != [UInt8(ascii: "|")] }.count == 30 }, daemon.stderr)
+        let entries = records(sandbox.root + "/handled")
+        let runs = entries.filter { $0 == [UInt8(ascii: "|")] }.count
+        let files = entries.filter { $0 != [UInt8(ascii: "|")] }
+        XCTAssertGreaterThanOrEqual(runs, 2, "the batch must be split")
+        XCTAssertEqual(Set(files).count, 30)
+        XCTAssertEqual(files.count, 30, "no file in two runs, none dropped")
+    }
 }

@@ -45,13 +45,18 @@ public struct WatchSettings: Equatable, Sendable {
     /// the ledger in the state directory. On by default when the rule reacts to files
     /// being ready; off for rules about deletions and changes.
     public var catchUp: Bool
+    /// Many files per job: the command has a `{paths}` element that becomes one argument
+    /// per file; a batch too large for one argv is split into several runs, never cut.
+    public var batch = false
     public var job: JobSettings
 
     public static let placeholders = ["path", "dir", "name", "event", "watch", "run_id", "attempt"]
+    public static let batchPlaceholders = ["paths", "watch", "run_id", "attempt"]
 
     static func read(name: String, from reader: inout TableReader) -> WatchSettings? {
         let context = reader.context
-        let job = TaskSettings.readJob(&reader, placeholders: placeholders)
+        let batch = reader.bool("batch") ?? false
+        let job = TaskSettings.readJob(&reader, placeholders: batch ? batchPlaceholders : placeholders)
         let path = reader.absolutePath("path")
         if path == nil && reader.table["path"] == nil {
             context.error(at: reader.headerPosition, "missing required key \"path\" in \(reader.displayName)")
@@ -78,6 +83,16 @@ public struct WatchSettings: Equatable, Sendable {
         if let settle = reader.duration("settle", range: .zero ... .seconds(3_600)) { watch.settle = settle }
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
+        watch.batch = batch
+        if batch, let job {
+            guard case .arguments(let arguments) = job.command, arguments.contains("{paths}") else {
+                context.error(at: reader.valuePosition("command"), "with batch = true, \(reader.dotted("command")) must be an array with a \"{paths}\" element of its own, which becomes one argument per file")
+                return nil
+            }
+            if watch.settle == .zero {
+                context.error(at: reader.valuePosition("batch"), "batch = true needs a settle window (for example settle = \"1s\") to collect files in")
+            }
+        }
         return job == nil || path == nil ? nil : watch
     }
 

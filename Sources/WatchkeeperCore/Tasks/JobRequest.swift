@@ -23,6 +23,9 @@ public struct JobRequest: Sendable {
     public let settings: JobSettings
     /// Byte values for the command's `{placeholders}`.
     public let placeholders: [String: [UInt8]]
+    /// Placeholders that stand alone as an argv element and become one element per value
+    /// (`{paths}` of a batch).
+    public let listPlaceholders: [String: [[UInt8]]]
     /// WATCHKEEPER_* variables beyond the common ones.
     public let environment: [(String, [UInt8])]
     public let scheduledAt: WallTime?
@@ -30,8 +33,9 @@ public struct JobRequest: Sendable {
     public let submittedAt: UInt64
 
     public init(name: String, kind: JobKind = .task, runID: String = JobRequest.makeRunID(), settings: JobSettings,
-                placeholders: [String: [UInt8]] = [:], environment: [(String, [UInt8])] = [], scheduledAt: WallTime? = nil,
-                attempt: Int = 1) {
+                placeholders: [String: [UInt8]] = [:], listPlaceholders: [String: [[UInt8]]] = [:],
+                environment: [(String, [UInt8])] = [], scheduledAt: WallTime? = nil, attempt: Int = 1) {
+        self.listPlaceholders = listPlaceholders
         self.name = name
         self.kind = kind
         self.runID = runID

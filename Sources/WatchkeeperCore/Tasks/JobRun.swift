@@ -108,7 +108,12 @@ final class JobRun: @unchecked Sendable {
         let arguments: [[UInt8]]
         switch command {
         case .arguments(let templates):
-            arguments = templates.map { Placeholders.expand($0, values: placeholders) }
+            arguments = templates.flatMap { template -> [[UInt8]] in
+                if template.hasPrefix("{"), template.hasSuffix("}"), let values = request.listPlaceholders[String(template.dropFirst().dropLast())] {
+                    return values
+                }
+                return [Placeholders.expand(template, values: placeholders)]
+            }
         case .shell(let script):
             arguments = [Array("/bin/sh".utf8), Array("-c".utf8), Array(script.utf8), Array(request.name.utf8)]
         }

@@ -46,7 +46,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         var fallbackScans: UInt64 = 0
         var reportedUnwatchable: Set<[UInt8]> = []
         /// Run ID → the file and its form when its job started, for the ledger.
-        var inFlight: [String: (relative: [UInt8], identity: FileIdentity)] = [:]
+        var inFlight: [String: [(relative: [UInt8], identity: FileIdentity)]] = [:]
+        var batchesStarted: UInt64 = 0
 
         init(settings: WatchSettings) {
             self.settings = settings
@@ -423,14 +424,20 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func settleDue(_ rule: Rule) {
         let now = DispatchTime.now().uptimeNanoseconds
         var index = 0
+        var due: [(relative: [UInt8], event: String)] = []
         while index < rule.settleOrder.count, rule.settleOrder[index].deadline <= now {
             let (path, deadline) = rule.settleOrder[index]
             index += 1
             guard let pending = rule.pending[path], pending.deadline == deadline else { continue }
             rule.pending[path] = nil
-            start(rule, relative: path, event: pending.event)
+            due.append((path, pending.event))
         }
         rule.settleOrder.removeFirst(index)
+        if rule.settings.batch {
+            startBatch(rule, due: due)
+        } else {
+            for item in due { start(rule, relative: item.relative, event: item.event) }
+        }
         rule.settleTimer?.cancel()
         rule.settleTimer = nil
         if let next = rule.settleOrder.first { armSettleTimer(rule, at: next.deadline) }
@@ -447,21 +454,25 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                             modifiedNanoseconds: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
     }
 
-    private func start(_ rule: Rule, relative: [UInt8], event: String) {
+    /// Whether a file is to be handled now: it still exists (unless the event says it went)
+    /// and was not handled in this exact form before. Returns its absolute path and form.
+    private func admit(_ rule: Rule, relative: [UInt8], event: String) -> (absolute: [UInt8], identity: FileIdentity?)? {
         let absolute = rule.absolute(relative)
-        let settings = rule.settings
         let vanishes = event == WatchEvent.deleted.rawValue || event == WatchEvent.movedOut.rawValue
-        var fileIdentity: FileIdentity?
-        if !vanishes {
-            guard let current = identity(of: absolute, followSymlinks: settings.followSymlinks) else { return } // gone already
-            if rule.handled[relative] == current || handledBefore(rule, relative: relative, identity: current) {
-                rule.duplicates += 1
-                return
-            }
-            if rule.handled.count >= Self.handledLimit { rule.handled.removeAll(keepingCapacity: true) }
-            rule.handled[relative] = current
-            fileIdentity = current
+        guard !vanishes else { return (absolute, nil) }
+        guard let current = identity(of: absolute, followSymlinks: rule.settings.followSymlinks) else { return nil } // gone already
+        if rule.handled[relative] == current || handledBefore(rule, relative: relative, identity: current) {
+            rule.duplicates += 1
+            return nil
         }
+        if rule.handled.count >= Self.handledLimit { rule.handled.removeAll(keepingCapacity: true) }
+        rule.handled[relative] = current
+        return (absolute, current)
+    }
+
+    private func start(_ rule: Rule, relative: [UInt8], event: String) {
+        guard let (absolute, fileIdentity) = admit(rule, relative: relative, event: event) else { return }
+        let settings = rule.settings
         let slash = absolute.lastIndex(of: UInt8(ascii: "/")) ?? 0
         let directory = slash == 0 ? [UInt8(ascii: "/")] : Array(absolute[..<slash])
         let name = Array(absolute[(slash + 1)...])
@@ -471,8 +482,49 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             environment: [("WATCHKEEPER_PATH", absolute), ("WATCHKEEPER_DIR", directory), ("WATCHKEEPER_NAME", name),
                           ("WATCHKEEPER_EVENT", Array(event.utf8))]
         )
-        if let fileIdentity { rule.inFlight[request.runID] = (relative, fileIdentity) }
-        if rule.running >= settings.maxConcurrent {
+        if let fileIdentity { rule.inFlight[request.runID] = [(relative, fileIdentity)] }
+        dispatch(request, rule: rule)
+    }
+
+    /// The bytes one batch's `{paths}` may take: half of ARG_MAX, leaving the rest for the
+    /// environment and the other arguments. WATCHKEEPER_TEST_BATCH_BYTES lowers it for tests.
+    private var batchBudget: Int {
+        if let text = jobs.daemonEnvironment["WATCHKEEPER_TEST_BATCH_BYTES"], let value = Int(text) { return value }
+        return max(65_536, sysconf(Int32(_SC_ARG_MAX)) / 2)
+    }
+
+    /// batch = true: the files whose windows ended together go to as few jobs as fit the
+    /// argv limit, each file in exactly one of them.
+    private func startBatch(_ rule: Rule, due: [(relative: [UInt8], event: String)]) {
+        var chunk: [(relative: [UInt8], absolute: [UInt8], identity: FileIdentity?)] = []
+        var bytes = 0
+        let budget = batchBudget
+        func flush() {
+            guard !chunk.isEmpty else { return }
+            let request = JobRequest(
+                name: rule.settings.name, kind: .watch, settings: rule.settings.job,
+                listPlaceholders: ["paths": chunk.map(\.absolute)],
+                environment: [("WATCHKEEPER_BATCH_SIZE", Array(String(chunk.count).utf8))]
+            )
+            rule.inFlight[request.runID] = chunk.compactMap { item in item.identity.map { (item.relative, $0) } }
+            rule.batchesStarted += 1
+            dispatch(request, rule: rule)
+            chunk = []
+            bytes = 0
+        }
+        for item in due {
+            guard let (absolute, identity) = admit(rule, relative: item.relative, event: item.event) else { continue }
+            // Each argument costs its bytes, its NUL and its pointer in the new argv.
+            let cost = absolute.count + 1 + MemoryLayout<UnsafePointer<CChar>>.size
+            if !chunk.isEmpty && bytes + cost > budget { flush() }
+            chunk.append((item.relative, absolute, identity))
+            bytes += cost
+        }
+        flush()
+    }
+
+    private func dispatch(_ request: JobRequest, rule: Rule) {
+        if rule.running >= rule.settings.maxConcurrent {
             rule.waiting.append(request)
         } else {
             submit(request, rule: rule)
@@ -490,7 +542,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         rule.running += 1
         rule.jobsStarted += 1
         let runner = self.runner
-        let path = String(decoding: request.placeholders["path"] ?? [], as: UTF8.self)
+        let path = request.listPlaceholders["paths"].map { "\($0.count) files" } ?? String(decoding: request.placeholders["path"] ?? [], as: UTF8.self)
         let queue = self.queue
         // The watcher lives as long as the daemon: strong captures are fine here.
         jobs.queue.async {
@@ -506,11 +558,13 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func finished(_ record: RunRecord, rule: Rule, path: String) {
         rule.running -= 1
         if record.outcome != .ok { rule.jobsFailed += 1 }
-        if let (relative, identity) = rule.inFlight.removeValue(forKey: record.runID), rule.settings.catchUp, let ledger {
+        if let files = rule.inFlight.removeValue(forKey: record.runID), rule.settings.catchUp, let ledger {
             do {
-                try ledger.recordFile(rule: rule.settings.name, path: relative, entry: TaskStore.LedgerEntry(
-                    device: identity.device, inode: identity.inode, size: identity.size,
-                    modifiedNanoseconds: identity.modifiedNanoseconds, outcome: record.outcome.rawValue), at: .now())
+                for (relative, identity) in files {
+                    try ledger.recordFile(rule: rule.settings.name, path: relative, entry: TaskStore.LedgerEntry(
+                        device: identity.device, inode: identity.inode, size: identity.size,
+                        modifiedNanoseconds: identity.modifiedNanoseconds, outcome: record.outcome.rawValue), at: .now())
+                }
             } catch {
                 logger.warning("watch \(rule.settings.name): unable to record \(path) in the ledger: \(error)")
             }
@@ -662,6 +716,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 .init("coalesced", .int(Int64(rule.coalesced))),
                 .init("duplicates_dropped", .int(Int64(rule.duplicates))),
                 .init("jobs_started", .int(Int64(rule.jobsStarted))),
+                .init("batches_started", .int(Int64(rule.batchesStarted))),
                 .init("jobs_failed", .int(Int64(rule.jobsFailed))),
                 .init("jobs_running", .int(Int64(rule.running))),
                 .init("jobs_waiting", .int(Int64(rule.waiting.count))),
