@@ -102,6 +102,7 @@ final class WatchRunTests: XCTestCase {
             name = "settled"
             path = "@DIR@/in"
             settle = "400ms"
+            recent_events = 3
             \(Self.recorder)
             """)
         for round in 0..<5 {
@@ -114,6 +115,10 @@ final class WatchRunTests: XCTestCase {
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
         let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
         XCTAssertEqual(rule["coalesced"] as? Int, 4, "five writes, one job: \(rule)")
+        let recent = try XCTUnwrap(rule["recent_events"] as? [[String: Any]])
+        XCTAssertEqual(recent.count, 3, "the ring keeps the last recent_events")
+        XCTAssertEqual(recent.last?["path"] as? String, "busy.log")
+        XCTAssertTrue((recent.last?["mask"] as? String)?.contains("CLOSE_WRITE") ?? false, "\(recent)")
     }
 
     func testGlobs_selectByRelativePath_andExcludeDotfilesAndTemporaries() throws {

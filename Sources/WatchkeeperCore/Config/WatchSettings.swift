@@ -48,6 +48,8 @@ public struct WatchSettings: Equatable, Sendable {
     /// Many files per job: the command has a `{paths}` element that becomes one argument
     /// per file; a batch too large for one argv is split into several runs, never cut.
     public var batch = false
+    /// Keep the last N raw inotify events of this rule for the dump (debugging; 0 = off).
+    public var recentEvents = 0
     public var job: JobSettings
 
     public static let placeholders = ["path", "dir", "name", "event", "watch", "run_id", "attempt"]
@@ -84,6 +86,7 @@ public struct WatchSettings: Equatable, Sendable {
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
         watch.batch = batch
+        if let count = reader.integer("recent_events", range: 0 ... 10_000) { watch.recentEvents = count }
         if batch, let job {
             guard case .arguments(let arguments) = job.command, arguments.contains("{paths}") else {
                 context.error(at: reader.valuePosition("command"), "with batch = true, \(reader.dotted("command")) must be an array with a \"{paths}\" element of its own, which becomes one argument per file")

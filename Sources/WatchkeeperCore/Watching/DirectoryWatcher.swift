@@ -45,6 +45,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         var fallbackTimer: DispatchSourceTimer?
         var fallbackScans: UInt64 = 0
         var reportedUnwatchable: Set<[UInt8]> = []
+        /// The last `recent_events` raw events, oldest first (off unless configured).
+        var recentEvents: [(time: WallTime, mask: UInt32, path: [UInt8])] = []
         /// Run ID → the file and its form when its job started, for the ledger.
         var inFlight: [String: [(relative: [UInt8], identity: FileIdentity)]] = [:]
         var batchesStarted: UInt64 = 0
@@ -325,8 +327,12 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             guard let rule = rules[ruleName] else { continue }
             rule.eventsSeen += 1
             rule.lastEventAt = now
+            let path = relative.isEmpty || name.isEmpty ? relative + name : relative + [UInt8(ascii: "/")] + name
+            if rule.settings.recentEvents > 0 {
+                rule.recentEvents.append((.now(), mask, path))
+                if rule.recentEvents.count > rule.settings.recentEvents { rule.recentEvents.removeFirst() }
+            }
             if name.isEmpty { continue } // about the directory itself (DELETE_SELF, MOVE_SELF)
-            let path = relative.isEmpty ? name : relative + [UInt8(ascii: "/")] + name
             if mask & UInt32(IN_ISDIR) != 0 {
                 if rule.settings.recursive {
                     if mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0, rule.settings.filter.mayContainSelected(directory: path) {
@@ -692,6 +698,17 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     // MARK: Dump
 
+    static func maskNames(_ mask: UInt32) -> String {
+        let names: [(UInt32, String)] = [
+            (UInt32(IN_ACCESS), "ACCESS"), (UInt32(IN_MODIFY), "MODIFY"), (UInt32(IN_ATTRIB), "ATTRIB"),
+            (UInt32(IN_CLOSE_WRITE), "CLOSE_WRITE"), (UInt32(IN_CLOSE_NOWRITE), "CLOSE_NOWRITE"), (UInt32(IN_OPEN), "OPEN"),
+            (UInt32(IN_MOVED_FROM), "MOVED_FROM"), (UInt32(IN_MOVED_TO), "MOVED_TO"), (UInt32(IN_CREATE), "CREATE"),
+            (UInt32(IN_DELETE), "DELETE"), (UInt32(IN_DELETE_SELF), "DELETE_SELF"), (UInt32(IN_MOVE_SELF), "MOVE_SELF"),
+            (UInt32(IN_ISDIR), "ISDIR"), (UInt32(IN_IGNORED), "IGNORED"), (UInt32(IN_Q_OVERFLOW), "Q_OVERFLOW"),
+        ]
+        return names.filter { mask & $0.0 != 0 }.map(\.1).joined(separator: "|")
+    }
+
     static func sysctl(_ name: String) -> String? {
         (try? readSmallFile("/proc/sys/fs/inotify/\(name)"))?.split(separator: "\n").first.map(String.init)
     }
@@ -728,6 +745,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 .init("catch_up", .bool(settings.catchUp)),
                 .init("ledger_size", ledgerSize),
                 .init("unwatched_directories", .array(unwatched)),
+                .init("recent_events", .array(rule.recentEvents.map { event in
+                    .object([.init("time", .string(event.time.iso8601)), .init("mask", .string(Self.maskNames(event.mask))),
+                             .init("path", .string(String(decoding: event.path, as: UTF8.self)))])
+                })),
                 .init("unwatched_total", .int(Int64(rule.unwatchable.count))),
                 .init("fallback_scans", .int(Int64(rule.fallbackScans))),
             ])
