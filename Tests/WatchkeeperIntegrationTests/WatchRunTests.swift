@@ -343,4 +343,34 @@ final class WatchRunTests: XCTestCase {
         XCTAssertEqual(Set(files).count, 30)
         XCTAssertEqual(files.count, 30, "no file in two runs, none dropped")
     }
+
+    func testCatchUpOfAWideTree_listsItInParallel_andHandlesEveryFile() throws {
+        let root = try DaemonSandbox()
+        // 200 directories on one level: listed with concurrentPerform (the threshold is 64).
+        for index in 0..<200 {
+            let directory = root.root + "/wide/d\(index)"
+            try FileManager.default.createDirectory(atPath: directory + "/inner", withIntermediateDirectories: true)
+            FileManager.default.createFile(atPath: directory + "/inner/f.txt", contents: Data("x".utf8))
+        }
+        sandbox = root
+        let notify = try NotifySocket()
+        try sandbox.writeConfig("""
+            [daemon]
+            max_jobs = 8
+            [[watch]]
+            name = "wide"
+            path = "\(root.root)/wide"
+            recursive = true
+            shell = true
+            command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> \(root.root)/handled'
+            """)
+        daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(waitFor(30) { Set(records(root.root + "/handled")).count == 200 },
+                      "\(Set(records(root.root + "/handled")).count) of 200\n\(daemon.stderrTail)")
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
+        XCTAssertEqual(rule["inotify_watches"] as? Int, 401, "the root, 200 directories and 200 inner ones")
+    }
 }

@@ -183,20 +183,29 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     }
 
     /// Watches a directory first, then lists it: a file created in between is seen by
-    /// the scan, the event, or both (the duplicate is dropped by identity).
+    /// the scan, the event, or both (the duplicate is dropped by identity). Recursive rules
+    /// go level by level: every directory of a level is watched, then all are listed.
     private func addTree(_ rule: Rule, relative: [UInt8], emitExisting: Bool) {
         guard fd >= 0 else { return }
+        walk(rule, from: relative, visit: { directory in
+            self.addWatch(rule, relative: directory) && (rule.settings.recursive || emitExisting)
+        }, file: { path in
+            if emitExisting { self.scanned(rule, relative: path, countMatched: true) }
+        })
+    }
+
+    /// One inotify watch; false (and a report) when it could not be added.
+    private func addWatch(_ rule: Rule, relative: [UInt8]) -> Bool {
         let absolute = rule.absolute(relative)
         var mask = rule.settings.events.reduce(UInt32(0)) { $0 | $1.mask }
         mask |= UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR) | 0x2000_0000 /* IN_MASK_ADD */
         if !rule.settings.followSymlinks { mask |= UInt32(IN_DONT_FOLLOW) }
-        let wd = absolute.withUnsafeBufferPointer { bytes -> Int32 in
-            var path = Array(bytes) + [0]
-            return path.withUnsafeMutableBufferPointer { inotify_add_watch(fd, UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), mask) }
+        let wd = (absolute + [0]).withUnsafeBufferPointer { bytes -> Int32 in
+            inotify_add_watch(fd, UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self), mask)
         }
         if wd < 0 {
             reportWatchFailure(rule, absolute: absolute, relative: relative, error: errno)
-            return
+            return false
         }
         rule.descriptors[relative] = wd
         var users = descriptors[wd] ?? []
@@ -204,18 +213,53 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             users.append((rule.settings.name, relative))
         }
         descriptors[wd] = users
-        guard rule.settings.recursive || emitExisting else { return }
-        for entry in listDirectory(absolute) {
-            let child = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
-            if entry.isDirectory {
-                if rule.settings.recursive && rule.settings.filter.mayContainSelected(directory: child) {
-                    addTree(rule, relative: child, emitExisting: emitExisting)
+        return true
+    }
+
+    /// A file found by a scan goes through the settle queue with the rule's ready event.
+    private func scanned(_ rule: Rule, relative: [UInt8], countMatched: Bool) {
+        guard let event = readyEventName(rule), rule.settings.filter.selects(relative) else { return }
+        if countMatched { rule.matched += 1 }
+        enqueue(rule, relative: relative, event: event, minimumSettle: Self.scanSettle)
+    }
+
+    /// Breadth-first over a rule's tree from `start`. `visit` runs on this queue for each
+    /// directory before it is listed and says whether to list it; the directories of one
+    /// level are listed in parallel (DispatchQueue.concurrentPerform, striding over chunks)
+    /// since listing a large tree is the slow part of a catch-up or a rescan.
+    private func walk(_ rule: Rule, from start: [UInt8], visit: ([UInt8]) -> Bool, file: ([UInt8]) -> Void) {
+        var level = [start]
+        while !level.isEmpty {
+            let listed = level.filter(visit)
+            let listings = Self.listDirectories(listed.map { rule.absolute($0) })
+            var next: [[UInt8]] = []
+            for (directory, entries) in zip(listed, listings) {
+                for entry in entries {
+                    let child = directory.isEmpty ? entry.name : directory + [UInt8(ascii: "/")] + entry.name
+                    if entry.isDirectory {
+                        if rule.settings.recursive && rule.settings.filter.mayContainSelected(directory: child) { next.append(child) }
+                    } else {
+                        file(child)
+                    }
                 }
-            } else if emitExisting, let event = readyEventName(rule), rule.settings.filter.selects(child) {
-                rule.matched += 1
-                enqueue(rule, relative: child, event: event, minimumSettle: Self.scanSettle)
             }
+            level = next
         }
+    }
+
+    /// Below this many directories a level is listed on the calling thread.
+    static let parallelListingThreshold = 64
+    static let listingStride = 16
+
+    static func listDirectories(_ paths: [[UInt8]]) -> [[DirectoryEntry]] {
+        guard paths.count >= parallelListingThreshold else { return paths.map(listDirectory) }
+        let results = ListingResults(count: paths.count)
+        let chunks = (paths.count + listingStride - 1) / listingStride
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let range = (chunk * listingStride)..<min(paths.count, (chunk + 1) * listingStride)
+            for index in range { results.store(listDirectory(paths[index]), at: index) }
+        }
+        return results.values
     }
 
     /// The event name a file found by a scan is reported with: the rule's "ready" event.
@@ -250,12 +294,33 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
     }
 
-    struct DirectoryEntry {
+    /// Each concurrentPerform iteration writes only its own slots.
+    final class ListingResults: @unchecked Sendable {
+        private let slots: UnsafeMutableBufferPointer<[DirectoryEntry]>
+
+        init(count: Int) {
+            slots = .allocate(capacity: count)
+            slots.initialize(repeating: [])
+        }
+
+        deinit {
+            slots.deinitialize()
+            slots.deallocate()
+        }
+
+        func store(_ entries: [DirectoryEntry], at index: Int) {
+            slots[index] = entries
+        }
+
+        var values: [[DirectoryEntry]] { Array(slots) }
+    }
+
+    struct DirectoryEntry: Sendable {
         let name: [UInt8]
         let isDirectory: Bool
     }
 
-    private func listDirectory(_ absolute: [UInt8]) -> [DirectoryEntry] {
+    static func listDirectory(_ absolute: [UInt8]) -> [DirectoryEntry] {
         let directory = (absolute + [0]).withUnsafeBufferPointer { opendir(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
         guard let directory else { return [] }
         defer { closedir(directory) }
@@ -373,20 +438,14 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
     }
 
+    /// Every file of the tree through the settle queue; directories without a watch (new
+    /// ones whose events were lost in the overflow) are watched on the way.
     private func rescan(_ rule: Rule, relative: [UInt8]) {
-        let absolute = rule.absolute(relative)
-        if rule.descriptors[relative] == nil {
-            addTree(rule, relative: relative, emitExisting: true)
-            return
-        }
-        for entry in listDirectory(absolute) {
-            let child = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
-            if entry.isDirectory {
-                if rule.settings.recursive && rule.settings.filter.mayContainSelected(directory: child) { rescan(rule, relative: child) }
-            } else if let event = readyEventName(rule), rule.settings.filter.selects(child) {
-                enqueue(rule, relative: child, event: event, minimumSettle: Self.scanSettle)
-            }
-        }
+        walk(rule, from: relative, visit: { directory in
+            rule.descriptors[directory] != nil || self.addWatch(rule, relative: directory)
+        }, file: { path in
+            self.scanned(rule, relative: path, countMatched: false)
+        })
     }
 
     // MARK: Settle and start
@@ -428,7 +487,12 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// Starts every path whose window has ended; re-arms for the next one. Entries a
     /// later event superseded are skipped (their path has a later deadline).
     private func settleDue(_ rule: Rule) {
-        let now = DispatchTime.now().uptimeNanoseconds
+        var now = DispatchTime.now().uptimeNanoseconds
+        // A batch also takes the files whose windows end a moment later (files written
+        // together settle microseconds apart), up to a quarter of the window or 250 ms.
+        if rule.settings.batch {
+            now += UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped)
+        }
         var index = 0
         var due: [(relative: [UInt8], event: String)] = []
         while index < rule.settleOrder.count, rule.settleOrder[index].deadline <= now {
@@ -662,14 +726,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// The files of one directory (and, for recursive rules, below it) through the settle
     /// queue, without adding watches.
     private func scanFiles(_ rule: Rule, relative: [UInt8]) {
-        for entry in listDirectory(rule.absolute(relative)) {
-            let child = relative.isEmpty ? entry.name : relative + [UInt8(ascii: "/")] + entry.name
-            if entry.isDirectory {
-                if rule.settings.recursive && rule.settings.filter.mayContainSelected(directory: child) { scanFiles(rule, relative: child) }
-            } else if let event = readyEventName(rule), rule.settings.filter.selects(child) {
-                enqueue(rule, relative: child, event: event, minimumSettle: Self.scanSettle)
-            }
-        }
+        walk(rule, from: relative, visit: { _ in true }, file: { path in
+            self.scanned(rule, relative: path, countMatched: false)
+        })
     }
 
     // MARK: Missing roots
