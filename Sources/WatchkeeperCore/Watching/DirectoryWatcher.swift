@@ -71,6 +71,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private var rules: [String: Rule] = [:]
     private var order: [String] = []
     private var descriptors: [Int32: [(rule: String, relative: [UInt8])]] = [:]
+    /// Watches on the parent of a missing root, so it is watched again the moment it is
+    /// created or moved back (the periodic check covers a missing parent).
+    private var parentWatches: [Int32: Set<String>] = [:]
     private var accepting = true
     private var overflowsTotal: UInt64 = 0
     private var recheckTimer: DispatchSourceTimer?
@@ -151,8 +154,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 logger.warning("watch \(rule.settings.name): unable to watch \(rule.settings.path): \(errno == 0 || errno == ENOENT ? "no such directory" : String(cString: strerror(errno))); checking again every \(Self.recheckInterval.compactDescription)")
             }
             rule.rootMissing = true
+            watchParent(of: rule)
             return
         }
+        dropParentWatch(of: rule)
         if rule.rootMissing {
             logger.notice("watch \(rule.settings.name): \(rule.settings.path) is back; watching it again")
         }
@@ -176,7 +181,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         users.removeAll { $0.rule == name && $0.relative == relative }
         if users.isEmpty {
             descriptors[wd] = nil
-            _ = inotify_rm_watch(fd, wd)
+            if parentWatches[wd] == nil { _ = inotify_rm_watch(fd, wd) }
         } else {
             descriptors[wd] = users
         }
@@ -372,6 +377,13 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             overflowed()
             return
         }
+        if mask & UInt32(IN_IGNORED) != 0 { parentWatches[wd] = nil }
+        if let waiting = parentWatches[wd], mask & UInt32(IN_ISDIR) != 0, mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 {
+            for ruleName in waiting {
+                guard let rule = rules[ruleName], rule.rootMissing, Array(rule.rootBytes.split(separator: UInt8(ascii: "/")).last ?? []) == name else { continue }
+                watchRoot(rule, emitExisting: true)
+            }
+        }
         guard let users = descriptors[wd] else { return }
         if mask & UInt32(IN_IGNORED) != 0 {
             // The directory is gone (deleted, unmounted) or was unwatched.
@@ -381,6 +393,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 rule.descriptors[relative] = nil
                 if relative.isEmpty {
                     rule.rootMissing = true
+                    watchParent(of: rule)
                     logger.warning("watch \(rule.settings.name): \(rule.settings.path) was removed; checking for it every \(Self.recheckInterval.compactDescription)")
                     armRecheckIfNeeded()
                 }
@@ -664,6 +677,24 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
         recheckTimer?.cancel()
         recheckTimer = nil
+    }
+
+    private func watchParent(of rule: Rule) {
+        guard fd >= 0, let slash = rule.rootBytes.lastIndex(of: UInt8(ascii: "/")) else { return }
+        let parent = slash == 0 ? [UInt8(ascii: "/")] : Array(rule.rootBytes[..<slash])
+        let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_ONLYDIR) | 0x2000_0000 /* IN_MASK_ADD */
+        let wd = (parent + [0]).withUnsafeBufferPointer { inotify_add_watch(fd, UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), mask) }
+        guard wd >= 0 else { return } // the parent is missing too: the periodic check remains
+        parentWatches[wd, default: []].insert(rule.settings.name)
+    }
+
+    private func dropParentWatch(of rule: Rule) {
+        for (wd, var names) in parentWatches where names.contains(rule.settings.name) {
+            names.remove(rule.settings.name)
+            parentWatches[wd] = names.isEmpty ? nil : names
+            // The same directory may be watched for a rule of its own: keep that watch.
+            if names.isEmpty && descriptors[wd] == nil { _ = inotify_rm_watch(fd, wd) }
+        }
     }
 
     // MARK: Directories that could not be watched
