@@ -235,7 +235,7 @@ final class WatchRunTests: XCTestCase {
         let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
         XCTAssertFalse((rule["unwatched_directories"] as? [String] ?? []).isEmpty, "\(rule)")
         // A file in a directory that has no watch is still handled, by the fallback scan.
-        FileManager.default.createFile(atPath: root.root + "/tree/c/late.csv", contents: Data("x".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: root.root + "/tree/c/late.csv", contents: Data("x".utf8)))
         XCTAssertTrue(waitFor(10) { records(root.root + "/handled").count == 1 }, daemon.stderr)
         XCTAssertEqual(records(root.root + "/handled"), [Array((root.root + "/tree/c/late.csv").utf8)])
         // Once the limit is raised again, the next pass watches the subtree.
@@ -351,7 +351,7 @@ final class WatchRunTests: XCTestCase {
         for index in 0..<200 {
             let directory = root.root + "/wide/d\(index)"
             try FileManager.default.createDirectory(atPath: directory + "/inner", withIntermediateDirectories: true)
-            FileManager.default.createFile(atPath: directory + "/inner/f.txt", contents: Data("x".utf8))
+            XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/inner/f.txt", contents: Data("x".utf8)))
         }
         sandbox = root
         let notify = try NotifySocket()
@@ -373,5 +373,75 @@ final class WatchRunTests: XCTestCase {
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
         let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
         XCTAssertEqual(rule["inotify_watches"] as? Int, 401, "the root, 200 directories and 200 inner ones")
+    }
+
+    func testMovedInAndDeleted_areTheEventsTheRuleAsksFor() throws {
+        try start("""
+            [[watch]]
+            name = "moves"
+            path = "@DIR@/in"
+            events = ["moved_in", "deleted"]
+            shell = true
+            command = 'printf "%s %s\\\\0" "$WATCHKEEPER_EVENT" "$WATCHKEEPER_NAME" >> @DIR@/handled'
+            """)
+        let outside = sandbox.root + "/outside"
+        FileManager.default.createFile(atPath: outside, contents: Data("x".utf8))
+        write("written-here") // closed_write: not asked for
+        XCTAssertEqual(rename(outside, sandbox.root + "/in/arrived"), 0)
+        XCTAssertEqual(unlink(sandbox.root + "/in/written-here"), 0)
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
+        usleep(300_000)
+        XCTAssertEqual(Set(records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }),
+                       ["moved_in arrived", "deleted written-here"])
+    }
+
+    func testFailedFileJob_isRetriedPerTheRulesRetryPolicy() throws {
+        try start("""
+            [[watch]]
+            name = "flaky"
+            path = "@DIR@/in"
+            retry = { attempts = 3, backoff = "200ms" }
+            shell = true
+            command = 'echo "$WATCHKEEPER_NAME" >> @DIR@/attempts; [ $(wc -l < @DIR@/attempts) -ge 3 ]'
+            """)
+        write("needs-three-tries")
+        XCTAssertTrue(waitFor(10) { daemon.stderr.contains("outcome=ok") }, daemon.stderr)
+        let attempts = ((try? String(contentsOfFile: sandbox.root + "/attempts", encoding: .utf8)) ?? "").split(separator: "\n")
+        XCTAssertEqual(attempts, ["needs-three-tries", "needs-three-tries", "needs-three-tries"])
+        XCTAssertTrue(daemon.stderr.contains("attempt=3"), daemon.stderr)
+    }
+
+    func testReload_addsAndRemovesRules_withoutDisturbingUnchangedOnes() throws {
+        try start("""
+            [[watch]]
+            name = "stays"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/second", withIntermediateDirectories: true)
+        try sandbox.writeConfig("""
+            [daemon]
+            log_level = "debug"
+
+            [[watch]]
+            name = "stays"
+            path = "\(sandbox.root)/in"
+            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+
+            [[watch]]
+            name = "added"
+            path = "\(sandbox.root)/second"
+            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+            """)
+        daemon.send(SIGHUP)
+        XCTAssertTrue(daemon.waitForStderr(containing: "configuration generation 2 in force", timeout: 5), daemon.stderr)
+        write("first")
+        FileManager.default.createFile(atPath: sandbox.root + "/second/other", contents: Data("x".utf8))
+        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let rules = try XCTUnwrap((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])
+        XCTAssertEqual(rules.map { $0["name"] as? String }, ["stays", "added"])
+        XCTAssertEqual(rules.first?["events_seen"] as? Int ?? 0 > 0, true)
     }
 }

@@ -71,6 +71,17 @@ public struct RetryPolicy: Equatable, Sendable {
     public var attempts: Int
     public var backoff: Duration
     public var maxBackoff: Duration
+
+    /// Exponential backoff with ±20% jitter, capped at max_backoff.
+    func delay(afterAttempt attempt: Int) -> Duration {
+        var delay = backoff
+        for _ in 1..<max(1, attempt) {
+            delay = delay * 2
+            if delay >= maxBackoff { break }
+        }
+        delay = min(delay, maxBackoff)
+        return .nanoseconds(Int64(Double(delay.nanosecondsClamped) * Double.random(in: 0.8...1.2)))
+    }
 }
 
 /// One `[[task]]` entry.
@@ -155,19 +166,23 @@ public struct TaskSettings: Equatable, Sendable {
         } else if task.overlap == .allow {
             task.maxConcurrent = 1_024
         }
-        if let retry = reader.table("retry") {
-            var retryReader = TableReader(table: retry, path: reader.path + [.key("retry")], displayName: "\(reader.dotted("retry"))", context: context)
-            let attempts = retryReader.integer("attempts", range: 1 ... 100) ?? 3
-            let backoff = retryReader.duration("backoff", range: .milliseconds(100) ... .seconds(86_400)) ?? .seconds(10)
-            let maxBackoff = retryReader.duration("max_backoff", range: .milliseconds(100) ... .seconds(7 * 86_400)) ?? .seconds(300)
-            retryReader.reportUnknownKeys()
-            task.retry = RetryPolicy(attempts: attempts, backoff: backoff, maxBackoff: max(backoff, maxBackoff))
-        }
+        task.retry = readRetry(&reader)
         if let value = reader.bool("retry_expired") { task.retryExpired = value }
         if let names = reader.stringArray("after", allowEmpty: true) { task.after = names }
         if let value = reader.bool("persistent") { task.persistent = value }
         if let window = reader.duration("catch_up_window", range: .seconds(1) ... .seconds(366 * 86_400)) { task.catchUpWindow = window }
         return job == nil ? nil : task
+    }
+
+    /// `retry = { attempts = 3, backoff = "10s", max_backoff = "5m" }`, for tasks and watches.
+    static func readRetry(_ reader: inout TableReader) -> RetryPolicy? {
+        guard let retry = reader.table("retry") else { return nil }
+        var retryReader = TableReader(table: retry, path: reader.path + [.key("retry")], displayName: "\(reader.dotted("retry"))", context: reader.context)
+        let attempts = retryReader.integer("attempts", range: 1 ... 100) ?? 3
+        let backoff = retryReader.duration("backoff", range: .milliseconds(100) ... .seconds(86_400)) ?? .seconds(10)
+        let maxBackoff = retryReader.duration("max_backoff", range: .milliseconds(100) ... .seconds(7 * 86_400)) ?? .seconds(300)
+        retryReader.reportUnknownKeys()
+        return RetryPolicy(attempts: attempts, backoff: backoff, maxBackoff: max(backoff, maxBackoff))
     }
 
     /// The keys every job has, whatever starts it.

@@ -50,6 +50,8 @@ public struct WatchSettings: Equatable, Sendable {
     public var batch = false
     /// Keep the last N raw inotify events of this rule for the dump (debugging; 0 = off).
     public var recentEvents = 0
+    /// A file whose job failed is tried again after a backoff, up to `attempts` in all.
+    public var retry: RetryPolicy?
     public var job: JobSettings
 
     public static let placeholders = ["path", "dir", "name", "event", "watch", "run_id", "attempt"]
@@ -87,6 +89,7 @@ public struct WatchSettings: Equatable, Sendable {
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
         watch.batch = batch
         if let count = reader.integer("recent_events", range: 0 ... 10_000) { watch.recentEvents = count }
+        watch.retry = TaskSettings.readRetry(&reader)
         if batch, let job {
             guard case .arguments(let arguments) = job.command, arguments.contains("{paths}") else {
                 context.error(at: reader.valuePosition("command"), "with batch = true, \(reader.dotted("command")) must be an array with a \"{paths}\" element of its own, which becomes one argument per file")

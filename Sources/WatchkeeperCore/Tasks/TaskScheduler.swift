@@ -395,7 +395,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
            record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && settings.retryExpired) {
             willRetry = true
             task.retryPending = true
-            let delay = retryDelay(retry, attempt: record.attempt)
+            let delay = retry.delay(afterAttempt: record.attempt)
             logger.notice("task \(settings.name): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription)")
             queue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) { [weak self] in
                 task.retryPending = false
@@ -410,17 +410,6 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         }
     }
 
-    /// Exponential backoff with ±20% jitter, capped at max_backoff.
-    private func retryDelay(_ retry: RetryPolicy, attempt: Int) -> Duration {
-        var delay = retry.backoff
-        for _ in 1..<max(1, attempt) {
-            delay = delay * 2
-            if delay >= retry.maxBackoff { break }
-        }
-        delay = min(delay, retry.maxBackoff)
-        let spread = Double.random(in: 0.8...1.2)
-        return .nanoseconds(Int64(Double(delay.nanosecondsClamped) * spread))
-    }
 
     private func log(_ record: RunRecord) {
         record.log(to: logger, kind: .task)

@@ -49,6 +49,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         var recentEvents: [(time: WallTime, mask: UInt32, path: [UInt8])] = []
         /// Run ID → the file and its form when its job started, for the ledger.
         var inFlight: [String: [(relative: [UInt8], identity: FileIdentity)]] = [:]
+        /// With `retry`: the request of each job, to run it again if it fails.
+        var retryable: [String: JobRequest] = [:]
         var batchesStarted: UInt64 = 0
 
         init(settings: WatchSettings) {
@@ -607,6 +609,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     }
 
     private func dispatch(_ request: JobRequest, rule: Rule) {
+        if rule.settings.retry != nil { rule.retryable[request.runID] = request }
         if rule.running >= rule.settings.maxConcurrent {
             rule.waiting.append(request)
         } else {
@@ -641,7 +644,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func finished(_ record: RunRecord, rule: Rule, path: String) {
         rule.running -= 1
         if record.outcome != .ok { rule.jobsFailed += 1 }
-        if let files = rule.inFlight.removeValue(forKey: record.runID), rule.settings.catchUp, let ledger {
+        let files = rule.inFlight.removeValue(forKey: record.runID)
+        if let files, rule.settings.catchUp, let ledger {
             do {
                 for (relative, identity) in files {
                     try ledger.recordFile(rule: rule.settings.name, path: relative, entry: TaskStore.LedgerEntry(
@@ -653,6 +657,19 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             }
         }
         record.log(to: logger, kind: .watch, extra: ["path": .string(path)])
+        let request = rule.retryable.removeValue(forKey: record.runID)
+        if record.outcome == .failed, let retry = rule.settings.retry, record.attempt < retry.attempts, accepting, let request {
+            let delay = retry.delay(afterAttempt: record.attempt)
+            logger.notice("watch \(rule.settings.name): job for \(path) failed (attempt \(record.attempt) of \(retry.attempts)); retrying in \(delay.compactDescription)")
+            queue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) { [self] in
+                guard accepting, rules[rule.settings.name] === rule else { return }
+                let again = JobRequest(name: request.name, kind: .watch, settings: rule.settings.job, placeholders: request.placeholders,
+                                       listPlaceholders: request.listPlaceholders, environment: request.environment,
+                                       attempt: record.attempt + 1)
+                if let files { rule.inFlight[again.runID] = files }
+                dispatch(again, rule: rule)
+            }
+        }
         if accepting, !rule.waiting.isEmpty, rule.running < rule.settings.maxConcurrent {
             submit(rule.waiting.removeFirst(), rule: rule)
         }
