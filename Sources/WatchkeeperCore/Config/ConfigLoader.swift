@@ -99,22 +99,8 @@ public enum ConfigLoader {
     }
 
     static func readFile(_ path: String) -> Result<String, ReadFailure> {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(ReadFailure(reason: String(cString: strerror(errno)))) }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                return .failure(ReadFailure(reason: String(cString: strerror(errno))))
-            }
-            if count == 0 { break }
-            bytes.append(contentsOf: chunk[0..<count])
-            if bytes.count > 16 << 20 { return .failure(ReadFailure(reason: "file is larger than 16 MiB")) }
-        }
-        return .success(String(decoding: bytes, as: UTF8.self))
+        readFileBytes(path).map { String(decoding: $0, as: UTF8.self) }
+            .mapError { ReadFailure(reason: $0.errno == EFBIG ? "file is larger than 16 MiB" : String(cString: strerror($0.errno))) }
     }
 }
 

@@ -66,23 +66,28 @@ struct SystemCallError: Error, CustomStringConvertible {
     var description: String { "\(call): \(String(cString: strerror(errno)))" }
 }
 
-/// /proc files report size 0, so read until EOF.
-func readSmallFile(_ path: String) throws -> String {
+/// The whole file, read until EOF (/proc files report size 0), or the errno that stopped
+/// it; `limit` guards against a path that leads somewhere unexpectedly large (EFBIG).
+func readFileBytes(_ path: String, limit: Int = 16 << 20) -> Result<[UInt8], SystemCallError> {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { throw SystemCallError(call: "open \(path)", errno: errno) }
+    guard fd >= 0 else { return .failure(SystemCallError(call: "open \(path)", errno: errno)) }
     defer { close(fd) }
     var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 8192)
+    var chunk = [UInt8](repeating: 0, count: 16_384)
     while true {
         let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
         if count < 0 {
             if errno == EINTR { continue }
-            throw SystemCallError(call: "read \(path)", errno: errno)
+            return .failure(SystemCallError(call: "read \(path)", errno: errno))
         }
-        if count == 0 { break }
-        bytes += chunk[0..<count]
+        if count == 0 { return .success(bytes) }
+        bytes.append(contentsOf: chunk[0..<count])
+        if bytes.count > limit { return .failure(SystemCallError(call: "read \(path)", errno: EFBIG)) }
     }
-    return String(decoding: bytes, as: UTF8.self)
+}
+
+func readSmallFile(_ path: String) throws -> String {
+    String(decoding: try readFileBytes(path).get(), as: UTF8.self)
 }
 
 /// Write-then-rename, so a reader of state.json sees the previous dump or the new

@@ -872,21 +872,7 @@ extension TimeZoneRules {
     }
 
     private static func readZoneFile(_ path: String) -> Result<[UInt8], SystemCallFailure> {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return .failure(SystemCallFailure(code: errno)) }
-        defer { close(descriptor) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                return .failure(SystemCallFailure(code: errno))
-            }
-            if count == 0 { return .success(bytes) }
-            bytes.append(contentsOf: chunk[0..<count])
-            if bytes.count > 1 << 20 { return .failure(SystemCallFailure(code: EFBIG)) }
-        }
+        readFileBytes(path, limit: 1 << 20).mapError { SystemCallFailure(code: $0.errno) }
     }
 }
 
