@@ -137,7 +137,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: true, stateDirectory: settings.stateDirectory) }
         // READY=1 promises the initial watches are in place.
         let watches = configuration.watches
-        watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
+        watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory, maxJobs: settings.maxJobs) }
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -247,7 +247,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let tasks = new.tasks
         tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: false, stateDirectory: settings.stateDirectory) }
         let watches = new.watches
-        watchingQueue.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
+        watchingQueue.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory, maxJobs: settings.maxJobs) }
         configuration = new
     }
 

@@ -19,6 +19,11 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         let modifiedNanoseconds: Int64
     }
 
+    enum WaitingWork {
+        case file(relative: [UInt8], event: String, identity: FileIdentity?)
+        case request(JobRequest)
+    }
+
     /// Confined to the watching queue.
     final class Rule: @unchecked Sendable {
         var settings: WatchSettings
@@ -28,10 +33,15 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         var pending: [[UInt8]: (deadline: UInt64, event: String)] = [:]
         /// Paths in the order their settle windows end; stale entries are skipped.
         var settleOrder: [(path: [UInt8], deadline: UInt64)] = []
+        /// Entries before this index are done; compacted now and then, not on every tick.
+        var settleHead = 0
         var settleTimer: DispatchSourceTimer?
         var handled: [[UInt8]: FileIdentity] = [:]
         var running = 0
-        var waiting: [JobRequest] = []
+        /// Files admitted but not handed to the runner yet: kept small (the path and its
+        /// form), turned into a job only when a slot is near, so a burst of 100,000 files
+        /// costs memory per file, not per job request.
+        var waiting = WaitingLine<WaitingWork>()
         var eventsSeen: UInt64 = 0
         var coalesced: UInt64 = 0
         var matched: UInt64 = 0
@@ -80,6 +90,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private var overflowsTotal: UInt64 = 0
     private var recheckTimer: DispatchSourceTimer?
     private var initProblem: String?
+    /// The daemon's max_jobs, for how many jobs a rule hands the runner at once.
+    private var runnerSlots = 4
     /// The file ledger (in the state directory's SQLite file), on this queue's own connection.
     private var ledger: TaskStore?
     private var ledgerProblem: String?
@@ -100,8 +112,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     /// First start and every reload: unchanged rules keep their watches (no event is lost
     /// for them); changed and removed ones are unwatched; new and changed ones are watched.
-    func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String) {
+    func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String, maxJobs: Int) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
+        runnerSlots = maxJobs
         if fd < 0 && !settings.isEmpty { openInotify() }
         if ledger == nil && ledgerProblem == nil && settings.contains(where: \.catchUp) {
             do {
@@ -508,7 +521,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         if rule.settings.batch {
             now += UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped)
         }
-        var index = 0
+        var index = rule.settleHead
         var due: [(relative: [UInt8], event: String)] = []
         while index < rule.settleOrder.count, rule.settleOrder[index].deadline <= now {
             let (path, deadline) = rule.settleOrder[index]
@@ -517,7 +530,11 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             rule.pending[path] = nil
             due.append((path, pending.event))
         }
-        rule.settleOrder.removeFirst(index)
+        rule.settleHead = index
+        if rule.settleHead >= 1_024 && rule.settleHead * 2 >= rule.settleOrder.count {
+            rule.settleOrder.removeFirst(rule.settleHead)
+            rule.settleHead = 0
+        }
         if rule.settings.batch {
             startBatch(rule, due: due)
         } else {
@@ -525,7 +542,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
         rule.settleTimer?.cancel()
         rule.settleTimer = nil
-        if let next = rule.settleOrder.first { armSettleTimer(rule, at: next.deadline) }
+        if rule.settleHead < rule.settleOrder.count { armSettleTimer(rule, at: rule.settleOrder[rule.settleHead].deadline) }
     }
 
     private func identity(of path: [UInt8], followSymlinks: Bool) -> FileIdentity? {
@@ -556,19 +573,40 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     }
 
     private func start(_ rule: Rule, relative: [UInt8], event: String) {
-        guard let (absolute, fileIdentity) = admit(rule, relative: relative, event: event) else { return }
-        let settings = rule.settings
-        let slash = absolute.lastIndex(of: UInt8(ascii: "/")) ?? 0
-        let directory = slash == 0 ? [UInt8(ascii: "/")] : Array(absolute[..<slash])
-        let name = Array(absolute[(slash + 1)...])
-        let request = JobRequest(
-            name: settings.name, kind: .watch, settings: settings.job,
-            placeholders: ["path": absolute, "dir": directory, "name": name, "event": Array(event.utf8)],
-            environment: [("WATCHKEEPER_PATH", absolute), ("WATCHKEEPER_DIR", directory), ("WATCHKEEPER_NAME", name),
-                          ("WATCHKEEPER_EVENT", Array(event.utf8))]
-        )
-        if let fileIdentity { rule.inFlight[request.runID] = [(relative, fileIdentity)] }
-        dispatch(request, rule: rule)
+        guard let (_, fileIdentity) = admit(rule, relative: relative, event: event) else { return }
+        rule.waiting.append(.file(relative: relative, event: event, identity: fileIdentity), lane: 0)
+        pump(rule)
+    }
+
+    private func request(for work: WaitingWork, rule: Rule) -> JobRequest {
+        switch work {
+        case .request(let request):
+            return request
+        case .file(let relative, let event, let fileIdentity):
+            let absolute = rule.absolute(relative)
+            let slash = absolute.lastIndex(of: UInt8(ascii: "/")) ?? 0
+            let directory = slash == 0 ? [UInt8(ascii: "/")] : Array(absolute[..<slash])
+            let name = Array(absolute[(slash + 1)...])
+            let request = JobRequest(
+                name: rule.settings.name, kind: .watch, settings: rule.settings.job,
+                placeholders: ["path": absolute, "dir": directory, "name": name, "event": Array(event.utf8)],
+                environment: [("WATCHKEEPER_PATH", absolute), ("WATCHKEEPER_DIR", directory), ("WATCHKEEPER_NAME", name),
+                              ("WATCHKEEPER_EVENT", Array(event.utf8))]
+            )
+            if let fileIdentity { rule.inFlight[request.runID] = [(relative, fileIdentity)] }
+            return request
+        }
+    }
+
+    /// Jobs of one rule handed to the runner at once: its max_concurrent, but never more
+    /// than twice max_jobs, so the runner's line stays short and the rest waits here cheaply.
+    private func pump(_ rule: Rule) {
+        let limit = min(rule.settings.maxConcurrent, max(1, runnerSlots * 2))
+        while accepting, rule.running < limit, let work = rule.waiting.popFirst() {
+            let request = request(for: work, rule: rule)
+            if rule.settings.retry != nil { rule.retryable[request.runID] = request }
+            submit(request, rule: rule)
+        }
     }
 
     /// The bytes one batch's `{paths}` may take: half of ARG_MAX, leaving the rest for the
@@ -593,7 +631,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             )
             rule.inFlight[request.runID] = chunk.compactMap { item in item.identity.map { (item.relative, $0) } }
             rule.batchesStarted += 1
-            dispatch(request, rule: rule)
+            rule.waiting.append(.request(request), lane: 0)
+            pump(rule)
             chunk = []
             bytes = 0
         }
@@ -606,15 +645,6 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             bytes += cost
         }
         flush()
-    }
-
-    private func dispatch(_ request: JobRequest, rule: Rule) {
-        if rule.settings.retry != nil { rule.retryable[request.runID] = request }
-        if rule.running >= rule.settings.maxConcurrent {
-            rule.waiting.append(request)
-        } else {
-            submit(request, rule: rule)
-        }
     }
 
     /// Handled successfully in this exact form, in this life of the daemon or an earlier one.
@@ -667,12 +697,11 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                                        listPlaceholders: request.listPlaceholders, environment: request.environment,
                                        attempt: record.attempt + 1)
                 if let files { rule.inFlight[again.runID] = files }
-                dispatch(again, rule: rule)
+                rule.waiting.append(.request(again), lane: 0)
+                pump(rule)
             }
         }
-        if accepting, !rule.waiting.isEmpty, rule.running < rule.settings.maxConcurrent {
-            submit(rule.waiting.removeFirst(), rule: rule)
-        }
+        pump(rule)
     }
 
     /// The drain: no new jobs from file events.
@@ -688,7 +717,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 logger.notice("watch \(name): \(dropped) file(s) waiting to settle or for a slot were not started because the daemon is stopping")
             }
             rule.pending.removeAll()
-            rule.waiting.removeAll()
+            _ = rule.waiting.removeAll()
             rule.fallbackTimer?.cancel()
             rule.fallbackTimer = nil
         }
