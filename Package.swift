@@ -51,6 +51,7 @@ let package = Package(
             name: "watchkeeper-bench",
             dependencies: ["WatchkeeperCore"]
         ),
+        .executableTarget(name: "inotify-spawn-baseline", path: "Sources/inotify-spawn-baseline"),
         .testTarget(
             name: "WatchkeeperCoreTests",
             dependencies: ["WatchkeeperCore"]

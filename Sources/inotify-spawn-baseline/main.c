@@ -165,6 +165,13 @@ static int watch(const char *dir, int recursive, char **program) {
         }
         while (waitpid(-1, NULL, WNOHANG) > 0) {}
     }
+    // Jobs still running are waited for (up to 2 s), so none is left to a parent that may
+    // never reap it.
+    for (int waited = 0; waited < 200; waited++) {
+        pid_t reaped = waitpid(-1, NULL, WNOHANG);
+        if (reaped < 0 && errno == ECHILD) break;
+        if (reaped == 0) usleep(10000);
+    }
     fprintf(stderr, "events %llu spawned %llu overflows %llu\n", events, spawned, overflows);
     return 0;
 }
