@@ -276,11 +276,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func startDrainExtender(until limit: Duration) {
         let step: Duration = .seconds(5)
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(limit.nanosecondsClamped)
-        let stats = sources.register(.timer, target: "drain: EXTEND_TIMEOUT_USEC every \(step.compactDescription)", on: lifecycleQueue)
-        let timer = DispatchSource.makeTimerSource(queue: lifecycleQueue.queue)
-        timer.schedule(deadline: .now(), repeating: .nanoseconds(Int(step.nanosecondsClamped)))
-        timer.setEventHandler { [unowned self] in
-            stats.fired()
+        drainExtender = sources.startTimer("drain: EXTEND_TIMEOUT_USEC every \(step.compactDescription)", on: lifecycleQueue,
+                                           schedule: { $0.schedule(deadline: .now(), repeating: .nanoseconds(Int(step.nanosecondsClamped))) }) { [unowned self] in
             let now = DispatchTime.now().uptimeNanoseconds
             guard now < deadline else {
                 self.drainExtender?.cancel()
@@ -289,9 +286,6 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             let remaining = Duration.nanoseconds(Int64(deadline - now))
             self.notifier.send([("EXTEND_TIMEOUT_USEC", String(min(remaining, step * 2).microseconds + 1_000_000)), ("STATUS", self.statusLine())])
         }
-        timer.setCancelHandler { [sources] in sources.unregister(stats) }
-        drainExtender = timer
-        timer.activate()
     }
 
     private func finishStopping() {

@@ -43,16 +43,10 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
         queue.async {
             let target = self.systemdInterval.map { "watchdog ping every \(self.tickInterval.compactDescription) (WatchdogSec=\($0.compactDescription))" }
                 ?? "queue probe every \(self.tickInterval.compactDescription)"
-            let stats = self.registry.register(.timer, target: target, on: self.queue)
-            let timer = DispatchSource.makeTimerSource(queue: self.queue.queue)
             let interval = DispatchTimeInterval.nanoseconds(Int(self.tickInterval.nanosecondsClamped))
-            timer.schedule(deadline: .now(), repeating: interval)
-            timer.setEventHandler { [unowned self] in
-                stats.fired()
+            self.timer = self.registry.startTimer(target, on: self.queue, schedule: { $0.schedule(deadline: .now(), repeating: interval) }) { [unowned self] in
                 self.tick()
             }
-            self.timer = timer
-            timer.activate()
         }
     }
 

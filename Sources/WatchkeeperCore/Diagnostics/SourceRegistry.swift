@@ -71,4 +71,21 @@ public final class SourceRegistry: Sendable {
     }
 
     public var all: [SourceStats] { sources.withLock { $0 } }
+
+    /// A timer source on `queue`, listed here while it lives: `schedule` sets its deadline
+    /// (and interval), `handler` runs on each firing after the count is taken. Cancelling
+    /// the timer removes it from the list.
+    public func startTimer(_ target: String, on queue: SubsystemQueue, schedule: (DispatchSourceTimer) -> Void,
+                           handler: @escaping () -> Void) -> DispatchSourceTimer {
+        let stats = register(.timer, target: target, on: queue)
+        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
+        schedule(timer)
+        timer.setEventHandler {
+            stats.fired()
+            handler()
+        }
+        timer.setCancelHandler { [self] in unregister(stats) }
+        timer.activate()
+        return timer
+    }
 }

@@ -13,6 +13,18 @@ public struct JobContext: Sendable {
     public let sources: SourceRegistry
     /// The daemon's environment, read once: jobs get PATH, LANG, LC_ALL and TZ from it.
     public let daemonEnvironment: [String: String]
+    /// The daemon's own passwd entry, read once rather than at every spawn: jobs without
+    /// `user` get its HOME, USER, LOGNAME and SHELL.
+    let daemonAccount: Account?
+
+    public init(queue: SubsystemQueue, sink: LogSink, logger: Logger, sources: SourceRegistry, daemonEnvironment: [String: String]) {
+        self.queue = queue
+        self.sink = sink
+        self.logger = logger
+        self.sources = sources
+        self.daemonEnvironment = daemonEnvironment
+        self.daemonAccount = Account.lookup(uid: geteuid())
+    }
 }
 
 /// One spawned process seen from the daemon: a pidfd read source for its exit (no
@@ -71,18 +83,12 @@ final class ChildProcess: @unchecked Sendable {
         exitSource = source
         source.activate()
         if let killAfter {
-            let timerStats = context.sources.register(.timer, target: "\(name) pid \(pid) budget \(killAfter.compactDescription)", on: context.queue)
-            let timer = DispatchSource.makeTimerSource(queue: context.queue.queue)
-            timer.schedule(deadline: .now() + .nanoseconds(Int(killAfter.nanosecondsClamped)))
-            timer.setEventHandler { [weak self] in
-                timerStats.fired()
+            budgetTimer = context.sources.startTimer("\(name) pid \(pid) budget \(killAfter.compactDescription)", on: context.queue,
+                                                     schedule: { $0.schedule(deadline: .now() + .nanoseconds(Int(killAfter.nanosecondsClamped))) }) { [weak self] in
                 guard let self, self.exit == nil else { return }
                 onKill?(killAfter)
                 self.signalGroup(SIGKILL)
             }
-            timer.setCancelHandler { [sources = context.sources] in sources.unregister(timerStats) }
-            budgetTimer = timer
-            timer.activate()
         }
     }
 

@@ -123,7 +123,7 @@ final class JobRun: @unchecked Sendable {
         for key in ["LANG", "LC_ALL", "TZ"] {
             if let value = context.daemonEnvironment[key] { environment[key] = Array(value.utf8) }
         }
-        if let account = credentials.flatMap({ Account.lookup(uid: $0.uid) }) ?? Account.lookup(uid: geteuid()) {
+        if let account = credentials.flatMap({ Account.lookup(uid: $0.uid) }) ?? context.daemonAccount {
             environment["HOME"] = Array(account.home.utf8)
             environment["USER"] = Array(account.name.utf8)
             environment["LOGNAME"] = Array(account.name.utf8)
@@ -165,16 +165,10 @@ final class JobRun: @unchecked Sendable {
 
     @discardableResult
     private func addTimer(after delay: Duration, target: String, _ body: @escaping () -> Void) -> DispatchSourceTimer {
-        let stats = context.sources.register(.timer, target: target, on: context.queue)
-        let timer = DispatchSource.makeTimerSource(queue: context.queue.queue)
-        timer.schedule(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped)))
-        timer.setEventHandler {
-            stats.fired()
-            body()
-        }
-        timer.setCancelHandler { [sources = context.sources] in sources.unregister(stats) }
+        let timer = context.sources.startTimer(target, on: context.queue,
+                                               schedule: { $0.schedule(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) },
+                                               handler: body)
         timers.append(timer)
-        timer.activate()
         return timer
     }
 

@@ -13,7 +13,6 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     final class ScheduledTask: @unchecked Sendable {
         var settings: TaskSettings
         var timer: DispatchSourceTimer?
-        var timerStats: SourceStats?
         /// Monotonic nanoseconds every = "…" fires are counted from (drift-free).
         var anchor: UInt64 = 0
         var nextFire: (monotonic: UInt64?, wall: WallTime)?
@@ -245,17 +244,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     private func setTimer(_ task: ScheduledTask, target: String, configure: (DispatchSourceTimer) -> Void, onFire: @escaping () -> Void) {
         task.timer?.cancel()
-        let stats = context.sources.register(.timer, target: "task \(task.settings.name): \(target)", on: queue)
-        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
-        configure(timer)
-        timer.setEventHandler {
-            stats.fired()
-            onFire()
-        }
-        timer.setCancelHandler { [sources = context.sources] in sources.unregister(stats) }
-        task.timer = timer
-        task.timerStats = stats
-        timer.activate()
+        task.timer = context.sources.startTimer("task \(task.settings.name): \(target)", on: queue, schedule: configure, handler: onFire)
     }
 
     /// A delay that is random across tasks and machines but the same every time for one

@@ -500,16 +500,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     }
 
     private func armSettleTimer(_ rule: Rule, at deadline: UInt64) {
-        let stats = jobs.sources.register(.timer, target: "watch \(rule.settings.name): settle \(rule.settings.settle.compactDescription)", on: queue)
-        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
-        timer.schedule(deadline: DispatchTime(uptimeNanoseconds: deadline))
-        timer.setEventHandler { [unowned self] in
-            stats.fired()
+        rule.settleTimer = jobs.sources.startTimer("watch \(rule.settings.name): settle \(rule.settings.settle.compactDescription)", on: queue,
+                                                   schedule: { $0.schedule(deadline: DispatchTime(uptimeNanoseconds: deadline)) }) { [unowned self] in
             self.settleDue(rule)
         }
-        timer.setCancelHandler { [sources = jobs.sources] in sources.unregister(stats) }
-        rule.settleTimer = timer
-        timer.activate()
     }
 
     /// Starts every path whose window has ended; re-arms for the next one. Entries a
@@ -760,17 +754,11 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     private func armFallbackScan(_ rule: Rule) {
         guard rule.fallbackTimer == nil, accepting else { return }
-        let stats = jobs.sources.register(.timer, target: "watch \(rule.settings.name): scan unwatched directories every \(fallbackInterval.compactDescription)", on: queue)
-        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
         let interval = DispatchTimeInterval.nanoseconds(Int(fallbackInterval.nanosecondsClamped))
-        timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [unowned self] in
-            stats.fired()
+        rule.fallbackTimer = jobs.sources.startTimer("watch \(rule.settings.name): scan unwatched directories every \(fallbackInterval.compactDescription)",
+                                                     on: queue, schedule: { $0.schedule(deadline: .now() + interval, repeating: interval) }) { [unowned self] in
             self.fallbackScan(rule)
         }
-        timer.setCancelHandler { [sources = jobs.sources] in sources.unregister(stats) }
-        rule.fallbackTimer = timer
-        timer.activate()
     }
 
     func fallbackScan(_ rule: Rule) {
@@ -812,12 +800,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     private func armRecheckIfNeeded() {
         guard recheckTimer == nil, accepting, rules.values.contains(where: \.rootMissing) else { return }
-        let stats = jobs.sources.register(.timer, target: "watch roots missing: check every \(Self.recheckInterval.compactDescription)", on: queue)
-        let timer = DispatchSource.makeTimerSource(queue: queue.queue)
         let interval = DispatchTimeInterval.nanoseconds(Int(Self.recheckInterval.nanosecondsClamped))
-        timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [unowned self] in
-            stats.fired()
+        recheckTimer = jobs.sources.startTimer("watch roots missing: check every \(Self.recheckInterval.compactDescription)", on: queue,
+                                               schedule: { $0.schedule(deadline: .now() + interval, repeating: interval) }) { [unowned self] in
             for name in self.order {
                 // A root that comes back may already hold files: they are handled.
                 if let rule = self.rules[name], rule.rootMissing { self.watchRoot(rule, emitExisting: true) }
@@ -827,9 +812,6 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 self.recheckTimer = nil
             }
         }
-        timer.setCancelHandler { [sources = jobs.sources] in sources.unregister(stats) }
-        recheckTimer = timer
-        timer.activate()
     }
 
     // MARK: Dump
