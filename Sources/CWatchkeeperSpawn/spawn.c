@@ -1,15 +1,18 @@
-// fork/exec for job processes.
+// Starting job processes: a vfork-style clone for jobs that run as the daemon's own user,
+// fork for jobs that change credentials. Both children run the same setup (run_child).
 //
-// Why fork and not vfork, a raw clone or posix_spawn: jobs may run as another user, and
-// setuid in a vfork child (which shares the parent's memory and glibc's thread list) goes
-// through glibc's setxid broadcast to the parent's threads; a raw clone skips glibc's fork
-// bookkeeping and its child can hang in setuid the same way (the credentials test under
-// thread churn catches that). fork's child is single-threaded as far as glibc knows, so
-// setgroups/setgid/setuid there only change the child. posix_spawn has no credential
-// attributes. The price is copying the page tables (docs/measurements/spawn.md).
+// Why two ways. A clone(CLONE_VM|CLONE_VFORK) child shares the daemon's memory and copies
+// no page tables, so it reaches execve about 0.5 ms sooner than a fork child at the
+// daemon's size, and its execve has no copied address space to tear down
+// (docs/measurements/spawn.md). But setuid in such a child goes through glibc's setxid
+// broadcast to the parent's threads and can hang (the credentials test under thread churn
+// catches that); fork's child is single-threaded as far as glibc knows, so setgroups,
+// setgid and setuid there change only the child. posix_spawn is not used for either: it
+// cannot change credentials, and glibc's leaves signals 32 and 33 ignored in the child.
 //
-// Between fork and execve the child calls only async-signal-safe functions: another thread
-// may have held a lock (malloc, the Swift runtime) at the moment of fork.
+// Between clone/fork and execve the child calls only async-signal-safe functions: another
+// thread may have held a lock (malloc, the Swift runtime) at that moment. The shared-memory
+// child must also not write anything the parent relies on, except its report.
 
 #define _GNU_SOURCE
 #include "wk_spawn.h"
@@ -21,6 +24,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -33,6 +38,13 @@
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+// The shared-memory child's stack. run_child needs a few hundred bytes; glibc's
+// posix_spawn sizes its own from argv, which the child here never copies.
+#define WK_CHILD_STACK_SIZE (64 * 1024)
 
 // The child installs fds 0..3; everything it still needs is first moved at or above this.
 #define WK_FIRST_SPARE_FD 4
@@ -45,7 +57,11 @@ struct child_report {
 // Everything the child needs, prepared by the parent so the child only makes syscalls.
 struct child_plan {
     const struct wk_spawn_request *req;
+    // fork: the write end of the report pipe. Shared-memory child: -1, and the child
+    // reports into `report` instead, which the parent reads once clone has returned
+    // (CLONE_VFORK returns only after the child's execve or exit).
     int report_fd;
+    struct child_report report;
     sigset_t empty_mask;
     int highest_fd;  // for the close loop on kernels without close_range (< 5.9)
 };
@@ -53,7 +69,7 @@ struct child_plan {
 static const char *const step_names[] = {
     [WK_STEP_NONE] = "none",
     [WK_STEP_PIPE] = "pipe2",
-    [WK_STEP_FORK] = "fork",
+    [WK_STEP_FORK] = "fork",  // also clone: the same failure (EAGAIN, ENOMEM) to a reader
     [WK_STEP_PIDFD] = "pidfd_open",
     [WK_STEP_REPORT] = "read",
     [WK_STEP_SIGNALS] = "rt_sigaction",
@@ -80,13 +96,18 @@ int wk_pipe_cloexec(int fds[2]) {
     return pipe2(fds, O_CLOEXEC);
 }
 
-__attribute__((noreturn)) static void report_and_exit(int report_fd, int step) {
+__attribute__((noreturn)) static void report_and_exit(struct child_plan *plan, int step) {
     struct child_report report = {step, errno};
-    ssize_t written;
-    do {
-        written = write(report_fd, &report, sizeof(report));
-    } while (written < 0 && errno == EINTR);
+    if (plan->report_fd < 0) {
+        plan->report = report;
+    } else {
+        ssize_t written;
+        do {
+            written = write(plan->report_fd, &report, sizeof(report));
+        } while (written < 0 && errno == EINTR);
+    }
     // 127 like a shell's "command not found"; the parent reports the real cause.
+    // (_exit is exit_group, which ends only the child: it is its own thread group.)
     _exit(127);
 }
 
@@ -127,12 +148,12 @@ static int close_range_or_loop(unsigned first, unsigned last, int highest_fd) {
 __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
     const struct wk_spawn_request *req = plan->req;
 
-    int report_fd = plan->report_fd;
+    int report_fd = plan->report_fd;  // -1 for the shared-memory child
     int stdout_fd = move_above_targets(req->stdout_fd);
     int stderr_fd = move_above_targets(req->stderr_fd);
     int extra_fd = req->extra_fd >= 0 ? move_above_targets(req->extra_fd) : -1;
     if (stdout_fd < 0 || stderr_fd < 0 || (req->extra_fd >= 0 && extra_fd < 0)) {
-        report_and_exit(report_fd, WK_STEP_DUP);
+        report_and_exit(plan, WK_STEP_DUP);
     }
 
     // Ignored signals survive execve (handlers do not), so the daemon's SIG_IGN for
@@ -145,13 +166,13 @@ __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
             continue;
         }
         if (syscall(SYS_rt_sigaction, sig, default_action, NULL, _NSIG / 8) != 0) {
-            report_and_exit(report_fd, WK_STEP_SIGNALS);
+            report_and_exit(plan, WK_STEP_SIGNALS);
         }
     }
 
     // Own session, hence own process group: the daemon stops a job with kill(-pid).
     if (setsid() < 0) {
-        report_and_exit(report_fd, WK_STEP_SETSID);
+        report_and_exit(plan, WK_STEP_SETSID);
     }
 
     int null_fd;
@@ -159,57 +180,63 @@ __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
         null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     } while (null_fd < 0 && errno == EINTR);
     if (null_fd < 0) {
-        report_and_exit(report_fd, WK_STEP_STDIN);
+        report_and_exit(plan, WK_STEP_STDIN);
     }
     if (null_fd == STDIN_FILENO) {
         if (fcntl(STDIN_FILENO, F_SETFD, 0) != 0) {
-            report_and_exit(report_fd, WK_STEP_DUP);
+            report_and_exit(plan, WK_STEP_DUP);
         }
     } else if (install(null_fd, STDIN_FILENO) < 0) {
-        report_and_exit(report_fd, WK_STEP_DUP);
+        report_and_exit(plan, WK_STEP_DUP);
     }
     if (install(stdout_fd, STDOUT_FILENO) < 0 || install(stderr_fd, STDERR_FILENO) < 0 ||
         (extra_fd >= 0 && install(extra_fd, 3) < 0)) {
-        report_and_exit(report_fd, WK_STEP_DUP);
+        report_and_exit(plan, WK_STEP_DUP);
     }
 
     // Everything else goes, close-on-exec or not: a job must not hold the daemon's
     // inotify fd, sockets or another job's pipe (which would delay that job's EOF).
-    // The report pipe stays until execve closes it (it is close-on-exec).
+    // A report pipe stays until execve closes it (it is close-on-exec).
     unsigned first = extra_fd >= 0 ? 4 : 3;
-    if (close_range_or_loop(first, (unsigned)report_fd - 1, plan->highest_fd) != 0 ||
-        close_range_or_loop((unsigned)report_fd + 1, ~0U, plan->highest_fd) != 0) {
-        report_and_exit(report_fd, WK_STEP_CLOSE_FDS);
+    int closed;
+    if (report_fd >= 0) {
+        closed = close_range_or_loop(first, (unsigned)report_fd - 1, plan->highest_fd) == 0 &&
+                 close_range_or_loop((unsigned)report_fd + 1, ~0U, plan->highest_fd) == 0;
+    } else {
+        closed = close_range_or_loop(first, ~0U, plan->highest_fd) == 0;
+    }
+    if (!closed) {
+        report_and_exit(plan, WK_STEP_CLOSE_FDS);
     }
 
     // setgroups first (needs CAP_SETGID), setgid before setuid (setuid drops the
     // capability setgid needs).
     if (req->set_credentials) {
         if (setgroups(req->group_count, req->groups) != 0) {
-            report_and_exit(report_fd, WK_STEP_SETGROUPS);
+            report_and_exit(plan, WK_STEP_SETGROUPS);
         }
         if (setgid(req->gid) != 0) {
-            report_and_exit(report_fd, WK_STEP_SETGID);
+            report_and_exit(plan, WK_STEP_SETGID);
         }
         if (setuid(req->uid) != 0) {
-            report_and_exit(report_fd, WK_STEP_SETUID);
+            report_and_exit(plan, WK_STEP_SETUID);
         }
     }
 
     // After the credentials, as systemd does: the job may enter only directories its
     // user may enter, and a root-squashed NFS directory works for its owner.
     if (req->cwd != NULL && chdir(req->cwd) != 0) {
-        report_and_exit(report_fd, WK_STEP_CHDIR);
+        report_and_exit(plan, WK_STEP_CHDIR);
     }
 
     // Last, so that nothing above runs a default action halfway through setup; a signal
     // sent to the group meanwhile stays pending and takes effect here.
     if (sigprocmask(SIG_SETMASK, &plan->empty_mask, NULL) != 0) {
-        report_and_exit(report_fd, WK_STEP_SIGMASK);
+        report_and_exit(plan, WK_STEP_SIGMASK);
     }
 
     execve(req->path, req->argv, req->envp);
-    report_and_exit(report_fd, WK_STEP_EXEC);
+    report_and_exit(plan, WK_STEP_EXEC);
 }
 
 static int fail(struct wk_spawn_result *res, int step, int error) {
@@ -232,21 +259,81 @@ static void close_keeping_errno(int fd) {
     errno = saved;
 }
 
-int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
-    struct child_plan plan;
-    memset(&plan, 0, sizeof(plan));
-    plan.req = req;
-    sigemptyset(&plan.empty_mask);
-    struct rlimit limit;
-    plan.highest_fd = 65535;
-    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-        plan.highest_fd = limit.rlim_cur > INT_MAX ? INT_MAX : (int)limit.rlim_cur;
-    }
+static int succeed(struct wk_spawn_result *res, pid_t pid, int pidfd) {
+    res->pid = pid;
+    res->pidfd = pidfd;
+    res->failed_step = WK_STEP_NONE;
+    res->error = 0;
+    return 0;
+}
 
-    if (req->stdout_fd < 0 || req->stderr_fd < 0) {
-        return fail(res, WK_STEP_DUP, EBADF);
-    }
+// Every signal, the glibc-internal 32 and 33 included (pthread_sigmask leaves those out):
+// the shared-memory child must not run one of the parent's handlers before it has reset
+// the dispositions.
+static void block_every_signal(unsigned long previous[_NSIG / (8 * sizeof(unsigned long))]) {
+    unsigned long all[_NSIG / (8 * sizeof(unsigned long))];
+    memset(all, 0xff, sizeof(all));
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, all, previous, _NSIG / 8);
+}
 
+static void restore_signals(const unsigned long previous[_NSIG / (8 * sizeof(unsigned long))]) {
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, previous, NULL, _NSIG / 8);
+}
+
+static int child_entry(void *arg) {
+    run_child((struct child_plan *)arg);
+}
+
+// clone(CLONE_VM|CLONE_VFORK): returns once the child has exec'd or exited, with its
+// report (if any) in plan->report. CLONE_PIDFD names the child without a pid race.
+static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
+    plan->report_fd = -1;
+    void *stack = mmap(NULL, WK_CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+        return fail(res, WK_STEP_FORK, errno);
+    }
+    void *stack_top = (char *)stack + WK_CHILD_STACK_SIZE;  // grows down on every Linux target we build for
+
+    unsigned long previous[_NSIG / (8 * sizeof(unsigned long))];
+    block_every_signal(previous);
+    int pidfd = -1;
+    pid_t pid = clone(child_entry, stack_top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan, &pidfd);
+    int clone_errno = errno;
+    if (pid < 0 && clone_errno == EINVAL) {
+        // A kernel before 5.2 has no CLONE_PIDFD: name the child with pidfd_open below.
+        pidfd = -1;
+        pid = clone(child_entry, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, plan);
+        clone_errno = errno;
+    }
+    restore_signals(previous);
+    (void)munmap(stack, WK_CHILD_STACK_SIZE);
+    if (pid < 0) {
+        return fail(res, WK_STEP_FORK, clone_errno);
+    }
+    if (plan->report.step != WK_STEP_NONE) {
+        reap(pid);
+        if (pidfd >= 0) {
+            (void)close(pidfd);
+        }
+        return fail(res, plan->report.step, plan->report.error);
+    }
+    if (pidfd < 0) {
+        // Safe by pid: only we reap this child, so the pid cannot have been reused yet.
+        pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0) {
+            int error = errno;
+            (void)kill(pid, SIGKILL);
+            reap(pid);
+            return fail(res, WK_STEP_PIDFD, error);
+        }
+    }
+    // CLONE_PIDFD sets close-on-exec on the pidfd itself (as pidfd_open does).
+    return succeed(res, pid, pidfd);
+}
+
+// fork: the child reports a failed step through a close-on-exec pipe; EOF means execve.
+static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) {
         return fail(res, WK_STEP_PIPE, errno);
@@ -263,7 +350,7 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
         }
         report[1] = moved;
     }
-    plan.report_fd = report[1];
+    plan->report_fd = report[1];
 
     // With every signal blocked, no handler of the parent's can run in the child before
     // the child has reset the dispositions.
@@ -273,7 +360,7 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     pid_t pid = fork();
     if (pid == 0) {
         (void)close(report[0]);
-        run_child(&plan);
+        run_child(plan);
     }
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
@@ -304,11 +391,7 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     close_keeping_errno(report[0]);
 
     if (got == 0) {
-        res->pid = pid;
-        res->pidfd = pidfd;
-        res->failed_step = WK_STEP_NONE;
-        res->error = 0;
-        return 0;
+        return succeed(res, pid, pidfd);
     }
     if (got == (ssize_t)sizeof(report_read)) {
         reap(pid);
@@ -320,4 +403,23 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     reap(pid);
     (void)close(pidfd);
     return fail(res, WK_STEP_REPORT, got < 0 ? read_errno : EIO);
+}
+
+int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
+    if (req->stdout_fd < 0 || req->stderr_fd < 0) {
+        return fail(res, WK_STEP_DUP, EBADF);
+    }
+    struct child_plan plan;
+    memset(&plan, 0, sizeof(plan));
+    plan.req = req;
+    sigemptyset(&plan.empty_mask);
+    struct rlimit limit;
+    plan.highest_fd = 65535;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+        plan.highest_fd = limit.rlim_cur > INT_MAX ? INT_MAX : (int)limit.rlim_cur;
+    }
+    if (req->set_credentials || req->force_fork) {
+        return spawn_forked(&plan, res);
+    }
+    return spawn_shared(&plan, res);
 }

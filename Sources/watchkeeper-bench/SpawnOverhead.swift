@@ -1,4 +1,5 @@
-// Spawn overhead: ProcessSpawner (fork/exec C shim) against posix_spawn.
+// Spawn overhead: ProcessSpawner's two ways (the shared-memory clone used for jobs without
+// credentials, and fork for jobs with them) against posix_spawn.
 //
 // Each spawn starts /bin/true with stdout and stderr on fresh pipes, as the job runner
 // will, then waits for the pidfd and reaps. Two numbers per spawn:
@@ -63,7 +64,7 @@ private func waitAndReap(pid: pid_t, pidfd: Int32) throws -> ProcessExit {
     return exit
 }
 
-private func spawnWithProcessSpawner() throws -> SpawnSample {
+private func spawnWithProcessSpawner(forceFork: Bool) throws -> SpawnSample {
     let start = nanosecondsNow()
     let output = try PipePair.make(nonBlockingRead: true)
     let errorOutput = try PipePair.make(nonBlockingRead: true)
@@ -73,10 +74,12 @@ private func spawnWithProcessSpawner() throws -> SpawnSample {
     }
     let spawned: SpawnedProcess
     do {
-        spawned = try ProcessSpawner.spawn(SpawnRequest(
+        var request = SpawnRequest(
             arguments: [Array(SpawnBench.program.utf8)], environment: [],
             standardOutput: output.writeEnd, standardError: errorOutput.writeEnd
-        ))
+        )
+        request.forceFork = forceFork
+        spawned = try ProcessSpawner.spawn(request)
     } catch {
         close(output.writeEnd)
         close(errorOutput.writeEnd)
@@ -191,20 +194,22 @@ func runSpawnOverheadBenchmark() {
         for (heap, extraBytes) in [("+0", 0), ("+12 MiB", 12 << 20), ("+96 MiB", 84 << 20)] {
             if extraBytes > 0 { touchHeap(extraBytes) }
             for _ in 0..<SpawnBench.warmUpSpawns {
-                _ = try spawnWithProcessSpawner()
+                _ = try spawnWithProcessSpawner(forceFork: false)
+                _ = try spawnWithProcessSpawner(forceFork: true)
                 _ = try spawnWithPosixSpawn()
             }
-            var spawner: [SpawnSample] = []
+            var shared: [SpawnSample] = []
+            var forked: [SpawnSample] = []
             var posix: [SpawnSample] = []
-            spawner.reserveCapacity(spawns)
-            posix.reserveCapacity(spawns)
             for _ in 0..<spawns {
-                spawner.append(try spawnWithProcessSpawner())
+                shared.append(try spawnWithProcessSpawner(forceFork: false))
+                forked.append(try spawnWithProcessSpawner(forceFork: true))
                 posix.append(try spawnWithPosixSpawn())
             }
             let resident = residentMiB()
             let rss = String(format: "%7.1f (%4.1f)", resident.total, resident.anonymous)
-            for (name, samples) in [("ProcessSpawner (fork+exec)", spawner), ("posix_spawn (CLONE_VFORK)", posix)] {
+            for (name, samples) in [("ProcessSpawner (CLONE_VM)", shared), ("ProcessSpawner (fork, creds)", forked),
+                                    ("posix_spawn (CLONE_VFORK)", posix)] {
                 let toExec = samples.map(\.toExec)
                 let toReaped = samples.map(\.toReaped)
                 let cells = [

@@ -23,7 +23,7 @@ final class ProcessSpawnerTests: XCTestCase {
     /// Spawns, collects stdout/stderr/progress until EOF, waits for the pidfd and reaps.
     private func run(
         _ arguments: [[UInt8]], environment: [[UInt8]] = [searchPath], workingDirectory: String? = nil,
-        credentials: Credentials? = nil, withProgress: Bool = false
+        credentials: Credentials? = nil, withProgress: Bool = false, forceFork: Bool = false
     ) throws -> Finished {
         let output = try PipePair.make(nonBlockingRead: false)
         let errorOutput = try PipePair.make(nonBlockingRead: false)
@@ -33,11 +33,12 @@ final class ProcessSpawnerTests: XCTestCase {
             close(errorOutput.readEnd)
             if let progress { close(progress.readEnd) }
         }
-        let request = SpawnRequest(
+        var request = SpawnRequest(
             arguments: arguments, environment: environment, workingDirectory: workingDirectory,
             credentials: credentials, standardOutput: output.writeEnd, standardError: errorOutput.writeEnd,
             progressDescriptor: progress?.writeEnd
         )
+        request.forceFork = forceFork
         let spawned: SpawnedProcess
         do {
             spawned = try ProcessSpawner.spawn(request)
@@ -505,5 +506,46 @@ final class ProcessSpawnerTests: XCTestCase {
             XCTAssertThrowsError(try run([bytes("/wk-missing")]))
         }
         XCTAssertEqual(try count(), before)
+    }
+
+    // MARK: the two ways of spawning
+
+    /// Jobs without credentials get the shared-memory clone, jobs with them fork: what the
+    /// job sees must not depend on which.
+    func testSharedMemoryCloneAndFork_giveTheSameChild() throws {
+        let previousPipeHandler = signal(SIGPIPE, SIG_IGN)
+        defer { signal(SIGPIPE, previousPipeHandler) }
+        let script = "cat /proc/self/status | grep -E '^(SigBlk|SigIgn|SigCgt):'; ls /proc/self/fd | sort -n | tr '\\n' ' '; echo; " +
+            "ps -o pid=,pgid=,sid= -p $$ | awk '{ print ($1 == $2 && $2 == $3) }'; pwd"
+        var outputs: [String] = []
+        for forceFork in [false, true] {
+            let finished = try run([bytes("/bin/sh"), bytes("-c"), bytes(script)], workingDirectory: "/", withProgress: true,
+                                   forceFork: forceFork)
+            XCTAssertEqual(finished.exit, .exited(0), text(finished.errorOutput))
+            outputs.append(text(finished.output))
+        }
+        XCTAssertEqual(outputs[0], outputs[1])
+        // cat inherits sh's nothing-blocked, nothing-ignored; fds 0..3 plus the one ls reads
+        // /proc/self/fd through; sh leads its own session; the working directory is applied.
+        XCTAssertEqual(outputs[0], "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\nSigCgt:\t0000000000000000\n0 1 2 3 4 \n1\n/\n",
+                       outputs[0])
+    }
+
+    /// A setup step that fails in the shared-memory child reaches the caller as it does
+    /// from a forked one, and the child is reaped either way.
+    func testFailedSetup_isReportedAndReaped_byBothWaysOfSpawning() throws {
+        for forceFork in [false, true] {
+            XCTAssertThrowsError(try run([bytes("/bin/true")], workingDirectory: "/srv/wk-missing-directory", forceFork: forceFork)) { error in
+                XCTAssertEqual((error as? SpawnError)?.step, .chdir, "forceFork \(forceFork)")
+                XCTAssertEqual((error as? SpawnError)?.errorNumber, ENOENT)
+            }
+            XCTAssertThrowsError(try run([bytes("/wk-missing")], forceFork: forceFork)) { error in
+                XCTAssertEqual((error as? SpawnError)?.step, .execve, "forceFork \(forceFork)")
+            }
+        }
+        // No zombie: every child of this process that exited has been waited for.
+        var info = siginfo_t()
+        let rc = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT)
+        XCTAssertTrue(rc != 0 || info._sifields._sigchld.si_pid == 0, "an unreaped child is left: pid \(info._sifields._sigchld.si_pid)")
     }
 }

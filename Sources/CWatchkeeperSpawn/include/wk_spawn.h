@@ -1,8 +1,9 @@
 #ifndef WK_SPAWN_H
 #define WK_SPAWN_H
 
-// Process spawning for job processes: fork, a fixed sequence of async-signal-safe setup
-// steps in the child, execve. See spawn.c for why this is fork and not vfork/posix_spawn.
+// Process spawning for job processes: clone(CLONE_VM|CLONE_VFORK), or fork when the job
+// changes credentials, then a fixed sequence of async-signal-safe setup steps in the
+// child, then execve. See spawn.c for why there are two ways and neither is posix_spawn.
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -12,7 +13,7 @@
 enum wk_spawn_step {
     WK_STEP_NONE = 0,
     WK_STEP_PIPE,       // parent: the error-report pipe
-    WK_STEP_FORK,       // parent: fork
+    WK_STEP_FORK,       // parent: fork or clone (or the clone's stack)
     WK_STEP_PIDFD,      // parent: pidfd_open
     WK_STEP_REPORT,     // parent: reading the child's report
     WK_STEP_SIGNALS,    // child: default dispositions
@@ -41,6 +42,7 @@ struct wk_spawn_request {
     int stdout_fd;                // installed as fd 1
     int stderr_fd;                // installed as fd 2
     int extra_fd;                 // installed as fd 3, or -1 for none
+    int force_fork;               // nonzero: fork even without credentials (tests, benchmarks)
 };
 
 struct wk_spawn_result {

@@ -1,4 +1,4 @@
-// Starting job processes: PATH search, credentials, and the call into the C fork/exec shim
+// Starting job processes: PATH search, credentials, and the call into the C spawn shim
 // (Sources/CWatchkeeperSpawn/spawn.c, which documents what the child gets and why).
 //
 // The caller watches the child through its pidfd (a dispatch read source) and reaps it
@@ -12,7 +12,7 @@ import Glibc
 
 /// Why a process could not be started, or credentials could not be resolved.
 public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// What failed. Child-side steps happen between fork and execve.
+    /// What failed. Child-side steps happen between clone/fork and execve.
     public enum Step: Sendable, Equatable {
         /// The request itself: no arguments, or a NUL byte in an argument.
         case request
@@ -204,6 +204,9 @@ public struct SpawnRequest: Sendable {
     public var standardError: Int32
     /// Installed as fd 3 in the child.
     public var progressDescriptor: Int32?
+    /// Fork even without credentials, instead of the cheaper shared-memory clone; for
+    /// tests that compare the two and for the spawn benchmark.
+    public var forceFork = false
 
     public init(
         arguments: [[UInt8]], environment: [[UInt8]], workingDirectory: String? = nil,
@@ -242,7 +245,7 @@ public enum ProcessSpawner {
 
     /// Starts the process and returns once it has exec'd, or throws naming the step that
     /// failed (`unable to run "x": chdir /srv/x: No such file or directory`). Blocks for
-    /// the fork and the child's setup: 0.6 ms p50 at the daemon's size (docs/measurements/spawn.md).
+    /// the clone (fork with credentials) and the child's setup (docs/measurements/spawn.md).
     public static func spawn(_ request: SpawnRequest) throws(SpawnError) -> SpawnedProcess {
         guard let program = request.arguments.first else {
             throw SpawnError(step: .request, errorNumber: 0, description: "unable to run a job: no arguments")
@@ -293,6 +296,7 @@ public enum ProcessSpawner {
         spec.stdout_fd = request.standardOutput
         spec.stderr_fd = request.standardError
         spec.extra_fd = request.progressDescriptor ?? -1
+        spec.force_fork = request.forceFork ? 1 : 0
 
         var result = wk_spawn_result()
         let start = monotonicNanoseconds()
