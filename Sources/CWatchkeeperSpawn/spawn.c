@@ -149,10 +149,11 @@ __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
     const struct wk_spawn_request *req = plan->req;
 
     int report_fd = plan->report_fd;  // -1 for the shared-memory child
+    int stdin_fd = req->stdin_fd >= 0 ? move_above_targets(req->stdin_fd) : -1;
     int stdout_fd = move_above_targets(req->stdout_fd);
     int stderr_fd = move_above_targets(req->stderr_fd);
     int extra_fd = req->extra_fd >= 0 ? move_above_targets(req->extra_fd) : -1;
-    if (stdout_fd < 0 || stderr_fd < 0 || (req->extra_fd >= 0 && extra_fd < 0)) {
+    if (stdout_fd < 0 || stderr_fd < 0 || (req->extra_fd >= 0 && extra_fd < 0) || (req->stdin_fd >= 0 && stdin_fd < 0)) {
         report_and_exit(plan, WK_STEP_DUP);
     }
 
@@ -175,19 +176,25 @@ __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
         report_and_exit(plan, WK_STEP_SETSID);
     }
 
-    int null_fd;
-    do {
-        null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    } while (null_fd < 0 && errno == EINTR);
-    if (null_fd < 0) {
-        report_and_exit(plan, WK_STEP_STDIN);
-    }
-    if (null_fd == STDIN_FILENO) {
-        if (fcntl(STDIN_FILENO, F_SETFD, 0) != 0) {
+    if (stdin_fd >= 0) {
+        if (install(stdin_fd, STDIN_FILENO) < 0) {
             report_and_exit(plan, WK_STEP_DUP);
         }
-    } else if (install(null_fd, STDIN_FILENO) < 0) {
-        report_and_exit(plan, WK_STEP_DUP);
+    } else {
+        int null_fd;
+        do {
+            null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        } while (null_fd < 0 && errno == EINTR);
+        if (null_fd < 0) {
+            report_and_exit(plan, WK_STEP_STDIN);
+        }
+        if (null_fd == STDIN_FILENO) {
+            if (fcntl(STDIN_FILENO, F_SETFD, 0) != 0) {
+                report_and_exit(plan, WK_STEP_DUP);
+            }
+        } else if (install(null_fd, STDIN_FILENO) < 0) {
+            report_and_exit(plan, WK_STEP_DUP);
+        }
     }
     if (install(stdout_fd, STDOUT_FILENO) < 0 || install(stderr_fd, STDERR_FILENO) < 0 ||
         (extra_fd >= 0 && install(extra_fd, 3) < 0)) {

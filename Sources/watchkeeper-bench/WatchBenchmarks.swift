@@ -61,7 +61,7 @@ private struct WatchBenchSettings {
             return text.split(separator: ",").compactMap { WatchPeer(rawValue: String($0)) }
         }
         peers = peerList("WATCHKEEPER_BENCH_WATCH_PEERS", default: WatchPeer.allCases)
-        burstPeers = peerList("WATCHKEEPER_BENCH_BURST_PEERS", default: [.watchkeeper, .cLoop, .inotifywait]).filter(peers.contains)
+        burstPeers = peerList("WATCHKEEPER_BENCH_BURST_PEERS", default: WatchPeer.allCases).filter(peers.contains)
         parts = Set((environment["WATCHKEEPER_BENCH_WATCH_PARTS"] ?? "latency,burst,idle").split(separator: ",").map(String.init))
     }
 }
@@ -847,7 +847,7 @@ func runWatchBenchmarks() {
     }
     if !burst.isEmpty {
         report("missed: burst files without a record when waiting ended; watchkeeper still had them (waiting for a slot, or found")
-        report("  by a later catch-up since they are not in its ledger), the C loop and inotifywait lost them to queue overflows.")
+        report("  by a later catch-up since they are not in its ledger), the other peers lost them to queue overflows.")
         report("CPU s: the peer's resident processes from the first write to the end, not its jobs.")
     }
 }

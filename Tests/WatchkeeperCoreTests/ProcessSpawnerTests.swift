@@ -548,4 +548,32 @@ final class ProcessSpawnerTests: XCTestCase {
         let rc = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT)
         XCTAssertTrue(rc != 0 || info._sifields._sigchld.si_pid == 0, "an unreaped child is left: pid \(info._sifields._sigchld.si_pid)")
     }
+
+    // MARK: stdin
+
+    /// `batch = "stdin"`: the whole input is in the pipe before the child starts, larger
+    /// than a default pipe (64 KiB) and byte-exact, and ends in EOF.
+    func testFilledPipe_isTheChildsWholeStdin_byteExact() throws {
+        let input = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let readEnd = try PipePair.filled(with: input)
+        let output = try PipePair.make(nonBlockingRead: false)
+        defer { close(output.readEnd) }
+        var request = SpawnRequest(arguments: [bytes("/bin/cat")], environment: [],
+                                   standardOutput: output.writeEnd, standardError: output.writeEnd)
+        request.standardInput = readEnd
+        let spawned = try ProcessSpawner.spawn(request)
+        close(readEnd)
+        close(output.writeEnd)
+        defer { close(spawned.pidfd) }
+        XCTAssertEqual(try readToEnd(output.readEnd), input)
+        XCTAssertTrue(waitReadable(spawned.pidfd, milliseconds: 10_000))
+        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd), .exited(0))
+    }
+
+    func testFilledPipe_refusesMoreThanAPipeHolds_namingTheSysctl() {
+        XCTAssertThrowsError(try PipePair.filled(with: [UInt8](repeating: 1, count: 64 << 20))) { error in
+            XCTAssertEqual((error as? SpawnError)?.step, .stdin)
+            XCTAssertTrue("\(error)".contains("fs.pipe-max-size"), "\(error)")
+        }
+    }
 }

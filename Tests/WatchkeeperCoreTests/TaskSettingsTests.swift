@@ -726,4 +726,40 @@ final class TaskSettingsTests: XCTestCase {
             """)
         XCTAssertEqual(found.map(\.message), [#"batch = true needs a settle window (for example settle = "1s") to collect files in"#])
     }
+
+    func testParse_stdinBatch_takesNoPathsPlaceholder_andWorksWithAShell() throws {
+        let watch = try XCTUnwrap(parsed("""
+            [[watch]]
+            name = "b"
+            path = "/srv/b"
+            batch = "stdin"
+            settle = "1s"
+            shell = true
+            command = "xargs -0 rm --"
+            """)?.watches.first)
+        XCTAssertTrue(watch.batch)
+        XCTAssertEqual(watch.batchInput, .stdin)
+        let found = errors("""
+            [[watch]]
+            name = "b"
+            path = "/srv/b"
+            batch = "stdin"
+            settle = "1s"
+            command = ["/usr/bin/import", "{paths}"]
+            """)
+        XCTAssertTrue(found.contains { $0.message.contains(#"unknown placeholder "{paths}""#) }, "\(found)")
+    }
+
+    func testParse_batchWithAnUnknownWord_namesTheAllowedValues() {
+        let found = errors("""
+            [[watch]]
+            name = "b"
+            path = "/srv/b"
+            batch = "lines"
+            settle = "1s"
+            command = ["/usr/bin/import", "{paths}"]
+            """)
+        XCTAssertEqual(found.map(\.message), [#"watch.batch must be one of true, false, "argv", "stdin", not "lines""#], "\(found)")
+        XCTAssertEqual(found.first?.position?.line, 4)
+    }
 }

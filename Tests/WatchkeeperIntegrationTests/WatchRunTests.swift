@@ -347,6 +347,42 @@ final class WatchRunTests: XCTestCase {
         XCTAssertEqual(files.count, 30, "no file in two runs, none dropped")
     }
 
+    /// Appends the job's whole stdin and a "|" record: one run's paths, as it read them.
+    private static let stdinRecorder = #"command = ["/usr/bin/python3", "-c", "import sys,os; d=sys.stdin.buffer.read(); f=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND|os.O_CREAT); os.write(f, d + b'|\\0')", "@DIR@/handled"]"#
+
+    func testStdinBatch_handsThePathsNulTerminatedOnStdin_byteExact_andSplitsAtTheBudget() throws {
+        // 512 bytes a run: the 12 paths below (60 to 150 bytes each) need two or more.
+        try start("""
+            [[watch]]
+            name = "stdin-batch"
+            path = "@DIR@/in"
+            batch = "stdin"
+            settle = "500ms"
+            max_concurrent = 1
+            \(Self.stdinRecorder)
+            """, environment: ["WATCHKEEPER_TEST_BATCH_BYTES": "512"])
+        var names: [[UInt8]] = [
+            Array("-rf *".utf8), Array("line\nbreak".utf8), Array("$(touch pwned)".utf8), Array("sp ace's \"q\"".utf8),
+            [0x66, 0xff, 0xfe, 0x2e, 0x62, 0x69, 0x6e],
+        ]
+        names += (0..<7).map { index in Array("padding-\(index)-".utf8) + Array(repeating: UInt8(ascii: "x"), count: 80) }
+        for name in names {
+            let path = Array((sandbox.root + "/in/").utf8) + name + [0]
+            let fd = path.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_WRONLY | O_CREAT, 0o644) }
+            XCTAssertGreaterThanOrEqual(fd, 0)
+            close(fd)
+        }
+        let bar = [UInt8(ascii: "|")]
+        XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").filter { $0 != bar }.count >= names.count }, daemon.stderr)
+        usleep(300_000)
+        let entries = records(sandbox.root + "/handled")
+        let files = entries.filter { $0 != bar }
+        XCTAssertEqual(Set(files), Set(names.map { Array((sandbox.root + "/in/").utf8) + $0 }))
+        XCTAssertEqual(files.count, names.count, "each file in exactly one run")
+        XCTAssertGreaterThanOrEqual(entries.filter { $0 == bar }.count, 2, "over 900 bytes of paths do not fit a 512-byte run")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/in/pwned"))
+    }
+
     func testCatchUpOfAWideTree_listsItInParallel_andHandlesEveryFile() throws {
         let root = try DaemonSandbox()
         // 200 directories on one level: listed with concurrentPerform (the threshold is 64).

@@ -39,6 +39,7 @@ struct wk_spawn_request {
     gid_t gid;
     const gid_t *groups;          // may be NULL when group_count is 0 (drops all groups)
     size_t group_count;
+    int stdin_fd;                 // installed as fd 0, or -1 for /dev/null
     int stdout_fd;                // installed as fd 1
     int stderr_fd;                // installed as fd 2
     int extra_fd;                 // installed as fd 3, or -1 for none

@@ -239,6 +239,26 @@ struct TableReader {
         value(key, expected: .bool)?.bool
     }
 
+    /// A key that takes `true`/`false` or one of a few words (`batch = "stdin"`).
+    enum BoolOrWord: Equatable {
+        case bool(Bool)
+        case word(String)
+    }
+
+    mutating func boolOrWord(_ key: String, words: [String]) -> BoolOrWord? {
+        knownKeys.append(key)
+        guard let value = table[key] else { return nil }
+        let allowed = (["true", "false"] + words.map { "\"\($0)\"" }).joined(separator: ", ")
+        if value.type == .bool, let flag = value.bool { return .bool(flag) }
+        if value.type == .string, let text = value.string {
+            if words.contains(text) { return .word(text) }
+            context.error(at: valuePosition(key), "\(dotted(key)) must be one of \(allowed), not \"\(text)\"")
+            return nil
+        }
+        context.error(at: valuePosition(key), "\(dotted(key)) must be one of \(allowed), not \(article(value.type))")
+        return nil
+    }
+
     /// A non-empty array of strings, such as an argv.
     mutating func stringArray(_ key: String, allowEmpty: Bool = false) -> [String]? {
         guard let array = value(key, expected: .array)?.array else { return nil }

@@ -46,8 +46,17 @@ public struct WatchSettings: Equatable, Sendable {
     /// being ready; off for rules about deletions and changes.
     public var catchUp: Bool
     /// Many files per job: the command has a `{paths}` element that becomes one argument
-    /// per file; a batch too large for one argv is split into several runs, never cut.
+    /// per file (or, with `batchInput = .stdin`, the paths come NUL-terminated on stdin);
+    /// a batch too large for one argv (or one pipe) is split into several runs, never cut.
     public var batch = false
+    public var batchInput: BatchInput = .argv
+
+    public enum BatchInput: String, Sendable {
+        /// `batch = true` or `"argv"`: `{paths}` becomes one argument per file.
+        case argv
+        /// `batch = "stdin"`: each path followed by a NUL byte on stdin (`xargs -0`, `tar --null -T -`).
+        case stdin
+    }
     /// Keep the last N raw inotify events of this rule for the dump (debugging; 0 = off).
     public var recentEvents = 0
     /// A file whose job failed is tried again after a backoff, up to `attempts` in all.
@@ -56,11 +65,16 @@ public struct WatchSettings: Equatable, Sendable {
 
     public static let placeholders = ["path", "dir", "name", "event", "watch", "run_id", "attempt"]
     public static let batchPlaceholders = ["paths", "watch", "run_id", "attempt"]
+    public static let stdinBatchPlaceholders = ["watch", "run_id", "attempt"]
 
     static func read(name: String, from reader: inout TableReader) -> WatchSettings? {
         let context = reader.context
-        let batch = reader.bool("batch") ?? false
-        let job = TaskSettings.readJob(&reader, placeholders: batch ? batchPlaceholders : placeholders)
+        let batchValue = reader.boolOrWord("batch", words: ["argv", "stdin"])
+        // A bad value is reported once; the rest is checked as for batch = true, so that
+        // a "{paths}" in the command does not add a second, misleading error.
+        let batch = batchValue == nil ? reader.table["batch"] != nil : batchValue != .bool(false)
+        let batchInput: BatchInput = batchValue == .word("stdin") ? .stdin : .argv
+        let job = TaskSettings.readJob(&reader, placeholders: !batch ? placeholders : batchInput == .stdin ? stdinBatchPlaceholders : batchPlaceholders)
         let path = reader.absolutePath("path")
         if path == nil && reader.table["path"] == nil {
             context.error(at: reader.headerPosition, "missing required key \"path\" in \(reader.displayName)")
@@ -88,15 +102,19 @@ public struct WatchSettings: Equatable, Sendable {
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
         watch.batch = batch
+        watch.batchInput = batchInput
         if let count = reader.integer("recent_events", range: 0 ... 10_000) { watch.recentEvents = count }
         watch.retry = TaskSettings.readRetry(&reader)
         if batch, let job {
-            guard case .arguments(let arguments) = job.command, arguments.contains("{paths}") else {
-                context.error(at: reader.valuePosition("command"), "with batch = true, \(reader.dotted("command")) must be an array with a \"{paths}\" element of its own, which becomes one argument per file")
-                return nil
+            if batchInput == .argv {
+                guard case .arguments(let arguments) = job.command, arguments.contains("{paths}") else {
+                    context.error(at: reader.valuePosition("command"), "with batch = true, \(reader.dotted("command")) must be an array with a \"{paths}\" element of its own, which becomes one argument per file")
+                    return nil
+                }
             }
             if watch.settle == .zero {
-                context.error(at: reader.valuePosition("batch"), "batch = true needs a settle window (for example settle = \"1s\") to collect files in")
+                let shown = batchInput == .stdin ? "batch = \"stdin\"" : "batch = true"
+                context.error(at: reader.valuePosition("batch"), "\(shown) needs a settle window (for example settle = \"1s\") to collect files in")
             }
         }
         return job == nil || path == nil ? nil : watch

@@ -28,14 +28,17 @@ public struct JobRequest: Sendable {
     public let listPlaceholders: [String: [[UInt8]]]
     /// WATCHKEEPER_* variables beyond the common ones.
     public let environment: [(String, [UInt8])]
+    /// The job's whole stdin (`batch = "stdin"`: NUL-terminated paths); nil: /dev/null.
+    public let standardInput: [UInt8]?
     public let scheduledAt: WallTime?
     public let attempt: Int
     public let submittedAt: UInt64
 
     public init(name: String, kind: JobKind = .task, runID: String = JobRequest.makeRunID(), settings: JobSettings,
                 placeholders: [String: [UInt8]] = [:], listPlaceholders: [String: [[UInt8]]] = [:],
-                environment: [(String, [UInt8])] = [], scheduledAt: WallTime? = nil, attempt: Int = 1) {
+                environment: [(String, [UInt8])] = [], standardInput: [UInt8]? = nil, scheduledAt: WallTime? = nil, attempt: Int = 1) {
         self.listPlaceholders = listPlaceholders
+        self.standardInput = standardInput
         self.name = name
         self.kind = kind
         self.runID = runID

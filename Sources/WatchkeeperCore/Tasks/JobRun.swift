@@ -69,18 +69,30 @@ final class JobRun: @unchecked Sendable {
 
     private func spawnMain() throws(SpawnError) -> SpawnedProcess {
         let stdout = try PipePair.make(nonBlockingRead: true)
-        let stderr = try PipePair.make(nonBlockingRead: true)
-        let progressPipe = try PipePair.make(nonBlockingRead: true)
-        // Room for bursts between two progress reads.
-        _ = fcntl(progressPipe.writeEnd, 1031 /* F_SETPIPE_SZ */, 1 << 20)
-        let request = try spawnRequest(command: self.request.settings.command, extra: [
-            ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
-        ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: progressPipe.writeEnd)
+        var descriptors = [stdout.readEnd, stdout.writeEnd]
         let spawned: SpawnedProcess
+        let stderr: PipePair
+        let progressPipe: PipePair
         do {
-            spawned = try ProcessSpawner.spawn(request)
+            stderr = try PipePair.make(nonBlockingRead: true)
+            descriptors += [stderr.readEnd, stderr.writeEnd]
+            progressPipe = try PipePair.make(nonBlockingRead: true)
+            descriptors += [progressPipe.readEnd, progressPipe.writeEnd]
+            // Room for bursts between two progress reads.
+            _ = fcntl(progressPipe.writeEnd, 1031 /* F_SETPIPE_SZ */, 1 << 20)
+            var request = try spawnRequest(command: self.request.settings.command, extra: [
+                ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
+            ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: progressPipe.writeEnd)
+            if let input = self.request.standardInput {
+                let readEnd = try PipePair.filled(with: input)
+                request.standardInput = readEnd
+                defer { close(readEnd) }  // the child has its own copy once spawned
+                spawned = try ProcessSpawner.spawn(request)
+            } else {
+                spawned = try ProcessSpawner.spawn(request)
+            }
         } catch {
-            for fd in [stdout.readEnd, stdout.writeEnd, stderr.readEnd, stderr.writeEnd, progressPipe.readEnd, progressPipe.writeEnd] { close(fd) }
+            for fd in descriptors { close(fd) }
             throw error
         }
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
@@ -240,18 +252,21 @@ final class JobRun: @unchecked Sendable {
         }
         do {
             let stdout = try PipePair.make(nonBlockingRead: true)
-            let stderr = try PipePair.make(nonBlockingRead: true)
-            let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
-            let spawnRequest = try self.spawnRequest(command: command, extra: [
-                ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
-                ("WATCHKEEPER_PID", Array(String(pid).utf8)),
-                ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
-            ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: nil)
+            var descriptors = [stdout.readEnd, stdout.writeEnd]
+            let stderr: PipePair
             let spawned: SpawnedProcess
             do {
+                stderr = try PipePair.make(nonBlockingRead: true)
+                descriptors += [stderr.readEnd, stderr.writeEnd]
+                let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
+                let spawnRequest = try self.spawnRequest(command: command, extra: [
+                    ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
+                    ("WATCHKEEPER_PID", Array(String(pid).utf8)),
+                    ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
+                ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: nil)
                 spawned = try ProcessSpawner.spawn(spawnRequest)
             } catch {
-                for fd in [stdout.readEnd, stdout.writeEnd, stderr.readEnd, stderr.writeEnd] { close(fd) }
+                for fd in descriptors { close(fd) }
                 throw error
             }
             let handlerBudget = request.settings.onExpireBudget

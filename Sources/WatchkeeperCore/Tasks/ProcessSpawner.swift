@@ -199,6 +199,8 @@ public struct SpawnRequest: Sendable {
     public var workingDirectory: String?
     /// nil: the daemon's own (root's) credentials.
     public var credentials: Credentials?
+    /// Installed as fd 0 in the child; nil: /dev/null. The caller keeps (and closes) its copy.
+    public var standardInput: Int32?
     /// Installed as fd 1 and 2 in the child; the caller keeps (and closes) its copies.
     public var standardOutput: Int32
     public var standardError: Int32
@@ -293,6 +295,7 @@ public enum ProcessSpawner {
             spec.groups = UnsafePointer(groupBuffer)
             spec.group_count = groups.count
         }
+        spec.stdin_fd = request.standardInput ?? -1  // never left 0 by the zeroing init: that would be fd 0
         spec.stdout_fd = request.standardOutput
         spec.stderr_fd = request.standardError
         spec.extra_fd = request.progressDescriptor ?? -1
@@ -448,6 +451,60 @@ public struct PipePair: Sendable {
             }
         }
         return PipePair(readEnd: ends[0], writeEnd: ends[1])
+    }
+}
+
+extension PipePair {
+    /// The most a pipe can hold without CAP_SYS_RESOURCE: 1 MiB, or less where
+    /// fs.pipe-max-size is lower.
+    public static var largestCapacity: Int {
+        let limit = (try? readSmallFile("/proc/sys/fs/pipe-max-size"))?.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) }
+        return min(1 << 20, limit ?? 1 << 20)
+    }
+
+    /// A pipe that already holds all of `data`, its write end closed: the read end is a
+    /// child's whole stdin, ending in EOF. Written before the child starts, so nothing
+    /// has to feed it later; the pipe is enlarged to fit (at most `largestCapacity`).
+    public static func filled(with data: [UInt8]) throws(SpawnError) -> Int32 {
+        // Root could enlarge a pipe past fs.pipe-max-size; the batch budget never asks it to.
+        let capacity = largestCapacity
+        guard data.count <= capacity else {
+            throw SpawnError(step: .stdin, errorNumber: E2BIG,
+                             description: "unable to hand \(data.count) bytes to the job's stdin: a pipe holds at most \(capacity) (fs.pipe-max-size)")
+        }
+        let pipe = try make(nonBlockingRead: false)
+        func failure(_ text: String, _ code: Int32) -> SpawnError {
+            close(pipe.readEnd)
+            close(pipe.writeEnd)
+            return SpawnError(step: .stdin, errorNumber: code, description: text)
+        }
+        let F_SETPIPE_SZ: Int32 = 1031
+        let flags = fcntl(pipe.writeEnd, F_GETFL)
+        // Non-blocking, so that a pipe smaller than believed fails the job instead of
+        // hanging the tasks queue.
+        guard flags >= 0, fcntl(pipe.writeEnd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            let code = errno
+            throw failure("unable to make the stdin pipe non-blocking: \(errorText(code))", code)
+        }
+        if data.count > 65_536 {
+            let size = fcntl(pipe.writeEnd, F_SETPIPE_SZ, Int32(clamping: data.count))
+            guard size >= data.count else {
+                let code = size < 0 ? errno : ENOSPC
+                throw failure("unable to hand \(data.count) bytes to the job's stdin: a pipe holds at most \(capacity) (fs.pipe-max-size): \(errorText(code))", code)
+            }
+        }
+        var written = 0
+        while written < data.count {
+            let count = data.withUnsafeBytes { write(pipe.writeEnd, $0.baseAddress! + written, data.count - written) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else {
+                let code = count < 0 ? errno : EIO
+                throw failure("unable to write the job's stdin (\(written) of \(data.count) bytes written): \(errorText(code))", code)
+            }
+            written += count
+        }
+        close(pipe.writeEnd)
+        return pipe.readEnd
     }
 }
 

@@ -608,26 +608,39 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
     }
 
-    /// The bytes one batch's `{paths}` may take: half of ARG_MAX, leaving the rest for the
-    /// environment and the other arguments. WATCHKEEPER_TEST_BATCH_BYTES lowers it for tests.
-    private var batchBudget: Int {
+    /// The bytes one batch's paths may take: for `{paths}`, half of ARG_MAX, leaving the
+    /// rest for the environment and the other arguments; on stdin, what one pipe holds
+    /// (they are written before the job starts). WATCHKEEPER_TEST_BATCH_BYTES lowers it for tests.
+    private func batchBudget(_ input: WatchSettings.BatchInput) -> Int {
         if let text = jobs.daemonEnvironment["WATCHKEEPER_TEST_BATCH_BYTES"], let value = Int(text) { return value }
-        return max(65_536, sysconf(Int32(_SC_ARG_MAX)) / 2)
+        switch input {
+        case .argv: return max(65_536, sysconf(Int32(_SC_ARG_MAX)) / 2)
+        case .stdin: return PipePair.largestCapacity
+        }
     }
 
-    /// batch = true: the files whose windows ended together go to as few jobs as fit the
-    /// argv limit, each file in exactly one of them.
+    /// batch: the files whose windows ended together go to as few jobs as fit the argv
+    /// limit (or one pipe), each file in exactly one of them.
     private func startBatch(_ rule: Rule, due: [(relative: [UInt8], event: String)]) {
         var chunk: [(relative: [UInt8], absolute: [UInt8], identity: FileIdentity?)] = []
         var bytes = 0
-        let budget = batchBudget
+        let input = rule.settings.batchInput
+        let budget = batchBudget(input)
         func flush() {
             guard !chunk.isEmpty else { return }
-            let request = JobRequest(
-                name: rule.settings.name, kind: .watch, settings: rule.settings.job,
-                listPlaceholders: ["paths": chunk.map(\.absolute)],
-                environment: [("WATCHKEEPER_BATCH_SIZE", Array(String(chunk.count).utf8))]
-            )
+            let environment = [("WATCHKEEPER_BATCH_SIZE", Array(String(chunk.count).utf8))]
+            let request: JobRequest
+            switch input {
+            case .argv:
+                request = JobRequest(name: rule.settings.name, kind: .watch, settings: rule.settings.job,
+                                     listPlaceholders: ["paths": chunk.map(\.absolute)], environment: environment)
+            case .stdin:
+                var paths: [UInt8] = []
+                paths.reserveCapacity(bytes)
+                for item in chunk { paths += item.absolute + [0] }
+                request = JobRequest(name: rule.settings.name, kind: .watch, settings: rule.settings.job,
+                                     environment: environment, standardInput: paths)
+            }
             rule.inFlight[request.runID] = chunk.compactMap { item in item.identity.map { (item.relative, $0) } }
             rule.batchesStarted += 1
             rule.waiting.append(.request(request), lane: 0)
@@ -637,8 +650,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
         for item in due {
             guard let (absolute, identity) = admit(rule, relative: item.relative, event: item.event) else { continue }
-            // Each argument costs its bytes, its NUL and its pointer in the new argv.
-            let cost = absolute.count + 1 + MemoryLayout<UnsafePointer<CChar>>.size
+            // An argument costs its bytes, its NUL and its pointer in the new argv; a path
+            // on stdin its bytes and its NUL.
+            let cost = absolute.count + 1 + (input == .argv ? MemoryLayout<UnsafePointer<CChar>>.size : 0)
             if !chunk.isEmpty && bytes + cost > budget { flush() }
             chunk.append((item.relative, absolute, identity))
             bytes += cost
@@ -657,7 +671,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         rule.running += 1
         rule.jobsStarted += 1
         let runner = self.runner
-        let path = request.listPlaceholders["paths"].map { "\($0.count) files" } ?? String(decoding: request.placeholders["path"] ?? [], as: UTF8.self)
+        let batchSize = request.listPlaceholders["paths"]?.count ?? request.standardInput.map { input in input.lazy.filter { $0 == 0 }.count }
+        let path = batchSize.map { "\($0) files" } ?? String(decoding: request.placeholders["path"] ?? [], as: UTF8.self)
         let queue = self.queue
         // The watcher lives as long as the daemon: strong captures are fine here.
         jobs.queue.async {
@@ -694,7 +709,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 guard accepting, rules[rule.settings.name] === rule else { return }
                 let again = JobRequest(name: request.name, kind: .watch, settings: rule.settings.job, placeholders: request.placeholders,
                                        listPlaceholders: request.listPlaceholders, environment: request.environment,
-                                       attempt: record.attempt + 1)
+                                       standardInput: request.standardInput, attempt: record.attempt + 1)
                 if let files { rule.inFlight[again.runID] = files }
                 rule.waiting.append(.request(again), lane: 0)
                 pump(rule)
