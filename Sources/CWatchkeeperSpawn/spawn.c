@@ -287,6 +287,42 @@ static void restore_signals(const unsigned long previous[_NSIG / (8 * sizeof(uns
     (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, previous, NULL, _NSIG / 8);
 }
 
+// Child stacks are kept for the next spawn: an mmap per spawn costs a few page faults,
+// and its munmap a TLB shootdown on every CPU that runs one of the daemon's threads. Spawns
+// come from the tasks queue, one at a time, so one or two stacks are all that is ever kept.
+#define WK_KEPT_STACKS 4
+static pthread_mutex_t kept_stacks_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *kept_stacks[WK_KEPT_STACKS];
+
+static void *take_stack(void) {
+    void *stack = NULL;
+    pthread_mutex_lock(&kept_stacks_lock);
+    for (int i = 0; i < WK_KEPT_STACKS && stack == NULL; i++) {
+        stack = kept_stacks[i];
+        kept_stacks[i] = NULL;
+    }
+    pthread_mutex_unlock(&kept_stacks_lock);
+    if (stack != NULL) {
+        return stack;
+    }
+    stack = mmap(NULL, WK_CHILD_STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    return stack == MAP_FAILED ? NULL : stack;
+}
+
+static void give_back_stack(void *stack) {
+    pthread_mutex_lock(&kept_stacks_lock);
+    for (int i = 0; i < WK_KEPT_STACKS && stack != NULL; i++) {
+        if (kept_stacks[i] == NULL) {
+            kept_stacks[i] = stack;
+            stack = NULL;
+        }
+    }
+    pthread_mutex_unlock(&kept_stacks_lock);
+    if (stack != NULL) {
+        (void)munmap(stack, WK_CHILD_STACK_SIZE);
+    }
+}
+
 static int child_entry(void *arg) {
     run_child((struct child_plan *)arg);
 }
@@ -295,9 +331,8 @@ static int child_entry(void *arg) {
 // report (if any) in plan->report. CLONE_PIDFD names the child without a pid race.
 static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
     plan->report_fd = -1;
-    void *stack = mmap(NULL, WK_CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (stack == MAP_FAILED) {
+    void *stack = take_stack();
+    if (stack == NULL) {
         return fail(res, WK_STEP_FORK, errno);
     }
     void *stack_top = (char *)stack + WK_CHILD_STACK_SIZE;  // grows down on every Linux target we build for
@@ -314,7 +349,8 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
         clone_errno = errno;
     }
     restore_signals(previous);
-    (void)munmap(stack, WK_CHILD_STACK_SIZE);
+    // CLONE_VFORK: the child has exec'd or exited, so its stack is free again.
+    give_back_stack(stack);
     if (pid < 0) {
         return fail(res, WK_STEP_FORK, clone_errno);
     }

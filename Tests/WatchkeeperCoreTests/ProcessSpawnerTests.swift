@@ -531,6 +531,28 @@ final class ProcessSpawnerTests: XCTestCase {
                        outputs[0])
     }
 
+    /// The shared-memory children run on stacks the shim keeps for reuse: spawns from many
+    /// threads at once must never get the same one (they would corrupt each other's setup).
+    func testConcurrentSpawns_fromManyThreads_eachRunTheirOwnChild() throws {
+        nonisolated(unsafe) let test = self
+        let outputs = Mutex<[String]>([])
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for index in 0..<40 {
+                do {
+                    let finished = try test.run([test.bytes("/bin/echo"), test.bytes("\(thread)-\(index)")],
+                                                workingDirectory: index % 2 == 0 ? "/" : nil, withProgress: index % 3 == 0)
+                    outputs.withLock { $0.append(test.text(finished.output)) }
+                } catch {
+                    failures.withLock { $0.append("\(thread)-\(index): \(error)") }
+                }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, [])
+        let expected = (0..<8).flatMap { thread in (0..<40).map { "\(thread)-\($0)\n" } }
+        XCTAssertEqual(outputs.withLock { $0 }.sorted(), expected.sorted())
+    }
+
     /// A setup step that fails in the shared-memory child reaches the caller as it does
     /// from a forked one, and the child is reaped either way.
     func testFailedSetup_isReportedAndReaped_byBothWaysOfSpawning() throws {
