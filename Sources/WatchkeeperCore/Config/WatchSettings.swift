@@ -45,11 +45,11 @@ public struct WatchSettings: Equatable, Sendable {
     /// the ledger in the state directory. On by default when the rule reacts to files
     /// being ready; off for rules about deletions and changes.
     public var catchUp: Bool
-    /// Many files per job: the command has a `{paths}` element that becomes one argument
-    /// per file (or, with `batchInput = .stdin`, the paths come NUL-terminated on stdin);
-    /// a batch too large for one argv (or one pipe) is split into several runs, never cut.
-    public var batch = false
-    public var batchInput: BatchInput = .argv
+    /// Many files per job (nil: one job per file): the command has a `{paths}` element that
+    /// becomes one argument per file, or the paths come NUL-terminated on stdin; a batch too
+    /// large for one argv (or one pipe) is split into several runs, never cut.
+    public var batchInput: BatchInput?
+    public var batch: Bool { batchInput != nil }
 
     public enum BatchInput: String, Sendable {
         /// `batch = true` or `"argv"`: `{paths}` becomes one argument per file.
@@ -69,12 +69,21 @@ public struct WatchSettings: Equatable, Sendable {
 
     static func read(name: String, from reader: inout TableReader) -> WatchSettings? {
         let context = reader.context
-        let batchValue = reader.boolOrWord("batch", words: ["argv", "stdin"])
-        // A bad value is reported once; the rest is checked as for batch = true, so that
-        // a "{paths}" in the command does not add a second, misleading error.
-        let batch = batchValue == nil ? reader.table["batch"] != nil : batchValue != .bool(false)
-        let batchInput: BatchInput = batchValue == .word("stdin") ? .stdin : .argv
-        let job = TaskSettings.readJob(&reader, placeholders: !batch ? placeholders : batchInput == .stdin ? stdinBatchPlaceholders : batchPlaceholders)
+        let batchInput: BatchInput?
+        switch reader.boolOrWord("batch", words: ["argv", "stdin"]) {
+        case .bool(false)?: batchInput = nil
+        case .word("stdin")?: batchInput = .stdin
+        case .bool(true)?, .word?: batchInput = .argv
+        // Absent, or a bad value: that is reported once, and the rest is checked as for
+        // batch = true, so that a "{paths}" in the command adds no second, misleading error.
+        case nil: batchInput = reader.table["batch"] != nil ? .argv : nil
+        }
+        let known: [String] = switch batchInput {
+        case nil: placeholders
+        case .argv?: batchPlaceholders
+        case .stdin?: stdinBatchPlaceholders
+        }
+        let job = TaskSettings.readJob(&reader, placeholders: known)
         let path = reader.absolutePath("path")
         if path == nil && reader.table["path"] == nil {
             context.error(at: reader.headerPosition, "missing required key \"path\" in \(reader.displayName)")
@@ -101,11 +110,10 @@ public struct WatchSettings: Equatable, Sendable {
         if let settle = reader.duration("settle", range: .zero ... .seconds(3_600)) { watch.settle = settle }
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
-        watch.batch = batch
         watch.batchInput = batchInput
         if let count = reader.integer("recent_events", range: 0 ... 10_000) { watch.recentEvents = count }
         watch.retry = TaskSettings.readRetry(&reader)
-        if batch, let job {
+        if let batchInput, let job {
             if batchInput == .argv {
                 guard case .arguments(let arguments) = job.command, arguments.contains("{paths}") else {
                     context.error(at: reader.valuePosition("command"), "with batch = true, \(reader.dotted("command")) must be an array with a \"{paths}\" element of its own, which becomes one argument per file")

@@ -79,18 +79,13 @@ final class JobRun: @unchecked Sendable {
             progressPipe = try PipePair.make(nonBlockingRead: true)
             descriptors += [progressPipe.readEnd, progressPipe.writeEnd]
             // Room for bursts between two progress reads.
-            _ = fcntl(progressPipe.writeEnd, 1031 /* F_SETPIPE_SZ */, 1 << 20)
+            _ = fcntl(progressPipe.writeEnd, PipePair.setSizeCommand, 1 << 20)
             var request = try spawnRequest(command: self.request.settings.command, extra: [
                 ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
             ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: progressPipe.writeEnd)
-            if let input = self.request.standardInput {
-                let readEnd = try PipePair.filled(with: input)
-                request.standardInput = readEnd
-                defer { close(readEnd) }  // the child has its own copy once spawned
-                spawned = try ProcessSpawner.spawn(request)
-            } else {
-                spawned = try ProcessSpawner.spawn(request)
-            }
+            request.standardInput = try self.request.standardInput.map { input throws(SpawnError) in try PipePair.filled(with: input) }
+            defer { if let input = request.standardInput { close(input) } }  // the child has its own copy once spawned
+            spawned = try ProcessSpawner.spawn(request)
         } catch {
             for fd in descriptors { close(fd) }
             throw error

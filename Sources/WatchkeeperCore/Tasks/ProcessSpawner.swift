@@ -455,12 +455,15 @@ public struct PipePair: Sendable {
 }
 
 extension PipePair {
+    /// fcntl's F_SETPIPE_SZ, which Swift's Glibc module does not import.
+    static let setSizeCommand: Int32 = 1031
+
     /// The most a pipe can hold without CAP_SYS_RESOURCE: 1 MiB, or less where
-    /// fs.pipe-max-size is lower.
-    public static var largestCapacity: Int {
+    /// fs.pipe-max-size is lower. Read once: F_SETPIPE_SZ still checks the current limit.
+    public static let largestCapacity: Int = {
         let limit = (try? readSmallFile("/proc/sys/fs/pipe-max-size"))?.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) }
         return min(1 << 20, limit ?? 1 << 20)
-    }
+    }()
 
     /// A pipe that already holds all of `data`, its write end closed: the read end is a
     /// child's whole stdin, ending in EOF. Written before the child starts, so nothing
@@ -478,7 +481,6 @@ extension PipePair {
             close(pipe.writeEnd)
             return SpawnError(step: .stdin, errorNumber: code, description: text)
         }
-        let F_SETPIPE_SZ: Int32 = 1031
         let flags = fcntl(pipe.writeEnd, F_GETFL)
         // Non-blocking, so that a pipe smaller than believed fails the job instead of
         // hanging the tasks queue.
@@ -487,7 +489,7 @@ extension PipePair {
             throw failure("unable to make the stdin pipe non-blocking: \(errorText(code))", code)
         }
         if data.count > 65_536 {
-            let size = fcntl(pipe.writeEnd, F_SETPIPE_SZ, Int32(clamping: data.count))
+            let size = fcntl(pipe.writeEnd, setSizeCommand, Int32(clamping: data.count))
             guard size >= data.count else {
                 let code = size < 0 ? errno : ENOSPC
                 throw failure("unable to hand \(data.count) bytes to the job's stdin: a pipe holds at most \(capacity) (fs.pipe-max-size): \(errorText(code))", code)

@@ -534,8 +534,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             rule.settleOrder.removeFirst(rule.settleHead)
             rule.settleHead = 0
         }
-        if rule.settings.batch {
-            startBatch(rule, due: due)
+        if let input = rule.settings.batchInput {
+            startBatch(rule, input: input, due: due)
         } else {
             for item in due { start(rule, relative: item.relative, event: item.event) }
         }
@@ -621,10 +621,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     /// batch: the files whose windows ended together go to as few jobs as fit the argv
     /// limit (or one pipe), each file in exactly one of them.
-    private func startBatch(_ rule: Rule, due: [(relative: [UInt8], event: String)]) {
+    private func startBatch(_ rule: Rule, input: WatchSettings.BatchInput, due: [(relative: [UInt8], event: String)]) {
         var chunk: [(relative: [UInt8], absolute: [UInt8], identity: FileIdentity?)] = []
         var bytes = 0
-        let input = rule.settings.batchInput
         let budget = batchBudget(input)
         func flush() {
             guard !chunk.isEmpty else { return }
