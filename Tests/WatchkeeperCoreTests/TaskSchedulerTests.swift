@@ -12,7 +12,7 @@ final class TaskSchedulerTests: XCTestCase {
         let sink = LogSink(target: .stderr, level: .warning, problemCapacity: 10)
         let context = JobContext(queue: queue, sink: sink, logger: Logger(label: "test"), sources: SourceRegistry(),
                                  daemonEnvironment: ["PATH": "/usr/bin:/bin"])
-        return (TaskScheduler(context: context, work: WorkTracker(), maxJobs: maxJobs), queue)
+        return (TaskScheduler(engine: JobEngine(context: context, maxJobs: maxJobs)), queue)
     }
 
     private func manualTask(_ name: String, _ command: [String], overlap: OverlapPolicy = .skip) -> TaskSettings {
@@ -39,7 +39,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_runsAManualTaskNow_andRecordsItsOutcome() {
         let (scheduler, queue) = makeScheduler()
         let result = queue.queue.sync { () -> Result<String, TaskScheduler.TriggerError> in
-            scheduler.apply([manualTask("by-hand", ["/bin/true"])], maxJobs: 2, isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([manualTask("by-hand", ["/bin/true"])], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
             return scheduler.trigger(task: "by-hand")
         }
         guard case .success(let runID) = result else { return XCTFail("\(result)") }
@@ -50,7 +50,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_ofAnUnknownTask_saysSo() {
         let (scheduler, queue) = makeScheduler()
         let result = queue.queue.sync { () -> Result<String, TaskScheduler.TriggerError> in
-            scheduler.apply([], maxJobs: 2, isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
             return scheduler.trigger(task: "nope")
         }
         XCTAssertEqual(result, .failure(.unknownTask("nope")))
@@ -60,7 +60,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_whileARunIsInProgressWithOverlapSkip_isRefused() {
         let (scheduler, queue) = makeScheduler()
         let (first, second) = queue.queue.sync { () -> (Result<String, TaskScheduler.TriggerError>, Result<String, TaskScheduler.TriggerError>) in
-            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.5"])], maxJobs: 2, isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.5"])], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
             return (scheduler.trigger(task: "slow"), scheduler.trigger(task: "slow"))
         }
         guard case .success = first else { return XCTFail("\(first)") }
@@ -71,7 +71,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_ofAFailingCommand_recordsFailed() {
         let (scheduler, queue) = makeScheduler()
         _ = queue.queue.sync { () -> Result<String, TaskScheduler.TriggerError> in
-            scheduler.apply([manualTask("fails", ["/bin/false"]), manualTask("missing", ["/no/such/program"])], maxJobs: 2, isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([manualTask("fails", ["/bin/false"]), manualTask("missing", ["/no/such/program"])], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
             _ = scheduler.trigger(task: "missing")
             return scheduler.trigger(task: "fails")
         }
@@ -87,7 +87,7 @@ extension TaskSchedulerTests {
         unlink(marker)
         let (cancelled, cancelledAgain) = queue.queue.sync { () -> (Bool, Bool) in
             scheduler.apply([manualTask("slow", ["/bin/sleep", "0.3"]), manualTask("later", ["/usr/bin/touch", marker])],
-                            maxJobs: 1, isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+                            isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
             _ = scheduler.trigger(task: "slow")
             guard case .success(let waiting) = scheduler.trigger(task: "later") else { return (false, false) }
             return (scheduler.cancel(runID: waiting), scheduler.cancel(runID: waiting))
@@ -102,7 +102,7 @@ extension TaskSchedulerTests {
     func testCancel_ofARunningJob_isRefused() {
         let (scheduler, queue) = makeScheduler(maxJobs: 1)
         let refused = queue.queue.sync { () -> Bool in
-            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.2"])], maxJobs: 1, isStart: true,
+            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.2"])], isStart: true,
                             stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
             guard case .success(let running) = scheduler.trigger(task: "slow") else { return false }
             return !scheduler.cancel(runID: running)

@@ -28,7 +28,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     public let signalsQueue = SubsystemQueue(name: "signals", qos: .userInitiated)
     public let watchdogQueue = SubsystemQueue(name: "watchdog", qos: .userInitiated)
     public let diagnosticsQueue = SubsystemQueue(name: "diagnostics", qos: .utility)
-    public let tasksQueue = SubsystemQueue(name: "tasks", qos: .default)
+    /// The job engine and the task scheduler, which asks it directly what runs.
+    public let jobsQueue = SubsystemQueue(name: "jobs", qos: .default)
     public let watchingQueue = SubsystemQueue(name: "watching", qos: .default)
 
     private let options: RunOptions
@@ -36,7 +37,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private let logger: Logger
     private let notifier: SystemdNotifier
     private let sources = SourceRegistry()
-    private let work = WorkTracker()
+    private var engine: JobEngine!
     private var watchdog: Watchdog!
     private var stateDump: StateDump!
     private var signals: SignalSources!
@@ -51,14 +52,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var lastReload: (at: WallTime, errors: ConfigErrors?)?
     private var readyAfter: Duration?
     private var drainStartedAt: UInt64?
-    private var drainOutcome: WorkTracker.DrainOutcome?
-    private var drainExtender: DispatchSourceTimer?
+    private var drainOutcome: DrainReport?
+    private var drainExtender: RegisteredTimer?
     /// The tasks subsystem's view for STATUS=, pushed from its queue.
     private var jobSummary: (running: Int, text: String) = (0, "")
-
-    /// How long expired work gets to end before the daemon exits anyway. The task
-    /// runner's kill_grace fits inside it.
-    static let expireGrace: Duration = .seconds(10)
 
     /// Loads the configuration, starts every subsystem, and never returns: the
     /// process ends in `finishStopping` (exit 0) or on a fatal start-up error.
@@ -89,14 +86,14 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue, watchingQueue]
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
-        let jobContext = JobContext(queue: tasksQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
-        scheduler = TaskScheduler(context: jobContext, work: work, maxJobs: configuration.daemon.maxJobs)
-        let scheduler = scheduler!
-        watcher = DirectoryWatcher(queue: watchingQueue, jobs: jobContext) { scheduler.runner }
-        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, scheduler, watcher], queues: monitored, sources: sources,
+        let jobContext = JobContext(queue: jobsQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
+        engine = JobEngine(context: jobContext, maxJobs: configuration.daemon.maxJobs)
+        scheduler = TaskScheduler(engine: engine)
+        watcher = DirectoryWatcher(queue: watchingQueue, engine: engine)
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher], queues: monitored, sources: sources,
                               sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
                               settings: configuration.daemon)
         signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
@@ -122,9 +119,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             exit(ExitCode.osError)
         }
         watchdog.start()
-        scheduler.onChange = { [unowned self] in
-            // On the tasks queue: take the figures here, show them from the lifecycle queue.
-            let summary = (self.scheduler.runningCount, self.scheduler.runningSummary)
+        engine.onChange = { [unowned self] in
+            // On the jobs queue: take the figures here, show them from the lifecycle queue.
+            let summary = (self.engine.runningCount, self.engine.runningSummary)
             self.lifecycleQueue.async {
                 guard summary != self.jobSummary else { return }
                 self.jobSummary = summary
@@ -133,11 +130,11 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         let tasks = configuration.tasks
         let settings = configuration.daemon
-        // The tasks queue never waits for this one, so waiting for it here cannot deadlock.
-        tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: true, stateDirectory: settings.stateDirectory) }
+        // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
+        jobsQueue.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
         // READY=1 promises the initial watches are in place.
         let watches = configuration.watches
-        watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory, maxJobs: settings.maxJobs) }
+        watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -174,8 +171,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             case .beginDrain(let signal):
                 beginDrain(signal: signal)
             case .expireRunningWorkNow:
-                logger.warning("second termination signal while draining: expiring \(work.running.count) running job(s) now")
-                work.expireAll()
+                logger.warning("second termination signal while draining: expiring the running jobs now")
+                jobsQueue.async { self.engine.expireAllNow() }
             case .finishStopping:
                 finishStopping()
             case .ignore(let reason):
@@ -198,7 +195,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func statusLine() -> String {
         var line = machine.state.description
         if case .draining(let signal) = machine.state {
-            line = "stopping on \(HandledSignals.name(signal)): \(work.running.count) job(s) still running"
+            line = "stopping on \(HandledSignals.name(signal)): \(jobSummary.running) job(s) still running"
         }
         line += "; config generation \(generation)"
         if case .running = machine.state {
@@ -245,63 +242,79 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         stateDump.apply(settings)
         let tasks = new.tasks
-        tasksQueue.queue.sync { scheduler.apply(tasks, maxJobs: settings.maxJobs, isStart: false, stateDirectory: settings.stateDirectory) }
+        jobsQueue.queue.sync {
+            engine.setMaxJobs(settings.maxJobs)
+            scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)
+        }
         let watches = new.watches
-        watchingQueue.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory, maxJobs: settings.maxJobs) }
+        watchingQueue.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
         configuration = new
     }
 
     private func beginDrain(signal: Int32) {
         let grace = configuration.daemon.shutdownGrace
-        // No new runs; queued ones are cancelled. Running ones are the drain's to wait for.
+        // No new runs: files still settling and runs held for dependencies end with a
+        // record; then the engine cancels what waits and drains what runs.
         watchingQueue.queue.sync { watcher.stop() }
-        tasksQueue.queue.sync { scheduler.stop() }
-        let running = work.running
+        let running = jobsQueue.queue.sync { () -> Int in
+            scheduler.stop()
+            return engine.runningCount
+        }
         drainStartedAt = DispatchTime.now().uptimeNanoseconds
-        logger.notice("received \(HandledSignals.name(signal)): stopping; \(running.count) job(s) running, waiting up to \(grace.compactDescription) for them",
+        logger.notice("received \(HandledSignals.name(signal)): stopping; \(running) job(s) running, waiting up to \(grace.compactDescription) for them",
                       metadata: [JournalFields.messageIDKey: .string(MessageID.stopping), "signal": .string(HandledSignals.name(signal))])
         notifier.send([("STOPPING", "1"), ("STATUS", statusLine())])
-        if !running.isEmpty {
-            startDrainExtender(until: grace + Self.expireGrace)
-        }
-        work.drain(grace: grace, expireGrace: Self.expireGrace, on: lifecycleQueue.queue) { [unowned self] outcome in
-            self.drainOutcome = outcome
-            self.perform(self.machine.handle(.drainFinished))
+        if running > 0 { startDrainExtender() }
+        jobsQueue.async {
+            self.engine.beginDrain(grace: grace) { [unowned self] report in
+                self.lifecycleQueue.async {
+                    self.drainOutcome = report
+                    self.perform(self.machine.handle(.drainFinished))
+                }
+            }
         }
     }
 
-    /// systemd kills a service that takes longer than TimeoutStopSec to stop. While
-    /// jobs legitimately finish within shutdown_grace, keep asking for a little more
-    /// time, in steps, so a hung drain is still cut off.
-    private func startDrainExtender(until limit: Duration) {
+    /// systemd kills a service that takes longer than TimeoutStopSec to stop. While jobs
+    /// legitimately finish within the drain's current phase (shutdown_grace, then their
+    /// expiry sequences), keep asking for a little more time, in steps, so a hung drain
+    /// is still cut off.
+    private func startDrainExtender() {
         let step: Duration = .seconds(5)
-        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(limit.nanosecondsClamped)
-        drainExtender = sources.startTimer("drain: EXTEND_TIMEOUT_USEC every \(step.compactDescription)", on: lifecycleQueue,
-                                           schedule: { $0.schedule(deadline: .now(), repeating: .nanoseconds(Int(step.nanosecondsClamped))) }) { [unowned self] in
+        let timer = sources.makeTimer(owner: "lifecycle", target: "drain: EXTEND_TIMEOUT_USEC every \(step.compactDescription)", on: lifecycleQueue) { [unowned self] in
+            let engine = self.engine!
+            let deadline = self.jobsQueue.queue.sync { engine.drainPhaseDeadline }
             let now = DispatchTime.now().uptimeNanoseconds
-            guard now < deadline else {
-                self.drainExtender?.cancel()
-                return
-            }
-            let remaining = Duration.nanoseconds(Int64(deadline - now))
-            self.notifier.send([("EXTEND_TIMEOUT_USEC", String(min(remaining, step * 2).microseconds + 1_000_000)), ("STATUS", self.statusLine())])
+            guard let deadline else { return }
+            let remaining = Duration.nanoseconds(Int64(deadline > now ? deadline - now : 0))
+            self.notifier.send([("EXTEND_TIMEOUT_USEC", String((min(remaining, step) + step).microseconds + 1_000_000)), ("STATUS", self.statusLine())])
         }
+        timer.schedule(at: .now(), repeating: step)
+        drainExtender = timer
     }
 
     private func finishStopping() {
         drainExtender?.cancel()
         let took = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- (drainStartedAt ?? 0)))
         let how: String
-        if case .expired(let names) = drainOutcome {
+        let code: Int32
+        switch drainOutcome {
+        case .expired(let names)?:
             how = "expired at the end of shutdown_grace: \(names.joined(separator: ", "))"
-        } else {
+            code = ExitCode.success
+        case .leftOver(let names)?:
+            how = "these jobs did not end even after SIGKILL and are left behind: \(names.joined(separator: ", "))"
+            code = ExitCode.software
+        case .finished?, nil:
             how = "all work finished"
+            code = ExitCode.success
         }
         let logger = logger
         stateDump.writeFinalState(reason: "stopped") {
-            logger.notice("stopped after draining for \(took.compactDescription); \(how)",
-                          metadata: [JournalFields.messageIDKey: .string(MessageID.stopped)])
-            exit(ExitCode.success)
+            let level: Logger.Level = code == ExitCode.success ? .notice : .error
+            logger.log(level: level, "stopped after draining for \(took.compactDescription); \(how)",
+                       metadata: [JournalFields.messageIDKey: .string(MessageID.stopped)])
+            exit(code)
         }
     }
 
@@ -333,7 +346,6 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
                 .init("max_jobs", .int(Int64(settings.maxJobs))),
                 .init("tasks", .int(Int64(configuration.tasks.count))),
             ])),
-            .init("work", work.describe(now: now)),
         ])
     }
 
@@ -343,7 +355,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, tasksQueue, watchingQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")
@@ -352,12 +364,16 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         var delay: Duration = .zero
         if parts.count > 2, case .success(let parsed) = DurationParser.parse(parts[2]) { delay = parsed }
         logger.warning("test hook: queue \(target.label) will be blocked for \(stall.compactDescription) in \(delay.compactDescription)")
-        lifecycleQueue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) {
+        var hook: RegisteredTimer?
+        hook = sources.makeTimer(owner: "lifecycle", target: "test hook: block \(target.label) for \(stall.compactDescription)", on: lifecycleQueue) {
+            hook?.cancel()
+            hook = nil
             target.async {
                 var remaining = timespec(tv_sec: Int(stall.components.seconds), tv_nsec: Int(stall.components.attoseconds / 1_000_000_000))
                 var left = timespec()
                 while nanosleep(&remaining, &left) != 0 && errno == EINTR { remaining = left }
             }
         }
+        hook?.schedule(after: delay)
     }
 }

@@ -15,7 +15,7 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
     public let systemdInterval: Duration?
     public let tickInterval: Duration
     // Confined to `queue`.
-    private var timer: DispatchSourceTimer?
+    private var timer: RegisteredTimer?
     private var pingsSent: UInt64 = 0
     private var pingsWithheld: UInt64 = 0
     private var ticks: UInt64 = 0
@@ -43,10 +43,11 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
         queue.async {
             let target = self.systemdInterval.map { "watchdog ping every \(self.tickInterval.compactDescription) (WatchdogSec=\($0.compactDescription))" }
                 ?? "queue probe every \(self.tickInterval.compactDescription)"
-            let interval = DispatchTimeInterval.nanoseconds(Int(self.tickInterval.nanosecondsClamped))
-            self.timer = self.registry.startTimer(target, on: self.queue, schedule: { $0.schedule(deadline: .now(), repeating: interval) }) { [unowned self] in
+            let timer = self.registry.makeTimer(owner: "watchdog", target: target, on: self.queue) { [unowned self] in
                 self.tick()
             }
+            timer.schedule(at: .now(), repeating: self.tickInterval)
+            self.timer = timer
         }
     }
 

@@ -12,12 +12,15 @@ public final class SourceStats: Sendable {
     }
 
     public let kind: Kind
+    /// Who owns it: the component that created it and alone cancels it.
+    public let owner: String
     public let target: String
     public let queueLabel: String
     private let state = Mutex<(events: UInt64, lastFired: WallTime?, lastFiredMonotonic: UInt64?)>((0, nil, nil))
 
-    init(kind: Kind, target: String, queueLabel: String) {
+    init(kind: Kind, owner: String, target: String, queueLabel: String) {
         self.kind = kind
+        self.owner = owner
         self.target = target
         self.queueLabel = queueLabel
     }
@@ -40,6 +43,7 @@ public final class SourceStats: Sendable {
         let snapshot = state.withLock { $0 }
         var fields: [DumpField] = [
             .init("kind", .string(kind.rawValue)),
+            .init("owner", .string(owner)),
             .init("target", .string(target)),
             .init("queue", .string(queueLabel)),
             .init("events", .int(Int64(snapshot.events))),
@@ -59,8 +63,8 @@ public final class SourceRegistry: Sendable {
 
     public init() {}
 
-    public func register(_ kind: SourceStats.Kind, target: String, on queue: SubsystemQueue) -> SourceStats {
-        let stats = SourceStats(kind: kind, target: target, queueLabel: queue.label)
+    public func register(_ kind: SourceStats.Kind, owner: String, target: String, on queue: SubsystemQueue) -> SourceStats {
+        let stats = SourceStats(kind: kind, owner: owner, target: target, queueLabel: queue.label)
         sources.withLock { $0.append(stats) }
         return stats
     }
@@ -72,20 +76,70 @@ public final class SourceRegistry: Sendable {
 
     public var all: [SourceStats] { sources.withLock { $0 } }
 
-    /// A timer source on `queue`, listed here while it lives: `schedule` sets its deadline
-    /// (and interval), `handler` runs on each firing after the count is taken. Cancelling
-    /// the timer removes it from the list.
-    public func startTimer(_ target: String, on queue: SubsystemQueue, schedule: (DispatchSourceTimer) -> Void,
-                           handler: @escaping () -> Void) -> DispatchSourceTimer {
-        let stats = register(.timer, target: target, on: queue)
+    /// A timer on `queue`, listed here until it is cancelled: `handler` runs on each firing
+    /// after the count is taken. It starts unscheduled; the owner schedules it (again and
+    /// again, for a timer that is re-armed: its firings keep adding up).
+    public func makeTimer(owner: String, target: String, on queue: SubsystemQueue, handler: @escaping () -> Void) -> RegisteredTimer {
+        let stats = register(.timer, owner: owner, target: target, on: queue)
         let timer = DispatchSource.makeTimerSource(queue: queue.queue)
-        schedule(timer)
         timer.setEventHandler {
             stats.fired()
             handler()
         }
         timer.setCancelHandler { [self] in unregister(stats) }
         timer.activate()
-        return timer
+        return RegisteredTimer(timer: timer, stats: stats)
+    }
+}
+
+/// Delayed work the dump can see and its owner can cancel: the one way the daemon waits
+/// for a deadline (no bare asyncAfter, which nothing lists and no drain can cancel).
+public final class RegisteredTimer: @unchecked Sendable {
+    private let timer: DispatchSourceTimer
+    public let stats: SourceStats
+    /// Owner's queue only.
+    public private(set) var isCancelled = false
+
+    init(timer: DispatchSourceTimer, stats: SourceStats) {
+        self.timer = timer
+        self.stats = stats
+    }
+
+    /// Fires once, `delay` from now (monotonic).
+    public func schedule(after delay: Duration) {
+        timer.schedule(deadline: .now() + delay.dispatchInterval)
+    }
+
+    public func schedule(at deadline: DispatchTime, repeating interval: Duration? = nil) {
+        timer.schedule(deadline: deadline, repeating: interval.map(\.dispatchInterval) ?? .never)
+    }
+
+    /// A wall-clock deadline (calendar schedules): follows clock changes.
+    public func schedule(wallDeadline: DispatchWallTime) {
+        timer.schedule(wallDeadline: wallDeadline)
+    }
+
+    public func cancel() {
+        guard !isCancelled else { return }
+        isCancelled = true
+        timer.cancel()
+    }
+}
+
+extension Duration {
+    /// For dispatch deadlines: nanoseconds, clamped to what DispatchTimeInterval holds.
+    public var dispatchInterval: DispatchTimeInterval { .nanoseconds(Int(nanosecondsClamped)) }
+
+    /// Seconds as a decimal without losing the fraction: "0.5", "3600", "1.25"
+    /// (WATCHKEEPER_BUDGET_SECONDS; a 500 ms budget is not 0).
+    public var secondsText: String {
+        let nanoseconds = max(0, nanosecondsClamped)
+        let whole = nanoseconds / 1_000_000_000
+        let fraction = nanoseconds % 1_000_000_000
+        guard fraction > 0 else { return String(whole) }
+        var digits = String(fraction)
+        digits = String(repeating: "0", count: 9 - digits.count) + digits
+        while digits.hasSuffix("0") { digits.removeLast() }
+        return "\(whole).\(digits)"
     }
 }

@@ -76,7 +76,7 @@ public final class SignalSources: @unchecked Sendable {
         let pendingNames = Mutex(Set(HandledSignals.all.map(HandledSignals.name)))
         for signal in HandledSignals.all {
             let name = HandledSignals.name(signal)
-            let stats = registry.register(.signal, target: name, on: queue)
+            let stats = registry.register(.signal, owner: "signals", target: name, on: queue)
             let source = DispatchSource.makeSignalSource(signal: signal, queue: queue.queue)
             let forward = onSignal
             // The handler holds its source: both live as long as the process.

@@ -6,13 +6,16 @@ import Glibc
 #endif
 
 /// The periodic task subsystem: one timer per scheduled task, the overlap policy,
-/// retries, and the run history the dump shows. Shares the tasks queue with the
-/// runner, so a task's state and its runs are read and changed in one place.
+/// dependencies (`after`), catch-up of missed runs, and the run history the dump shows.
+/// Runs on the job engine's queue and asks the engine directly what runs; retries,
+/// max_jobs and records are the engine's.
 public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// Confined to the tasks queue.
     final class ScheduledTask: @unchecked Sendable {
         var settings: TaskSettings
-        var timer: DispatchSourceTimer?
+        /// One timer for the task's life, re-armed for every fire, so its count in the
+        /// dump is the task's number of fires.
+        var timer: RegisteredTimer?
         /// Monotonic nanoseconds every = "…" fires are counted from (drift-free).
         var anchor: UInt64 = 0
         var nextFire: (monotonic: UInt64?, wall: WallTime)?
@@ -21,22 +24,30 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         var runAfterCurrent: WallTime?
         var skipStreak = 0
         /// A run that is due but waits for the tasks in `after` (see `dependenciesUnmet`).
-        var held: (request: JobRequest, waitingFor: Set<String>)?
-        /// A failed run's retry is scheduled: its dependents keep waiting for it.
-        var retryPending = false
+        var held: (runID: RunID, subject: JobSubject, waitingFor: Set<String>)?
         var lastOutcome: RunOutcome?
+        /// What the timer does when it fires: the schedule's next step.
+        var onFire: (() -> Void)?
         var history: [RunRecord] = []
         var totals: [RunOutcome: UInt64] = [:]
 
         init(settings: TaskSettings) {
             self.settings = settings
         }
+
+        var key: JobKey { JobKey(.task, settings.name) }
+
+        var group: JobGroup {
+            // overlap = "allow" may run max_concurrent at once; every other policy one.
+            JobGroup(key: key, settings: settings.job, limit: settings.overlap == .allow ? settings.maxConcurrent : 1,
+                     retry: settings.retry, retryExpired: settings.retryExpired)
+        }
     }
 
     public let queue: SubsystemQueue
     private let context: JobContext
-    /// Shared with the directory watcher: one runner, one `max_jobs`, for every job.
-    let runner: JobRunner
+    /// The daemon's; the scheduler runs on its queue.
+    let engine: JobEngine
     private var logger: Logger { context.logger }
     // Confined to `queue`.
     private var tasks: [String: ScheduledTask] = [:]
@@ -47,14 +58,12 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     private var store: TaskStore?
     private var storeProblem: String?
     private var lastPersistenceWarning: String?
-    var onChange: (() -> Void)?
     static let historyLength = 10
 
-    public init(context: JobContext, work: WorkTracker, maxJobs: Int) {
-        self.queue = context.queue
-        self.context = context
-        self.runner = JobRunner(context: context, work: work, maxJobs: maxJobs)
-        runner.onChange = { [weak self] in self?.onChange?() }
+    public init(engine: JobEngine) {
+        self.queue = engine.queue
+        self.context = engine.context
+        self.engine = engine
         machineSeed = Self.machineSeed()
     }
 
@@ -66,14 +75,21 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// First start and every reload: unchanged tasks keep their timers and anchors,
     /// changed ones are re-armed, removed ones stop being scheduled (a run in progress
     /// finishes on its own), new ones are armed.
-    public func apply(_ settings: [TaskSettings], maxJobs: Int, isStart: Bool, stateDirectory: String) {
+    public func apply(_ settings: [TaskSettings], isStart: Bool, stateDirectory: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        runner.maxJobs = maxJobs
         if isStart { openStore(directory: stateDirectory) }
         let names = Set(settings.map(\.name))
         for (name, task) in tasks where !names.contains(name) {
             disarm(task)
+            task.timer?.cancel()
+            task.timer = nil
             tasks[name] = nil
+            if let held = task.held {
+                task.held = nil
+                engine.recordNotRun(JobEngine.notRunRecord(task.key, runID: held.runID, subject: held.subject, outcome: .cancelled,
+                                                           detail: "cancelled: the task was removed by a reload"), key: task.key, subject: held.subject)
+            }
+            engine.remove(task.key, reason: "the task was removed by a reload")
             logger.info("task \(name) removed; a run in progress finishes on its own")
         }
         var startNow: [ScheduledTask] = []
@@ -82,11 +98,13 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                 if existing.settings == new { continue }
                 disarm(existing)
                 existing.settings = new
+                engine.configure(existing.group)
                 arm(existing, now: DispatchTime.now().uptimeNanoseconds)
                 logger.info("task \(new.name) changed; next run \(describeNext(existing))")
             } else {
                 let task = ScheduledTask(settings: new)
                 tasks[new.name] = task
+                engine.configure(task.group)
                 restoreHistory(task)
                 arm(task, now: DispatchTime.now().uptimeNanoseconds)
                 if new.runOnStart && isStart { startNow.append(task) }
@@ -95,7 +113,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         order = settings.map(\.name)
         // Only once every task is known, so `after` sees the tasks listed later too.
         for task in startNow {
-            fire(task, scheduledAt: .now(), attempt: 1, reason: "run_on_start")
+            fire(task, scheduledAt: .now(), reason: "run_on_start")
         }
         if isStart {
             for name in order {
@@ -109,7 +127,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     public func trigger(task name: String) -> Result<String, TriggerError> {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         guard let task = tasks[name] else { return .failure(.unknownTask(name)) }
-        guard let runID = fire(task, scheduledAt: .now(), attempt: 1, reason: "trigger") else {
+        guard let runID = fire(task, scheduledAt: .now(), reason: "trigger") else {
             return .failure(.notStarted(name, policy: task.settings.overlap))
         }
         return .success(runID)
@@ -117,13 +135,16 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     /// Cancels a run that has not started yet (waiting for a `max_jobs` slot or for its
     /// dependencies). False if it already started or is unknown.
-    public func cancel(runID: String) -> Bool {
+    public func cancel(runID text: String) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        if runner.cancel(runID: runID) { return true }
+        guard let runID = RunID(text) else { return false }
+        if engine.cancel(runID: runID) { return true }
         for task in tasks.values {
-            guard let held = task.held, held.request.runID == runID else { continue }
+            guard let held = task.held, held.runID == runID else { continue }
             task.held = nil
-            finished(JobRunner.cancelledRecord(held.request, detail: "cancelled before it started"), task: task)
+            let record = JobEngine.notRunRecord(task.key, runID: runID, subject: held.subject, outcome: .cancelled, detail: "cancelled before it started")
+            engine.recordNotRun(record, key: task.key, subject: held.subject)
+            finished(JobCompletion(key: task.key, subject: held.subject, records: [record]), task: task)
             return true
         }
         return false
@@ -141,29 +162,19 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         }
     }
 
-    /// The drain: no new runs; queued ones are cancelled.
+    /// The drain: no new runs; runs held for their dependencies are cancelled.
     public func stop() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         for task in tasks.values {
             disarm(task)
+            task.timer?.cancel()
+            task.timer = nil
             if let held = task.held {
                 task.held = nil
-                log(JobRunner.cancelledRecord(held.request, detail: "cancelled: the daemon is stopping"))
+                engine.recordNotRun(JobEngine.notRunRecord(task.key, runID: held.runID, subject: held.subject, outcome: .cancelled,
+                                                           detail: "cancelled: the daemon is stopping"), key: task.key, subject: held.subject)
             }
         }
-        runner.stopAccepting()
-    }
-
-    public var runningCount: Int { runner.runningCount }
-
-    /// For STATUS=: "backup 42%, import (importing batch 7)".
-    public var runningSummary: String {
-        order.flatMap { name in runner.runs(named: name) }.prefix(3).map { run in
-            var text = run.request.name
-            if let progress = run.progress.progress { text += " \(Int(progress))%" }
-            if let status = run.progress.status { text += " (\(status.prefix(40)))" }
-            return text
-        }.joined(separator: ", ")
     }
 
     // MARK: Timers
@@ -188,9 +199,9 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         }
     }
 
+    /// Stops the task's timer from firing; the timer itself stays for the next arm.
     private func disarm(_ task: ScheduledTask) {
-        task.timer?.cancel()
-        task.timer = nil
+        task.timer?.schedule(at: .distantFuture)
         task.nextFire = nil
     }
 
@@ -200,21 +211,22 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         let step = UInt64(max(1, interval.nanosecondsClamped))
         let next: UInt64
         if now < task.anchor {
-            next = task.anchor
+            // The anchor is "time zero" (start plus the task's jitter): the first fire is a
+            // whole interval after it, so jitter delays the first run too.
+            next = task.anchor + step
         } else {
             next = task.anchor + ((now - task.anchor) / step + 1) * step
         }
         let wallNow = WallTime.now()
         let delta = Int64(next - min(next, DispatchTime.now().uptimeNanoseconds))
         task.nextFire = (next, wallNow.adding(nanoseconds: delta))
-        setTimer(task, target: "every \(interval.compactDescription)") { timer in
-            timer.schedule(deadline: DispatchTime(uptimeNanoseconds: next))
-        } onFire: { [weak self] in
+        setTimer(task, target: "every \(interval.compactDescription)") { [weak self] in
             guard let self else { return }
             let scheduled = task.nextFire?.wall ?? .now()
-            self.fire(task, scheduledAt: scheduled, attempt: 1, reason: "schedule")
+            self.fire(task, scheduledAt: scheduled, reason: "schedule")
             self.scheduleEvery(task, interval: interval, after: max(DispatchTime.now().uptimeNanoseconds, next))
         }
+        task.timer?.schedule(at: DispatchTime(uptimeNanoseconds: next))
     }
 
     private func scheduleCron(_ task: ScheduledTask, after: WallTime) {
@@ -227,9 +239,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         let jitter = jitterOffset(for: task.settings)
         let target = WallTime(secondsSinceEpoch: fireSeconds, nanoseconds: 0).adding(nanoseconds: jitter.nanosecondsClamped)
         task.nextFire = (nil, target)
-        setTimer(task, target: "cron \(expression.description)") { timer in
-            timer.schedule(wallDeadline: DispatchWallTime(timespec: timespec(tv_sec: Int(target.secondsSinceEpoch), tv_nsec: Int(target.nanoseconds))))
-        } onFire: { [weak self] in
+        setTimer(task, target: "cron \(expression.description)") { [weak self] in
             guard let self else { return }
             let now = WallTime.now()
             // The wall clock may have been set back since the timer was armed: not due yet.
@@ -237,14 +247,20 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                 self.scheduleCron(task, after: WallTime(secondsSinceEpoch: now.secondsSinceEpoch - 1, nanoseconds: 0))
                 return
             }
-            self.fire(task, scheduledAt: target, attempt: 1, reason: "schedule")
+            self.fire(task, scheduledAt: target, reason: "schedule")
             self.scheduleCron(task, after: WallTime(secondsSinceEpoch: max(fireSeconds, now.secondsSinceEpoch), nanoseconds: 0))
         }
+        task.timer?.schedule(wallDeadline: DispatchWallTime(timespec: timespec(tv_sec: Int(target.secondsSinceEpoch), tv_nsec: Int(target.nanoseconds))))
     }
 
-    private func setTimer(_ task: ScheduledTask, target: String, configure: (DispatchSourceTimer) -> Void, onFire: @escaping () -> Void) {
-        task.timer?.cancel()
-        task.timer = context.sources.startTimer("task \(task.settings.name): \(target)", on: queue, schedule: configure, handler: onFire)
+    /// The task's one timer, made on first use; a changed schedule changes what it does
+    /// on the next fire, not the timer (its count of firings goes on).
+    private func setTimer(_ task: ScheduledTask, target: String, onFire: @escaping () -> Void) {
+        task.onFire = onFire
+        guard task.timer == nil else { return }
+        task.timer = context.sources.makeTimer(owner: "task \(task.settings.name)", target: "schedule: \(target)", on: queue) { [weak task] in
+            task?.onFire?()
+        }
     }
 
     /// A delay that is random across tasks and machines but the same every time for one
@@ -272,11 +288,11 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     // MARK: Runs
 
     /// Applies the overlap policy and submits a run. Returns its run ID if one was
-    /// submitted now.
+    /// submitted (or held for its dependencies) now.
     @discardableResult
-    private func fire(_ task: ScheduledTask, scheduledAt: WallTime, attempt: Int, reason: String) -> String? {
+    private func fire(_ task: ScheduledTask, scheduledAt: WallTime, reason: String) -> String? {
         let name = task.settings.name
-        let active = runner.runs(named: name).count + (runner.isPending(named: name) ? 1 : 0) + (task.held == nil ? 0 : 1)
+        let active = engine.activeCount(of: task.key) + (task.held == nil ? 0 : 1)
         if active > 0 {
             switch task.settings.overlap {
             case .skip:
@@ -292,7 +308,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                 return nil
             case .replace:
                 task.runAfterCurrent = scheduledAt
-                for run in runner.runs(named: name) { runner.expire(runID: run.request.runID, reason: .replaced) }
+                engine.expire(task.key, reason: .replaced)
                 return nil
             case .allow:
                 if active >= task.settings.maxConcurrent {
@@ -305,22 +321,22 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
             logger.notice("task \(name): runs again after skipping \(task.skipStreak) run(s) that overlapped the previous one")
             task.skipStreak = 0
         }
-        let request = JobRequest(name: name, settings: task.settings.job, scheduledAt: scheduledAt, attempt: attempt)
-        if attempt == 1 { persist { try $0.recordScheduled(task: name, scheduledAt: scheduledAt) } }
-        let unmet = attempt == 1 ? dependenciesUnmet(task, scheduledAt: scheduledAt) : []
+        persist { try $0.recordScheduled(task: name, scheduledAt: scheduledAt) }
+        let subject = JobSubject.schedule(scheduledAt: scheduledAt)
+        let unmet = dependenciesUnmet(task, scheduledAt: scheduledAt)
         if !unmet.isEmpty {
-            task.held = (request, unmet)
-            logger.info("task \(name) run \(request.runID) waits for \(unmet.sorted().joined(separator: ", ")) to succeed (after = \(task.settings.after))")
-            return request.runID
+            let runID = RunID.random()
+            task.held = (runID, subject, unmet)
+            logger.info("task \(name) run \(runID) waits for \(unmet.sorted().joined(separator: ", ")) to succeed (after = \(task.settings.after))")
+            return runID.description
         }
-        return submit(request, task: task)
+        return submit(subject, task: task).description
     }
 
-    private func submit(_ request: JobRequest, task: ScheduledTask) -> String? {
-        let submitted = runner.submit(request) { [weak self] record in
-            self?.finished(record, task: task)
+    private func submit(_ subject: JobSubject, task: ScheduledTask, runID: RunID? = nil) -> RunID {
+        engine.submit(task.key, subject: subject, runID: runID) { [weak self] completion in
+            self?.finished(completion, task: task)
         }
-        return submitted ? request.runID : nil
     }
 
     /// The dependencies a run due at `scheduledAt` must wait for: those running, queued,
@@ -330,7 +346,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         var unmet: Set<String> = []
         for name in task.settings.after {
             guard let dependency = tasks[name] else { continue }
-            let busy = !runner.runs(named: name).isEmpty || runner.isPending(named: name) || dependency.held != nil || dependency.retryPending
+            let busy = engine.activeCount(of: dependency.key) > 0 || dependency.held != nil
             let dueNow = dependency.nextFire.map { $0.wall <= scheduledAt.adding(nanoseconds: 1_000_000_000) } ?? false
             if busy || dueNow || dependency.lastOutcome != .ok {
                 unmet.insert(name)
@@ -339,21 +355,24 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         return unmet
     }
 
-    /// A dependency finished: release the runs waiting for it, or cancel them when it
-    /// failed for good.
-    private func dependencyFinished(_ name: String, outcome: RunOutcome, willRetry: Bool) {
+    /// A dependency's run ended for good (retries included): release the runs waiting
+    /// for it, or cancel them when it failed.
+    private func dependencyFinished(_ name: String, outcome: RunOutcome) {
         for task in tasks.values {
             guard var held = task.held, held.waitingFor.contains(name) else { continue }
             if outcome == .ok {
                 held.waitingFor.remove(name)
                 task.held = held.waitingFor.isEmpty ? nil : held
                 if held.waitingFor.isEmpty {
-                    logger.info("task \(task.settings.name) run \(held.request.runID): every task in after succeeded; starting")
-                    _ = submit(held.request, task: task)
+                    logger.info("task \(task.settings.name) run \(held.runID): every task in after succeeded; starting")
+                    _ = submit(held.subject, task: task, runID: held.runID)
                 }
-            } else if !willRetry && outcome != .skippedOverlap {
+            } else if outcome != .skippedOverlap {
                 task.held = nil
-                finished(JobRunner.cancelledRecord(held.request, detail: "dependency \(name) did not succeed (\(outcome.rawValue))"), task: task)
+                let record = JobEngine.notRunRecord(task.key, runID: held.runID, subject: held.subject, outcome: .cancelled,
+                                                    detail: "dependency \(name) did not succeed (\(outcome.rawValue))")
+                engine.recordNotRun(record, key: task.key, subject: held.subject)
+                finished(JobCompletion(key: task.key, subject: held.subject, records: [record]), task: task)
             }
         }
     }
@@ -370,38 +389,22 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                                  "outcome": .string(RunOutcome.skippedOverlap.rawValue), "scheduled_at": .string(scheduledAt.iso8601)])
     }
 
-    private func finished(_ record: RunRecord, task: ScheduledTask) {
-        task.history.append(record)
+    /// Every attempt's record goes to the history; dependents and a queued run go on once
+    /// the last attempt is over.
+    private func finished(_ completion: JobCompletion, task: ScheduledTask) {
+        for record in completion.records {
+            task.history.append(record)
+            task.totals[record.outcome, default: 0] += 1
+            persist { try $0.recordRun(StoredRun(record)) }
+        }
         if task.history.count > Self.historyLength { task.history.removeFirst(task.history.count - Self.historyLength) }
-        task.totals[record.outcome, default: 0] += 1
-        task.lastOutcome = record.outcome
-        log(record)
-        persist { try $0.recordRun(StoredRun(record)) }
-
-        let settings = task.settings
-        var willRetry = false
-        if let retry = settings.retry, record.attempt < retry.attempts,
-           record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && settings.retryExpired) {
-            willRetry = true
-            task.retryPending = true
-            let delay = retry.delay(afterAttempt: record.attempt)
-            logger.notice("task \(settings.name): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription)")
-            queue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) { [weak self] in
-                task.retryPending = false
-                guard let self, self.tasks[settings.name] === task else { return }
-                self.fire(task, scheduledAt: record.scheduledAt ?? .now(), attempt: record.attempt + 1, reason: "retry")
-            }
-        }
-        dependencyFinished(settings.name, outcome: record.outcome, willRetry: willRetry)
-        if let waiting = task.runAfterCurrent, runner.runs(named: settings.name).isEmpty {
+        task.lastOutcome = completion.final.outcome
+        guard tasks[task.settings.name] === task else { return }
+        dependencyFinished(task.settings.name, outcome: completion.final.outcome)
+        if let waiting = task.runAfterCurrent, engine.activeCount(of: task.key) == 0 {
             task.runAfterCurrent = nil
-            fire(task, scheduledAt: waiting, attempt: 1, reason: "queued")
+            fire(task, scheduledAt: waiting, reason: "queued")
         }
-    }
-
-
-    private func log(_ record: RunRecord) {
-        record.log(to: logger, kind: .task)
     }
 
     // MARK: Persistence
@@ -444,35 +447,57 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         task.lastOutcome = task.history.last?.outcome
     }
 
-    /// `persistent = true`: a run that fell due while the daemon was not running is run
-    /// once now, if it is not older than catch_up_window; older ones are recorded missed.
+    /// `persistent = true`: the latest run that fell due while the daemon was not running
+    /// is run once now, with its scheduled time, if it is within catch_up_window; if even
+    /// the latest is older, it is recorded missed. Earlier missed runs are counted in the
+    /// log line: running them all would only repeat the same work.
     private func catchUp(_ task: ScheduledTask) {
         let settings = task.settings
         guard let store, let state = try? store.state(task: settings.name), let last = state.lastScheduledAt else { return }
         let now = WallTime.now()
-        var due: WallTime?
-        switch settings.schedule {
-        case .every(let interval):
-            let next = last.adding(nanoseconds: interval.nanosecondsClamped)
-            if next < now { due = next }
-        case .cron(let expression, _):
-            if let zone = task.zone, let next = expression.nextFire(after: last.secondsSinceEpoch, in: zone), next < now.secondsSinceEpoch {
-                due = WallTime(secondsSinceEpoch: next, nanoseconds: 0)
-            }
-        case .manual:
-            return
-        }
-        guard let due else { return }
+        guard let (due, missed) = Self.latestMissed(settings.schedule, zone: task.zone, after: last, before: now) else { return }
         let age = Duration.seconds(now.secondsSinceEpoch - due.secondsSinceEpoch) + .nanoseconds(Int64(now.nanoseconds) - Int64(due.nanoseconds))
+        let earlier = missed > 1 ? "; \(missed - 1) earlier missed run(s) are not run" : ""
         if age <= settings.catchUpWindow {
-            logger.notice("task \(settings.name): the run due at \(due.iso8601) was missed while watchkeeper was not running; running it now (\(age.compactDescription) late, catch_up_window \(settings.catchUpWindow.compactDescription))")
-            fire(task, scheduledAt: due, attempt: 1, reason: "catch-up")
+            logger.notice("task \(settings.name): the run due at \(due.iso8601) was missed while watchkeeper was not running; running it now (\(age.compactDescription) late, catch_up_window \(settings.catchUpWindow.compactDescription))\(earlier)")
+            fire(task, scheduledAt: due, reason: "catch-up")
         } else {
-            let record = RunRecord(name: settings.name, runID: JobRequest.makeRunID(), attempt: 1, outcome: .missed, scheduledAt: due,
-                                   startedAt: nil, finishedAt: now, duration: .zero, exit: nil, expiry: nil, lateness: nil,
-                                   detail: "due \(age.compactDescription) ago, beyond catch_up_window \(settings.catchUpWindow.compactDescription)")
+            let subject = JobSubject.schedule(scheduledAt: due)
+            let record = JobEngine.notRunRecord(task.key, runID: .random(), subject: subject, outcome: .missed,
+                                                detail: "due \(age.compactDescription) ago, beyond catch_up_window \(settings.catchUpWindow.compactDescription)\(earlier)")
             persist { try $0.recordScheduled(task: settings.name, scheduledAt: due) }
-            finished(record, task: task)
+            engine.recordNotRun(record, key: task.key, subject: subject)
+            finished(JobCompletion(key: task.key, subject: subject, records: [record]), task: task)
+        }
+    }
+
+    /// The latest instant the schedule fell due after `last` and before `now`, and how many
+    /// fell due in between. A cron walk stops after `cronWalkLimit` steps and takes the
+    /// latest it reached, which is only ever later than the true one by not at all for any
+    /// outage shorter than that many fires.
+    static let cronWalkLimit = 100_000
+
+    static func latestMissed(_ schedule: TaskSchedule, zone: TimeZoneRules?, after last: WallTime, before now: WallTime) -> (WallTime, Int)? {
+        switch schedule {
+        case .every(let interval):
+            let step = max(1, interval.nanosecondsClamped)
+            let elapsed = (now.secondsSinceEpoch - last.secondsSinceEpoch) * 1_000_000_000 + Int64(now.nanoseconds) - Int64(last.nanoseconds)
+            let count = elapsed / step
+            guard count >= 1 else { return nil }
+            return (last.adding(nanoseconds: count * step), Int(count))
+        case .cron(let expression, _):
+            guard let zone else { return nil }
+            var latest: Int64?
+            var count = 0
+            var cursor = last.secondsSinceEpoch
+            while count < cronWalkLimit, let next = expression.nextFire(after: cursor, in: zone), next < now.secondsSinceEpoch {
+                latest = next
+                cursor = next
+                count += 1
+            }
+            return latest.map { (WallTime(secondsSinceEpoch: $0, nanoseconds: 0), count) }
+        case .manual:
+            return nil
         }
     }
 
@@ -502,7 +527,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                 .init("next_run", .string(describeNext(task))),
                 .init("overlap", .string(settings.overlap.rawValue)),
                 .init("budget", .string(settings.job.budget.compactDescription)),
-                .init("running", .array(runner.runs(named: settings.name).map { $0.describe(now: now) })),
+                .init("running", .array(engine.runs(of: task.key).map { $0.describe(now: now) })),
                 .init("waiting_for_current_run", .bool(task.runAfterCurrent != nil)),
                 .init("after", .array(settings.after.map { .string($0) })),
                 .init("held_for", .array((task.held?.waitingFor.sorted() ?? []).map { .string($0) })),
@@ -514,7 +539,6 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
             ])
         }
         return .object([
-            .init("runner", runner.describe(now: now)),
             .init("state_file", store.map { .string($0.path) } ?? .null),
             .init("state_problem", storeProblem.map { .string($0) } ?? .null),
             .init("tasks", .array(entries)),

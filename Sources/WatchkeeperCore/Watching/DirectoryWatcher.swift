@@ -10,61 +10,44 @@ import Glibc
 /// the watching queue, turning file events of `[[watch]]` rules into jobs run by the
 /// shared job runner. Everything here is touched only on the watching queue.
 public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
-    /// A file as it was when a job was started for it: an event for the same bytes
-    /// (a rescan, or the real event racing the scan of a new directory) is a duplicate.
-    struct FileIdentity: Equatable {
-        let device: UInt64
-        let inode: UInt64
-        let size: Int64
-        let modifiedNanoseconds: Int64
-    }
-
-    enum WaitingWork {
-        case file(relative: [UInt8], event: String, identity: FileIdentity?)
-        case request(JobRequest)
-    }
-
     /// Confined to the watching queue.
     final class Rule: @unchecked Sendable {
         var settings: WatchSettings
         /// Relative directory (bytes, "" for the root) → watch descriptor.
         var descriptors: [[UInt8]: Int32] = [:]
         var rootMissing = false
-        var pending: [[UInt8]: (deadline: UInt64, event: String)] = [:]
+        var pending: [[UInt8]: (deadline: UInt64, event: WatchEvent)] = [:]
         /// Paths in the order their settle windows end; stale entries are skipped.
         var settleOrder: [(path: [UInt8], deadline: UInt64)] = []
         /// Entries before this index are done; compacted now and then, not on every tick.
         var settleHead = 0
-        var settleTimer: DispatchSourceTimer?
+        var settleTimer: RegisteredTimer?
+        var settleArmedFor: UInt64?
         var handled: [[UInt8]: FileIdentity] = [:]
-        var running = 0
-        /// Files admitted but not handed to the runner yet: kept small (the path and its
-        /// form), turned into a job only when a slot is near, so a burst of 100,000 files
-        /// costs memory per file, not per job request.
-        var waiting = WaitingLine<WaitingWork>()
         var eventsSeen: UInt64 = 0
         var coalesced: UInt64 = 0
         var matched: UInt64 = 0
         var duplicates: UInt64 = 0
-        var jobsStarted: UInt64 = 0
-        var jobsFailed: UInt64 = 0
+        var jobsSubmitted: UInt64 = 0
         var overflows: UInt64 = 0
         var rescans: UInt64 = 0
         var lastEventAt: UInt64?
         var unwatchable: [[UInt8]] = []
-        var fallbackTimer: DispatchSourceTimer?
+        var fallbackTimer: RegisteredTimer?
         var fallbackScans: UInt64 = 0
         var reportedUnwatchable: Set<[UInt8]> = []
         /// The last `recent_events` raw events, oldest first (off unless configured).
         var recentEvents: [(time: WallTime, mask: UInt32, path: [UInt8])] = []
-        /// Run ID → the file and its form when its job started, for the ledger.
-        var inFlight: [String: [(relative: [UInt8], identity: FileIdentity)]] = [:]
-        /// With `retry`: the request of each job, to run it again if it fails.
-        var retryable: [String: JobRequest] = [:]
         var batchesStarted: UInt64 = 0
 
         init(settings: WatchSettings) {
             self.settings = settings
+        }
+
+        var key: JobKey { JobKey(.watch, settings.name) }
+
+        var group: JobGroup {
+            JobGroup(key: key, settings: settings.job, limit: settings.maxConcurrent, retry: settings.retry, retryExpired: false)
         }
 
         var rootBytes: [UInt8] { Array(settings.path.utf8) }
@@ -76,7 +59,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     public let queue: SubsystemQueue
     private let jobs: JobContext
-    private let runner: @Sendable () -> JobRunner
+    private let engine: JobEngine
     private var logger: Logger { jobs.logger }
     private var fd: Int32 = -1
     private var source: DispatchSourceRead?
@@ -91,21 +74,18 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private var parentWatches: [Int32: Set<String>] = [:]
     private var accepting = true
     private var overflowsTotal: UInt64 = 0
-    private var recheckTimer: DispatchSourceTimer?
+    private var recheckTimer: RegisteredTimer?
     private var initProblem: String?
-    /// The daemon's max_jobs, for how many jobs a rule hands the runner at once.
-    private var runnerSlots = 4
     /// The file ledger (in the state directory's SQLite file), on this queue's own connection.
     private var ledger: TaskStore?
     private var ledgerProblem: String?
     static let handledLimit = 200_000
     static let recheckInterval: Duration = .seconds(5)
 
-    /// `runner` is read on the tasks queue only.
-    init(queue: SubsystemQueue, jobs: JobContext, runner: @escaping @Sendable () -> JobRunner) {
+    init(queue: SubsystemQueue, engine: JobEngine) {
         self.queue = queue
-        self.jobs = jobs
-        self.runner = runner
+        self.jobs = engine.context
+        self.engine = engine
     }
 
     deinit {
@@ -119,9 +99,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     /// First start and every reload: unchanged rules keep their watches (no event is lost
     /// for them); changed and removed ones are unwatched; new and changed ones are watched.
-    func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String, maxJobs: Int) {
+    func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        runnerSlots = maxJobs
         if fd < 0 && !settings.isEmpty { openInotify() }
         if ledger == nil && ledgerProblem == nil && settings.contains(where: \.catchUp) {
             do {
@@ -133,13 +112,35 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             }
         }
         let names = Set(settings.map(\.name))
-        for (name, rule) in rules where !names.contains(name) || rule.settings != settings.first(where: { $0.name == name }) {
+        for (name, rule) in rules {
+            guard let new = settings.first(where: { $0.name == name }) else {
+                // Removed: files settling and jobs waiting end with a cancelled record.
+                unwatch(rule)
+                cancelPending(rule, detail: "the watch rule was removed by a reload")
+                rules[name] = nil
+                engine.queue.async { [engine] in engine.remove(rule.key, reason: "the watch rule was removed by a reload") }
+                continue
+            }
+            guard new != rule.settings else { continue }
+            if new.selectsTheSameFiles(as: rule.settings) {
+                // Only what is done with the files changed: they stay watched, and files
+                // settling or waiting go on to the new settings.
+                rule.settings = new
+                let group = rule.group
+                engine.queue.async { [engine] in engine.configure(group) }
+                logger.info("watch \(name) changed; its files waiting to settle or to run move to the new settings")
+                continue
+            }
             unwatch(rule)
+            cancelPending(rule, detail: "the watch rule's selection was changed by a reload; the new rule catches up the files it selects")
             rules[name] = nil
+            engine.queue.async { [engine] in engine.remove(rule.key, reason: "the watch rule's selection was changed by a reload") }
         }
         for new in settings where rules[new.name] == nil {
             let rule = Rule(settings: new)
             rules[new.name] = rule
+            let group = rule.group
+            engine.queue.async { [engine] in engine.configure(group) }
             // Catch-up: files that arrived while the daemon was down (or before the rule
             // existed) and are not in the ledger as handled are handled now.
             watchRoot(rule, emitExisting: new.catchUp && ledger != nil)
@@ -156,7 +157,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             logger.error("\(initProblem!)")
             return
         }
-        let stats = jobs.sources.register(.read, target: "inotify (all watch rules)", on: queue)
+        let stats = jobs.sources.register(.read, owner: "watching", target: "inotify fd (all watch rules)", on: queue)
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue.queue)
         let descriptor = fd
         source.setEventHandler { [unowned self] in
@@ -190,6 +191,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func unwatch(_ rule: Rule) {
         rule.settleTimer?.cancel()
         rule.settleTimer = nil
+        rule.settleArmedFor = nil
         rule.fallbackTimer?.cancel()
         rule.fallbackTimer = nil
         for (relative, wd) in rule.descriptors {
@@ -245,7 +247,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     /// A file found by a scan goes through the settle queue with the rule's ready event.
     private func scanned(_ rule: Rule, relative: [UInt8], countMatched: Bool) {
-        guard let event = readyEventName(rule), rule.settings.filter.selects(relative) else { return }
+        guard let event = readyEvent(rule), rule.settings.filter.selects(relative) else { return }
         if countMatched { rule.matched += 1 }
         enqueue(rule, relative: relative, event: event, minimumSettle: Self.scanSettle)
     }
@@ -289,12 +291,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         return results.values
     }
 
-    /// The event name a file found by a scan is reported with: the rule's "ready" event.
-    private func readyEventName(_ rule: Rule) -> String? {
-        for candidate in [WatchEvent.closedWrite, .movedIn, .created] where rule.settings.events.contains(candidate) {
-            return candidate.rawValue
-        }
-        return nil
+    /// The event a file found by a scan is reported with: the rule's "ready" event.
+    private func readyEvent(_ rule: Rule) -> WatchEvent? {
+        [WatchEvent.closedWrite, .movedIn, .created].first { rule.settings.events.contains($0) }
     }
 
     private func reportWatchFailure(_ rule: Rule, absolute: [UInt8], relative: [UInt8], error: Int32) {
@@ -444,7 +443,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             guard let event = rule.settings.events.first(where: { mask & $0.mask != 0 }) else { continue }
             guard rule.settings.filter.selects(path) else { continue }
             rule.matched += 1
-            enqueue(rule, relative: path, event: event.rawValue)
+            enqueue(rule, relative: path, event: event)
         }
     }
 
@@ -487,11 +486,11 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// this long, and a close event for the same path meanwhile joins the same job.
     static let scanSettle: Duration = .seconds(1)
 
-    private func enqueue(_ rule: Rule, relative: [UInt8], event: String, minimumSettle: Duration = .zero) {
+    private func enqueue(_ rule: Rule, relative: [UInt8], event: WatchEvent, minimumSettle: Duration = .zero) {
         guard accepting else { return }
         let window = max(rule.settings.settle, minimumSettle)
         if window == .zero && rule.pending[relative] == nil {
-            start(rule, relative: relative, event: event)
+            if let subject = admit(rule, relative: relative, event: event) { submit([.file(subject)], rule: rule) }
             return
         }
         // A scan finding a path that already waits does not push its window back: only
@@ -501,19 +500,26 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         if rule.pending[relative] != nil { rule.coalesced += 1 }
         rule.pending[relative] = (deadline, event)
         rule.settleOrder.append((relative, deadline))
-        if rule.settleTimer == nil { armSettleTimer(rule, at: deadline) }
+        armSettleTimer(rule, at: deadline)
     }
 
     private func armSettleTimer(_ rule: Rule, at deadline: UInt64) {
-        rule.settleTimer = jobs.sources.startTimer("watch \(rule.settings.name): settle \(rule.settings.settle.compactDescription)", on: queue,
-                                                   schedule: { $0.schedule(deadline: DispatchTime(uptimeNanoseconds: deadline)) }) { [unowned self] in
-            self.settleDue(rule)
+        if rule.settleTimer == nil {
+            rule.settleTimer = jobs.sources.makeTimer(owner: "watch \(rule.settings.name)", target: "settle \(rule.settings.settle.compactDescription)",
+                                                      on: queue) { [unowned self] in
+                self.settleDue(rule)
+            }
+        } else if rule.settleArmedFor != nil {
+            return // armed for an earlier deadline; settleDue re-arms for the next
         }
+        rule.settleArmedFor = deadline
+        rule.settleTimer?.schedule(at: DispatchTime(uptimeNanoseconds: deadline))
     }
 
     /// Starts every path whose window has ended; re-arms for the next one. Entries a
     /// later event superseded are skipped (their path has a later deadline).
     private func settleDue(_ rule: Rule) {
+        rule.settleArmedFor = nil
         var now = DispatchTime.now().uptimeNanoseconds
         // A batch also takes the files whose windows end a moment later (files written
         // together settle microseconds apart), up to a quarter of the window or 250 ms.
@@ -521,7 +527,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             now += UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped)
         }
         var index = rule.settleHead
-        var due: [(relative: [UInt8], event: String)] = []
+        var due: [(relative: [UInt8], event: WatchEvent)] = []
         while index < rule.settleOrder.count, rule.settleOrder[index].deadline <= now {
             let (path, deadline) = rule.settleOrder[index]
             index += 1
@@ -534,13 +540,12 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             rule.settleOrder.removeFirst(rule.settleHead)
             rule.settleHead = 0
         }
+        let admitted = due.compactMap { admit(rule, relative: $0.relative, event: $0.event) }
         if let input = rule.settings.batchInput {
-            startBatch(rule, input: input, due: due)
+            submit(batches(admitted, input: input), rule: rule)
         } else {
-            for item in due { start(rule, relative: item.relative, event: item.event) }
+            submit(admitted.map { .file($0) }, rule: rule)
         }
-        rule.settleTimer?.cancel()
-        rule.settleTimer = nil
         if rule.settleHead < rule.settleOrder.count { armSettleTimer(rule, at: rule.settleOrder[rule.settleHead].deadline) }
     }
 
@@ -556,11 +561,11 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     }
 
     /// Whether a file is to be handled now: it still exists (unless the event says it went)
-    /// and was not handled in this exact form before. Returns its absolute path and form.
-    private func admit(_ rule: Rule, relative: [UInt8], event: String) -> (absolute: [UInt8], identity: FileIdentity?)? {
+    /// and was not handled in this exact form before.
+    private func admit(_ rule: Rule, relative: [UInt8], event: WatchEvent) -> FileSubject? {
         let absolute = rule.absolute(relative)
-        let vanishes = event == WatchEvent.deleted.rawValue || event == WatchEvent.movedOut.rawValue
-        guard !vanishes else { return (absolute, nil) }
+        let subject = { (identity: FileIdentity?) in FileSubject(path: absolute, rootLength: rule.rootBytes.count, event: event, identity: identity) }
+        guard event != .deleted && event != .movedOut else { return subject(nil) }
         guard let current = identity(of: absolute, followSymlinks: rule.settings.followSymlinks) else { return nil } // gone already
         if rule.handled[relative] == current || handledBefore(rule, relative: relative, identity: current) {
             rule.duplicates += 1
@@ -568,44 +573,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
         if rule.handled.count >= Self.handledLimit { rule.handled.removeAll(keepingCapacity: true) }
         rule.handled[relative] = current
-        return (absolute, current)
-    }
-
-    private func start(_ rule: Rule, relative: [UInt8], event: String) {
-        guard let (_, fileIdentity) = admit(rule, relative: relative, event: event) else { return }
-        rule.waiting.append(.file(relative: relative, event: event, identity: fileIdentity), lane: 0)
-        pump(rule)
-    }
-
-    private func request(for work: WaitingWork, rule: Rule) -> JobRequest {
-        switch work {
-        case .request(let request):
-            return request
-        case .file(let relative, let event, let fileIdentity):
-            let absolute = rule.absolute(relative)
-            let slash = absolute.lastIndex(of: UInt8(ascii: "/")) ?? 0
-            let directory = slash == 0 ? [UInt8(ascii: "/")] : Array(absolute[..<slash])
-            let name = Array(absolute[(slash + 1)...])
-            let request = JobRequest(
-                name: rule.settings.name, kind: .watch, settings: rule.settings.job,
-                placeholders: ["path": absolute, "dir": directory, "name": name, "event": Array(event.utf8)],
-                environment: [("WATCHKEEPER_PATH", absolute), ("WATCHKEEPER_DIR", directory), ("WATCHKEEPER_NAME", name),
-                              ("WATCHKEEPER_EVENT", Array(event.utf8))]
-            )
-            if let fileIdentity { rule.inFlight[request.runID] = [(relative, fileIdentity)] }
-            return request
-        }
-    }
-
-    /// Jobs of one rule handed to the runner at once: its max_concurrent, but never more
-    /// than twice max_jobs, so the runner's line stays short and the rest waits here cheaply.
-    private func pump(_ rule: Rule) {
-        let limit = min(rule.settings.maxConcurrent, max(1, runnerSlots * 2))
-        while accepting, rule.running < limit, let work = rule.waiting.popFirst() {
-            let request = request(for: work, rule: rule)
-            if rule.settings.retry != nil { rule.retryable[request.runID] = request }
-            submit(request, rule: rule)
-        }
+        return subject(current)
     }
 
     /// The bytes one batch's paths may take: for `{paths}`, half of ARG_MAX, leaving the
@@ -621,42 +589,25 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     /// batch: the files whose windows ended together go to as few jobs as fit the argv
     /// limit (or one pipe), each file in exactly one of them.
-    private func startBatch(_ rule: Rule, input: WatchSettings.BatchInput, due: [(relative: [UInt8], event: String)]) {
-        var chunk: [(relative: [UInt8], absolute: [UInt8], identity: FileIdentity?)] = []
+    private func batches(_ files: [FileSubject], input: WatchSettings.BatchInput) -> [JobSubject] {
+        var result: [JobSubject] = []
+        var chunk: [FileSubject] = []
         var bytes = 0
         let budget = batchBudget(input)
-        func flush() {
-            guard !chunk.isEmpty else { return }
-            let environment = [("WATCHKEEPER_BATCH_SIZE", Array(String(chunk.count).utf8))]
-            let request: JobRequest
-            switch input {
-            case .argv:
-                request = JobRequest(name: rule.settings.name, kind: .watch, settings: rule.settings.job,
-                                     listPlaceholders: ["paths": chunk.map(\.absolute)], environment: environment)
-            case .stdin:
-                var paths: [UInt8] = []
-                paths.reserveCapacity(bytes)
-                for item in chunk { paths += item.absolute + [0] }
-                request = JobRequest(name: rule.settings.name, kind: .watch, settings: rule.settings.job,
-                                     environment: environment, standardInput: paths)
-            }
-            rule.inFlight[request.runID] = chunk.compactMap { item in item.identity.map { (item.relative, $0) } }
-            rule.batchesStarted += 1
-            rule.waiting.append(.request(request), lane: 0)
-            pump(rule)
-            chunk = []
-            bytes = 0
-        }
-        for item in due {
-            guard let (absolute, identity) = admit(rule, relative: item.relative, event: item.event) else { continue }
+        for file in files {
             // An argument costs its bytes, its NUL and its pointer in the new argv; a path
             // on stdin its bytes and its NUL.
-            let cost = absolute.count + 1 + (input == .argv ? MemoryLayout<UnsafePointer<CChar>>.size : 0)
-            if !chunk.isEmpty && bytes + cost > budget { flush() }
-            chunk.append((item.relative, absolute, identity))
+            let cost = file.path.count + 1 + (input == .argv ? MemoryLayout<UnsafePointer<CChar>>.size : 0)
+            if !chunk.isEmpty && bytes + cost > budget {
+                result.append(.batch(chunk, input: input))
+                chunk = []
+                bytes = 0
+            }
+            chunk.append(file)
             bytes += cost
         }
-        flush()
+        if !chunk.isEmpty { result.append(.batch(chunk, input: input)) }
+        return result
     }
 
     /// Handled successfully in this exact form, in this life of the daemon or an earlier one.
@@ -666,58 +617,59 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             && entry.size == identity.size && entry.modifiedNanoseconds == identity.modifiedNanoseconds
     }
 
-    private func submit(_ request: JobRequest, rule: Rule) {
-        rule.running += 1
-        rule.jobsStarted += 1
-        let runner = self.runner
-        let batchSize = request.listPlaceholders["paths"]?.count ?? request.standardInput.map { input in input.lazy.filter { $0 == 0 }.count }
-        let path = batchSize.map { "\($0) files" } ?? String(decoding: request.placeholders["path"] ?? [], as: UTF8.self)
+    /// Hands jobs to the engine, on its queue; each comes back here once, with its records.
+    private func submit(_ subjects: [JobSubject], rule: Rule) {
+        guard !subjects.isEmpty else { return }
+        rule.jobsSubmitted += UInt64(subjects.count)
+        if rule.settings.batch { rule.batchesStarted += UInt64(subjects.count) }
+        let key = rule.key
         let queue = self.queue
-        // The watcher lives as long as the daemon: strong captures are fine here.
-        jobs.queue.async {
-            let accepted = runner().submit(request) { record in
-                queue.async { self.finished(record, rule: rule, path: path) }
-            }
-            if !accepted {
-                queue.async { self.finished(JobRunner.cancelledRecord(request, detail: "cancelled: the daemon is stopping"), rule: rule, path: path) }
-            }
-        }
-    }
-
-    private func finished(_ record: RunRecord, rule: Rule, path: String) {
-        rule.running -= 1
-        if record.outcome != .ok { rule.jobsFailed += 1 }
-        let files = rule.inFlight.removeValue(forKey: record.runID)
-        if let files, rule.settings.catchUp, let ledger {
-            do {
-                for (relative, identity) in files {
-                    try ledger.recordFile(rule: rule.settings.name, path: relative, entry: TaskStore.LedgerEntry(
-                        device: identity.device, inode: identity.inode, size: identity.size,
-                        modifiedNanoseconds: identity.modifiedNanoseconds, outcome: record.outcome.rawValue), at: .now())
+        engine.queue.async { [engine] in
+            for subject in subjects {
+                engine.submit(key, subject: subject, replyOn: queue) { [weak self] completion in
+                    self?.finished(completion, rule: rule)
                 }
-            } catch {
-                logger.warning("watch \(rule.settings.name): unable to record \(path) in the ledger: \(error)")
             }
         }
-        record.log(to: logger, kind: .watch, extra: ["path": .string(path)])
-        let request = rule.retryable.removeValue(forKey: record.runID)
-        if record.outcome == .failed, let retry = rule.settings.retry, record.attempt < retry.attempts, accepting, let request {
-            let delay = retry.delay(afterAttempt: record.attempt)
-            logger.notice("watch \(rule.settings.name): job for \(path) failed (attempt \(record.attempt) of \(retry.attempts)); retrying in \(delay.compactDescription)")
-            queue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) { [self] in
-                guard accepting, rules[rule.settings.name] === rule else { return }
-                let again = JobRequest(name: request.name, kind: .watch, settings: rule.settings.job, placeholders: request.placeholders,
-                                       listPlaceholders: request.listPlaceholders, environment: request.environment,
-                                       standardInput: request.standardInput, attempt: record.attempt + 1)
-                if let files { rule.inFlight[again.runID] = files }
-                rule.waiting.append(.request(again), lane: 0)
-                pump(rule)
-            }
-        }
-        pump(rule)
     }
 
-    /// The drain: no new jobs from file events.
+    /// The final outcome of a file's job goes to the ledger (cancelled ones are left for the
+    /// next catch-up); the record itself is the engine's.
+    private func finished(_ completion: JobCompletion, rule: Rule) {
+        let outcome = completion.final.outcome
+        guard outcome != .cancelled, rule.settings.catchUp, let ledger else { return }
+        do {
+            for file in completion.subject.files {
+                guard let identity = file.identity else { continue }
+                try ledger.recordFile(rule: rule.settings.name, path: Array(file.relative), entry: TaskStore.LedgerEntry(
+                    device: identity.device, inode: identity.inode, size: identity.size,
+                    modifiedNanoseconds: identity.modifiedNanoseconds, outcome: outcome.rawValue), at: .now())
+            }
+        } catch {
+            logger.warning("watch \(rule.settings.name): unable to record \(LogText.escaped(completion.subject.summary ?? [])) in the ledger: \(error)")
+        }
+    }
+
+    /// Files that waited in a settle window and will not become jobs end with a record.
+    private func cancelPending(_ rule: Rule, detail: String) {
+        guard !rule.pending.isEmpty else { return }
+        let subjects = rule.pending.map { relative, entry in
+            JobSubject.file(FileSubject(path: rule.absolute(relative), rootLength: rule.rootBytes.count, event: entry.event, identity: nil))
+        }
+        logger.notice("watch \(rule.settings.name): \(subjects.count) file(s) waiting to settle are not started: \(detail)")
+        rule.pending.removeAll()
+        rule.settleOrder.removeAll()
+        rule.settleHead = 0
+        let key = rule.key
+        engine.queue.async { [engine] in
+            for subject in subjects {
+                engine.recordNotRun(JobEngine.notRunRecord(key, runID: .random(), subject: subject, outcome: .cancelled, detail: "cancelled: \(detail)"),
+                                    key: key, subject: subject)
+            }
+        }
+    }
+
+    /// The drain: no new jobs from file events; files still settling end with a record.
     func stop() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         accepting = false
@@ -725,12 +677,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             guard let rule = rules[name] else { continue }
             rule.settleTimer?.cancel()
             rule.settleTimer = nil
-            let dropped = rule.pending.count + rule.waiting.count
-            if dropped > 0 {
-                logger.notice("watch \(name): \(dropped) file(s) waiting to settle or for a slot were not started because the daemon is stopping")
-            }
-            rule.pending.removeAll()
-            _ = rule.waiting.removeAll()
+            cancelPending(rule, detail: "the daemon is stopping")
             rule.fallbackTimer?.cancel()
             rule.fallbackTimer = nil
         }
@@ -773,11 +720,13 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     private func armFallbackScan(_ rule: Rule) {
         guard rule.fallbackTimer == nil, accepting else { return }
-        let interval = DispatchTimeInterval.nanoseconds(Int(fallbackInterval.nanosecondsClamped))
-        rule.fallbackTimer = jobs.sources.startTimer("watch \(rule.settings.name): scan unwatched directories every \(fallbackInterval.compactDescription)",
-                                                     on: queue, schedule: { $0.schedule(deadline: .now() + interval, repeating: interval) }) { [unowned self] in
+        let interval = fallbackInterval
+        let timer = jobs.sources.makeTimer(owner: "watch \(rule.settings.name)", target: "scan unwatched directories every \(interval.compactDescription)",
+                                           on: queue) { [unowned self] in
             self.fallbackScan(rule)
         }
+        timer.schedule(at: .now() + interval.dispatchInterval, repeating: interval)
+        rule.fallbackTimer = timer
     }
 
     func fallbackScan(_ rule: Rule) {
@@ -819,9 +768,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     private func armRecheckIfNeeded() {
         guard recheckTimer == nil, accepting, rules.values.contains(where: \.rootMissing) else { return }
-        let interval = DispatchTimeInterval.nanoseconds(Int(Self.recheckInterval.nanosecondsClamped))
-        recheckTimer = jobs.sources.startTimer("watch roots missing: check every \(Self.recheckInterval.compactDescription)", on: queue,
-                                               schedule: { $0.schedule(deadline: .now() + interval, repeating: interval) }) { [unowned self] in
+        let timer = jobs.sources.makeTimer(owner: "watching", target: "missing watch roots: check every \(Self.recheckInterval.compactDescription)",
+                                           on: queue) { [unowned self] in
             for name in self.order {
                 // A root that comes back may already hold files: they are handled.
                 if let rule = self.rules[name], rule.rootMissing { self.watchRoot(rule, emitExisting: true) }
@@ -831,6 +779,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 self.recheckTimer = nil
             }
         }
+        timer.schedule(at: .now() + Self.recheckInterval.dispatchInterval, repeating: Self.recheckInterval)
+        recheckTimer = timer
     }
 
     // MARK: Dump
@@ -869,11 +819,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 .init("matched", .int(Int64(rule.matched))),
                 .init("coalesced", .int(Int64(rule.coalesced))),
                 .init("duplicates_dropped", .int(Int64(rule.duplicates))),
-                .init("jobs_started", .int(Int64(rule.jobsStarted))),
+                .init("jobs_submitted", .int(Int64(rule.jobsSubmitted))),
                 .init("batches_started", .int(Int64(rule.batchesStarted))),
-                .init("jobs_failed", .int(Int64(rule.jobsFailed))),
-                .init("jobs_running", .int(Int64(rule.running))),
-                .init("jobs_waiting", .int(Int64(rule.waiting.count))),
                 .init("overflows", .int(Int64(rule.overflows))),
                 .init("rescans", .int(Int64(rule.rescans))),
                 .init("last_event_ago_s", lastEvent),
@@ -899,5 +846,14 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             .init("ledger_problem", ledgerProblem.map { .string($0) } ?? .null),
             .init("rules", .array(entries)),
         ])
+    }
+}
+
+extension WatchSettings {
+    /// The same files in the same way: what a reload may change without re-watching the
+    /// tree (the job, its retry policy, settle, batching, limits).
+    func selectsTheSameFiles(as other: WatchSettings) -> Bool {
+        path == other.path && recursive == other.recursive && events == other.events && filter == other.filter
+            && followSymlinks == other.followSymlinks && catchUp == other.catchUp
     }
 }

@@ -45,7 +45,7 @@ final class ChildProcess: @unchecked Sendable {
     let pid: pid_t
     private let context: JobContext
     private var exitSource: DispatchSourceRead?
-    private var budgetTimer: DispatchSourceTimer?
+    private var budgetTimer: RegisteredTimer?
     private var outputs: [OutputChannel] = []
     private var onExit: ((ProcessExit) -> Void)?
     private(set) var exit: ProcessExit?
@@ -62,7 +62,8 @@ final class ChildProcess: @unchecked Sendable {
         for (stream, pipe) in outputs {
             self.outputs.append(OutputChannel(stream: stream, pipe: pipe, name: name, kind: kind, runID: runID, pid: spawned.pid, context: context))
         }
-        let stats = context.sources.register(.read, target: "pidfd of \(name) pid \(spawned.pid)", on: context.queue)
+        let owner = "\(kind.rawValue) \(name) run \(runID)"
+        let stats = context.sources.register(.read, owner: owner, target: "pidfd of pid \(spawned.pid)", on: context.queue)
         let source = DispatchSource.makeReadSource(fileDescriptor: spawned.pidfd, queue: context.queue.queue)
         let pidfd = spawned.pidfd
         let pid = spawned.pid
@@ -83,12 +84,13 @@ final class ChildProcess: @unchecked Sendable {
         exitSource = source
         source.activate()
         if let killAfter {
-            budgetTimer = context.sources.startTimer("\(name) pid \(pid) budget \(killAfter.compactDescription)", on: context.queue,
-                                                     schedule: { $0.schedule(deadline: .now() + .nanoseconds(Int(killAfter.nanosecondsClamped))) }) { [weak self] in
+            let timer = context.sources.makeTimer(owner: owner, target: "pid \(pid) budget \(killAfter.compactDescription)", on: context.queue) { [weak self] in
                 guard let self, self.exit == nil else { return }
                 onKill?(killAfter)
                 self.signalGroup(SIGKILL)
             }
+            timer.schedule(after: killAfter)
+            budgetTimer = timer
         }
     }
 
@@ -157,7 +159,7 @@ final class OutputChannel: @unchecked Sendable {
         self.runID = runID
         self.pid = pid
         self.context = context
-        let stats = context.sources.register(.read, target: "\(stream) of \(name) pid \(pid)", on: context.queue)
+        let stats = context.sources.register(.read, owner: "\(kind.rawValue) \(name) run \(runID)", target: "\(stream) of pid \(pid)", on: context.queue)
         let fd = pipe.readEnd
         self.fd = fd
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: context.queue.queue)

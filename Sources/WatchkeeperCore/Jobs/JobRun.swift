@@ -13,33 +13,41 @@ final class JobRun: @unchecked Sendable {
     private var machine: JobMachine
     private var child: ChildProcess?
     private var expireHandler: ChildProcess?
-    private var timers: [DispatchSourceTimer] = []
-    private var killTimer: DispatchSourceTimer?
+    private var timers: [RegisteredTimer] = []
+    private var killTimer: RegisteredTimer?
     private var progressSource: DispatchSourceRead?
     /// libdispatch traps on releasing or cancelling-then-releasing a suspended source,
     /// so every path that drops the source resumes it first.
     private var progressSuspended = false
     private var progressFD: Int32 = -1
+    /// Re-armed after each read: progress is applied at most every `progressInterval`.
+    private var progressResume: RegisteredTimer?
     private(set) var progress = ProgressParser()
+    private var lastProgressAt: UInt64?
     private var onFinish: ((RunRecord) -> Void)?
     private var onProgress: (() -> Void)?
+    private let onLeftovers: (ChildProcess, Duration) -> Void
     private(set) var startedAt: UInt64 = 0
     private(set) var startedWall: WallTime?
     private var deadlineWall: WallTime?
-    /// What the previous dump saw, for its "no progress since" marker.
-    var progressSeenByLastDump: UInt64?
 
     /// A job's progress updates are applied at most this often; between reads the pipe
     /// (enlarged to 1 MiB) buffers them.
-    static let progressInterval: DispatchTimeInterval = .milliseconds(100)
+    static let progressInterval: Duration = .milliseconds(100)
 
-    init(request: JobRequest, context: JobContext, onProgress: @escaping () -> Void, onFinish: @escaping (RunRecord) -> Void) {
+    /// `onLeftovers`: the job's main process exited but others of its group live on; they
+    /// were sent stop_signal, and the engine kills them after the grace it is given.
+    init(request: JobRequest, context: JobContext, onProgress: @escaping () -> Void,
+         onLeftovers: @escaping (ChildProcess, Duration) -> Void, onFinish: @escaping (RunRecord) -> Void) {
         self.request = request
         self.context = context
         self.machine = JobMachine(hasExpireHandler: request.settings.onExpire != nil, stopSignal: request.settings.stopSignal)
         self.onFinish = onFinish
         self.onProgress = onProgress
+        self.onLeftovers = onLeftovers
     }
+
+    var label: String { request.label }
 
     var pid: pid_t? { child?.pid }
     var phase: JobPhase { machine.phase }
@@ -52,8 +60,7 @@ final class JobRun: @unchecked Sendable {
         startedAt = DispatchTime.now().uptimeNanoseconds
         startedWall = .now()
         let budget = request.settings.budget
-        deadlineWall = WallTime(secondsSinceEpoch: startedWall!.secondsSinceEpoch + budget.components.seconds,
-                                nanoseconds: startedWall!.nanoseconds)
+        deadlineWall = startedWall!.adding(nanoseconds: budget.nanosecondsClamped)
         do {
             let spawned = try spawnMain()
             if request.settings.priority == .low {
@@ -61,7 +68,7 @@ final class JobRun: @unchecked Sendable {
                 _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(spawned.pid), 10)
             }
             scheduleBudget()
-            logger.debug("started \(request.name) run \(request.runID) as pid \(spawned.pid) in \(Duration.nanoseconds(Int64(spawned.spawnToExecNanoseconds)).compactDescription)")
+            logger.debug("started \(label) as pid \(spawned.pid) in \(Duration.nanoseconds(Int64(spawned.spawnToExecNanoseconds)).compactDescription)")
         } catch {
             finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)")
         }
@@ -140,7 +147,7 @@ final class JobRun: @unchecked Sendable {
         environment[request.kind.fieldName] = Array(request.name.utf8)
         environment["WATCHKEEPER_RUN_ID"] = Array(request.runID.utf8)
         environment["WATCHKEEPER_ATTEMPT"] = Array(String(request.attempt).utf8)
-        environment["WATCHKEEPER_BUDGET_SECONDS"] = Array(String(settings.budget.components.seconds).utf8)
+        environment["WATCHKEEPER_BUDGET_SECONDS"] = Array(settings.budget.secondsText.utf8)
         if let deadlineWall { environment["WATCHKEEPER_DEADLINE"] = Array(deadlineWall.iso8601.utf8) }
         if let scheduled = request.scheduledAt { environment["WATCHKEEPER_SCHEDULED_AT"] = Array(scheduled.iso8601.utf8) }
         for (key, value) in request.environment + extra { environment[key] = value }
@@ -171,11 +178,10 @@ final class JobRun: @unchecked Sendable {
     }
 
     @discardableResult
-    private func addTimer(after delay: Duration, target: String, _ body: @escaping () -> Void) -> DispatchSourceTimer {
-        let timer = context.sources.startTimer(target, on: context.queue,
-                                               schedule: { $0.schedule(deadline: .now() + .nanoseconds(Int(delay.nanosecondsClamped))) },
-                                               handler: body)
+    private func addTimer(after delay: Duration, target: String, _ body: @escaping () -> Void) -> RegisteredTimer {
+        let timer = context.sources.makeTimer(owner: label, target: target, on: context.queue, handler: body)
         timers.append(timer)
+        timer.schedule(after: delay)
         return timer
     }
 
@@ -191,8 +197,8 @@ final class JobRun: @unchecked Sendable {
             switch action {
             case .logBudgetWarning:
                 let used = Int((request.settings.warnAt ?? 0) * 100)
-                logger.warning("task \(request.name) run \(request.runID) has used \(used)% of its \(request.settings.budget.compactDescription) budget",
-                               metadata: ["task": .string(request.name), "run_id": .string(request.runID)])
+                logger.warning("\(label) has used \(used)% of its \(request.settings.budget.compactDescription) budget",
+                               metadata: [request.kind.rawValue: .string(request.name), "run_id": .string(request.runID)])
             case .logExpiring(let reason):
                 let why: String
                 switch reason {
@@ -200,8 +206,8 @@ final class JobRun: @unchecked Sendable {
                 case .shutdown: why = "the daemon is stopping and shutdown_grace ran out"
                 case .replaced: why = "overlap = \"replace\" and a new run is due"
                 }
-                logger.warning("task \(request.name) run \(request.runID) is expiring: \(why)",
-                               metadata: ["task": .string(request.name), "run_id": .string(request.runID), "expiry": .string(reason.rawValue),
+                logger.warning("\(label) is expiring: \(why)",
+                               metadata: [request.kind.rawValue: .string(request.name), "run_id": .string(request.runID), "expiry": .string(reason.rawValue),
                                           JournalFields.messageIDKey: .string(MessageID.jobExpiring)])
             case .runExpireHandler(let reason):
                 runExpireHandler(reason)
@@ -211,7 +217,7 @@ final class JobRun: @unchecked Sendable {
                 killTimer = addTimer(after: request.settings.killGrace, target: "\(request.name) kill_grace") { [weak self] in
                     guard let self else { return }
                     if self.machine.phase != .finished {
-                        self.logger.warning("task \(self.request.name) run \(self.request.runID) did not stop within kill_grace \(self.request.settings.killGrace.compactDescription): SIGKILL to its process group")
+                        self.logger.warning("\(self.label) did not stop within kill_grace \(self.request.settings.killGrace.compactDescription): SIGKILL to its process group")
                     }
                     self.perform(self.machine.handle(.killGraceElapsed))
                 }
@@ -231,11 +237,9 @@ final class JobRun: @unchecked Sendable {
         if expired {
             child.signalGroup(SIGKILL)
         } else {
-            logger.warning("task \(request.name) run \(request.runID) exited but left processes in its group \(child.pid): sending \(HandledSignals.name(request.settings.stopSignal)), SIGKILL after \(request.settings.killGrace.compactDescription)")
+            logger.warning("\(label) exited but left processes in its group \(child.pid): sending \(HandledSignals.name(request.settings.stopSignal)), SIGKILL after \(request.settings.killGrace.compactDescription)")
             child.signalGroup(request.settings.stopSignal)
-            context.queue.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(request.settings.killGrace.nanosecondsClamped))) {
-                if child.groupHasMembers { child.signalGroup(SIGKILL) }
-            }
+            onLeftovers(child, request.settings.killGrace)
         }
         child.closeOutputs()
     }
@@ -266,7 +270,7 @@ final class JobRun: @unchecked Sendable {
             }
             let handlerBudget = request.settings.onExpireBudget
             let logger = self.logger
-            let label = "task \(request.name) run \(request.runID)"
+            let label = self.label
             expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned,
                                          outputs: [("on_expire stdout", stdout), ("on_expire stderr", stderr)], context: context,
                                          killAfter: handlerBudget, onKill: { budget in
@@ -277,7 +281,7 @@ final class JobRun: @unchecked Sendable {
                 self.perform(self.machine.handle(.expireHandlerEnded))
             }
         } catch {
-            logger.error("task \(request.name) run \(request.runID): unable to run on_expire handler: \(error)")
+            logger.error("\(label): unable to run on_expire handler: \(error)")
             perform(machine.handle(.expireHandlerEnded))
         }
     }
@@ -285,7 +289,7 @@ final class JobRun: @unchecked Sendable {
     // MARK: Progress
 
     private func watchProgress(_ pipe: PipePair, pid: pid_t) {
-        let stats = context.sources.register(.read, target: "progress of \(request.name) pid \(pid)", on: context.queue)
+        let stats = context.sources.register(.read, owner: label, target: "progress pipe of pid \(pid)", on: context.queue)
         let fd = pipe.readEnd
         progressFD = fd
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: context.queue.queue)
@@ -319,17 +323,24 @@ final class JobRun: @unchecked Sendable {
             // EAGAIN: all read. EOF cannot happen: we hold the write end.
             break
         }
-        if changed { onProgress?() }
+        if changed {
+            lastProgressAt = DispatchTime.now().uptimeNanoseconds
+            onProgress?()
+        }
         // Coalesce: leave the pipe alone for a while so many updates arrive in one read.
         if !final, let source = progressSource {
             source.suspend()
             progressSuspended = true
-            context.queue.queue.asyncAfter(deadline: .now() + Self.progressInterval) { [weak self] in
-                // progressSource is set once per run, so "still there" means "the same source".
-                guard let self, self.progressSuspended, let current = self.progressSource else { return }
-                self.progressSuspended = false
-                current.resume()
+            if progressResume == nil {
+                progressResume = context.sources.makeTimer(owner: label, target: "progress: resume reading after \(Self.progressInterval.compactDescription)",
+                                                           on: context.queue) { [weak self] in
+                    // progressSource is set once per run, so "still there" means "the same source".
+                    guard let self, self.progressSuspended, let current = self.progressSource else { return }
+                    self.progressSuspended = false
+                    current.resume()
+                }
             }
+            progressResume?.schedule(after: Self.progressInterval)
         }
     }
 
@@ -338,6 +349,8 @@ final class JobRun: @unchecked Sendable {
     private func finish(outcome: RunOutcome, exit: ProcessExit?, expiry: ExpiryReason?, detail: String?) {
         for timer in timers { timer.cancel() }
         timers.removeAll()
+        progressResume?.cancel()
+        progressResume = nil
         if let source = progressSource {
             // The last updates before the exit, then stop watching.
             readProgress(fd: progressFD, final: true)
@@ -377,12 +390,15 @@ final class JobRun: @unchecked Sendable {
             .init("status", progress.status.map { .string($0) } ?? .null),
             .init("progress_updates", .int(Int64(progress.updates))),
         ]
-        if let seen = progressSeenByLastDump, seen == progress.updates {
-            fields.append(.init("no_progress_since_last_dump", .bool(true)))
-        }
-        progressSeenByLastDump = progress.updates
+        // An age, not a "since the last dump" flag: building a dump changes nothing.
+        fields.append(.init("last_progress_ago_s", lastProgressAt.map { .double(Double(now &- $0) / 1e9) } ?? .null))
         if request.attempt > 1 { fields.append(.init("attempt", .int(Int64(request.attempt)))) }
         return .object(fields)
+    }
+
+    /// The drain's last resort, when the expiry sequence did not end the job.
+    func killGroup() {
+        child?.signalGroup(SIGKILL)
     }
 
     var phaseName: String {

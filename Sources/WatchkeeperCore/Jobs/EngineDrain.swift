@@ -1,0 +1,145 @@
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How the drain ended: every job has its record either way, unless `leftOver`.
+public enum DrainReport: Equatable, Sendable {
+    /// Everything running finished within shutdown_grace.
+    case finished
+    /// These were still running at the end of shutdown_grace and were expired.
+    case expired(names: [String])
+    /// These did not end even after SIGKILL to their process groups: the daemon says so
+    /// and exits non-zero.
+    case leftOver(names: [String])
+}
+
+/// The engine's shutdown drain, a deadline at a time: wait for running jobs up to
+/// shutdown_grace; then expire them (on_expire, stop_signal, kill_grace, SIGKILL: each
+/// job's own sequence) and wait as long as their settings say that takes; then SIGKILL
+/// every process group left; then report. It never reports success while a job is alive
+/// or a record is unwritten.
+final class EngineDrain {
+    enum Phase: String {
+        case waiting = "waiting for running jobs"
+        case expiring = "expiring the jobs still running"
+        case killing = "SIGKILL sent to what is left"
+        case done
+    }
+
+    private(set) var phase = Phase.waiting
+    private let startedAt = DispatchTime.now().uptimeNanoseconds
+    private var deadline: UInt64
+    private var timer: RegisteredTimer?
+    private var expiredNames: [String] = []
+    private let completion: (DrainReport) -> Void
+
+    /// Time allowed after SIGKILL for the kernel to end the processes and for their
+    /// pidfds to report it.
+    static let afterKill: Duration = .seconds(5)
+    /// Margin over a job's own expiry sequence before the drain stops waiting for it.
+    static let expiryMargin: Duration = .seconds(2)
+
+    init(grace: Duration, completion: @escaping (DrainReport) -> Void) {
+        self.completion = completion
+        self.deadline = startedAt + UInt64(grace.nanosecondsClamped)
+    }
+
+    /// The instant the current phase ends (the daemon asks systemd for time until then).
+    var phaseDeadline: UInt64 { deadline }
+
+    func start(_ engine: JobEngine, grace: Duration) {
+        arm(engine, after: grace, target: "drain: shutdown_grace \(grace.compactDescription)") { [unowned self] in
+            self.expireAll(engine)
+        }
+        jobEnded(engine)
+    }
+
+    /// A second SIGTERM, or shutdown_grace ran out: every running job expires now.
+    func expireAll(_ engine: JobEngine) {
+        guard phase == .waiting else { return }
+        phase = .expiring
+        let runs = engine.activeRuns
+        expiredNames = runs.map(\.key.name).sorted()
+        // The longest expiry sequence any of them may take: on_expire's budget, then
+        // stop_signal and kill_grace.
+        let longest = runs.compactMap(\.run).map { run in
+            let settings = run.request.settings
+            return (settings.onExpire == nil ? .zero : settings.onExpireBudget) + settings.killGrace
+        }.max() ?? .zero
+        for run in runs.compactMap(\.run) { run.expire(.shutdown) }
+        let wait = longest + Self.expiryMargin
+        arm(engine, after: wait, target: "drain: expiry sequences, at most \(wait.compactDescription)") { [unowned self] in
+            self.killAll(engine)
+        }
+        jobEnded(engine)
+    }
+
+    private func killAll(_ engine: JobEngine) {
+        phase = .killing
+        let runs = engine.activeRuns.compactMap(\.run)
+        if !runs.isEmpty {
+            engine.logger.error("stopping: \(runs.count) job(s) outlived their expiry sequence: SIGKILL to their process groups: \(runs.map(\.label).joined(separator: ", "))")
+        }
+        for run in runs { run.killGroup() }
+        engine.killLingering()
+        arm(engine, after: Self.afterKill, target: "drain: \(Self.afterKill.compactDescription) after SIGKILL") { [unowned self] in
+            self.finish(.leftOver(names: engine.activeRuns.map(\.key.name).sorted()))
+        }
+        jobEnded(engine)
+    }
+
+    /// Called whenever a job ended or a leftover group was killed.
+    func jobEnded(_ engine: JobEngine) {
+        guard phase != .done, engine.runningCount == 0, engine.lingeringCount == 0 else { return }
+        finish(expiredNames.isEmpty ? .finished : .expired(names: expiredNames))
+    }
+
+    private func finish(_ report: DrainReport) {
+        guard phase != .done else { return }
+        phase = .done
+        timer?.cancel()
+        timer = nil
+        completion(report)
+    }
+
+    private func arm(_ engine: JobEngine, after delay: Duration, target: String, _ body: @escaping () -> Void) {
+        timer?.cancel()
+        deadline = DispatchTime.now().uptimeNanoseconds + UInt64(delay.nanosecondsClamped)
+        let timer = engine.context.sources.makeTimer(owner: "jobs", target: target, on: engine.queue, handler: body)
+        self.timer = timer
+        timer.schedule(after: delay)
+    }
+
+    func describe(now: UInt64) -> DumpValue {
+        .object([
+            .init("phase", .string(phase.rawValue)),
+            .init("for", .string(Duration.nanoseconds(Int64(now &- startedAt)).compactDescription)),
+            .init("phase_ends_in", .string(Duration.nanoseconds(Int64(deadline > now ? deadline - now : 0)).compactDescription)),
+        ])
+    }
+}
+
+extension JobEngine {
+    /// The shutdown drain: nothing new starts, what waits is cancelled, running jobs get
+    /// shutdown_grace and then their expiry sequence. `completion` runs on this queue once
+    /// every job has ended and has its record (or, at the very last, with what is left).
+    public func beginDrain(grace: Duration, completion: @escaping (DrainReport) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        stopAccepting()
+        guard drain == nil else { return }
+        let drain = EngineDrain(grace: grace, completion: completion)
+        self.drain = drain
+        drain.start(self, grace: grace)
+    }
+
+    /// A second termination signal: expire everything now.
+    public func expireAllNow() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        drain?.expireAll(self)
+    }
+
+    /// When the current drain phase ends, for EXTEND_TIMEOUT_USEC.
+    public var drainPhaseDeadline: UInt64? { drain?.phaseDeadline }
+}

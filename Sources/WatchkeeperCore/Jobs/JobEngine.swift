@@ -1,0 +1,442 @@
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How the engine runs the jobs of one task or watch rule. Set at start and on every
+/// reload; work already waiting runs with the settings in force when it starts.
+public struct JobGroup: Sendable, Equatable {
+    public let key: JobKey
+    public var settings: JobSettings
+    /// At most this many of the group's jobs run at once; the rest wait in the line.
+    public var limit: Int
+    public var retry: RetryPolicy?
+    /// Runs that expired on their budget are retried too (failed ones always are).
+    public var retryExpired: Bool
+
+    public init(key: JobKey, settings: JobSettings, limit: Int, retry: RetryPolicy?, retryExpired: Bool) {
+        self.key = key
+        self.settings = settings
+        self.limit = limit
+        self.retry = retry
+        self.retryExpired = retryExpired
+    }
+}
+
+/// What a caller gets back, exactly once per submission: after the last attempt, or
+/// when the job was cancelled before it ran.
+public struct JobCompletion: Sendable {
+    public let key: JobKey
+    public let subject: JobSubject
+    /// One per attempt, oldest first; never empty.
+    public let records: [RunRecord]
+
+    public var final: RunRecord { records[records.count - 1] }
+}
+
+/// The daemon's one job engine, on its own queue: it alone holds `max_jobs`, the waiting
+/// line and priorities, each group's limit, retries with backoff, the run record and its
+/// journal entry, and whether new work is accepted (the drain). The scheduler lives on the
+/// same queue and asks it directly; the watcher submits from its own queue and gets its
+/// completions back there. Nobody else keeps a count of what runs.
+public final class JobEngine: DumpContributor, @unchecked Sendable {
+    typealias Reply = (queue: SubsystemQueue?, handler: (JobCompletion) -> Void)
+
+    struct Waiting {
+        let runID: RunID
+        let subject: JobSubject
+        let attempt: Int
+        let earlier: [RunRecord]
+        let reply: Reply
+        let submittedAt: UInt64
+    }
+
+    private final class Active {
+        let key: JobKey
+        let waiting: Waiting
+        var run: JobRun?
+
+        init(key: JobKey, waiting: Waiting) {
+            self.key = key
+            self.waiting = waiting
+        }
+    }
+
+    private struct Retrying {
+        let key: JobKey
+        let next: Waiting
+        let timer: RegisteredTimer
+        let dueAt: UInt64
+    }
+
+    public let queue: SubsystemQueue
+    let context: JobContext
+    var logger: Logger { context.logger }
+    // Confined to `queue`.
+    public private(set) var maxJobs: Int
+    private var groups: [JobKey: JobGroup] = [:]
+    private var line = JobLine<Waiting>()
+    private var active: [RunID: Active] = [:]
+    private var retrying: [RunID: Retrying] = [:]
+    /// Processes a finished job left in its group, until the kill that ends them.
+    private var lingering: [pid_t: (key: JobKey, timer: RegisteredTimer)] = [:]
+    private(set) var accepting = true
+    private var pumping = false
+    private var totals: [JobKey: [RunOutcome: UInt64]] = [:]
+    private(set) var startedTotal: UInt64 = 0
+    var drain: EngineDrain?
+    /// Called after anything a status line shows changed (runs started, ended, progress).
+    public var onChange: (() -> Void)?
+
+    public init(context: JobContext, maxJobs: Int) {
+        self.queue = context.queue
+        self.context = context
+        self.maxJobs = max(1, maxJobs)
+    }
+
+    public var dumpSectionName: String { "jobs" }
+    public var dumpQueue: SubsystemQueue { queue }
+
+    // MARK: Configuration
+
+    /// Raising `max_jobs` starts waiting jobs at once.
+    public func setMaxJobs(_ value: Int) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        maxJobs = max(1, value)
+        pump()
+    }
+
+    /// A task or rule is new or changed: waiting work moves to the new settings.
+    public func configure(_ group: JobGroup) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        if let old = groups[group.key], old != group, line.waiting(of: group.key) > 0 {
+            logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
+        }
+        groups[group.key] = group
+        line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
+        pump()
+    }
+
+    /// A task or rule was removed (or changed so much that its waiting work no longer
+    /// belongs to it): what waits or waits for a retry is cancelled with a record each;
+    /// running jobs finish on their own.
+    public func remove(_ key: JobKey, reason: String) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        let waiting = line.removeWaiting(of: key)
+        let retries = retrying.filter { $0.value.key == key }
+        for (runID, retry) in retries {
+            retry.timer.cancel()
+            retrying[runID] = nil
+        }
+        if !waiting.isEmpty || !retries.isEmpty {
+            logger.notice("\(key): \(waiting.count + retries.count) job(s) not started yet are cancelled: \(reason)")
+        }
+        for item in waiting + retries.values.map(\.next) {
+            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"))
+        }
+        groups[key] = nil
+        line.forget(key)
+    }
+
+    // MARK: Submitting
+
+    /// Queues a job; `completion` runs once, on `replyOn` (or on this queue when nil),
+    /// with every attempt's record. Refused work (the daemon is stopping, the group is
+    /// unknown) completes at once as cancelled.
+    @discardableResult
+    public func submit(_ key: JobKey, subject: JobSubject, runID: RunID? = nil, replyOn: SubsystemQueue? = nil,
+                       completion: @escaping (JobCompletion) -> Void) -> RunID {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        let item = Waiting(runID: runID ?? .random(), subject: subject, attempt: 1, earlier: [], reply: (replyOn, completion),
+                           submittedAt: DispatchTime.now().uptimeNanoseconds)
+        guard accepting, groups[key] != nil else {
+            let why = accepting ? "cancelled: \(key) is not configured" : "cancelled: the daemon is stopping"
+            complete(key, item, adding: cancelledRecord(key, item, detail: why))
+            return item.runID
+        }
+        line.append(item, to: key)
+        pump()
+        return item.runID
+    }
+
+    /// The record of work that never became a job (a run held for its dependencies, a
+    /// missed run, files left in a settle window when their rule went away): journaled
+    /// like any other.
+    public func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        log(record, key: key, subject: subject)
+    }
+
+    public static func notRunRecord(_ key: JobKey, runID: RunID, subject: JobSubject, outcome: RunOutcome, detail: String) -> RunRecord {
+        RunRecord(name: key.name, runID: runID.description, attempt: 1, outcome: outcome, scheduledAt: subject.scheduledAt,
+                  startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil, expiry: nil, lateness: nil, detail: detail)
+    }
+
+    /// Cancels a job that has not started (waiting, or waiting for a retry).
+    @discardableResult
+    public func cancel(runID: RunID, detail: String = "cancelled before it started") -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        if let retry = retrying.removeValue(forKey: runID) {
+            retry.timer.cancel()
+            complete(retry.key, retry.next, adding: cancelledRecord(retry.key, retry.next, detail: detail))
+            return true
+        }
+        for key in groups.keys {
+            if let item = line.removeWaiting(of: key, where: { $0.runID == runID }).first {
+                complete(key, item, adding: cancelledRecord(key, item, detail: detail))
+                return true
+            }
+        }
+        return false
+    }
+
+    /// Ends the running jobs of a group early (overlap = "replace").
+    public func expire(_ key: JobKey, reason: ExpiryReason) {
+        for run in runs(of: key) { run.expire(reason) }
+    }
+
+    func runs(of key: JobKey) -> [JobRun] {
+        active.values.filter { $0.key == key }.compactMap(\.run)
+    }
+
+    /// Running, waiting, or waiting for a retry: what an overlap policy counts as busy.
+    public func activeCount(of key: JobKey) -> Int {
+        line.running(of: key) + line.waiting(of: key) + retrying.values.filter { $0.key == key }.count
+    }
+
+    public var runningCount: Int { active.count }
+    public var waitingCount: Int { line.waitingCount }
+
+    /// For STATUS=: "backup 42%, import (importing batch 7)".
+    public var runningSummary: String {
+        active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }.compactMap(\.run).prefix(3).map { run in
+            var text = run.request.name
+            if let progress = run.progress.progress { text += " \(Int(progress))%" }
+            if let status = run.progress.status { text += " (\(status.prefix(40)))" }
+            return text
+        }.joined(separator: ", ")
+    }
+
+    // MARK: Running
+
+    private func pump() {
+        guard !pumping else { return }
+        pumping = true
+        defer { pumping = false }
+        while accepting, line.runningCount < maxJobs, let (key, item) = line.startNext() {
+            start(key, item)
+        }
+        onChange?()
+    }
+
+    private func start(_ key: JobKey, _ item: Waiting) {
+        guard let group = groups[key] else {
+            line.finished(key)
+            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(key) was removed"))
+            return
+        }
+        let inputs = item.subject.jobInputs()
+        let request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
+                                 placeholders: inputs.placeholders, listPlaceholders: inputs.lists, environment: inputs.environment,
+                                 standardInput: inputs.standardInput, attempt: item.attempt, submittedAt: item.submittedAt)
+        let entry = Active(key: key, waiting: item)
+        active[item.runID] = entry
+        startedTotal += 1
+        let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
+                         onLeftovers: { [weak self] child, grace in self?.linger(child, key: key, grace: grace) }) { [weak self] record in
+            self?.ended(item.runID, record: record)
+        }
+        entry.run = run
+        run.start()
+    }
+
+    private func ended(_ runID: RunID, record: RunRecord) {
+        guard let entry = active.removeValue(forKey: runID) else { return }
+        line.finished(entry.key)
+        let item = entry.waiting
+        let records = item.earlier + [record]
+        log(record, key: entry.key, subject: item.subject)
+        if let group = groups[entry.key], let retry = group.retry, record.attempt < retry.attempts, accepting,
+           record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && group.retryExpired) {
+            scheduleRetry(entry.key, item, records: records, retry: retry)
+        } else {
+            deliver(entry.key, item, records: records)
+        }
+        drain?.jobEnded(self)
+        pump()
+    }
+
+    private func scheduleRetry(_ key: JobKey, _ item: Waiting, records: [RunRecord], retry: RetryPolicy) {
+        let record = records[records.count - 1]
+        let delay = retry.delay(afterAttempt: record.attempt)
+        let next = Waiting(runID: .random(), subject: item.subject, attempt: record.attempt + 1, earlier: records, reply: item.reply,
+                           submittedAt: item.submittedAt)
+        let what = item.subject.summary.map { " for \(LogText.escaped($0))" } ?? ""
+        logger.notice("\(key) run \(record.runID)\(what): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription) as run \(next.runID)")
+        let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): retry run \(next.runID) (attempt \(next.attempt))", on: queue) { [weak self] in
+            guard let self, let retry = self.retrying.removeValue(forKey: next.runID) else { return }
+            retry.timer.cancel()
+            guard self.accepting, self.groups[key] != nil else {
+                self.complete(key, next, adding: self.cancelledRecord(key, next, detail: "cancelled: \(key) was removed"))
+                return
+            }
+            self.line.append(next, to: key)
+            self.pump()
+        }
+        retrying[next.runID] = Retrying(key: key, next: next, timer: timer, dueAt: DispatchTime.now().uptimeNanoseconds + UInt64(delay.nanosecondsClamped))
+        timer.schedule(after: delay)
+    }
+
+    /// A finished job's leftover processes get `stop_signal` from the run, then SIGKILL
+    /// here after `grace`; the drain waits for (or hastens) that kill.
+    private func linger(_ child: ChildProcess, key: JobKey, grace: Duration) {
+        let pid = child.pid
+        lingering[pid]?.timer.cancel()
+        let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): kill leftovers of process group \(pid)", on: queue) { [weak self] in
+            if child.groupHasMembers { child.signalGroup(SIGKILL) }
+            guard let self, let entry = self.lingering.removeValue(forKey: pid) else { return }
+            entry.timer.cancel()
+            self.drain?.jobEnded(self)
+        }
+        lingering[pid] = (key, timer)
+        timer.schedule(after: grace)
+    }
+
+    /// Ends every leftover group now (the drain's last resort).
+    func killLingering() {
+        for (pid, entry) in lingering {
+            kill(-pid, SIGKILL)
+            entry.timer.cancel()
+        }
+        lingering.removeAll()
+    }
+
+    var lingeringCount: Int { lingering.count }
+    var activeRuns: [(key: JobKey, run: JobRun?)] { active.values.map { ($0.key, $0.run) } }
+
+    // MARK: Stopping
+
+    /// Nothing new starts; what waits, or waits for a retry, is cancelled with a record.
+    public func stopAccepting() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        guard accepting else { return }
+        accepting = false
+        let waiting = line.removeAllWaiting()
+        let retries = retrying.values.sorted { $0.dueAt < $1.dueAt }
+        retrying.removeAll()
+        for retry in retries { retry.timer.cancel() }
+        if !waiting.isEmpty || !retries.isEmpty {
+            logger.notice("stopping: \(waiting.count) waiting job(s) and \(retries.count) retry(ies) are cancelled")
+        }
+        for (key, item) in waiting {
+            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the daemon is stopping"))
+        }
+        for retry in retries {
+            complete(retry.key, retry.next, adding: cancelledRecord(retry.key, retry.next, detail: "cancelled: the daemon is stopping"))
+        }
+    }
+
+    // MARK: Records
+
+    private func cancelledRecord(_ key: JobKey, _ item: Waiting, detail: String) -> RunRecord {
+        RunRecord(name: key.name, runID: item.runID.description, attempt: item.attempt, outcome: .cancelled,
+                  scheduledAt: item.subject.scheduledAt, startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil, expiry: nil,
+                  lateness: nil, detail: detail)
+    }
+
+    /// A job that never started: its record is journaled and the caller told.
+    private func complete(_ key: JobKey, _ item: Waiting, adding record: RunRecord) {
+        log(record, key: key, subject: item.subject)
+        deliver(key, item, records: item.earlier + [record])
+    }
+
+    private func deliver(_ key: JobKey, _ item: Waiting, records: [RunRecord]) {
+        let completion = JobCompletion(key: key, subject: item.subject, records: records)
+        if let replyQueue = item.reply.queue {
+            // The handler belongs to the reply queue's owner and runs only there.
+            let handler = UncheckedSendable(item.reply.handler)
+            replyQueue.async { handler.value(completion) }
+        } else {
+            item.reply.handler(completion)
+        }
+    }
+
+    private func log(_ record: RunRecord, key: JobKey, subject: JobSubject) {
+        totals[key, default: [:]][record.outcome, default: 0] += 1
+        record.journal(to: context.sink, key: key, subject: subject)
+    }
+
+    // MARK: Dump
+
+    public func describeForDump() -> DumpValue {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let running = active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }
+        let keys = Set(groups.keys).union(totals.keys).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
+        let fields: [DumpField] = [
+            .init("max_jobs", .int(Int64(maxJobs))),
+            .init("accepting", .bool(accepting)),
+            .init("running_total", .int(Int64(active.count))),
+            .init("waiting_total", .int(Int64(line.waitingCount))),
+            .init("retrying_total", .int(Int64(retrying.count))),
+            .init("lingering_groups", .int(Int64(lingering.count))),
+            .init("started_since_start", .int(Int64(startedTotal))),
+            .init("running", .array(running.compactMap { describe($0, now: now) })),
+            .init("waiting", .array(line.ordered(limit: 50).map { describe(waiting: $0.element, key: $0.key, now: now) })),
+            .init("retrying", .array(retrying.values.sorted { $0.dueAt < $1.dueAt }.prefix(50).map { describe(retry: $0, now: now) })),
+            .init("groups", .array(keys.map(describe(group:)))),
+            .init("drain", drain?.describe(now: now) ?? .null),
+        ]
+        return .object(fields)
+    }
+
+    private func describe(_ entry: Active, now: UInt64) -> DumpValue? {
+        guard let run = entry.run else { return nil }
+        var fields: [DumpField] = [.init(entry.key.kind.rawValue, .string(entry.key.name))]
+        if let about = entry.waiting.subject.summary { fields.append(.init("about", .bytes(about))) }
+        if case .object(let more) = run.describe(now: now) { fields += more }
+        return .object(fields)
+    }
+
+    private func describe(waiting item: Waiting, key: JobKey, now: UInt64) -> DumpValue {
+        var fields: [DumpField] = [
+            .init(key.kind.rawValue, .string(key.name)),
+            .init("run_id", .string(item.runID.description)),
+            .init("priority", .string(groups[key]?.settings.priority.rawValue ?? "default")),
+            .init("waiting", .string(Duration.nanoseconds(Int64(now &- item.submittedAt)).compactDescription)),
+        ]
+        if let about = item.subject.summary { fields.append(.init("about", .bytes(about))) }
+        return .object(fields)
+    }
+
+    private func describe(retry: Retrying, now: UInt64) -> DumpValue {
+        let dueIn = Duration.nanoseconds(Int64(retry.dueAt > now ? retry.dueAt - now : 0))
+        return .object([
+            .init(retry.key.kind.rawValue, .string(retry.key.name)),
+            .init("run_id", .string(retry.next.runID.description)),
+            .init("attempt", .int(Int64(retry.next.attempt))),
+            .init("due_in", .string(dueIn.compactDescription)),
+        ])
+    }
+
+    private func describe(group key: JobKey) -> DumpValue {
+        let outcomes: [DumpField] = RunOutcome.allCases.compactMap { outcome in
+            totals[key]?[outcome].map { .init(outcome.rawValue, .int(Int64($0))) }
+        }
+        return .object([
+            .init(key.kind.rawValue, .string(key.name)),
+            .init("limit", groups[key].map { .int(Int64($0.limit)) } ?? .null),
+            .init("running", .int(Int64(line.running(of: key)))),
+            .init("waiting", .int(Int64(line.waiting(of: key)))),
+            .init("outcomes", .object(outcomes)),
+        ])
+    }
+}
+
+/// A value handed to another queue whose owner alone uses it (a completion handler that
+/// runs only on its reply queue).
+struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

@@ -1,0 +1,151 @@
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What started a job: it names the job's journal field and environment variable
+/// (WATCHKEEPER_TASK or WATCHKEEPER_WATCH).
+public enum JobKind: String, Sendable {
+    case task
+    case watch
+
+    var fieldName: String { self == .task ? "WATCHKEEPER_TASK" : "WATCHKEEPER_WATCH" }
+}
+
+/// One run as the engine starts it: the group's settings in force at that moment, and
+/// the subject's placeholders, environment and stdin.
+public struct JobRequest: Sendable {
+    public let key: JobKey
+    public var name: String { key.name }
+    public var kind: JobKind { key.kind }
+    public let runID: String
+    public let settings: JobSettings
+    public let subject: JobSubject
+    /// Byte values for the command's `{placeholders}`.
+    public let placeholders: [String: [UInt8]]
+    /// Placeholders that stand alone as an argv element and become one element per value
+    /// (`{paths}` of a batch).
+    public let listPlaceholders: [String: [[UInt8]]]
+    /// WATCHKEEPER_* variables beyond the common ones.
+    public let environment: [(String, [UInt8])]
+    /// The job's whole stdin (`batch = "stdin"`: NUL-terminated paths); nil: /dev/null.
+    public let standardInput: [UInt8]?
+    public var scheduledAt: WallTime? { subject.scheduledAt }
+    public let attempt: Int
+    public let submittedAt: UInt64
+
+    public init(key: JobKey, runID: String = RunID.random().description, settings: JobSettings, subject: JobSubject = .schedule(scheduledAt: nil),
+                placeholders: [String: [UInt8]] = [:], listPlaceholders: [String: [[UInt8]]] = [:],
+                environment: [(String, [UInt8])] = [], standardInput: [UInt8]? = nil, attempt: Int = 1,
+                submittedAt: UInt64 = DispatchTime.now().uptimeNanoseconds) {
+        self.key = key
+        self.runID = runID
+        self.settings = settings
+        self.subject = subject
+        self.placeholders = placeholders
+        self.listPlaceholders = listPlaceholders
+        self.environment = environment
+        self.standardInput = standardInput
+        self.attempt = attempt
+        self.submittedAt = submittedAt
+    }
+
+    /// "task backup run 0123456789abcdef": how every log line about the run names it.
+    public var label: String { "\(key) run \(runID)" }
+}
+
+/// How a run ended, for the journal record, the dump and the history.
+public struct RunRecord: Sendable, Equatable {
+    public let name: String
+    public let runID: String
+    public let attempt: Int
+    public let outcome: RunOutcome
+    public let scheduledAt: WallTime?
+    public let startedAt: WallTime?
+    public let finishedAt: WallTime
+    public let duration: Duration
+    public let exit: ProcessExit?
+    public let expiry: ExpiryReason?
+    /// Time between the scheduled instant and the actual start.
+    public let lateness: Duration?
+    public let detail: String?
+
+    public var summary: String {
+        var text = outcome.rawValue
+        switch exit {
+        case .exited(let code)?: text += " (exit \(code))"
+        case .signaled(let signal, let core)?: text += " (\(HandledSignals.name(signal))\(core ? ", core dumped" : ""))"
+        case nil: break
+        }
+        if let expiry { text += " after its \(expiry == .budget ? "budget ran out" : expiry == .shutdown ? "shutdown grace ran out" : "replacement was started")" }
+        if let detail { text += ": \(detail)" }
+        return text
+    }
+
+    var dumpValue: DumpValue {
+        var fields: [DumpField] = [
+            .init("run_id", .string(runID)),
+            .init("outcome", .string(outcome.rawValue)),
+            .init("started_at", startedAt.map { .string($0.iso8601) } ?? .null),
+            .init("duration", .string(duration.compactDescription)),
+        ]
+        switch exit {
+        case .exited(let code)?: fields.append(.init("exit_code", .int(Int64(code))))
+        case .signaled(let signal, _)?: fields.append(.init("signal", .string(HandledSignals.name(signal))))
+        case nil: break
+        }
+        if attempt > 1 { fields.append(.init("attempt", .int(Int64(attempt)))) }
+        if let detail { fields.append(.init("detail", .string(detail))) }
+        return .object(fields)
+    }
+}
+
+extension RunRecord {
+    /// One structured journal entry per run, for tasks and watch rules alike: the task's or
+    /// the rule's own field (never both), and for files the path as bytes, exactly as the
+    /// kernel gave it (the journal keeps non-UTF-8 values as they are).
+    func journal(to sink: LogSink, key: JobKey, subject: JobSubject) {
+        var pairs: [(key: String, value: [UInt8])] = [
+            (key.kind.rawValue, Array(name.utf8)),
+            ("run_id", Array(runID.utf8)),
+            ("outcome", Array(outcome.rawValue.utf8)),
+            ("duration_ms", Array(String(duration.nanosecondsClamped / 1_000_000).utf8)),
+            ("attempt", Array(String(attempt).utf8)),
+        ]
+        switch subject {
+        case .schedule: break
+        case .file(let file):
+            pairs.append(("path", file.path))
+            pairs.append(("event", Array(file.event.rawValue.utf8)))
+        case .batch(let files, _):
+            pairs.append(("batch_size", Array(String(files.count).utf8)))
+            if let first = files.first { pairs.append(("path", first.path)) }
+        }
+        if let scheduledAt { pairs.append(("scheduled_at", Array(scheduledAt.iso8601.utf8))) }
+        if let startedAt { pairs.append(("started_at", Array(startedAt.iso8601.utf8))) }
+        if let lateness { pairs.append(("lateness_ms", Array(roundedString(Double(lateness.nanosecondsClamped) / 1e6, digits: 3).utf8))) }
+        switch exit {
+        case .exited(let code)?: pairs.append(("exit_code", Array(String(code).utf8)))
+        case .signaled(let signal, _)?: pairs.append(("signal", Array(HandledSignals.name(signal).utf8)))
+        case nil: break
+        }
+        if let expiry { pairs.append(("expiry", Array(expiry.rawValue.utf8))) }
+        var message = "\(key) run \(runID)"
+        if let about = subject.summary { message += " (\(LogText.escaped(about)))" }
+        message += ": \(summary) in \(duration.compactDescription)"
+        if let lateness, lateness > .milliseconds(1) { message += ", started \(lateness.compactDescription) late" }
+        let level: Logger.Level = outcome == .ok ? .info : (outcome == .cancelled ? .notice : .warning)
+        guard level >= sink.level else { return }
+        if level >= .warning { sink.problems.record(level: level.rawValue, message: message) }
+        var fields: [(name: String, value: [UInt8])] = [
+            ("MESSAGE", Array(message.utf8)),
+            ("PRIORITY", Array(String(JournalFields.priority(level)).utf8)),
+            ("MESSAGE_ID", Array(MessageID.runFinished.utf8)),
+        ]
+        for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
+        let shown = pairs.map { "\($0.key)=\(LogText.escaped($0.value))" }.joined(separator: ", ")
+        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LogText.escaped(message)) (\(shown))")
+    }
+}
