@@ -77,6 +77,7 @@ static const char *const step_names[] = {
     [WK_STEP_STDIN] = "open /dev/null",
     [WK_STEP_DUP] = "dup2",
     [WK_STEP_CLOSE_FDS] = "close_range",
+    [WK_STEP_NICE] = "setpriority",
     [WK_STEP_SETGROUPS] = "setgroups",
     [WK_STEP_SETGID] = "setgid",
     [WK_STEP_SETUID] = "setuid",
@@ -214,6 +215,16 @@ __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
     }
     if (!closed) {
         report_and_exit(plan, WK_STEP_CLOSE_FDS);
+    }
+
+    // Always set, never inherited: on Linux the nice value belongs to the thread, and the
+    // child starts with that of whichever worker thread called wk_spawn. Before the
+    // credentials, because lowering it again after a thread was reniced needs
+    // CAP_SYS_NICE (or RLIMIT_NICE), which the daemon's uid 0 has and the job's user
+    // may not. PRIO_PROCESS with 0 is the calling thread, here the child's only one; glibc's
+    // setpriority is the bare system call, as safe between clone and execve as setsid.
+    if (setpriority(PRIO_PROCESS, 0, req->niceness) != 0) {
+        report_and_exit(plan, WK_STEP_NICE);
     }
 
     // setgroups first (needs CAP_SETGID), setgid before setuid (setuid drops the

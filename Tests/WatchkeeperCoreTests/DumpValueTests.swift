@@ -156,6 +156,45 @@ final class DumpValueTests: XCTestCase {
         XCTAssertEqual(DumpValue.double(2).text(), "2.000")
     }
 
+    // MARK: - Names from outside: bytes and control characters
+
+    func testJSON_ofValidUTF8Bytes_isAString() throws {
+        let json = DumpValue.object([.init("path", .bytes(Array("/srv/in/café\n\"x\".txt".utf8)))]).json
+        XCTAssertEqual(json, #"{"path":"/srv/in/café\n\"x\".txt"}"#)
+        XCTAssertEqual(try XCTUnwrap(parseJSON(json) as? [String: String]), ["path": "/srv/in/café\n\"x\".txt"])
+    }
+
+    /// journalctl -o json's convention for a field that is not UTF-8: the byte values.
+    func testJSON_ofBytesWithAnInvalidByte_isAnArrayOfTheByteValues() throws {
+        let name: [UInt8] = Array("/srv/in/a".utf8) + [0xFF] + Array("\nb".utf8)
+        let json = DumpValue.object([.init("path", .bytes(name)), .init("empty", .bytes([]))]).json
+        XCTAssertEqual(json, #"{"path":[47,115,114,118,47,105,110,47,97,255,10,98],"empty":""}"#)
+        let parsed = try XCTUnwrap(parseJSON(json) as? [String: Any])
+        XCTAssertEqual(parsed["path"] as? [UInt8], name, "the exact bytes come back")
+    }
+
+    func testText_ofBytes_keepsPrintableUTF8_andEscapesInvalidAndControlBytes() {
+        let name: [UInt8] = Array("/srv/in/café ".utf8) + [0xFF] + Array("\nwatch: forged".utf8)
+        let text = DumpValue.object([.init("path", .bytes(name)), .init("empty", .bytes([]))]).text()
+        XCTAssertEqual(text.components(separatedBy: "\n"), [#"path: /srv/in/café \xff\nwatch: forged"#, #"empty: """#])
+    }
+
+    /// A file name with a newline must not add a line to the dump an operator reads.
+    func testText_ofStringsAndKeysWithControlCharacters_staysOneLinePerField() {
+        let document = DumpValue.object([
+            .init("last_file", .string("a\nhealthy: yes")),
+            .init("rule\nforged", .string("\u{1b}[2Jx\ty")),
+            .init("files", .array([.string("b\nc"), .string("d")])),
+        ])
+        XCTAssertEqual(document.text().components(separatedBy: "\n"), [
+            #"last_file: a\nhealthy: yes"#,
+            #"rule\nforged: \x1b[2Jx\ty"#,
+            #"files: b\nc, d"#,
+        ])
+        let nested = DumpValue.object([.init("files", .array([.object([.init("name", .string("d\ne")), .init("n", .int(1))])]))])
+        XCTAssertEqual(nested.text().components(separatedBy: "\n"), ["files:", #"  - name: d\ne, n: 1"#])
+    }
+
     func testSubscript_findsFirstFieldWithThatKey_onlyInObjects() {
         let document = DumpValue.object([.init("a", .int(1)), .init("b", .int(2)), .init("a", .int(3))])
         XCTAssertEqual(document["a"], .int(1))

@@ -21,6 +21,7 @@ enum wk_spawn_step {
     WK_STEP_STDIN,      // child: open /dev/null
     WK_STEP_DUP,        // child: installing fds 0..3
     WK_STEP_CLOSE_FDS,  // child: closing every other fd
+    WK_STEP_NICE,       // child: setpriority
     WK_STEP_SETGROUPS,  // child: setgroups
     WK_STEP_SETGID,     // child: setgid
     WK_STEP_SETUID,     // child: setuid
@@ -34,6 +35,7 @@ struct wk_spawn_request {
     char *const *argv;            // NULL-terminated
     char *const *envp;            // NULL-terminated; the child's whole environment
     const char *cwd;              // NULL: inherit
+    int niceness;                 // always set in the child (-20..19): see run_child for why
     int set_credentials;          // nonzero: setgroups(groups), setgid(gid), setuid(uid)
     uid_t uid;
     gid_t gid;

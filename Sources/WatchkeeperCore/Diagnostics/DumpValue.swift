@@ -1,12 +1,22 @@
 /// The state dump's data model: one tree that renders both as the versioned JSON
 /// (state.json and the journal field) and as the human-readable MESSAGE, so the
 /// two can never disagree. Objects keep their key order.
+///
+/// Text from outside the daemon (file names, job output, configuration values) is
+/// escaped in the text rendering (`LineEscaping`): a name with a newline must not forge a
+/// line of the dump. The JSON keeps every value exactly.
 public indirect enum DumpValue: Sendable, Equatable {
     case null
     case bool(Bool)
     case int(Int64)
     case double(Double)
     case string(String)
+    /// Bytes that need not be UTF-8, such as a path as the kernel gave it; a `String`
+    /// would turn each invalid byte into U+FFFD and lose the name. In JSON: a string when
+    /// the bytes are valid UTF-8, otherwise an array of the byte values (0-255), the
+    /// convention of `journalctl -o json` for binary fields, so a reader gets the exact
+    /// bytes back either way. In text: printable UTF-8 as it is, the rest as `\xNN`.
+    case bytes([UInt8])
     case array([DumpValue])
     case object([DumpField])
 
@@ -40,6 +50,12 @@ extension DumpValue {
         case .int(let value): output += String(value)
         case .double(let value): output += value.isFinite ? String(value) : "null"
         case .string(let value): DumpValue.writeJSONString(value, into: &output)
+        case .bytes(let value):
+            if let text = String(validating: value, as: UTF8.self) {
+                DumpValue.writeJSONString(text, into: &output)
+            } else {
+                output += "[" + value.map { String($0) }.joined(separator: ",") + "]"
+            }
         case .array(let values):
             output += "["
             for (index, value) in values.enumerated() {
@@ -97,7 +113,8 @@ extension DumpValue {
         case .bool(let value): return value ? "yes" : "no"
         case .int(let value): return String(value)
         case .double(let value): return roundedString(value, digits: 3)
-        case .string(let value): return value.isEmpty ? "\"\"" : value
+        case .string(let value): return value.isEmpty ? "\"\"" : LineEscaping.escaped(value)
+        case .bytes(let value): return value.isEmpty ? "\"\"" : LineEscaping.escaped(value)
         case .array(let values): return values.map(\.scalarText).joined(separator: ", ")
         case .object: return "{…}"
         }
@@ -108,21 +125,23 @@ extension DumpValue {
         switch self {
         case .object(let fields):
             for field in fields {
+                // Keys can be names from the configuration, so they are escaped like values.
+                let key = LineEscaping.escaped(field.key)
                 switch field.value {
                 case .array(let values) where values.allSatisfy(\.isScalar):
-                    lines.append("\(pad)\(field.key): \(values.isEmpty ? "none" : field.value.scalarText)")
+                    lines.append("\(pad)\(key): \(values.isEmpty ? "none" : field.value.scalarText)")
                 case .array(let values):
-                    lines.append("\(pad)\(field.key):")
+                    lines.append("\(pad)\(key):")
                     for value in values {
                         value.appendListItem(to: &lines, indent: indent + 2)
                     }
                 case .object(let nested) where nested.isEmpty:
-                    lines.append("\(pad)\(field.key): none")
+                    lines.append("\(pad)\(key): none")
                 case .object:
-                    lines.append("\(pad)\(field.key):")
+                    lines.append("\(pad)\(key):")
                     field.value.appendText(to: &lines, indent: indent + 2)
                 default:
-                    lines.append("\(pad)\(field.key): \(field.value.scalarText)")
+                    lines.append("\(pad)\(key): \(field.value.scalarText)")
                 }
             }
         case .array(let values):
@@ -140,7 +159,7 @@ extension DumpValue {
             return
         }
         if fields.allSatisfy({ $0.value.isScalar }) {
-            lines.append("\(pad)- " + fields.map { "\($0.key): \($0.value.scalarText)" }.joined(separator: ", "))
+            lines.append("\(pad)- " + fields.map { "\(LineEscaping.escaped($0.key)): \($0.value.scalarText)" }.joined(separator: ", "))
         } else {
             var nested: [String] = []
             appendText(to: &nested, indent: indent + 2)

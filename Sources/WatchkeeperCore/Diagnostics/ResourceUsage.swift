@@ -90,37 +90,6 @@ func readSmallFile(_ path: String) throws -> String {
     String(decoding: try readFileBytes(path).get(), as: UTF8.self)
 }
 
-/// Write-then-rename, so a reader of state.json sees the previous dump or the new
-/// one, never half of one.
-func writeFileAtomically(_ path: String, contents: String, mode: mode_t = 0o640) throws {
-    let temporary = path + ".tmp"
-    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-    guard fd >= 0 else { throw SystemCallError(call: "open \(temporary)", errno: errno) }
-    var bytes = Array(contents.utf8)
-    var offset = 0
-    while offset < bytes.count {
-        let written = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-        if written < 0 {
-            if errno == EINTR { continue }
-            let saved = errno
-            close(fd)
-            unlink(temporary)
-            throw SystemCallError(call: "write \(temporary)", errno: saved)
-        }
-        offset += written
-    }
-    if fsync(fd) != 0 || close(fd) != 0 {
-        let saved = errno
-        unlink(temporary)
-        throw SystemCallError(call: "fsync \(temporary)", errno: saved)
-    }
-    guard rename(temporary, path) == 0 else {
-        let saved = errno
-        unlink(temporary)
-        throw SystemCallError(call: "rename \(temporary) to \(path)", errno: saved)
-    }
-}
-
 /// `mkdir -p` with the mode for the directories we create.
 func makeDirectories(_ path: String, mode: mode_t = 0o750) throws {
     var current = ""

@@ -68,21 +68,34 @@ public final class LogSink: Sendable {
     }
 
     /// Values as bytes: a job's output need not be UTF-8, and the journal keeps it as it came.
+    ///
+    /// `stderrText` is what stderr shows instead, and may span lines (the state dump's text
+    /// does): its newlines stay, every other control character is escaped there, so a
+    /// job's output cannot reach the terminal as ESC sequences. A value from outside the
+    /// daemon that must not start a line of its own belongs in it as
+    /// `LineEscaping.escaped(_:)`, which also shows invalid UTF-8 as `\xNN`.
     public func emit(bytes fields: [(name: String, value: [UInt8])], stderrText: @autoclosure () -> String) {
         if target == .journal {
             var all = fields
             if !fields.contains(where: { $0.name == "SYSLOG_IDENTIFIER" }) { all.append(("SYSLOG_IDENTIFIER", Array("watchkeeper".utf8))) }
             if Journal.send(bytes: all) == 0 { return }
         }
-        let text = stderrText()
+        let text = LineEscaping.controlsEscaped(inFormatted: stderrText())
         StandardError.write(text.hasSuffix("\n") ? text : text + "\n")
     }
 
     static func line(level: Logger.Level, message: String, metadata: Logger.Metadata) -> String {
-        var text = "\(WallTime.now().iso8601) \(level.rawValue): \(message)"
+        line(time: .now(), level: level, message: message, metadata: metadata)
+    }
+
+    /// One log call as exactly one stderr line. The message and every metadata key and
+    /// value are escaped (`LineEscaping`): they carry file names, job names and output,
+    /// and a newline in one of them must not start a line that reads as the daemon's own.
+    static func line(time: WallTime, level: Logger.Level, message: String, metadata: Logger.Metadata) -> String {
+        var text = "\(time.iso8601) \(level.rawValue): \(LineEscaping.escaped(message))"
         let pairs = JournalFields.flatten(metadata).filter { $0.key != JournalFields.messageIDKey }
         if !pairs.isEmpty {
-            text += " (" + pairs.map { "\($0.key)=\($0.value)" }.joined(separator: ", ") + ")"
+            text += " (" + pairs.map { "\(LineEscaping.escaped($0.key))=\(LineEscaping.escaped($0.value))" }.joined(separator: ", ") + ")"
         }
         return text + "\n"
     }
@@ -96,6 +109,19 @@ enum Journal {
     }
 
     static func send(bytes fields: [(name: String, value: [UInt8])]) -> Int32 {
+        let prepared = entry(fields)
+        var buffer = prepared.buffer
+        return buffer.withUnsafeMutableBytes { raw -> Int32 in
+            var vectors = prepared.spans.map { iovec(iov_base: raw.baseAddress! + $0.start, iov_len: $0.length) }
+            return sd_journal_sendv(&vectors, Int32(vectors.count))
+        }
+    }
+
+    /// One `FIELD=value` span per field, the value's bytes exactly as given: nothing is
+    /// escaped for the journal. sd_journal_sendv takes each span by length and sends a
+    /// value that holds a newline in journald's binary-safe form (name, newline, 64-bit
+    /// length, data), so control bytes, NUL and invalid UTF-8 all arrive intact.
+    static func entry(_ fields: [(name: String, value: [UInt8])]) -> (buffer: [UInt8], spans: [(start: Int, length: Int)]) {
         var buffer: [UInt8] = []
         var spans: [(start: Int, length: Int)] = []
         for (name, value) in fields {
@@ -105,10 +131,7 @@ enum Journal {
             buffer.append(contentsOf: value)
             spans.append((start, buffer.count - start))
         }
-        return buffer.withUnsafeMutableBytes { raw -> Int32 in
-            var vectors = spans.map { iovec(iov_base: raw.baseAddress! + $0.start, iov_len: $0.length) }
-            return sd_journal_sendv(&vectors, Int32(vectors.count))
-        }
+        return (buffer, spans)
     }
 }
 

@@ -22,6 +22,7 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
         case lookup
         case pipe, fork, pidfd, report
         case signals, setsid, stdin, dup, closeDescriptors
+        case setpriority
         case setgroups, setgid, setuid, chdir, execve
     }
 
@@ -206,6 +207,9 @@ public struct SpawnRequest: Sendable {
     public var standardError: Int32
     /// Installed as fd 3 in the child.
     public var progressDescriptor: Int32?
+    /// The child's nice value, set in the child before exec (and before the credentials
+    /// change). Absolute, not relative to the spawning thread's: see `ProcessSpawner.baseNiceness`.
+    public var niceness: Int32
     /// Fork even without credentials, instead of the cheaper shared-memory clone; for
     /// tests that compare the two and for the spawn benchmark.
     public var forceFork = false
@@ -213,7 +217,7 @@ public struct SpawnRequest: Sendable {
     public init(
         arguments: [[UInt8]], environment: [[UInt8]], workingDirectory: String? = nil,
         credentials: Credentials? = nil, standardOutput: Int32, standardError: Int32,
-        progressDescriptor: Int32? = nil
+        progressDescriptor: Int32? = nil, niceness: Int32 = ProcessSpawner.baseNiceness
     ) {
         self.arguments = arguments
         self.environment = environment
@@ -222,6 +226,7 @@ public struct SpawnRequest: Sendable {
         self.standardOutput = standardOutput
         self.standardError = standardError
         self.progressDescriptor = progressDescriptor
+        self.niceness = niceness
     }
 }
 
@@ -244,6 +249,33 @@ public struct SpawnedProcess: Sendable {
 public enum ProcessSpawner {
     /// Used when the request's environment has no PATH (the same as systemd's default).
     public static let defaultSearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+    /// The daemon's nice value as it started: what every job gets unless it asks for less
+    /// CPU. Read once, on first use, from the calling thread, because on Linux the nice
+    /// value is per thread and libdispatch's workers need not share the main thread's.
+    /// The daemon must therefore read it on its main thread before any worker thread
+    /// exists, by calling `captureBaseNiceness()` first thing in main.
+    public static let baseNiceness: Int32 = {
+        // getpriority returns the nice value itself, so -1 is a valid answer; only errno
+        // tells a failure apart. For PRIO_PROCESS and 0 (this thread) it cannot fail, and
+        // 0 is the kernel's default if it ever did.
+        errno = 0
+        let value = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        return errno == 0 ? value : 0
+    }()
+
+    /// Fixes `baseNiceness` now, on this thread; returns it. Call at the top of main,
+    /// before anything starts a thread or a dispatch queue.
+    @discardableResult
+    public static func captureBaseNiceness() -> Int32 {
+        baseNiceness
+    }
+
+    /// The nice value for a job of this priority: `baseNiceness`, or 10 more (at most 19,
+    /// the kernel's limit) for a low-priority job, as for a batch job.
+    public static func niceness(for priority: JobPriority) -> Int32 {
+        priority == .low ? min(baseNiceness + 10, 19) : baseNiceness
+    }
 
     /// Starts the process and returns once it has exec'd, or throws naming the step that
     /// failed (`unable to run "x": chdir /srv/x: No such file or directory`). Blocks for
@@ -288,6 +320,7 @@ public enum ProcessSpawner {
         spec.argv = UnsafePointer(argv.pointers)
         spec.envp = UnsafePointer(envp.pointers)
         spec.cwd = cwd.map { UnsafePointer($0.pointers[0]!) }
+        spec.niceness = request.niceness
         if let credentials = request.credentials {
             spec.set_credentials = 1
             spec.uid = credentials.uid
@@ -363,6 +396,9 @@ public enum ProcessSpawner {
         case WK_STEP_STDIN.rawValue: step = .stdin
         case WK_STEP_DUP.rawValue: step = .dup
         case WK_STEP_CLOSE_FDS.rawValue: step = .closeDescriptors
+        case WK_STEP_NICE.rawValue:
+            step = .setpriority
+            object = String(request.niceness)
         case WK_STEP_SETGROUPS.rawValue:
             step = .setgroups
             object = request.credentials.map { $0.groups.map(String.init).joined(separator: ",") }

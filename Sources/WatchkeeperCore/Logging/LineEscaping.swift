@@ -1,0 +1,110 @@
+/// Text from outside the daemon (file names, a job's output, configuration values) shown
+/// where one line must stay one line: the stderr log and the text state dump. A newline
+/// in a file name would otherwise start a second, forged log line, and an ESC sequence
+/// could rewrite what a terminal shows. The journal needs none of this: its fields are
+/// length-delimited and keep the exact bytes.
+///
+/// The escapes are C's: `\n`, `\r`, `\t`, `\\`, `\xNN` for any other control byte
+/// (0x00-0x1F, 0x7F) and for each byte that is not valid UTF-8, and `\uNNNN` for the
+/// Unicode controls U+0080-U+009F and the line and paragraph separators U+2028 and
+/// U+2029, which some terminals and viewers also treat as line breaks. Everything else,
+/// non-ASCII text included, is kept as it is. A backslash is doubled so that a reader
+/// can always tell an escape from a name that contains one literally.
+enum LineEscaping {
+    /// The escaped form of `bytes`: one line, valid UTF-8.
+    static func escaped(_ bytes: some Collection<UInt8>) -> String {
+        escape(bytes, keepingNewlines: false, escapingBackslashes: true)
+    }
+
+    static func escaped(_ text: String) -> String {
+        escaped(text.utf8)
+    }
+
+    /// Text that is already formatted for reading, and may span lines on purpose (the
+    /// text state dump), or that carries a job's output: newlines stay, every other
+    /// control character is escaped. Backslashes stay as they are, since such text may
+    /// already hold escapes made by `escaped(_:)`.
+    static func controlsEscaped(inFormatted text: String) -> String {
+        escape(text.utf8, keepingNewlines: true, escapingBackslashes: false)
+    }
+
+    private static func escape(_ bytes: some Collection<UInt8>, keepingNewlines: Bool, escapingBackslashes: Bool) -> String {
+        let backslash = UInt8(ascii: "\\")
+        // Most log text is plain: printable ASCII (no backslash) passes unchanged.
+        if bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && ($0 != backslash || !escapingBackslashes) }) {
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        let input = Array(bytes)
+        var output: [UInt8] = []
+        output.reserveCapacity(input.count + 16)
+        var index = 0
+        while index < input.count {
+            let byte = input[index]
+            if byte < 0x80 {
+                switch byte {
+                case UInt8(ascii: "\n") where keepingNewlines: output.append(byte)
+                case UInt8(ascii: "\n"): output += Array("\\n".utf8)
+                case UInt8(ascii: "\r"): output += Array("\\r".utf8)
+                case UInt8(ascii: "\t"): output += Array("\\t".utf8)
+                case backslash where escapingBackslashes: output += [backslash, backslash]
+                case 0x00..<0x20, 0x7F: appendByteEscape(byte, to: &output)
+                default: output.append(byte)
+                }
+                index += 1
+                continue
+            }
+            let length = validSequenceLength(input, at: index)
+            guard length > 0 else {
+                appendByteEscape(byte, to: &output)
+                index += 1
+                continue
+            }
+            let scalar = decodeScalar(input[index..<index + length])
+            if (0x80...0x9F).contains(scalar) || scalar == 0x2028 || scalar == 0x2029 {
+                let hex = String(scalar, radix: 16)
+                output += Array(("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).utf8)
+            } else {
+                output += input[index..<index + length]
+            }
+            index += length
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    private static func appendByteEscape(_ byte: UInt8, to output: inout [UInt8]) {
+        let digits = Array("0123456789abcdef".utf8)
+        output += [UInt8(ascii: "\\"), UInt8(ascii: "x"), digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]]
+    }
+
+    /// The length of the well-formed UTF-8 sequence starting at `index` (Unicode's table
+    /// 3-7: no overlong forms, no surrogates, nothing above U+10FFFF), or 0 when the byte
+    /// there does not start one. A malformed sequence is then escaped byte by byte.
+    private static func validSequenceLength(_ bytes: [UInt8], at index: Int) -> Int {
+        let lead = bytes[index]
+        let length: Int
+        var secondRange: ClosedRange<UInt8> = 0x80...0xBF
+        switch lead {
+        case 0xC2...0xDF: length = 2
+        case 0xE0: length = 3; secondRange = 0xA0...0xBF
+        case 0xE1...0xEC, 0xEE...0xEF: length = 3
+        case 0xED: length = 3; secondRange = 0x80...0x9F
+        case 0xF0: length = 4; secondRange = 0x90...0xBF
+        case 0xF1...0xF3: length = 4
+        case 0xF4: length = 4; secondRange = 0x80...0x8F
+        default: return 0
+        }
+        guard index + length <= bytes.count, secondRange.contains(bytes[index + 1]) else { return 0 }
+        for offset in 2..<length where !(0x80...0xBF).contains(bytes[index + offset]) {
+            return 0
+        }
+        return length
+    }
+
+    private static func decodeScalar(_ sequence: ArraySlice<UInt8>) -> UInt32 {
+        var value = UInt32(sequence.first! & (0xFF >> (sequence.count + 1)))
+        for byte in sequence.dropFirst() {
+            value = value << 6 | UInt32(byte & 0x3F)
+        }
+        return value
+    }
+}

@@ -1,0 +1,152 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a file could not be written: `unable to write /run/watchkeeper/state.json: <reason>`.
+struct FileWriteError: Error, Equatable, CustomStringConvertible {
+    /// The file that was to be written.
+    let path: String
+    /// What went wrong, naming the call and its object, or the directory that was refused.
+    let reason: String
+    /// The errno of the failed call; nil when the directory was refused.
+    let errorNumber: Int32?
+
+    var description: String { "unable to write \(path): \(reason)" }
+}
+
+/// Replaces `path` with `contents` so that a reader sees the previous file or the new one,
+/// never half of one, and so that nobody else who can write to the directory can make the
+/// daemon (root) write somewhere else.
+///
+/// - The directory must belong to the effective uid and must not be writable by group or
+///   others unless it has the sticky bit; otherwise the call is refused. Anyone else who
+///   may write there could replace the file between two dumps, or the directory's entries
+///   while this runs.
+/// - The temporary file gets an unpredictable name and is created with O_EXCL and
+///   O_NOFOLLOW, so a symlink planted at any name, predictable or not, is never followed:
+///   creation fails with EEXIST and another name is tried.
+/// - rename replaces a symlink at `path` itself rather than following it.
+/// - The file and then the directory are fsynced, so after a crash the path holds the old
+///   contents or the new, complete ones.
+///
+/// Not O_TMPFILE with linkat: linkat cannot replace an existing name, so replacing the
+/// file would still take a named temporary and a rename, and some filesystems do not
+/// support O_TMPFILE at all. The named O_EXCL file is the simpler one that is correct.
+///
+/// Relative to the directory's descriptor throughout: the directory that was checked is
+/// the one written to, even if its path is renamed or replaced meanwhile.
+func writeFileAtomically(_ path: String, contents: String, mode: mode_t = 0o640) throws(FileWriteError) {
+    try writeFileAtomically(path, bytes: Array(contents.utf8), mode: mode)
+}
+
+/// `temporaryName` exists for tests, which plant symlinks at the names it will propose.
+func writeFileAtomically(
+    _ path: String, bytes: [UInt8], mode: mode_t = 0o640,
+    temporaryName: (_ baseName: String) -> String = randomTemporaryName
+) throws(FileWriteError) {
+    func failure(_ reason: String, _ code: Int32? = nil) -> FileWriteError {
+        FileWriteError(path: path, reason: code.map { "\(reason): \(String(cString: strerror($0)))" } ?? reason, errorNumber: code)
+    }
+    let (directory, baseName) = splitPath(path)
+    guard !baseName.isEmpty, baseName != ".", baseName != ".." else {
+        throw failure("the path does not name a file")
+    }
+
+    let directoryDescriptor = retryingOnInterrupt { open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+    guard directoryDescriptor >= 0 else { throw failure("open \(directory)", errno) }
+    defer { close(directoryDescriptor) }
+    if let refusal = untrustedDirectoryReason(directoryDescriptor, directory: directory) {
+        throw failure(refusal)
+    }
+
+    // 2^64 names: EEXIST again and again means something is wrong, not bad luck.
+    var temporary = ""
+    var fileDescriptor: Int32 = -1
+    for _ in 0..<8 {
+        temporary = temporaryName(baseName)
+        fileDescriptor = retryingOnInterrupt {
+            openat(directoryDescriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+        }
+        if fileDescriptor >= 0 || errno != EEXIST { break }
+    }
+    guard fileDescriptor >= 0 else { throw failure("open \(directory)/\(temporary)", errno) }
+
+    func removeTemporary() {
+        // The file is ours and unfinished; if even unlink fails, it is left as a hidden
+        // name the next write does not reuse, and the error that led here says why.
+        _ = unlinkat(directoryDescriptor, temporary, 0)
+    }
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeBytes { write(fileDescriptor, $0.baseAddress! + offset, $0.count - offset) }
+        if written < 0 {
+            if errno == EINTR { continue }
+            let code = errno
+            close(fileDescriptor)
+            removeTemporary()
+            throw failure("write \(directory)/\(temporary)", code)
+        }
+        offset += written
+    }
+    if fsync(fileDescriptor) != 0 {
+        let code = errno
+        close(fileDescriptor)
+        removeTemporary()
+        throw failure("fsync \(directory)/\(temporary)", code)
+    }
+    // close reports late write errors (NFS); after it the descriptor is gone either way.
+    if close(fileDescriptor) != 0 && errno != EINTR {
+        let code = errno
+        removeTemporary()
+        throw failure("close \(directory)/\(temporary)", code)
+    }
+    guard renameat(directoryDescriptor, temporary, directoryDescriptor, baseName) == 0 else {
+        let code = errno
+        removeTemporary()
+        throw failure("rename \(directory)/\(temporary) to \(baseName)", code)
+    }
+    // The rename is durable only once the directory is; the new contents are in place
+    // already, so a failure here says the write may not survive a crash.
+    guard fsync(directoryDescriptor) == 0 else { throw failure("fsync \(directory)", errno) }
+}
+
+/// Why the daemon must not write in this directory, or nil when it may: it must be the
+/// effective uid's, and not writable by others unless the sticky bit stops them from
+/// renaming or removing what the daemon puts there.
+func untrustedDirectoryReason(_ descriptor: Int32, directory: String) -> String? {
+    var status = stat()
+    guard fstat(descriptor, &status) == 0 else {
+        return "fstat \(directory): \(String(cString: strerror(errno)))"
+    }
+    let owner = geteuid()
+    if status.st_uid != owner {
+        return "\(directory) is owned by uid \(status.st_uid), not uid \(owner)"
+    }
+    let permissions = status.st_mode & 0o7777
+    if permissions & (S_IWGRP | S_IWOTH) != 0 && permissions & S_ISVTX == 0 {
+        return "\(directory) is writable by group or others (mode 0\(String(permissions, radix: 8))) and has no sticky bit"
+    }
+    return nil
+}
+
+/// ".state.json.<16 hex digits>.tmp": hidden, recognisably ours, and not guessable, from
+/// the system's random generator (getrandom).
+func randomTemporaryName(_ baseName: String) -> String {
+    let hex = String(UInt64.random(in: .min ... .max), radix: 16)
+    return ".\(baseName).\(String(repeating: "0", count: 16 - hex.count) + hex).tmp"
+}
+
+/// "/run/wk/state.json" → ("/run/wk", "state.json"); "state.json" → (".", "state.json");
+/// "/state.json" → ("/", "state.json").
+private func splitPath(_ path: String) -> (directory: String, baseName: String) {
+    guard let slash = path.lastIndex(of: "/") else { return (".", path) }
+    let directory = String(path[..<slash])
+    return (directory.isEmpty ? "/" : directory, String(path[path.index(after: slash)...]))
+}
+
+private func retryingOnInterrupt(_ call: () -> Int32) -> Int32 {
+    while true {
+        let result = call()
+        if result >= 0 || errno != EINTR { return result }
+    }
+}

@@ -1,0 +1,123 @@
+import Logging
+import XCTest
+
+@testable import WatchkeeperCore
+
+/// A file name, a job name or a job's output reaches the log. On stderr one log call must
+/// stay exactly one line whatever those hold; in the journal the fields keep their bytes.
+final class LogLineEscapingTests: XCTestCase {
+    private let time = WallTime(secondsSinceEpoch: 1_795_000_000, nanoseconds: 123_000_000)
+
+    // MARK: - The stderr line
+
+    func testStderrLine_withNewlinesAndEscapesInMessageAndMetadata_isOneLineWithEscapes() {
+        let line = LogSink.line(
+            time: time, level: .warning,
+            message: "unable to move report\nFAKE: line",
+            metadata: ["path": "/srv/in/a\nFAKE: line", "colour": "\u{1b}[31mred", "job": ["name": "x\ty"]]
+        )
+        XCTAssertEqual(line, "\(time.iso8601) warning: unable to move report\\nFAKE: line "
+            + "(colour=\\x1b[31mred, job_name=x\\ty, path=/srv/in/a\\nFAKE: line)\n")
+        XCTAssertEqual(line.utf8.filter { $0 == UInt8(ascii: "\n") }.count, 1, "one call, one line")
+        XCTAssertFalse(line.utf8.contains(0x1B), "no raw ESC reaches the terminal")
+    }
+
+    func testStderrLine_ofPlainText_isUnchanged() {
+        let line = LogSink.line(time: time, level: .info, message: "started 3 rules", metadata: ["rule": "incoming"])
+        XCTAssertEqual(line, "\(time.iso8601) info: started 3 rules (rule=incoming)\n")
+    }
+
+    func testStderrLine_metadataKeysAreEscapedToo() {
+        let line = LogSink.line(time: time, level: .info, message: "m", metadata: ["a\nb": "v"])
+        XCTAssertEqual(line, "\(time.iso8601) info: m (a\\nb=v)\n")
+    }
+
+    /// What the sink itself writes to fd 2 while `body` runs, through a pipe put in its place.
+    private func capturingStandardError(_ body: () -> Void) throws -> String {
+        let pipe = try PipePair.make(nonBlockingRead: true)
+        defer { close(pipe.readEnd) }
+        let saved = dup(2)
+        XCTAssertGreaterThanOrEqual(saved, 0)
+        XCTAssertEqual(dup2(pipe.writeEnd, 2), 2)
+        close(pipe.writeEnd)
+        body()
+        XCTAssertEqual(dup2(saved, 2), 2)
+        close(saved)
+        var captured: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = read(pipe.readEnd, &buffer, buffer.count)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            captured += buffer[0..<count]
+        }
+        return String(decoding: captured, as: UTF8.self)
+    }
+
+    func testSinkInStderrMode_writesOneLogCallAsOneLine() throws {
+        let sink = LogSink(target: .stderr, level: .info, problemCapacity: 4)
+        let written = try capturingStandardError {
+            sink.log(level: .info, message: "moved a\nFAKE: line", metadata: ["path": "b\nFAKE: line\u{1b}[31m"],
+                     label: "test", file: #fileID, function: #function, line: #line)
+        }
+        XCTAssertTrue(written.hasSuffix(" info: moved a\\nFAKE: line (path=b\\nFAKE: line\\x1b[31m)\n"), written)
+        XCTAssertEqual(written.split(separator: "\n", omittingEmptySubsequences: false).count, 2, written)
+    }
+
+    func testSinkEmitInStderrMode_keepsTheTextsOwnLines_butEscapesOtherControls() throws {
+        let sink = LogSink(target: .stderr, level: .info, problemCapacity: 4)
+        let written = try capturingStandardError {
+            sink.emit(bytes: [("MESSAGE", [0x1B, 0x5B, 0x32, 0x4A])], stderrText: "job[1] stdout: \u{1b}[2J\rover\nsecond")
+        }
+        XCTAssertEqual(written, "job[1] stdout: \\x1b[2J\\rover\nsecond\n")
+    }
+
+    // MARK: - The escaping itself
+
+    func testEscaped_controlBytesAndDelete_becomeCEscapes() {
+        XCTAssertEqual(LineEscaping.escaped([0x61, 0x00, 0x07, 0x0A, 0x0D, 0x09, 0x1B, 0x1F, 0x7F, 0x62]),
+                       "a\\x00\\x07\\n\\r\\t\\x1b\\x1f\\x7fb")
+    }
+
+    func testEscaped_invalidUTF8_becomesOneEscapePerByte_andValidTextIsKept() {
+        let bytes: [UInt8] = Array("café ".utf8) + [0xFF, 0xC3] + Array("漢".utf8) + [0xE6, 0xBC] + Array("😀".utf8)
+        XCTAssertEqual(LineEscaping.escaped(bytes), "café \\xff\\xc3漢\\xe6\\xbc😀")
+    }
+
+    func testEscaped_overlongAndSurrogateAndOutOfRangeForms_areInvalid() {
+        XCTAssertEqual(LineEscaping.escaped([0xC0, 0xAF]), "\\xc0\\xaf", "overlong '/'")
+        XCTAssertEqual(LineEscaping.escaped([0xE0, 0x80, 0xAF]), "\\xe0\\x80\\xaf", "overlong '/'")
+        XCTAssertEqual(LineEscaping.escaped([0xED, 0xA0, 0x80]), "\\xed\\xa0\\x80", "surrogate U+D800")
+        XCTAssertEqual(LineEscaping.escaped([0xF4, 0x90, 0x80, 0x80]), "\\xf4\\x90\\x80\\x80", "above U+10FFFF")
+        XCTAssertEqual(LineEscaping.escaped([0xF4, 0x8F, 0xBF, 0xBF]), "\u{10FFFF}", "the last scalar is valid")
+    }
+
+    func testEscaped_unicodeLineBreaksAndC1Controls_areEscaped() {
+        XCTAssertEqual(LineEscaping.escaped("a\u{85}b\u{2028}c\u{2029}d\u{9B}e"), "a\\u0085b\\u2028c\\u2029d\\u009be")
+    }
+
+    func testEscaped_backslashIsDoubled_soAnEscapeAndItsLiteralTextDiffer() {
+        XCTAssertEqual(LineEscaping.escaped([0x5C, 0x78, 0x66, 0x66]), "\\\\xff")
+        XCTAssertEqual(LineEscaping.escaped([0xFF]), "\\xff")
+    }
+
+    func testControlsEscapedInFormattedText_keepsNewlinesAndBackslashes() {
+        XCTAssertEqual(LineEscaping.controlsEscaped(inFormatted: "dump\n  path: a\\nb\u{1b}[2J\r"), "dump\n  path: a\\nb\\x1b[2J\\r")
+    }
+
+    // MARK: - The journal keeps the bytes
+
+    func testJournalFields_keepTheMessageAndMetadataExactly() {
+        let fields = JournalFields.fields(level: .info, message: "a\nFAKE: line\u{1b}[31m", metadata: ["path": "x\ny"],
+                                          label: "l", file: "f", function: "g", line: 1)
+        XCTAssertEqual(fields.first { $0.name == "MESSAGE" }?.value, "a\nFAKE: line\u{1b}[31m")
+        XCTAssertEqual(fields.first { $0.name == "WATCHKEEPER_PATH" }?.value, "x\ny")
+    }
+
+    func testJournalEntry_isOneSpanPerFieldWithTheValuesBytesExactly() {
+        let awkward: [UInt8] = [0x61, 0x0A, 0x00, 0x1B, 0xFF, 0xFE, 0x0A]
+        let entry = Journal.entry([("MESSAGE", awkward), ("WATCHKEEPER_PATH", []), ("PRIORITY", Array("6".utf8))])
+        let spans = entry.spans.map { Array(entry.buffer[$0.start..<$0.start + $0.length]) }
+        XCTAssertEqual(spans, [Array("MESSAGE=".utf8) + awkward, Array("WATCHKEEPER_PATH=".utf8), Array("PRIORITY=6".utf8)])
+    }
+}
