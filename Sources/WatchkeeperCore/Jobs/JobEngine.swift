@@ -273,7 +273,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let delay = retry.delay(afterAttempt: record.attempt)
         let next = Waiting(runID: .random(), subject: item.subject, attempt: record.attempt + 1, earlier: records, reply: item.reply,
                            submittedAt: item.submittedAt)
-        let what = item.subject.summary.map { " for \(LogText.escaped($0))" } ?? ""
+        let what = item.subject.summary.map { " for \(LineEscaping.escaped($0))" } ?? ""
         logger.notice("\(key) run \(record.runID)\(what): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription) as run \(next.runID)")
         let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): retry run \(next.runID) (attempt \(next.attempt))", on: queue) { [weak self] in
             guard let self, let retry = self.retrying.removeValue(forKey: next.runID) else { return }

@@ -133,7 +133,7 @@ extension RunRecord {
         }
         if let expiry { pairs.append(("expiry", Array(expiry.rawValue.utf8))) }
         var message = "\(key) run \(runID)"
-        if let about = subject.summary { message += " (\(LogText.escaped(about)))" }
+        if let about = subject.summary { message += " (\(LineEscaping.escaped(about)))" }
         message += ": \(summary) in \(duration.compactDescription)"
         if let lateness, lateness > .milliseconds(1) { message += ", started \(lateness.compactDescription) late" }
         let level: Logger.Level = outcome == .ok ? .info : (outcome == .cancelled ? .notice : .warning)
@@ -145,7 +145,7 @@ extension RunRecord {
             ("MESSAGE_ID", Array(MessageID.runFinished.utf8)),
         ]
         for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
-        let shown = pairs.map { "\($0.key)=\(LogText.escaped($0.value))" }.joined(separator: ", ")
-        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LogText.escaped(message)) (\(shown))")
+        let shown = pairs.map { "\($0.key)=\(LineEscaping.escaped($0.value))" }.joined(separator: ", ")
+        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LineEscaping.escaped(message)) (\(shown))")
     }
 }

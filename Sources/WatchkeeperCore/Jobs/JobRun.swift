@@ -63,10 +63,6 @@ final class JobRun: @unchecked Sendable {
         deadlineWall = startedWall!.adding(nanoseconds: budget.nanosecondsClamped)
         do {
             let spawned = try spawnMain()
-            if request.settings.priority == .low {
-                // Low priority also yields the CPU: nice 10, as a batch job would be.
-                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(spawned.pid), 10)
-            }
             scheduleBudget()
             logger.debug("started \(label) as pid \(spawned.pid) in \(Duration.nanoseconds(Int64(spawned.spawnToExecNanoseconds)).compactDescription)")
         } catch {
@@ -158,7 +154,10 @@ final class JobRun: @unchecked Sendable {
             credentials: credentials,
             standardOutput: stdout,
             standardError: stderr,
-            progressDescriptor: progress
+            progressDescriptor: progress,
+            // Set in the child before exec: low priority also yields the CPU (base + 10), and
+            // no job inherits the nice value of the worker thread that spawned it.
+            niceness: ProcessSpawner.niceness(for: settings.priority)
         )
     }
 

@@ -646,7 +646,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                     modifiedNanoseconds: identity.modifiedNanoseconds, outcome: outcome.rawValue), at: .now())
             }
         } catch {
-            logger.warning("watch \(rule.settings.name): unable to record \(LogText.escaped(completion.subject.summary ?? [])) in the ledger: \(error)")
+            logger.warning("watch \(rule.settings.name): unable to record \(LineEscaping.escaped(completion.subject.summary ?? [])) in the ledger: \(error)")
         }
     }
 
