@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import WatchkeeperCore
 
 #if canImport(Glibc)
 import Glibc
@@ -348,7 +349,9 @@ final class TaskRunTests: XCTestCase {
         XCTAssertEqual(run["status"] as? String, "almost done")
         XCTAssertEqual(run["progress_updates"] as? Int, 200_002)
         let sources = try XCTUnwrap(state["sources"] as? [[String: Any]])
-        let progressSource = try XCTUnwrap(sources.first { ($0["target"] as? String)?.hasPrefix("progress of chatty") == true })
+        let progressSource = try XCTUnwrap(sources.first {
+            ($0["owner"] as? String)?.hasPrefix("task chatty run") == true && ($0["target"] as? String)?.hasPrefix("progress pipe") == true
+        })
         XCTAssertLessThan(progressSource["events"] as? Int ?? .max, 2_000, "200,000 updates must not mean 200,000 wake-ups")
         XCTAssertTrue((state["status"] as? String)?.contains("chatty 77% (almost done)") ?? false, "\(state["status"] ?? "")")
         let resources = try XCTUnwrap(state["resources"] as? [String: Any])
@@ -416,7 +419,7 @@ final class TaskRunTests: XCTestCase {
         stop(daemon)
     }
 
-    func testPersistentTask_catchesUpAMissedRunOnceAfterARestart_andOlderOnesAreRecordedMissed() throws {
+    func testPersistentTask_catchesUpTheLatestMissedRunOnceAfterARestart_andOlderOnesAreRecordedMissed() throws {
         let (sandbox, daemon, _) = try start("""
             [[task]]
             name = "nightly"
@@ -428,16 +431,21 @@ final class TaskRunTests: XCTestCase {
 
             [[task]]
             name = "stale"
-            every = "1500ms"
+            every = "1h"
             persistent = true
             catch_up_window = "1s"
             shell = true
             command = 'echo stale >> @DIR@/stale'
             """)
-        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/runs").count == 1 && lines(sandbox.root + "/stale").count == 1 }, daemon.stderr)
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/runs").count == 1 }, daemon.stderr)
         stop(daemon)
         XCTAssertTrue(FileManager.default.fileExists(atPath: sandbox.root + "/state/watchkeeper.sqlite3"))
-        // Down for longer than an interval: nightly's next run is missed, stale's by more than its window.
+        // stale last fell due 90 minutes ago: its latest missed run is 30 minutes old, beyond its window.
+        let store = try TaskStore(directory: sandbox.root + "/state")
+        let now = WallTime.now()
+        try store.recordScheduled(task: "stale", scheduledAt: WallTime(secondsSinceEpoch: now.secondsSinceEpoch - 5_400, nanoseconds: now.nanoseconds))
+        store.close()
+        // Down for longer than two intervals: nightly's next runs are missed; only the latest is caught up.
         usleep(3_200_000)
         try FileManager.default.removeItem(atPath: sandbox.statePath) // the first life's final dump
         let notify = try NotifySocket()
@@ -445,8 +453,15 @@ final class TaskRunTests: XCTestCase {
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
         XCTAssertTrue(waitFor(1) { lines(sandbox.root + "/runs").count == 2 }, "the missed run was not caught up at start:\n\(restarted.stderr)")
         usleep(600_000)
-        XCTAssertEqual(lines(sandbox.root + "/runs").count, 2, "caught up once, not once per missed interval")
-        XCTAssertEqual(lines(sandbox.root + "/stale").count, 1, "beyond catch_up_window: not run")
+        let runs = lines(sandbox.root + "/runs")
+        XCTAssertEqual(runs.count, 2, "caught up once, not once per missed interval")
+        let times = runs.compactMap(Self.parseTimestamp)
+        XCTAssertEqual(times.count, 2, "\(runs)")
+        if times.count == 2 {
+            // The catch-up run carries the latest missed instant: two or more intervals after the first run.
+            XCTAssertGreaterThanOrEqual(times[1] - times[0], 2.9, "\(runs)")
+        }
+        XCTAssertEqual(lines(sandbox.root + "/stale").count, 0, "beyond catch_up_window: not run")
         XCTAssertTrue(restarted.stderr.contains("was missed while watchkeeper was not running"), restarted.stderr)
         XCTAssertTrue(restarted.stderr.contains("task stale run") && restarted.stderr.contains("outcome=missed"), restarted.stderr)
         // History survives the restart: the dump shows the first life's run.
@@ -474,5 +489,12 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue(waitFor(3) { !processExists(handler) }, "the on_expire handler outlived its budget")
         XCTAssertTrue(daemon.waitForStderr(containing: "on_expire handler exceeded its 600ms budget", timeout: 2), daemon.stderr)
         stop(daemon)
+    }
+
+    /// "2026-11-22T01:02:03.456Z" as seconds since the epoch.
+    static func parseTimestamp(_ text: String) -> Double? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.date(from: text).map { $0.timeIntervalSince1970 }
     }
 }

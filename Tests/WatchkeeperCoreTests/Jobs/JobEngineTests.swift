@@ -1,0 +1,181 @@
+import Dispatch
+import Logging
+import Synchronization
+import XCTest
+
+@testable import WatchkeeperCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The engine with real child processes: every wait is for an event with a deadline.
+final class JobEngineTests: XCTestCase {
+    private final class Completions: @unchecked Sendable {
+        private let state = Mutex<[JobCompletion]>([])
+        private let arrived = DispatchSemaphore(value: 0)
+
+        func add(_ completion: JobCompletion) {
+            state.withLock { $0.append(completion) }
+            arrived.signal()
+        }
+
+        /// Waits for the next `count` completions, each within `timeout`.
+        func wait(_ count: Int, timeout: Double = 20) -> Bool {
+            (0..<count).allSatisfy { _ in arrived.wait(timeout: .now() + timeout) == .success }
+        }
+
+        var all: [JobCompletion] { state.withLock { $0 } }
+    }
+
+    private func makeEngine(maxJobs: Int) -> JobEngine {
+        let queue = SubsystemQueue(name: "test.jobs.\(UUIDLess.next())")
+        let sink = LogSink(target: .stderr, level: .critical, problemCapacity: 10)
+        let context = JobContext(queue: queue, sink: sink, logger: Logger(label: "test"), sources: SourceRegistry(),
+                                 daemonEnvironment: ["PATH": "/usr/bin:/bin"])
+        return JobEngine(context: context, maxJobs: maxJobs)
+    }
+
+    private func group(_ key: JobKey, _ script: String, limit: Int = 10, configure: (inout JobGroup) -> Void = { _ in }) -> JobGroup {
+        var group = JobGroup(key: key, settings: JobSettings(command: .shell(script)), limit: limit, retry: nil, retryExpired: false)
+        configure(&group)
+        return group
+    }
+
+    func testRaisingMaxJobs_startsWaitingJobsAtOnce() {
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let slow = JobKey(.task, "slow")
+        let quick = JobKey(.task, "quick")
+        engine.queue.queue.sync {
+            engine.configure(group(slow, "sleep 30"))
+            engine.configure(group(quick, "exit 0"))
+            engine.submit(slow, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+            engine.submit(quick, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+            XCTAssertEqual(engine.waitingCount, 1)
+            engine.setMaxJobs(2)
+        }
+        XCTAssertTrue(done.wait(1), "the waiting job did not start when max_jobs was raised")
+        XCTAssertEqual(done.all.first?.key, quick)
+        XCTAssertEqual(done.all.first?.final.outcome, .ok)
+        let finished = Completions()
+        engine.queue.queue.sync { engine.beginDrain(grace: .zero) { _ in finished.add(JobCompletion(key: slow, subject: .schedule(scheduledAt: nil), records: [])) } }
+        XCTAssertTrue(finished.wait(1))
+    }
+
+    func testRetry_isTheSameForWatchRules_andRetryExpiredRetriesABudgetExpiry() {
+        let engine = makeEngine(maxJobs: 2)
+        let done = Completions()
+        let inbox = JobKey(.watch, "inbox")
+        let file = FileSubject(path: Array("/srv/in/a".utf8), rootLength: 7, event: .closedWrite, identity: nil)
+        engine.queue.queue.sync {
+            engine.configure(group(inbox, "sleep 30") { group in
+                group.settings.budget = .milliseconds(100)
+                group.settings.killGrace = .milliseconds(100)
+                group.retry = RetryPolicy(attempts: 2, backoff: .milliseconds(10), maxBackoff: .milliseconds(10))
+                group.retryExpired = true
+            })
+            engine.submit(inbox, subject: .file(file)) { done.add($0) }
+        }
+        XCTAssertTrue(done.wait(1))
+        let completion = done.all[0]
+        XCTAssertEqual(completion.records.map(\.outcome), [.expired, .expired])
+        XCTAssertEqual(completion.records.map(\.attempt), [1, 2])
+        XCTAssertEqual(completion.records.map(\.expiry), [.budget, .budget])
+        XCTAssertEqual(completion.subject.files.first?.path, file.path, "the completion says which file it was about")
+    }
+
+    func testFailedRun_withoutRetryExpired_isRetried_butAnExpiredOneIsNot() {
+        let engine = makeEngine(maxJobs: 2)
+        let done = Completions()
+        let failing = JobKey(.task, "failing")
+        let slow = JobKey(.task, "slow")
+        let retry = RetryPolicy(attempts: 3, backoff: .milliseconds(10), maxBackoff: .milliseconds(20))
+        engine.queue.queue.sync {
+            engine.configure(group(failing, "exit 3") { $0.retry = retry })
+            engine.configure(group(slow, "sleep 30") { group in
+                group.retry = retry
+                group.settings.budget = .milliseconds(100)
+                group.settings.killGrace = .milliseconds(100)
+            })
+            engine.submit(failing, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+            engine.submit(slow, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
+        XCTAssertTrue(done.wait(2))
+        let byKey = Dictionary(uniqueKeysWithValues: done.all.map { ($0.key, $0) })
+        XCTAssertEqual(byKey[failing]?.records.map(\.outcome), [.failed, .failed, .failed])
+        XCTAssertEqual(byKey[slow]?.records.map(\.outcome), [.expired])
+    }
+
+    func testRemovingAGroup_cancelsItsWaitingJobs_withARecordEach() {
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let blocker = JobKey(.task, "blocker")
+        let rule = JobKey(.watch, "gone")
+        engine.queue.queue.sync {
+            engine.configure(group(blocker, "sleep 30"))
+            engine.configure(group(rule, "exit 0"))
+            engine.submit(blocker, subject: .schedule(scheduledAt: nil)) { _ in }
+            for name in ["a", "b", "c"] {
+                let file = FileSubject(path: Array("/srv/\(name)".utf8), rootLength: 4, event: .closedWrite, identity: nil)
+                engine.submit(rule, subject: .file(file)) { done.add($0) }
+            }
+            engine.remove(rule, reason: "the watch rule was removed by a reload")
+        }
+        XCTAssertTrue(done.wait(3))
+        XCTAssertEqual(done.all.map(\.final.outcome), [.cancelled, .cancelled, .cancelled])
+        XCTAssertEqual(done.all.compactMap(\.final.detail), Array(repeating: "cancelled: the watch rule was removed by a reload", count: 3))
+        XCTAssertEqual(done.all.map { String(decoding: $0.subject.files[0].path, as: UTF8.self) }, ["/srv/a", "/srv/b", "/srv/c"])
+        let drained = Completions()
+        engine.queue.queue.sync { engine.beginDrain(grace: .zero) { _ in drained.add(JobCompletion(key: blocker, subject: .schedule(scheduledAt: nil), records: [])) } }
+        XCTAssertTrue(drained.wait(1))
+    }
+
+    /// The old drain gave up 10 s after shutdown_grace and left such a job running with no
+    /// record; the engine waits for the job's own expiry sequence, then kills it.
+    func testDrain_waitsForAKillGraceLongerThanTheGrace_andEndsTheJobWithARecord() throws {
+        let engine = makeEngine(maxJobs: 2)
+        let done = Completions()
+        let stubborn = JobKey(.task, "stubborn")
+        let directory = "/tmp/wk-engine-drain-\(getpid())"
+        try? FileManager.default.removeItem(atPath: directory)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        engine.queue.queue.sync {
+            engine.configure(group(stubborn, "trap '' TERM; echo $$ > \(directory)/pid; while :; do sleep 0.05; done") { group in
+                group.settings.killGrace = .milliseconds(1_500)
+            })
+            engine.submit(stubborn, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
+        let deadline = DispatchTime.now() + 10
+        while !FileManager.default.fileExists(atPath: directory + "/pid") && DispatchTime.now() < deadline { usleep(10_000) }
+        let pid = try XCTUnwrap(Int32(String(contentsOfFile: directory + "/pid", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let report = Mutex<DrainReport?>(nil)
+        let drained = DispatchSemaphore(value: 0)
+        engine.queue.queue.sync {
+            engine.beginDrain(grace: .milliseconds(100)) { outcome in
+                report.withLock { $0 = outcome }
+                drained.signal()
+            }
+        }
+        XCTAssertEqual(drained.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(report.withLock { $0 }, .expired(names: ["stubborn"]))
+        XCTAssertTrue(done.wait(1), "the job's record must be written before the drain reports")
+        XCTAssertEqual(done.all.first?.final.outcome, .expired)
+        XCTAssertEqual(done.all.first?.final.expiry, .shutdown)
+        XCTAssertEqual(kill(pid, 0), -1, "the job must be dead when the drain reports")
+    }
+
+    func testSubmit_afterTheDrainBegan_completesAtOnceAsCancelled() {
+        let engine = makeEngine(maxJobs: 2)
+        let done = Completions()
+        let key = JobKey(.task, "late")
+        engine.queue.queue.sync {
+            engine.configure(group(key, "exit 0"))
+            engine.beginDrain(grace: .zero) { _ in }
+            engine.submit(key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
+        XCTAssertTrue(done.wait(1, timeout: 1))
+        XCTAssertEqual(done.all.first?.final.outcome, .cancelled)
+        XCTAssertEqual(done.all.first?.final.detail, "cancelled: the daemon is stopping")
+    }
+}
