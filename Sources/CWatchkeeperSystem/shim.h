@@ -4,6 +4,7 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-journal.h>
 
+#include <malloc.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>

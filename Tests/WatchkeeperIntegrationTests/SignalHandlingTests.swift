@@ -103,4 +103,21 @@ final class SignalHandlingTests: XCTestCase {
         daemon.send(SIGTERM)
         XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
     }
+
+    /// Parsing runs on a queue of its own: a reload stuck there (blocked by the test hook,
+    /// as a hostile file would) delays neither a dump nor the stop.
+    func testAReloadStuckInParsing_delaysNeitherTheDumpNorTheStop() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHKEEPER_TEST_STALL": "config:60s"])
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "will be blocked for", timeout: 5), daemon.stderr)
+        daemon.send(SIGHUP)
+        XCTAssertNotNil(notify.waitFor("RELOADING", "1", timeout: 5), daemon.stderr)
+        daemon.send(SIGUSR1)
+        XCTAssertNotNil(sandbox.waitForState(sequence: 1, timeout: 5), "the dump waited for the stuck reload:\n\(daemon.stderr)")
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0, "the stop waited for the stuck reload:\n\(daemon.stderr)")
+    }
 }

@@ -1,3 +1,4 @@
+import CWatchkeeperSystem
 import Dispatch
 import Logging
 
@@ -53,6 +54,11 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var readyAfter: Duration?
     private var drainStartedAt: UInt64?
     private var drainOutcome: DrainReport?
+    private var reloadInProgress = false
+    private var reloadAgain = false
+    /// Reads and checks the configuration on reload; not watched by the watchdog, since a
+    /// slow parse there harms nothing else.
+    private let configQueue = SubsystemQueue(name: "config", qos: .utility)
     private var drainExtender: RegisteredTimer?
     /// The tasks subsystem's view for STATUS=, pushed from its queue.
     private var jobSummary: (running: Int, text: String) = (0, "")
@@ -208,13 +214,37 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         return String(line.prefix(400))
     }
 
+    /// The configuration is read and checked on a queue of its own, so a huge or hostile
+    /// file delays only the reload: SIGTERM, the dump and the watchdog's probes of the
+    /// lifecycle queue are answered meanwhile. A SIGHUP during a reload asks for one more.
     private func reload() {
+        guard !reloadInProgress else {
+            reloadAgain = true
+            return
+        }
+        reloadInProgress = true
         let monotonic = MonotonicClock.nowMicroseconds()
         notifier.send([("RELOADING", "1"), ("MONOTONIC_USEC", String(monotonic)), ("STATUS", "reloading \(configuration.path)")])
         let at = WallTime.now()
-        // A reload also picks up a tzdata update for cron schedules.
-        TimeZoneRules.discardCachedZones()
-        switch ConfigLoader.load(path: configuration.path, environment: options.environment) {
+        let path = configuration.path
+        let environment = options.environment
+        configQueue.async {
+            // A reload also picks up a tzdata update for cron schedules.
+            TimeZoneRules.discardCachedZones()
+            let result = ConfigLoader.load(path: path, environment: environment)
+            // A refused file may have cost a lot of memory to parse: give it back.
+            _ = malloc_trim(0)
+            self.lifecycleQueue.async { self.finishReload(result, at: at) }
+        }
+    }
+
+    private func finishReload(_ result: Result<Configuration, ConfigErrors>, at: WallTime) {
+        reloadInProgress = false
+        guard case .running = machine.state else {
+            logger.notice("a reload finished while stopping; its result is not applied")
+            return
+        }
+        switch result {
         case .success(let loaded):
             apply(loaded)
             generation += 1
@@ -231,6 +261,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed), "errors": .string(errors.description)])
         }
         notifier.send([("READY", "1"), ("STATUS", statusLine())])
+        if reloadAgain {
+            reloadAgain = false
+            reload()
+        }
     }
 
     private func apply(_ new: Configuration) {
@@ -355,7 +389,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, configQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")
