@@ -217,6 +217,7 @@ CHECKS=(
     "reload of a broken configuration is rejected and the daemon keeps running"
     "reload of the restored configuration succeeds"
     "a task's output lines and run record are journal entries with their fields"
+    "a watch job's record names its rule and the file's exact bytes, never a task"
     "stop is clean"
 )
 NEXT=0
@@ -500,6 +501,8 @@ if w.get("WATCHKEEPER_STREAM") != "stdout": problems.append("WATCHKEEPER_STREAM=
 if not w.get("SYSLOG_PID") or w.get("SYSLOG_PID") == w.get("_PID"): problems.append("SYSLOG_PID is not the pid of the job")
 runs = {e.get("WATCHKEEPER_RUN_ID") for e in warn}
 if r.get("WATCHKEEPER_RUN_ID") not in runs: problems.append("the record run id is not among the run ids of the lines")
+if "WATCHKEEPER_WATCH" in r or "WATCHKEEPER_PATH" in r: problems.append("a task record carries a watch field")
+if not r.get("MESSAGE", "").startswith("task e2e-task run "): problems.append("record message: %r" % r.get("MESSAGE"))
 if r.get("WATCHKEEPER_OUTCOME") != "ok" or r.get("WATCHKEEPER_EXIT_CODE") != "0": problems.append("record: outcome %s exit %s" % (r.get("WATCHKEEPER_OUTCOME"), r.get("WATCHKEEPER_EXIT_CODE")))
 for field in ("WATCHKEEPER_SCHEDULED_AT", "WATCHKEEPER_STARTED_AT", "WATCHKEEPER_LATENESS_MS", "WATCHKEEPER_DURATION_MS"):
     if field not in r: problems.append("the record has no " + field)
@@ -513,6 +516,55 @@ print("%d output lines, %d run records" % (len(lines), len(records)))
         sleep 0.2
     done
     WHY="no task output and run record in the journal within 10 s ($out)"
+    return 1
+}
+
+# A watch rule added by reload; a file whose name is not UTF-8 arrives. Its run record is
+# found with journalctl FIELD=value by the rule and by the path's bytes, and carries the
+# rule's field and not the task's.
+check_watch_journal() {
+    local inbox=/var/spool/wk-e2e-in name out i
+    name=$(printf 'caf\351 %s.txt' "\$(id)")
+    ns mkdir -p "$inbox" || { WHY="unable to create $inbox"; return 1; }
+    printf '%s\n' '' '[[watch]]' 'name = "e2e-inbox"' "path = \"$inbox\"" 'command = ["/bin/true", "{path}"]' |
+        ns sh -c "cat >> $CONF" || { WHY="unable to add a watch rule to $CONF"; return 1; }
+    check_reload || return 1
+    ns sh -c 'printf data > "$1"' sh "$inbox/$name" || { WHY="unable to write a file into $inbox"; return 1; }
+    for i in $(seq 50); do
+        ns journalctl --sync 2>/dev/null
+        out=$( { ns journalctl -u watchkeeper "MESSAGE_ID=$ID_RUN_FINISHED" WATCHKEEPER_WATCH=e2e-inbox -o json --no-pager;
+                 echo "--by-path--";
+                 ns journalctl -u watchkeeper "WATCHKEEPER_PATH=$inbox/$name" -o json --no-pager; } 2>/dev/null |
+            EXPECTED="$inbox/$name" python3 -c '
+import json, os, sys
+expected = list(os.environb[b"EXPECTED"])
+by_rule, by_path, part = [], [], None
+for raw in sys.stdin:
+    raw = raw.strip()
+    if raw == "--by-path--": part = "path"; continue
+    if not raw: continue
+    (by_path if part else by_rule).append(json.loads(raw))
+if not by_rule or not by_path: sys.exit("waiting")
+r = by_rule[0]
+problems = []
+if r.get("WATCHKEEPER_PATH") != expected: problems.append("WATCHKEEPER_PATH=%r, not the bytes %r" % (r.get("WATCHKEEPER_PATH"), expected))
+if "WATCHKEEPER_TASK" in r: problems.append("the watch record carries WATCHKEEPER_TASK")
+if r.get("WATCHKEEPER_OUTCOME") != "ok": problems.append("outcome %s" % r.get("WATCHKEEPER_OUTCOME"))
+if r.get("WATCHKEEPER_EVENT") != "closed_write": problems.append("event %s" % r.get("WATCHKEEPER_EVENT"))
+message = r.get("MESSAGE")
+if not isinstance(message, str) or not message.startswith("watch e2e-inbox run ") or "\\xe9" not in message:
+    problems.append("message %r" % (message,))
+if by_path[0].get("WATCHKEEPER_RUN_ID") != r.get("WATCHKEEPER_RUN_ID"): problems.append("journalctl WATCHKEEPER_PATH=... finds another entry")
+if problems: print("; ".join(problems)); sys.exit(2)
+print("record %s found by rule and by path bytes" % r.get("WATCHKEEPER_RUN_ID"))
+' 2>&1)
+        case $? in
+            0) WHY=$out; return 0 ;;
+            2) WHY=$out; return 1 ;;
+        esac
+        sleep 0.2
+    done
+    WHY="no watch run record in the journal within 10 s ($out)"
     return 1
 }
 
@@ -578,6 +630,7 @@ check check_reload
 check check_broken_reload
 check check_restored_reload
 check check_task_journal
+check check_watch_journal
 # Informational, for the docs: systemd's view of the unit's sandboxing.
 # E2E_SECURITY_REPORT=FILE keeps the whole table (docs/measurements/systemd-security.md).
 security=$(ns systemd-analyze security "$UNIT" --no-pager 2>/dev/null)
