@@ -86,6 +86,28 @@ final class NotifyProtocolTests: XCTestCase {
         XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
     }
 
+    /// Tasks and watches keep their state in one place: a reload that moves it is refused
+    /// whole, with the reason, and the old configuration stays in force.
+    func testReloadThatChangesStateDir_isRefused_andTheOldStateDirStays() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig)
+        let daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
+        try sandbox.writeConfig(DaemonSandbox.basicConfig + "\nstate_dir = \"\(sandbox.root)/elsewhere\"\n")
+        daemon.send(SIGHUP)
+        let ready = try XCTUnwrap(notify.waitFor("READY", "1"))
+        XCTAssertTrue(ready["STATUS"]?.contains("last reload FAILED") ?? false, "\(ready)")
+        XCTAssertTrue(daemon.waitForStderr(containing: "state_dir cannot change on reload", timeout: 2), daemon.stderr)
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let config = try XCTUnwrap((state["daemon"] as? [String: Any])?["config"] as? [String: Any])
+        XCTAssertEqual(config["state_dir"] as? String, sandbox.root + "/state")
+        XCTAssertEqual(config["generation"] as? Int, 1)
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+    }
+
     func testTerminate_sendsStoppingAndLeavesAFinalStateFile() throws {
         let sandbox = try DaemonSandbox()
         let notify = try NotifySocket()

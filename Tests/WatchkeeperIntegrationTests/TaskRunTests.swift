@@ -330,6 +330,27 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue(daemon.stderr.contains("expired at the end of shutdown_grace: endless"), daemon.stderr)
     }
 
+    /// The old drain gave up 10 s after shutdown_grace and exited 0 with the job alive
+    /// (PPID 1) and no record. Now it waits out the job's kill_grace, kills it, records it.
+    func testDrain_withAKillGraceOverTenSeconds_endsTheJobAndWritesItsRecordBeforeExiting() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "stubborn"
+            every = "1h"
+            run_on_start = true
+            kill_grace = "11s"
+            shell = true
+            command = 'trap "" TERM; echo $$ > @DIR@/pid; while :; do sleep 0.05; done'
+            """, daemon: "shutdown_grace = \"200ms\"")
+        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: sandbox.root + "/pid") }, daemon.stderr)
+        let pid = try XCTUnwrap(Int32(lines(sandbox.root + "/pid").first ?? ""))
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 30), 0, daemon.stderr)
+        XCTAssertEqual(kill(pid, 0), -1, "the job outlived the daemon")
+        XCTAssertTrue(daemon.stderr.contains("task stubborn run") && daemon.stderr.contains("outcome=expired"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("expiry=shutdown"), daemon.stderr)
+    }
+
     func testProgressFlood_isCoalesced_andTheLatestValueIsShown() throws {
         let (sandbox, daemon, _) = try start(#"""
             [[task]]

@@ -244,6 +244,13 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             logger.notice("a reload finished while stopping; its result is not applied")
             return
         }
+        var result = result
+        if case .success(let loaded) = result, loaded.daemon.stateDirectory != configuration.daemon.stateDirectory {
+            // The task history, the file ledger and the lock live there: moving them under
+            // running work would split them. Refused whole, so nothing half-applies.
+            result = .failure(ConfigErrors([ConfigDiagnostic(file: loaded.path, position: nil, message:
+                "state_dir cannot change on reload (from \(configuration.daemon.stateDirectory) to \(loaded.daemon.stateDirectory)): restart watchkeeper to use the new state directory")]))
+        }
         switch result {
         case .success(let loaded):
             apply(loaded)
