@@ -351,6 +351,81 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue(daemon.stderr.contains("expiry=shutdown"), daemon.stderr)
     }
 
+    /// Niceness is set in the child before exec: every low run at base + 10, every other
+    /// at the daemon's base, whichever worker thread spawned it (it was 7 of 20 at 0).
+    func testPriorityLow_runsEveryJobAtNiceTen_andOthersAtTheBase() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "low"
+            every = "100ms"
+            priority = "low"
+            overlap = "allow"
+            max_concurrent = 4
+            shell = true
+            command = 'cut -d" " -f19 /proc/self/stat >> @DIR@/low'
+
+            [[task]]
+            name = "normal"
+            every = "100ms"
+            overlap = "allow"
+            max_concurrent = 4
+            shell = true
+            command = 'cut -d" " -f19 /proc/self/stat >> @DIR@/normal'
+            """)
+        XCTAssertTrue(waitFor(20) { lines(sandbox.root + "/low").count >= 20 && lines(sandbox.root + "/normal").count >= 20 }, daemon.stderr)
+        stop(daemon)
+        let base = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        XCTAssertEqual(Set(lines(sandbox.root + "/low")), [String(min(base + 10, 19))])
+        XCTAssertEqual(Set(lines(sandbox.root + "/normal")), [String(base)])
+    }
+
+    /// A 500 ms budget is half a second, not 0, and the deadline keeps its milliseconds.
+    func testSubSecondBudget_isToldToTheJobExactly() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "quick"
+            every = "1h"
+            run_on_start = true
+            budget = "500ms"
+            shell = true
+            command = 'echo "$WATCHKEEPER_BUDGET_SECONDS $WATCHKEEPER_DEADLINE" > @DIR@/budget'
+            """)
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/budget").count == 1 }, daemon.stderr)
+        stop(daemon)
+        let fields = (lines(sandbox.root + "/budget").first ?? "").split(separator: " ").map(String.init)
+        XCTAssertEqual(fields.first, "0.5")
+        XCTAssertEqual(fields.count, 2)
+        XCTAssertTrue(daemon.stderr.contains("run_id="), daemon.stderr)
+        let started = try XCTUnwrap(daemon.stderr.components(separatedBy: "started_at=").dropFirst().first?.prefix(24))
+        let deadline = try XCTUnwrap(Self.parseTimestamp(fields.last ?? ""))
+        let start = try XCTUnwrap(Self.parseTimestamp(String(started)))
+        XCTAssertEqual(deadline - start, 0.5, accuracy: 0.0015, "the deadline is the start plus the whole budget")
+    }
+
+    /// jitter delays the first run too: with every = 4s and jitter = 3s, nothing runs
+    /// before a whole interval has passed (it used to fire at the jitter offset alone).
+    func testJitter_delaysTheFirstRunByAWholeIntervalAtLeast() throws {
+        let (sandbox, daemon, _) = try start("""
+            [[task]]
+            name = "jittery"
+            every = "4s"
+            jitter = "3s"
+            command = ["/bin/true"]
+            """)
+        daemon.send(SIGUSR1)
+        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        let task = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first)
+        let next = try XCTUnwrap((task["next_run"] as? String)?.prefix(24))
+        let now = try XCTUnwrap(Self.parseTimestamp(state["time"] as? String ?? ""))
+        let uptime = try XCTUnwrap(state["uptime_s"] as? Double)
+        let first = try XCTUnwrap(Self.parseTimestamp(String(next)))
+        // Measured from the daemon's start: at least the interval, at most interval + jitter.
+        let sinceStart = first - (now - uptime)
+        XCTAssertGreaterThanOrEqual(sinceStart, 4.0, "\(task)")
+        XCTAssertLessThan(sinceStart, 7.1, "\(task)")
+        stop(daemon)
+    }
+
     func testProgressFlood_isCoalesced_andTheLatestValueIsShown() throws {
         let (sandbox, daemon, _) = try start(#"""
             [[task]]
