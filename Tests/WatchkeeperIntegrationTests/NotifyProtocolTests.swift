@@ -108,6 +108,27 @@ final class NotifyProtocolTests: XCTestCase {
         XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
     }
 
+    /// EMFILE in a burst is a lost job: a limit too small for max_jobs is named at start.
+    func testAnOpenFileLimitTooSmallForMaxJobs_isWarnedAboutAtStart_withTheNumbers() throws {
+        let sandbox = try DaemonSandbox()
+        let notify = try NotifySocket()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig + "\nmax_jobs = 64\n")
+        var saved = rlimit()
+        XCTAssertEqual(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &saved), 0)
+        var small = rlimit(rlim_cur: 256, rlim_max: 256)
+        XCTAssertEqual(setrlimit(Int32(RLIMIT_NOFILE.rawValue), &small), 0)
+        let daemon: DaemonProcess
+        do {
+            defer { _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &saved) }
+            daemon = try sandbox.start(notifySocket: notify)
+        }
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "RLIMIT_NOFILE=256 (hard 256) is below what max_jobs = 64 needs: 7 per job + 64 = 512", timeout: 2),
+                      daemon.stderr)
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+    }
+
     func testTerminate_sendsStoppingAndLeavesAFinalStateFile() throws {
         let sandbox = try DaemonSandbox()
         let notify = try NotifySocket()

@@ -125,6 +125,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             exit(ExitCode.osError)
         }
         watchdog.start()
+        checkFileLimit(maxJobs: configuration.daemon.maxJobs)
         engine.onChange = { [unowned self] in
             // On the jobs queue: take the figures here, show them from the lifecycle queue.
             let summary = (self.engine.runningCount, self.engine.runningSummary)
@@ -142,6 +143,28 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let watches = configuration.watches
         watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
         perform(machine.handle(.sourcesRegistered))
+    }
+
+    /// A running job holds 7 fds (its stdout, stderr and progress pipes, both ends each
+    /// until their sources are cancelled, and its pidfd); the daemon itself about 64
+    /// (inotify, the databases, signalfds, epoll, the mount table). EMFILE in the middle of
+    /// a burst is a lost job: say so at start, with the numbers, while it is cheap to fix.
+    static let descriptorsPerJob = 7
+    static let descriptorsForTheDaemon = 64
+
+    private func checkFileLimit(maxJobs: Int) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        // The soft limit is ours to raise up to the hard one (select(2) is not used here).
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        let needed = UInt64(maxJobs * Self.descriptorsPerJob + Self.descriptorsForTheDaemon)
+        if UInt64(limit.rlim_cur) < needed {
+            logger.warning("open file limit RLIMIT_NOFILE=\(limit.rlim_cur) (hard \(limit.rlim_max)) is below what max_jobs = \(maxJobs) needs: \(Self.descriptorsPerJob) per job + \(Self.descriptorsForTheDaemon) = \(needed); raise LimitNOFILE= in the unit (or ulimit -n) or lower max_jobs, or jobs will fail to start with EMFILE")
+        }
     }
 
     private func prepareRuntimeDirectory(_ settings: DaemonSettings) {
@@ -283,6 +306,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         stateDump.apply(settings)
         let tasks = new.tasks
+        if settings.maxJobs != configuration.daemon.maxJobs { checkFileLimit(maxJobs: settings.maxJobs) }
         jobsQueue.queue.sync {
             engine.setMaxJobs(settings.maxJobs)
             scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)
