@@ -127,21 +127,39 @@ final class TaskRunTests: XCTestCase {
         stop(daemon)
     }
 
+    /// The task's dump entry, read from a fresh SIGUSR1 dump.
+    private func taskEntry(_ sandbox: DaemonSandbox, _ daemon: DaemonProcess, sequence: inout Int) -> [String: Any]? {
+        sequence += 1
+        daemon.send(SIGUSR1)
+        guard let state = sandbox.waitForState(sequence: sequence, timeout: 5) else { return nil }
+        return ((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first
+    }
+
+    /// Runs block until the test releases them, so what is counted depends on events, not
+    /// on how many ticks fit in a wall-clock window on a loaded machine.
     func testOverlapSkip_skipsWhileRunning_andLogsOncePerStreak() throws {
         let (sandbox, daemon, _) = try start("""
             [[task]]
             name = "long"
-            every = "200ms"
+            every = "100ms"
             run_on_start = true
-            budget = "5s"
-            command = ["/bin/sleep", "1.1"]
+            shell = true
+            command = 'touch @DIR@/started; while [ ! -e @DIR@/release ]; do sleep 0.02; done'
             """)
+        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: sandbox.root + "/started") }, daemon.stderr)
+        var sequence = 0
+        var skipped = 0
+        XCTAssertTrue(waitFor(20) {
+            skipped = (taskEntry(sandbox, daemon, sequence: &sequence)?["skipped_in_a_row"] as? Int) ?? 0
+            return skipped >= 3
+        }, daemon.stderr)
+        FileManager.default.createFile(atPath: sandbox.root + "/release", contents: nil)
         XCTAssertTrue(daemon.waitForStderr(containing: "runs again after skipping", timeout: 10), daemon.stderr)
         let stderr = daemon.stderr
         let skipNotices = stderr.components(separatedBy: "because the previous one is still running").count - 1
         XCTAssertEqual(skipNotices, 1, "one notice per streak:\n\(stderr)")
-        XCTAssertTrue(stderr.contains("after skipping 5 run(s)") || stderr.contains("after skipping 4 run(s)") || stderr.contains("after skipping 6 run(s)"), stderr)
-        _ = sandbox // keeps the directory (and the daemon's stderr file) until the end
+        let count = stderr.components(separatedBy: "runs again after skipping ").dropFirst().first.flatMap { Int($0.prefix { $0.isNumber }) }
+        XCTAssertGreaterThanOrEqual(count ?? 0, skipped, stderr)
         stop(daemon)
     }
 
@@ -149,18 +167,29 @@ final class TaskRunTests: XCTestCase {
         let (sandbox, daemon, _) = try start("""
             [[task]]
             name = "queued"
-            every = "150ms"
+            every = "100ms"
             run_on_start = true
             overlap = "queue"
             shell = true
-            command = 'echo start >> @DIR@/runs; sleep 0.6'
+            command = 'echo start >> @DIR@/runs; n=$(wc -l < @DIR@/runs); while [ ! -e @DIR@/release$n ]; do sleep 0.02; done'
             """)
-        usleep(2_000_000)
+        var sequence = 0
+        // While the first run blocks, one run waits and every later tick is skipped.
+        XCTAssertTrue(waitFor(20) {
+            let task = taskEntry(sandbox, daemon, sequence: &sequence)
+            return task?["waiting_for_current_run"] as? Bool == true && (task?["skipped_in_a_row"] as? Int ?? 0) >= 2
+        }, daemon.stderr)
+        XCTAssertEqual(lines(sandbox.root + "/runs").count, 1)
+        FileManager.default.createFile(atPath: sandbox.root + "/release1", contents: nil)
+        // The waiting run starts as soon as the first ends; again at most one waits behind it.
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/runs").count == 2 }, daemon.stderr)
+        XCTAssertTrue(waitFor(20) {
+            let task = taskEntry(sandbox, daemon, sequence: &sequence)
+            return task?["waiting_for_current_run"] as? Bool == true && (task?["skipped_in_a_row"] as? Int ?? 0) >= 2
+        }, daemon.stderr)
+        XCTAssertEqual(lines(sandbox.root + "/runs").count, 2, "more than one run was let through while one was running")
+        for index in 2...5 { FileManager.default.createFile(atPath: sandbox.root + "/release\(index)", contents: nil) }
         stop(daemon)
-        // 2 s of 0.6 s runs, back to back because one always waits: about 3-4 runs, not 13.
-        let runs = lines(sandbox.root + "/runs").count
-        XCTAssertGreaterThanOrEqual(runs, 3)
-        XCTAssertLessThanOrEqual(runs, 4)
     }
 
     func testOverlapReplace_expiresTheRunningOneThenStartsTheNext() throws {
@@ -200,27 +229,25 @@ final class TaskRunTests: XCTestCase {
         stop(daemon)
     }
 
-    func testFailedRun_isRetriedWithExponentialBackoff() throws {
+    /// Three attempts in all, each with its own record; the backoff's growth is pinned by
+    /// RetryPolicyTests, not by timing runs here.
+    func testFailedRun_isRetriedUpToItsAttempts_withARecordPerAttempt() throws {
         let (sandbox, daemon, _) = try start("""
             [[task]]
             name = "flaky"
             every = "1h"
             run_on_start = true
-            retry = { attempts = 3, backoff = "300ms", max_backoff = "5s" }
+            retry = { attempts = 3, backoff = "100ms", max_backoff = "1s" }
             shell = true
-            command = 'date +%s%N >> @DIR@/attempts; exit 3'
+            command = 'echo "$WATCHKEEPER_ATTEMPT" >> @DIR@/attempts; exit 3'
             """)
         XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/attempts").count >= 3 }, daemon.stderr)
-        usleep(1_500_000)
-        let times = lines(sandbox.root + "/attempts").compactMap { Double($0) }.map { $0 / 1e9 }
-        XCTAssertEqual(times.count, 3, "attempts = 3 means three runs in all")
-        // 300 ms then 600 ms, each ±20%, plus spawn time.
-        XCTAssertGreaterThan(times[1] - times[0], 0.23)
-        XCTAssertGreaterThan(times[2] - times[1], 0.47)
-        XCTAssertGreaterThan(times[2] - times[1], (times[1] - times[0]) * 1.3, "the second wait must be longer: \(times)")
-        XCTAssertTrue(daemon.stderr.contains("outcome=failed"), daemon.stderr)
-        XCTAssertTrue(daemon.stderr.contains("exit_code=3"), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "attempt=3", timeout: 5), daemon.stderr)
         stop(daemon)
+        XCTAssertEqual(lines(sandbox.root + "/attempts"), ["1", "2", "3"], "attempts = 3 means three runs in all")
+        let records = daemon.stderr.split(separator: "\n").filter { $0.contains("task flaky run") && $0.contains("outcome=failed") }
+        XCTAssertEqual(records.count, 3, daemon.stderr)
+        XCTAssertTrue(records.allSatisfy { $0.contains("exit_code=3") }, daemon.stderr)
     }
 
     func testHostileArguments_reachTheJobByteExact() throws {
