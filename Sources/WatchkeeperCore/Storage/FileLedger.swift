@@ -82,6 +82,8 @@ public final class FileLedger {
     public static let recordsPerTransaction = 4_096
     /// The same for `prune`'s deletions.
     static let deletionsPerTransaction = 512
+    /// Like TaskStore's: the other connection to the file is the tasks queue's.
+    public static let busyTimeout: Duration = .milliseconds(2_000)
 
     public var path: String { connection.path }
     /// Transactions committed on the ledger's connection since it was opened.
@@ -99,8 +101,7 @@ public final class FileLedger {
         if ownsConnection { connection.close() }
     }
 
-    public static let busyTimeout: Duration = .milliseconds(2_000)
-
+    /// What the messages call the file, and what moving it aside starts again with.
     static let options = (label: "file ledger", emptyState: "an empty file ledger and empty task state")
 
     /// Opens `<stateDirectory>/watchkeeper.sqlite3` (creating the directory, mode 0750, and
