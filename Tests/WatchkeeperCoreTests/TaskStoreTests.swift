@@ -78,7 +78,7 @@ final class TaskStoreTests: XCTestCase {
         XCTAssertEqual(stat(databasePath, &info), 0)
         XCTAssertEqual(info.st_mode & 0o777, 0o640)
         XCTAssertEqual(try query("PRAGMA user_version"), [String(TaskStore.schemaVersion)])
-        XCTAssertEqual(TaskStore.schemaVersion, 2, "1: task state and history, 2: the file ledger")
+        XCTAssertEqual(TaskStore.schemaVersion, 3, "1: task state and history, 2: the file ledger, 3: the ledger by identity")
         XCTAssertEqual(try query("PRAGMA journal_mode"), ["wal"])
         XCTAssertEqual(try query("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"), ["file_ledger", "run_history", "task_state"])
     }
@@ -406,26 +406,6 @@ final class TaskStoreTests: XCTestCase {
         try reopened.recordRun(run("after", 1))
         XCTAssertEqual(try reopened.history(task: "after", limit: 10), [run("after", 1)])
         XCTAssertEqual(try query("PRAGMA integrity_check"), ["ok"])
-    }
-
-    func testFileLedger_roundTripsBinaryPathsAndIdentity_andSurvivesReopening() throws {
-        let path: [UInt8] = [0x2d, 0x72, 0x66, 0x0a, 0xff, 0x2f, 0x78]
-        let entry = TaskStore.LedgerEntry(device: 0xFFFF_FFFF_0000_0001, inode: 42, size: 7, modifiedNanoseconds: 1_800_000_000_123_456_789, outcome: "ok")
-        do {
-            let store = try TaskStore(directory: directory)
-            XCTAssertNil(try store.ledgerEntry(rule: "inbox", path: path))
-            try store.recordFile(rule: "inbox", path: path, entry: entry, at: WallTime(secondsSinceEpoch: 1_800_000_000, nanoseconds: 0))
-            try store.recordFile(rule: "other", path: path, entry: entry, at: WallTime(secondsSinceEpoch: 1_800_000_000, nanoseconds: 0))
-            store.close()
-        }
-        let reopened = try TaskStore(directory: directory)
-        XCTAssertEqual(try reopened.ledgerEntry(rule: "inbox", path: path), entry)
-        XCTAssertNil(try reopened.ledgerEntry(rule: "inbox", path: Array(path.dropLast())), "paths are compared byte for byte")
-        let failed = TaskStore.LedgerEntry(device: 1, inode: 43, size: 8, modifiedNanoseconds: 5, outcome: "failed")
-        try reopened.recordFile(rule: "inbox", path: path, entry: failed, at: WallTime(secondsSinceEpoch: 1_800_000_001, nanoseconds: 0))
-        XCTAssertEqual(try reopened.ledgerEntry(rule: "inbox", path: path), failed, "a later handling replaces the entry")
-        XCTAssertEqual(try reopened.ledgerSize(rule: "inbox"), 1)
-        XCTAssertEqual(try reopened.ledgerSize(rule: "other"), 1)
     }
 }
 

@@ -1,0 +1,364 @@
+// The watch rules' ledger of handled files: which file, in which form, was handled how.
+// A file handled successfully in its current form is not handled again, across restarts
+// and crashes; that is what lets catch-up at start-up (and rescans after an overflow) find
+// a file again without running its job twice. It lives in the state file's `file_ledger`
+// table (Storage/StateDatabase.swift), on a connection of the watching queue's own.
+
+import CSQLite
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A file's form: the same bytes in the same place have the same device, inode, size and
+/// modification time. A rewrite in place changes the time; a replacement by rename changes
+/// the inode.
+public struct FileIdentity: Sendable, Hashable {
+    public let device: UInt64
+    public let inode: UInt64
+    public let size: Int64
+    public let modifiedNanoseconds: Int64
+
+    public init(device: UInt64, inode: UInt64, size: Int64, modifiedNanoseconds: Int64) {
+        self.device = device
+        self.inode = inode
+        self.size = size
+        self.modifiedNanoseconds = modifiedNanoseconds
+    }
+
+    public init(_ info: stat) {
+        self.init(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+                  modifiedNanoseconds: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+    }
+}
+
+/// One handled file to write to the ledger.
+public struct LedgerRecord: Sendable, Equatable {
+    public let rule: String
+    /// Relative to the rule's root, raw bytes (names need not be UTF-8).
+    public let path: [UInt8]
+    public let identity: FileIdentity
+    /// A `RunOutcome` raw value, kept as text so that a ledger written by a newer
+    /// watchkeeper with more outcomes still reads.
+    public let outcome: String
+    public let handledAt: WallTime
+
+    public init(rule: String, path: [UInt8], identity: FileIdentity, outcome: String, handledAt: WallTime) {
+        self.rule = rule
+        self.path = path
+        self.identity = identity
+        self.outcome = outcome
+        self.handledAt = handledAt
+    }
+}
+
+/// One file as the ledger remembers it for a rule.
+public struct LedgerEntry: Sendable, Equatable {
+    public let path: [UInt8]
+    public let identity: FileIdentity
+    public let outcome: String
+    public let handledAt: WallTime
+
+    public init(path: [UInt8], identity: FileIdentity, outcome: String, handledAt: WallTime) {
+        self.path = path
+        self.identity = identity
+        self.outcome = outcome
+        self.handledAt = handledAt
+    }
+}
+
+/// The ledger, confined to the watching queue like its connection; every call is
+/// synchronous and short (one indexed statement, or one transaction per batch).
+public final class FileLedger {
+    /// What `open` hands back: the ledger, and whether it had to start a new file.
+    public struct Opened {
+        public let ledger: FileLedger
+        /// Set when the file was damaged and replaced: log it once.
+        public let rebuilt: DamagedStateFile?
+    }
+
+    /// Records per transaction in `record`: one call never holds the write lock long enough
+    /// for the task state's connection to give up waiting (its busy timeout is 2 s; 4,096
+    /// upserts take a few milliseconds).
+    public static let recordsPerTransaction = 4_096
+    /// The same for `prune`'s deletions.
+    static let deletionsPerTransaction = 512
+    /// Like TaskStore's: the other connection to the file is the tasks queue's.
+    public static let busyTimeout: Duration = .milliseconds(2_000)
+
+    public var path: String { connection.path }
+    /// Transactions committed on the ledger's connection since it was opened.
+    public var commits: UInt64 { connection.commits }
+    private let connection: SQLiteConnection
+    /// False when the connection is TaskStore's, lent to the ledger bridge.
+    private let ownsConnection: Bool
+
+    init(connection: SQLiteConnection, ownsConnection: Bool) {
+        self.connection = connection
+        self.ownsConnection = ownsConnection
+    }
+
+    deinit {
+        if ownsConnection { connection.close() }
+    }
+
+    /// What the messages call the file, and what moving it aside starts again with.
+    static let options = (label: "file ledger", emptyState: "an empty file ledger and empty task state")
+
+    /// Opens `<stateDirectory>/watchkeeper.sqlite3` (creating the directory, mode 0750, and
+    /// the file if needed) and checks it with `PRAGMA quick_check`. A file that is not a
+    /// database, is corrupt, or cannot be opened for what it is (a directory in its place,
+    /// unreadable) is moved aside with its -wal and -shm to `<name>.damaged-<UTC time>`, and
+    /// a new file takes its place: losing the ledger means handling some files again, which
+    /// is better than never catching up again. `Opened.rebuilt` says so, once, for the log.
+    ///
+    /// Not treated as damage, so thrown: a state directory that cannot be created or written,
+    /// a symbolic link in the file's place, a full disk or I/O error, a lock held past the
+    /// busy timeout, and a schema from a newer release (that file is fine, we are too old).
+    ///
+    /// Open this before TaskStore: the task state lives in the same file, and a TaskStore
+    /// connection to a file that is then moved aside would go on writing to the kept file.
+    public static func open(stateDirectory: String, now: WallTime = .now()) throws(SQLiteError) -> Opened {
+        let path = StateDatabase.path(inDirectory: stateDirectory)
+        let recovery = DamagedStateFile.Recovery(path: path, label: options.label)
+        try recovery.createDirectoryIfMissing()
+        let reason: String
+        do throws(SQLiteError) {
+            if let foreign = recovery.unusableBeforeOpening() {
+                reason = foreign
+            } else {
+                let connection = try StateDatabase.open(path: path, label: options.label, emptyState: options.emptyState,
+                                                        busyTimeout: busyTimeout)
+                let problems: [String]
+                do throws(SQLiteError) {
+                    problems = try connection.quickCheck()
+                } catch {
+                    connection.close()
+                    throw error
+                }
+                guard !problems.isEmpty else {
+                    return Opened(ledger: FileLedger(connection: connection, ownsConnection: true), rebuilt: nil)
+                }
+                // Closed before the move: the last connection to close deletes "<path>-wal",
+                // which would then be the new file's.
+                connection.close()
+                reason = "PRAGMA quick_check found \(problems.count) problem(s), the first: \(problems[0])"
+            }
+        } catch {
+            guard DamagedStateFile.isDamage(error), recovery.exists else { throw error }
+            reason = error.description
+        }
+        let rebuilt = try recovery.moveAside(reason: reason, now: now)
+        let connection = try StateDatabase.open(path: path, label: options.label, emptyState: options.emptyState,
+                                                busyTimeout: busyTimeout)
+        return Opened(ledger: FileLedger(connection: connection, ownsConnection: true), rebuilt: rebuilt)
+    }
+
+    /// Closes the connection (after `checkpoint()` for a clean stop). Idempotent.
+    public func close() {
+        if ownsConnection { connection.close() }
+    }
+
+    // MARK: - Writing
+
+    /// Records the files in one transaction per `recordsPerTransaction` (group commit: a
+    /// burst of handled files costs one commit per batch, not one per file). A later
+    /// handling of the same (rule, path) replaces the entry. Nothing of a chunk is written
+    /// when one of its records fails.
+    public func record(_ entries: [LedgerRecord]) throws(SQLiteError) {
+        guard !entries.isEmpty else { return }
+        let rules = Set(entries.map(\.rule)).sorted()
+        let action = "record \(entries.count) handled file(s) of watch \(rules.map { "\"\($0)\"" }.joined(separator: ", ")) in"
+        var values: [[SQLiteValue]] = []
+        values.reserveCapacity(entries.count)
+        for entry in entries {
+            guard let handledAt = entry.handledAt.nanosecondsSinceEpoch else {
+                throw connection.failure(
+                    action: action, code: SQLITE_RANGE,
+                    message: "\(entry.handledAt.secondsSinceEpoch) seconds since the epoch is outside the years 1678 to 2262 that nanosecond times can hold")
+            }
+            values.append([
+                .text(entry.rule), .blob(entry.path), .integer(Int64(bitPattern: entry.identity.device)),
+                .integer(Int64(bitPattern: entry.identity.inode)), .integer(entry.identity.size),
+                .integer(entry.identity.modifiedNanoseconds), .text(entry.outcome), .integer(handledAt),
+            ])
+        }
+        var start = 0
+        while start < values.count {
+            let end = min(values.count, start + Self.recordsPerTransaction)
+            try connection.transaction(action) { () throws(SQLiteError) in
+                for row in values[start..<end] {
+                    try connection.execute(
+                        """
+                        INSERT INTO file_ledger (rule, path, device, inode, size, modified_ns, outcome, handled_at)
+                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                        ON CONFLICT (rule, path) DO UPDATE SET device = excluded.device, inode = excluded.inode,
+                            size = excluded.size, modified_ns = excluded.modified_ns, outcome = excluded.outcome,
+                            handled_at = excluded.handled_at
+                        """, row, action: action)
+                }
+            }
+            start = end
+        }
+    }
+
+    /// A directory of the rule's tree was renamed from `fromPrefix` to `toPrefix` (both
+    /// relative to the root, neither empty): the entries of the directory itself and of
+    /// everything below `fromPrefix + "/"` now have the new paths, so the files inside are
+    /// not handled again as new. Entries already under `toPrefix` are deleted first: rename
+    /// only replaces an empty directory, so they describe files that are gone. Returns the
+    /// number of entries moved.
+    @discardableResult
+    public func move(rule: String, fromPrefix: [UInt8], toPrefix: [UInt8]) throws(SQLiteError) -> Int {
+        let action = "move entries of watch \"\(rule)\" from \(Self.printable(fromPrefix)) to \(Self.printable(toPrefix)) in"
+        guard fromPrefix != toPrefix else { return 0 }
+        let slash = UInt8(ascii: "/")
+        guard !fromPrefix.isEmpty, !toPrefix.isEmpty, !toPrefix.starts(with: fromPrefix + [slash]),
+              !fromPrefix.starts(with: toPrefix + [slash]) else {
+            throw connection.failure(action: action, code: SQLITE_MISUSE,
+                                     message: "a directory cannot move to the root, from it, into itself or onto its own parent")
+        }
+        // Below a prefix means between prefix + "/" and prefix + "0" ('0' follows '/'):
+        // BLOBs compare with memcmp, so that is a range of the primary key.
+        func bounds(_ prefix: [UInt8]) -> [SQLiteValue] {
+            [.blob(prefix), .blob(prefix + [slash]), .blob(prefix + [slash + 1])]
+        }
+        return try connection.transaction(action) { () throws(SQLiteError) -> Int in
+            try connection.execute(
+                "DELETE FROM file_ledger WHERE rule = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
+                [.text(rule)] + bounds(toPrefix), action: action)
+            // `||` yields TEXT holding the bytes unchanged (the file is UTF-8, nothing is
+            // converted); CAST makes it a BLOB again so that it compares like every other path.
+            try connection.execute(
+                """
+                UPDATE file_ledger SET path = CAST(?5 || substr(path, ?6) AS BLOB)
+                WHERE rule = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))
+                """,
+                [.text(rule)] + bounds(fromPrefix) + [.blob(toPrefix), .integer(Int64(fromPrefix.count + 1))], action: action)
+            return connection.changes
+        }
+    }
+
+    // MARK: - Reading
+
+    public func entry(rule: String, path: [UInt8]) throws(SQLiteError) -> LedgerEntry? {
+        var found: LedgerEntry?
+        try connection.execute(
+            "SELECT path, device, inode, size, modified_ns, outcome, handled_at FROM file_ledger WHERE rule = ?1 AND path = ?2",
+            [.text(rule), .blob(path)], action: "read an entry of watch \"\(rule)\" from"
+        ) { row in found = Self.entry(row) }
+        return found
+    }
+
+    /// The rule's entries for files with this identity, newest handling first: where a file
+    /// that now appears under a new name (its directory moved) was handled before. Hard
+    /// links share an identity, hence a list. INDEXED BY because without ANALYZE statistics
+    /// SQLite prefers the covering primary key's `rule = ?` prefix, which is the rule's whole
+    /// ledger; the identity index finds the row directly.
+    public func entries(rule: String, identity: FileIdentity) throws(SQLiteError) -> [LedgerEntry] {
+        var found: [LedgerEntry] = []
+        try connection.execute(
+            Self.identityLookup,
+            [.text(rule), .integer(Int64(bitPattern: identity.inode)), .integer(Int64(bitPattern: identity.device)),
+             .integer(identity.size), .integer(identity.modifiedNanoseconds)],
+            action: "look up a file by identity in watch \"\(rule)\" of"
+        ) { row in found.append(Self.entry(row)) }
+        return found
+    }
+
+    static let identityLookup = """
+        SELECT path, device, inode, size, modified_ns, outcome, handled_at FROM file_ledger INDEXED BY file_ledger_by_identity
+        WHERE rule = ?1 AND inode = ?2 AND device = ?3 AND size = ?4 AND modified_ns = ?5
+        ORDER BY handled_at DESC, path
+        """
+
+    public func count(rule: String) throws(SQLiteError) -> Int {
+        var count = 0
+        try connection.execute("SELECT count(*) FROM file_ledger WHERE rule = ?1", [.text(rule)],
+                               action: "count the entries of watch \"\(rule)\" in") { row in count = Int(row.integer(0) ?? 0) }
+        return count
+    }
+
+    // MARK: - Pruning
+
+    public enum PruneOutcome: Sendable, Equatable {
+        case pruned(removed: Int, kept: Int)
+        /// The root could not be examined (errno from lstat, or ENOTDIR): nothing removed.
+        case rootUnavailable(errorNumber: Int32)
+    }
+
+    /// Deletes the rule's entries whose file is gone: `lstat(root + "/" + path)` fails with
+    /// ENOENT or ENOTDIR. Why lstat and not the set of files the last scan found: a scan that
+    /// could not list a directory (EACCES, EMFILE) would make every file below it look gone,
+    /// and its files would all run again once the directory is readable. Any other lstat
+    /// error keeps the entry. A root that is missing or not a directory (an unmounted file
+    /// system) removes nothing, or the next mount would re-handle the whole tree.
+    ///
+    /// It costs one lstat per entry on the calling queue: for a maintenance moment (start-up
+    /// after catch-up, a reload), not for every event.
+    public func prune(rule: String, missingUnder root: [UInt8]) throws(SQLiteError) -> PruneOutcome {
+        var info = stat()
+        guard Self.lstat(root, &info) == 0 else { return .rootUnavailable(errorNumber: errno) }
+        guard info.st_mode & S_IFMT == S_IFDIR else { return .rootUnavailable(errorNumber: ENOTDIR) }
+        var kept = 0
+        let removed = try prune(rule: rule) { path in
+            var file = stat()
+            let gone = Self.lstat(root + [UInt8(ascii: "/")] + path, &file) != 0 && (errno == ENOENT || errno == ENOTDIR)
+            if !gone { kept += 1 }
+            return !gone
+        }
+        return .pruned(removed: removed, kept: kept)
+    }
+
+    /// Deletes the rule's entries for which `keep` says false; returns how many. `keep` runs
+    /// outside any transaction (it may be slow), then the deletions go in transactions of
+    /// `deletionsPerTransaction`.
+    public func prune(rule: String, keepingOnly keep: ([UInt8]) -> Bool) throws(SQLiteError) -> Int {
+        let action = "prune the entries of watch \"\(rule)\" in"
+        var paths: [[UInt8]] = []
+        try connection.execute("SELECT path FROM file_ledger WHERE rule = ?1", [.text(rule)], action: action) { row in
+            paths.append(row.blob(0) ?? [])
+        }
+        let doomed = paths.filter { !keep($0) }
+        var start = 0
+        while start < doomed.count {
+            let end = min(doomed.count, start + Self.deletionsPerTransaction)
+            try connection.transaction(action) { () throws(SQLiteError) in
+                for path in doomed[start..<end] {
+                    try connection.execute("DELETE FROM file_ledger WHERE rule = ?1 AND path = ?2", [.text(rule), .blob(path)],
+                                           action: action)
+                }
+            }
+            start = end
+        }
+        return doomed.count
+    }
+
+    // MARK: - Stopping
+
+    /// For a clean stop: everything into the main file and the WAL truncated to zero
+    /// bytes. In between, SQLite checkpoints every `wal_autocheckpoint` pages and truncates
+    /// the WAL to `journal_size_limit` after each checkpoint, so it stays bounded.
+    public func checkpoint() throws(SQLiteError) -> SQLiteConnection.CheckpointResult {
+        try connection.checkpoint()
+    }
+
+    // MARK: - Helpers
+
+    private static func entry(_ row: SQLiteRow) -> LedgerEntry {
+        LedgerEntry(
+            path: row.blob(0) ?? [],
+            identity: FileIdentity(device: UInt64(bitPattern: row.integer(1) ?? 0), inode: UInt64(bitPattern: row.integer(2) ?? 0),
+                                   size: row.integer(3) ?? 0, modifiedNanoseconds: row.integer(4) ?? 0),
+            outcome: row.text(5) ?? "", handledAt: WallTime(nanosecondsSinceEpoch: row.integer(6) ?? 0))
+    }
+
+    private static func lstat(_ path: [UInt8], _ info: inout stat) -> Int32 {
+        (path + [0]).withUnsafeBufferPointer { bytes in
+            Glibc.lstat(UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self), &info)
+        }
+    }
+
+    static func printable(_ path: [UInt8]) -> String {
+        "\"" + String(decoding: path, as: UTF8.self) + "\""
+    }
+}

@@ -1,0 +1,196 @@
+import CSQLite
+import Foundation
+import XCTest
+
+@testable import WatchkeeperCore
+
+/// FileLedger.open on files that cannot be used as they are. We run as root in CI, and
+/// root reads and writes any file whatever its mode, so "unreadable" is made with a
+/// directory in the file's place (open fails with EISDIR); the read-only file case runs
+/// only as another user.
+final class FileLedgerRecoveryTests: XCTestCase {
+    private var directory = ""
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "watchkeeper-recovery-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        chmod(directory, 0o700)
+        try FileManager.default.removeItem(atPath: directory)
+    }
+
+    private var databasePath: String { directory + "/" + StateDatabase.fileName }
+    /// 2027-01-15T08:00:00Z.
+    private let now = WallTime(secondsSinceEpoch: 1_800_000_000, nanoseconds: 0)
+    private var keptPath: String { databasePath + ".damaged-20270115T080000Z" }
+
+    private func randomBytes(_ count: Int) -> Data {
+        Data((0..<count).map { _ in UInt8.random(in: 0 ... .max) })
+    }
+
+    private func filesInDirectory() throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+    }
+
+    /// A new ledger that works: it takes a record and gives it back.
+    private func assertUsable(_ ledger: FileLedger, file: StaticString = #filePath, line: UInt = #line) throws {
+        let identity = FileIdentity(device: 1, inode: 2, size: 3, modifiedNanoseconds: 4)
+        try ledger.record([LedgerRecord(rule: "r", path: Array("x".utf8), identity: identity, outcome: "ok", handledAt: now)])
+        XCTAssertEqual(try ledger.count(rule: "r"), 1, file: file, line: line)
+    }
+
+    private func filledLedger(entries: Int) throws {
+        let ledger = try FileLedger.open(stateDirectory: directory, now: now).ledger
+        try ledger.record((0..<entries).map { index in
+            LedgerRecord(rule: "r", path: Array("some/longer/directory/name/file-\(index)".utf8),
+                         identity: FileIdentity(device: 1, inode: UInt64(index), size: 3, modifiedNanoseconds: 4), outcome: "ok", handledAt: now)
+        })
+        _ = try ledger.checkpoint()
+        ledger.close()
+    }
+
+    func testOpen_aFileOfRandomBytes_movesItAsideWithItsWALAndSHM_andStartsANewLedger() throws {
+        let garbage = randomBytes(8_192)
+        try garbage.write(to: URL(fileURLWithPath: databasePath))
+        try randomBytes(4_096).write(to: URL(fileURLWithPath: databasePath + "-wal"))
+        try randomBytes(32_768).write(to: URL(fileURLWithPath: databasePath + "-shm"))
+
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        let rebuilt = try XCTUnwrap(opened.rebuilt)
+        XCTAssertEqual(rebuilt.path, databasePath)
+        XCTAssertEqual(rebuilt.keptAt, keptPath)
+        XCTAssertEqual(rebuilt.companionsKept, [keptPath + "-wal", keptPath + "-shm"])
+        XCTAssertTrue(rebuilt.reason.contains("file is not a database"), rebuilt.reason)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keptPath)), garbage, "the damaged bytes are kept as they were")
+        XCTAssertTrue(rebuilt.description.hasPrefix("file ledger \(databasePath) was damaged (it does not start with SQLite's header: file is not a database); "),
+                      rebuilt.description)
+        XCTAssertTrue(rebuilt.description.hasSuffix("it is kept at \(keptPath) and a new, empty file took its place: task state and history start empty, and watch rules with catch_up handle the files now in their trees again"),
+                      rebuilt.description)
+        try assertUsable(opened.ledger)
+    }
+
+    func testOpen_aDatabaseTruncatedToHalf_isFoundDamaged_andRebuilt() throws {
+        try filledLedger(entries: 3_000)
+        var info = stat()
+        XCTAssertEqual(stat(databasePath, &info), 0)
+        let half = info.st_size / 2 / 4_096 * 4_096
+        XCTAssertEqual(truncate(databasePath, half), 0)
+
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        let rebuilt = try XCTUnwrap(opened.rebuilt, "a truncated file went unnoticed")
+        XCTAssertEqual(stat(rebuilt.keptAt, &info), 0)
+        XCTAssertEqual(info.st_size, half)
+        try assertUsable(opened.ledger)
+        XCTAssertEqual(try opened.ledger.count(rule: "r"), 1, "the new ledger starts empty")
+    }
+
+    func testOpen_aDatabaseTruncatedInsideItsHeader_isRebuilt() throws {
+        try filledLedger(entries: 10)
+        XCTAssertEqual(truncate(databasePath, 60), 0)
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        XCTAssertNotNil(opened.rebuilt)
+        try assertUsable(opened.ledger)
+    }
+
+    func testOpen_aDirectoryInTheFilesPlace_movesTheDirectoryAsideWithWhatItHolds() throws {
+        try FileManager.default.createDirectory(atPath: databasePath, withIntermediateDirectories: false)
+        XCTAssertTrue(FileManager.default.createFile(atPath: databasePath + "/inside", contents: Data("kept".utf8)))
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        XCTAssertEqual(opened.rebuilt?.reason, "a directory is in its place")
+        XCTAssertEqual(try String(contentsOfFile: keptPath + "/inside", encoding: .utf8), "kept")
+        try assertUsable(opened.ledger)
+    }
+
+    func testOpen_damagedTwiceWithinOneSecond_keepsBothDamagedFiles() throws {
+        try randomBytes(4_096).write(to: URL(fileURLWithPath: databasePath))
+        let first = try FileLedger.open(stateDirectory: directory, now: now)
+        first.ledger.close()
+        try randomBytes(4_096).write(to: URL(fileURLWithPath: databasePath))
+        let second = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { second.ledger.close() }
+        XCTAssertEqual(first.rebuilt?.keptAt, keptPath)
+        XCTAssertEqual(second.rebuilt?.keptAt, keptPath + "-2")
+    }
+
+    func testOpen_aReadOnlyFile_isMovedAside_whenNotRoot() throws {
+        try XCTSkipIf(geteuid() == 0, "root writes read-only files: covered by the directory in the file's place")
+        try filledLedger(entries: 1)
+        XCTAssertEqual(chmod(databasePath, 0o400), 0)
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        XCTAssertNotNil(opened.rebuilt)
+        try assertUsable(opened.ledger)
+    }
+
+    func testOpen_inAMissingStateDirectory_createsItWithMode0750() throws {
+        let missing = directory + "/var/lib/watchkeeper"
+        let opened = try FileLedger.open(stateDirectory: missing, now: now)
+        defer { opened.ledger.close() }
+        XCTAssertNil(opened.rebuilt)
+        var info = stat()
+        XCTAssertEqual(stat(missing, &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o750 & ~0o022)
+        try assertUsable(opened.ledger)
+    }
+
+    func testOpen_whenTheStateDirectoryCannotBeCreated_failsSayingWhy_andMovesNothing() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/plain-file", contents: Data()))
+        let below = directory + "/plain-file/state"
+        XCTAssertThrowsError(try FileLedger.open(stateDirectory: below, now: now)) { error in
+            XCTAssertEqual("\(error)", "unable to create the state directory for file ledger \(below)/watchkeeper.sqlite3: mkdir \(below): Not a directory")
+        }
+        XCTAssertEqual(try filesInDirectory(), ["plain-file"])
+    }
+
+    func testOpen_aFileFromANewerRelease_isRefused_andLeftWhereItIs() throws {
+        try TaskStore(directory: directory).close()
+        var connection: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(databasePath, &connection), SQLITE_OK)
+        XCTAssertEqual(sqlite3_exec(connection, "PRAGMA user_version = 99", nil, nil, nil), SQLITE_OK)
+        sqlite3_close(connection)
+        XCTAssertThrowsError(try FileLedger.open(stateDirectory: directory, now: now)) { error in
+            XCTAssertTrue("\(error)".contains("its schema version 99 is newer than this watchkeeper's"), "\(error)")
+        }
+        XCTAssertEqual(try filesInDirectory().filter { $0.contains("damaged") }, [])
+    }
+
+    func testOpen_aSymbolicLinkInTheFilesPlace_isRefused_notMovedAside() throws {
+        XCTAssertEqual(symlink(directory + "/elsewhere", databasePath), 0)
+        XCTAssertThrowsError(try FileLedger.open(stateDirectory: directory, now: now)) { error in
+            XCTAssertEqual((error as? SQLiteError)?.code, SQLiteConnection.cantOpenSymlink, "\(error)")
+        }
+        XCTAssertEqual(try filesInDirectory(), [StateDatabase.fileName])
+    }
+
+    /// Files written by the release before FileLedger (schema version 2) open, migrate to
+    /// version 3, and keep their ledger and task state.
+    func testOpen_aVersion2FileFromTheLastRelease_keepsItsEntries_andGainsTheIdentityIndex() throws {
+        var connection: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(databasePath, &connection), SQLITE_OK)
+        let schema = StateDatabase.migrations.prefix(2).flatMap { $0 }.joined(separator: ";\n")
+        let fill = """
+            PRAGMA journal_mode = WAL; \(schema); PRAGMA user_version = 2;
+            INSERT INTO file_ledger VALUES ('inbox', x'61ff', 1, 2, 3, 4, 'ok', 5);
+            INSERT INTO task_state (task, last_outcome) VALUES ('nightly', 'ok');
+            """
+        XCTAssertEqual(sqlite3_exec(connection, fill, nil, nil, nil), SQLITE_OK, String(cString: sqlite3_errmsg(connection)))
+        sqlite3_close(connection)
+
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        XCTAssertNil(opened.rebuilt)
+        XCTAssertEqual(try opened.ledger.entry(rule: "inbox", path: [0x61, 0xff]),
+                       LedgerEntry(path: [0x61, 0xff], identity: FileIdentity(device: 1, inode: 2, size: 3, modifiedNanoseconds: 4),
+                                   outcome: "ok", handledAt: WallTime(nanosecondsSinceEpoch: 5)))
+        XCTAssertEqual(try opened.ledger.entries(rule: "inbox", identity: FileIdentity(device: 1, inode: 2, size: 3, modifiedNanoseconds: 4)).count, 1)
+        let store = try TaskStore(directory: directory)
+        defer { store.close() }
+        XCTAssertEqual(try store.state(task: "nightly")?.lastOutcome, "ok")
+    }
+}
