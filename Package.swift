@@ -12,6 +12,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        // Errno and FileDescriptor: one typed error for every syscall (System/).
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     ],
     targets: [
         // libsystemd (journal, sd_notify) plus the syscalls Glibc does not wrap (pidfd).
@@ -40,6 +42,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .executableTarget(
@@ -56,7 +59,10 @@ let package = Package(
         .executableTarget(name: "inotify-spawn-baseline", path: "Sources/inotify-spawn-baseline"),
         .testTarget(
             name: "WatchkeeperCoreTests",
-            dependencies: ["WatchkeeperCore"]
+            dependencies: [
+                "WatchkeeperCore",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
         ),
         .testTarget(
             name: "WatchkeeperIntegrationTests",

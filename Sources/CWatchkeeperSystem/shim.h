@@ -4,8 +4,10 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-journal.h>
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -31,5 +33,23 @@ extern void *memmem(const void *haystack, size_t haystack_length, const void *ne
 
 static inline const void *wk_memrchr(const void *s, int c, size_t n) { return memrchr(s, c, n); }
 static inline const void *wk_memmem(const void *h, size_t hl, const void *n, size_t nl) { return memmem(h, hl, n, nl); }
+
+// "ENOSPC" for 28 (glibc 2.32+, also _GNU_SOURCE only); NULL for a number glibc does not know.
+extern const char *strerrorname_np(int errnum);
+static inline const char *wk_errno_name(int errnum) { return strerrorname_np(errnum); }
+
+// Kernel constants Swift's Glibc module does not import, named once here.
+// epoll (sys/epoll.h above) is not in the Glibc module at all; EPOLLIN, EPOLLPRI,
+// epoll_create1 and friends come in through this header. F_SETPIPE_SZ and F_GETPIPE_SZ
+// are behind _GNU_SOURCE in <fcntl.h>, which the Glibc module is built without; their
+// values are kernel ABI (F_LINUX_SPECIFIC_BASE + 7 and + 8) and never change.
+#ifdef F_SETPIPE_SZ
+enum { WK_F_SETPIPE_SZ = F_SETPIPE_SZ, WK_F_GETPIPE_SZ = F_GETPIPE_SZ };
+#else
+enum { WK_F_SETPIPE_SZ = 1031, WK_F_GETPIPE_SZ = 1032 };
+#endif
+// IN_ALL_EVENTS is an expression of other macros, which Swift does not import; the single
+// IN_* bits (IN_MASK_ADD, IN_EXCL_UNLINK, IN_ONLYDIR, IN_UNMOUNT, ...) all do.
+enum { WK_IN_ALL_EVENTS = IN_ALL_EVENTS };
 
 #endif

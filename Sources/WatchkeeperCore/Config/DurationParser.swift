@@ -57,18 +57,8 @@ public enum DurationParser {
     }
 }
 
+// Duration's conversions to nanoseconds and to Dispatch live in System/DurationConversions.swift.
 extension Duration {
-    public var nanosecondsClamped: Int64 {
-        let (seconds, attoseconds) = components
-        let (product, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds < 0 ? .min : .max }
-        return product + attoseconds / 1_000_000_000
-    }
-
-    public var microseconds: Int64 { nanosecondsClamped / 1_000 }
-
-    public var secondsDouble: Double { Double(nanosecondsClamped) / 1e9 }
-
     /// The same short form the configuration accepts, so an operator can paste a
     /// figure from the dump back into the file: 90s → "1m30s", 0.25s → "250ms".
     public var compactDescription: String {
