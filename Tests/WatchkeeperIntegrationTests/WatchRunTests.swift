@@ -7,63 +7,7 @@ import Glibc
 
 /// `[[watch]]` rules on real directories with real inotify: each test creates files the
 /// way programs do and reads what the started jobs wrote.
-final class WatchRunTests: XCTestCase {
-    private var sandbox: DaemonSandbox!
-    private var daemon: DaemonProcess!
-
-    private func start(_ rules: String, daemonExtra: String = "", environment: [String: String] = [:]) throws {
-        sandbox = try DaemonSandbox()
-        try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
-        let notify = try NotifySocket()
-        try sandbox.writeConfig("""
-            [daemon]
-            log_level = "debug"
-            shutdown_grace = "5s"
-            \(daemonExtra)
-
-            \(rules.replacingOccurrences(of: "@DIR@", with: sandbox.root))
-            """)
-        daemon = try sandbox.start(notifySocket: notify, extra: environment)
-        guard notify.waitFor("READY", "1", timeout: 10) != nil else {
-            XCTFail("no READY=1; stderr:\n\(daemon.stderr)")
-            throw XCTSkip("daemon did not start")
-        }
-    }
-
-    override func tearDown() {
-        if let daemon, daemon.isRunning {
-            daemon.send(SIGTERM)
-            XCTAssertEqual(daemon.waitForExit(timeout: 20), 0, "stderr:\n\(daemon.stderr)")
-        }
-        daemon = nil
-        sandbox = nil
-    }
-
-    private func records(_ path: String) -> [[UInt8]] {
-        guard let data = FileManager.default.contents(atPath: path) else { return [] }
-        return Array(data).split(separator: 0, omittingEmptySubsequences: true).map(Array.init)
-    }
-
-    private func waitFor(_ timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        repeat {
-            if condition() { return true }
-            usleep(20_000)
-        } while Date() < deadline
-        return false
-    }
-
-    /// A job that appends its {path} argument and NUL to @DIR@/handled, byte for byte.
-    private static let recorder = #"command = ["/usr/bin/python3", "-c", "import sys,os; f=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND|os.O_CREAT); os.write(f, os.fsencode(sys.argv[2]) + b'\\0')", "@DIR@/handled", "{path}"]"#
-
-    /// open, write, close: what most programs do (FileManager writes through a temporary file).
-    private func write(_ relative: String, _ text: String = "data") {
-        let fd = open(sandbox.root + "/in/" + relative, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        guard fd >= 0 else { return XCTFail("unable to create \(relative): \(String(cString: strerror(errno)))") }
-        _ = Array(text.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-    }
-
+final class WatchRunTests: WatchTestCase {
     func testFileWrittenAndClosed_startsOneJobWithItsPath() throws {
         try start("""
             [[watch]]
@@ -198,14 +142,14 @@ final class WatchRunTests: XCTestCase {
             \(Self.recorder)
             """)
         try FileManager.default.removeItem(atPath: sandbox.root + "/in")
-        XCTAssertTrue(daemon.waitForStderr(containing: "was removed", timeout: 5), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "was deleted; its old tree is no longer watched", timeout: 5), daemon.stderr)
         try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
         write("early")
         // Seen through the watch on its parent, long before the 5 s periodic check.
         XCTAssertTrue(waitFor(2.5) { records(sandbox.root + "/handled").count == 1 }, daemon.stderr)
         write("later")
         XCTAssertTrue(waitFor(5) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
-        XCTAssertTrue(daemon.stderr.contains("is back; watching it again"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("is there (again); watching it"), daemon.stderr)
     }
 
     func testWatchLimitExhausted_isReportedWithTheSysctlToRaise_andTheSubtreeIsScannedInstead() throws {

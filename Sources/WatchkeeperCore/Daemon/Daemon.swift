@@ -55,6 +55,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var drainStartedAt: UInt64?
     private var drainOutcome: DrainReport?
     private var reloadInProgress = false
+    /// Held for the daemon's life; the kernel releases it when the process ends.
+    private var stateLock: StateDirectoryLock?
     private var reloadAgain = false
     /// Reads and checks the configuration on reload; not watched by the watchdog, since a
     /// slow parse there harms nothing else.
@@ -137,11 +139,13 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         let tasks = configuration.tasks
         let settings = configuration.daemon
-        // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
-        jobsQueue.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
-        // READY=1 promises the initial watches are in place.
+        lockStateDirectory(settings.stateDirectory)
+        // READY=1 promises the initial watches are in place. The ledger is opened before
+        // the task state: if it has to move a damaged file aside, nothing else has it open.
         let watches = configuration.watches
         watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
+        // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
+        jobsQueue.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -164,6 +168,21 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let needed = UInt64(maxJobs * Self.descriptorsPerJob + Self.descriptorsForTheDaemon)
         if UInt64(limit.rlim_cur) < needed {
             logger.warning("open file limit RLIMIT_NOFILE=\(limit.rlim_cur) (hard \(limit.rlim_max)) is below what max_jobs = \(maxJobs) needs: \(Self.descriptorsPerJob) per job + \(Self.descriptorsForTheDaemon) = \(needed); raise LimitNOFILE= in the unit (or ulimit -n) or lower max_jobs, or jobs will fail to start with EMFILE")
+        }
+    }
+
+    /// Two daemons on one state directory would run every job twice and write over each
+    /// other's ledger: the second refuses to start, naming the first.
+    private func lockStateDirectory(_ directory: String) {
+        do {
+            try makeDirectories(directory)
+            stateLock = try StateDirectoryLock(stateDirectory: directory)
+        } catch let error as StateDirectoryLockError {
+            logger.critical("unable to start: \(error)")
+            exit(error.holder == nil ? ExitCode.osError : ExitCode.alreadyRunning)
+        } catch {
+            logger.critical("unable to start: unable to create the state directory \(directory): \(error)")
+            exit(ExitCode.osError)
         }
     }
 
@@ -374,6 +393,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             how = "all work finished"
             code = ExitCode.success
         }
+        // Every job has its record: the ledger's last entries go in and its WAL is folded.
+        watchingQueue.queue.sync { watcher.close() }
         let logger = logger
         stateDump.writeFinalState(reason: "stopped") {
             let level: Logger.Level = code == ExitCode.success ? .notice : .error

@@ -125,21 +125,3 @@ public final class RegisteredTimer: @unchecked Sendable {
         timer.cancel()
     }
 }
-
-extension Duration {
-    /// For dispatch deadlines: nanoseconds, clamped to what DispatchTimeInterval holds.
-    public var dispatchInterval: DispatchTimeInterval { .nanoseconds(Int(nanosecondsClamped)) }
-
-    /// Seconds as a decimal without losing the fraction: "0.5", "3600", "1.25"
-    /// (WATCHKEEPER_BUDGET_SECONDS; a 500 ms budget is not 0).
-    public var secondsText: String {
-        let nanoseconds = max(0, nanosecondsClamped)
-        let whole = nanoseconds / 1_000_000_000
-        let fraction = nanoseconds % 1_000_000_000
-        guard fraction > 0 else { return String(whole) }
-        var digits = String(fraction)
-        digits = String(repeating: "0", count: 9 - digits.count) + digits
-        while digits.hasSuffix("0") { digits.removeLast() }
-        return "\(whole).\(digits)"
-    }
-}

@@ -1,3 +1,4 @@
+import CWatchkeeperSystem
 import Dispatch
 import Logging
 
@@ -86,6 +87,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private var pumping = false
     private var totals: [JobKey: [RunOutcome: UInt64]] = [:]
     private(set) var startedTotal: UInt64 = 0
+    /// The longest the waiting line was since the last time the engine went idle.
+    private var peakWaiting = 0
+    static let burstSize = 1_000
     var drain: EngineDrain?
     /// Called after anything a status line shows changed (runs started, ended, progress).
     public var onChange: (() -> Void)?
@@ -227,6 +231,13 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         defer { pumping = false }
         while accepting, line.runningCount < maxJobs, let (key, item) = line.startNext() {
             start(key, item)
+        }
+        peakWaiting = max(peakWaiting, line.waitingCount)
+        if peakWaiting >= Self.burstSize && line.waitingCount == 0 && active.isEmpty {
+            // A burst is over: give the memory its waiting line and records took back to
+            // the system, instead of keeping the peak for the daemon's life.
+            peakWaiting = 0
+            _ = malloc_trim(0)
         }
         onChange?()
     }

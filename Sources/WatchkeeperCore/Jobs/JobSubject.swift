@@ -34,22 +34,6 @@ public struct RunID: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// A file as it was when its job was started: an event for the same bytes (a rescan, or
-/// the real event racing the scan of a new directory) is a duplicate.
-public struct FileIdentity: Hashable, Sendable {
-    public let device: UInt64
-    public let inode: UInt64
-    public let size: Int64
-    public let modifiedNanoseconds: Int64
-
-    public init(device: UInt64, inode: UInt64, size: Int64, modifiedNanoseconds: Int64) {
-        self.device = device
-        self.inode = inode
-        self.size = size
-        self.modifiedNanoseconds = modifiedNanoseconds
-    }
-}
-
 /// One file of a watch rule: its absolute path (bytes, as the kernel gave them), where its
 /// rule's root ends in it, the event, and its form when admitted (nil when it is gone:
 /// `deleted`, `moved_out`).

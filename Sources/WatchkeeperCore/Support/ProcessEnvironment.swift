@@ -24,5 +24,7 @@ public enum ExitCode {
     public static let usage: Int32 = 64
     public static let software: Int32 = 70
     public static let osError: Int32 = 71
+    /// Another watchkeeper holds the state directory (EX_TEMPFAIL).
+    public static let alreadyRunning: Int32 = 75
     public static let configuration: Int32 = 78
 }

@@ -1,0 +1,282 @@
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// From a file event to a job and back: the settle window, admission (a regular file, not
+/// handled before in this form), submission to the engine, and the ledger on completion.
+extension DirectoryWatcher {
+    /// Files found by a scan may still be open for writing (a scan cannot tell): they wait
+    /// this long, and a close event for the same path meanwhile joins the same job.
+    static let scanSettle: Duration = .seconds(1)
+
+    func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false) {
+        guard accepting else { return }
+        let window = fromScan ? max(rule.settings.settle, Self.scanSettle) : rule.settings.settle
+        if window == .zero && rule.settle.item(for: relative) == nil {
+            if let subject = admit(rule, relative: relative, event: event) { submit([.file(subject)], rule: rule) }
+            return
+        }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(window.nanosecondsClamped)
+        rule.settle.add(path: relative, event: event, deadline: deadline, fromScan: fromScan)
+        armSettleTimer(rule)
+    }
+
+    private func armSettleTimer(_ rule: WatchRule) {
+        guard let next = rule.settle.nextDeadline else { return }
+        if rule.settleTimer == nil {
+            rule.settleTimer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "settle \(rule.settings.settle.compactDescription)",
+                                                         on: queue) { [unowned self] in
+                self.settleDue(rule)
+            }
+        }
+        rule.settleTimer?.schedule(at: DispatchTime(uptimeNanoseconds: next))
+    }
+
+    /// Starts every path whose window has ended, and re-arms for the next one.
+    private func settleDue(_ rule: WatchRule) {
+        // A batch also takes the files whose windows end a moment later (files written
+        // together settle microseconds apart), up to a quarter of the window or 250 ms.
+        let lookahead = rule.settings.batch ? UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped) : 0
+        let due = rule.settle.takeDue(now: DispatchTime.now().uptimeNanoseconds, lookahead: lookahead)
+        let admitted = due.compactMap { admit(rule, relative: $0.path, event: $0.event) }
+        if let input = rule.settings.batchInput {
+            submit(WatchRule.batches(admitted, input: input, budget: batchBudget(input)), rule: rule)
+        } else {
+            submit(admitted.map { .file($0) }, rule: rule)
+        }
+        armSettleTimer(rule)
+    }
+
+    /// Whether a file is to be handled now: it still exists (unless the event says it went),
+    /// is a regular file (a FIFO would block the job, a planted link would lead a root job
+    /// elsewhere), and was not handled before in this exact form, at this path or another
+    /// one it was moved from.
+    func admit(_ rule: WatchRule, relative: [UInt8], event: WatchEvent) -> FileSubject? {
+        let absolute = rule.absolute(relative)
+        let rootLength = absolute.count - relative.count - (relative.isEmpty ? 0 : 1)
+        guard event != .deleted && event != .movedOut else {
+            return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil)
+        }
+        var info = stat()
+        let found = TreeScanner.withCString(absolute) { rule.settings.followSymlinks ? stat($0, &info) : lstat($0, &info) } == 0
+        guard found else { return nil } // gone already
+        let type = TreeScanner.EntryType(mode: info.st_mode)
+        guard type == .regular else {
+            rule.skipped[type] += 1
+            return nil
+        }
+        let identity = FileIdentity(info)
+        if let seenAt = rule.handled[identity] {
+            rule.duplicates += 1
+            if seenAt != relative { rule.handled[identity] = relative }
+            return nil
+        }
+        if handledBefore(rule, relative: relative, identity: identity) {
+            rule.duplicates += 1
+            return nil
+        }
+        rule.remember(identity, at: relative)
+        return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity)
+    }
+
+    /// Handled successfully in this exact form, in this life of the daemon or an earlier
+    /// one: at this path, or at another path it was moved from (then the ledger follows).
+    private func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity) -> Bool {
+        guard rule.settings.catchUp, let ledger else { return false }
+        flushLedger()
+        do {
+            if let entry = try ledger.entry(rule: rule.name, path: relative), entry.identity == identity {
+                return entry.outcome == RunOutcome.ok.rawValue
+            }
+            guard let moved = try ledger.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
+                return false
+            }
+            rule.movesFollowed += 1
+            try ledger.move(rule: rule.name, fromPrefix: moved.path, toPrefix: relative)
+            return true
+        } catch {
+            problems.report("unable to read the file ledger", example: "\(error)")
+            return false
+        }
+    }
+
+    /// The bytes one batch's paths may take: for `{paths}`, half of ARG_MAX, leaving the
+    /// rest for the environment and the other arguments; on stdin, what one pipe holds
+    /// (they are written before the job starts). WATCHKEEPER_TEST_BATCH_BYTES lowers it for tests.
+    private func batchBudget(_ input: WatchSettings.BatchInput) -> Int {
+        if let text = context.daemonEnvironment["WATCHKEEPER_TEST_BATCH_BYTES"], let value = Int(text) { return value }
+        switch input {
+        case .argv: return max(65_536, sysconf(Int32(_SC_ARG_MAX)) / 2)
+        case .stdin: return PipePair.largestCapacity
+        }
+    }
+
+    /// Hands jobs to the engine, on its queue; each comes back here once, with its records.
+    func submit(_ subjects: [JobSubject], rule: WatchRule) {
+        guard !subjects.isEmpty else { return }
+        rule.jobsSubmitted += UInt64(subjects.count)
+        if rule.settings.batch { rule.batchesStarted += UInt64(subjects.count) }
+        let key = rule.key
+        let queue = self.queue
+        engine.queue.async { [engine] in
+            for subject in subjects {
+                engine.submit(key, subject: subject, replyOn: queue) { [weak self] completion in
+                    self?.finished(completion, rule: rule)
+                }
+            }
+        }
+    }
+
+    /// The final outcome of a file's job goes to the ledger (cancelled ones are left for the
+    /// next catch-up); the record itself is the engine's.
+    private func finished(_ completion: JobCompletion, rule: WatchRule) {
+        let outcome = completion.final.outcome
+        guard outcome != .cancelled, rule.settings.catchUp, ledger != nil else { return }
+        let now = WallTime.now()
+        for file in completion.subject.files {
+            guard let identity = file.identity else { continue }
+            ledgerPending.append(LedgerRecord(rule: rule.name, path: Array(file.relative), identity: identity, outcome: outcome.rawValue, handledAt: now))
+        }
+        scheduleLedgerFlush()
+    }
+
+    /// Group commit: the records of every job that ends within a few milliseconds go in
+    /// one transaction. A crash loses at most that much, and those files run again.
+    private func scheduleLedgerFlush() {
+        if ledgerFlushTimer == nil {
+            ledgerFlushTimer = context.sources.makeTimer(owner: "watching", target: "file ledger: group commit after \(Self.ledgerFlushDelay.compactDescription)",
+                                                         on: queue) { [unowned self] in
+                self.flushLedger()
+            }
+            ledgerFlushTimer?.schedule(after: Self.ledgerFlushDelay)
+        } else if ledgerPending.count == 1 {
+            ledgerFlushTimer?.schedule(after: Self.ledgerFlushDelay)
+        }
+    }
+
+    func flushLedger() {
+        guard !ledgerPending.isEmpty, let ledger else { return }
+        let records = ledgerPending
+        ledgerPending = []
+        do {
+            try ledger.record(records)
+        } catch {
+            problems.report("unable to record handled files in the file ledger", example: "\(records.count) file(s): \(error)")
+        }
+    }
+
+    /// Files that waited in a settle window and will not become jobs end with a record.
+    func cancelSettling(_ rule: WatchRule, detail: String) {
+        let items = rule.settle.removeAll()
+        guard !items.isEmpty else { return }
+        logger.notice("watch \(rule.name): \(items.count) file(s) waiting to settle are not started: \(detail)")
+        let subjects = items.map { item in
+            let absolute = rule.absolute(item.path)
+            return JobSubject.file(FileSubject(path: absolute, rootLength: absolute.count - item.path.count - 1, event: item.event, identity: nil))
+        }
+        let key = rule.key
+        engine.queue.async { [engine] in
+            for subject in subjects {
+                engine.recordNotRun(JobEngine.notRunRecord(key, runID: .random(), subject: subject, outcome: .cancelled, detail: "cancelled: \(detail)"),
+                                    key: key, subject: subject)
+            }
+        }
+    }
+
+    /// The drain: no new jobs from file events; files still settling end with a record.
+    func stop() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        accepting = false
+        for name in order {
+            guard let rule = rules[name] else { continue }
+            rule.settleTimer?.cancel()
+            rule.settleTimer = nil
+            cancelSettling(rule, detail: "the daemon is stopping")
+            rule.fallbackTimer?.cancel()
+            rule.fallbackTimer = nil
+        }
+        recheckTimer?.cancel()
+        recheckTimer = nil
+        pruneTimer?.cancel()
+        pruneTimer = nil
+    }
+
+    /// The last step of a clean stop, once every job has its record: the ledger's last
+    /// records are written and its write-ahead log folded into the file.
+    func close() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        ledgerFlushTimer?.cancel()
+        ledgerFlushTimer = nil
+        flushLedger()
+        guard let ledger else { return }
+        do {
+            _ = try ledger.checkpoint()
+        } catch {
+            logger.warning("unable to checkpoint the file ledger at stop: \(error)")
+        }
+        ledger.close()
+        self.ledger = nil
+    }
+
+    // MARK: Pruning
+
+    /// Once an hour, the ledger forgets files that no longer exist, so the state directory
+    /// does not grow with every file ever handled (docs/configuration.md, catch_up).
+    func armPruneIfNeeded() {
+        guard pruneTimer == nil, ledger != nil, accepting else { return }
+        let timer = context.sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, every \(Self.pruneInterval.compactDescription)",
+                                              on: queue) { [unowned self] in
+            self.pruneLedger()
+        }
+        timer.schedule(at: .now() + Self.pruneInterval.dispatchInterval, repeating: Self.pruneInterval)
+        pruneTimer = timer
+    }
+
+    func pruneLedger() {
+        guard let ledger else { return }
+        flushLedger()
+        for name in order {
+            guard let rule = rules[name], rule.settings.catchUp, let root = rule.root else { continue }
+            do {
+                if case .pruned(let removed, _) = try ledger.prune(rule: name, missingUnder: root), removed > 0 {
+                    logger.info("watch \(name): the file ledger forgot \(removed) file(s) that no longer exist")
+                }
+            } catch {
+                problems.report("unable to prune the file ledger", example: "\(error)")
+            }
+        }
+        do {
+            _ = try ledger.checkpoint()
+        } catch {
+            problems.report("unable to checkpoint the file ledger", example: "\(error)")
+        }
+    }
+
+    // MARK: Dump
+
+    public func describeForDump() -> DumpValue {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
+            var size = DumpValue.null
+            if rule.settings.catchUp, let count = try? ledger?.count(rule: rule.name) { size = .int(Int64(count)) }
+            return rule.describe(now: now, watchedDirectories: table.locations(ofOwner: .rule(rule.name)).count, ledgerSize: size)
+        }
+        return .object([
+            .init("inotify", inotify?.describe() ?? .string(inotifyProblem ?? "not needed")),
+            .init("watches_in_use", .int(Int64(table.descriptorCount))),
+            .init("watch_table", table.describe { $0.description }),
+            .init("max_user_watches", Self.sysctl("max_user_watches").flatMap { Int64($0) }.map { .int($0) } ?? .null),
+            .init("overflows", .int(Int64(overflowsTotal))),
+            .init("unattributed_events", .int(Int64(unattributedEvents))),
+            .init("mounts", mounts?.describe() ?? .string(mountsProblem ?? "not needed")),
+            .init("ledger", ledger.map { .string($0.path) } ?? .null),
+            .init("ledger_problem", ledgerProblem.map { .string($0) } ?? .null),
+            .init("ledger_rebuilt", ledgerNote.map { .string($0) } ?? .null),
+            .init("ledger_commits", ledger.map { .int(Int64($0.commits)) } ?? .null),
+            .init("problems", problems.describe()),
+            .init("rules", .array(entries)),
+        ])
+    }
+}

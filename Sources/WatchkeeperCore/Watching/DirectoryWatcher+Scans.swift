@@ -1,0 +1,216 @@
+import Dispatch
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Watching trees and scanning them: wherever events may have been missed (start-up,
+/// a new or moved-in directory, an overflow, a directory over the watch limit, a mount),
+/// the tree is walked, each directory watched before it is listed, and its regular files
+/// go through the rule's settle queue.
+extension DirectoryWatcher {
+    /// Watches a directory and, for recursive rules, everything below it, level by level:
+    /// every directory of a level is watched, then the level is listed (a file created in
+    /// between is seen by the scan, the event, or both; the duplicate is dropped by identity).
+    func addTree(_ rule: WatchRule, from relative: [UInt8], emitFiles: Bool) {
+        guard let root = rule.root else { return }
+        let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
+            self.addWatch(rule, relative: directory) && (rule.settings.recursive || emitFiles)
+        }, descend: { child in
+            rule.mayContainSelected(directory: child)
+        }, file: { path in
+            if emitFiles { self.scanned(rule, relative: path) }
+        })
+        account(rule, summary)
+    }
+
+    /// Every file of the tree through the settle queue; directories without a watch (new
+    /// ones whose events were lost) are watched on the way.
+    func rescan(_ rule: WatchRule, from relative: [UInt8] = []) {
+        guard let root = rule.root else { return }
+        rule.rescans += 1
+        let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
+            self.table.descriptor(owner: .rule(rule.name), relative: directory) != nil || self.addWatch(rule, relative: directory)
+        }, descend: { child in
+            rule.mayContainSelected(directory: child)
+        }, file: { path in
+            self.scanned(rule, relative: path)
+        })
+        account(rule, summary)
+    }
+
+    /// What a scan skipped is counted; what it could not list is said, one line per cause.
+    private func account(_ rule: WatchRule, _ summary: TreeScanner.Summary) {
+        var skipped = summary.types
+        skipped[.regular] = 0
+        skipped[.directory] = 0
+        rule.skipped += skipped
+        for failure in summary.failures {
+            let error = Errno(rawValue: failure.errorNumber)
+            // Gone between being seen and being listed: nothing was there to miss.
+            guard error != .noSuchFileOrDirectory && error != .notDirectory else { continue }
+            problems.report("watch \(rule.name): unable to list directories: \(error) (\(error.symbolicName))",
+                            example: LineEscaping.escaped(rule.absolute(failure.directory)))
+            if !rule.unwatchable.contains(failure.directory) { rule.unwatchable.append(failure.directory) }
+            armFallbackScan(rule)
+        }
+    }
+
+    /// A file found by a scan: the rule's "ready" event, with the scan's minimum settle.
+    private func scanned(_ rule: WatchRule, relative: [UInt8]) {
+        guard let event = rule.readyEvent, rule.selects(relative) else { return }
+        rule.matched += 1
+        enqueue(rule, relative: relative, event: event, fromScan: true)
+    }
+
+    /// One inotify watch; false (and a report) when it could not be added.
+    func addWatch(_ rule: WatchRule, relative: [UInt8]) -> Bool {
+        guard let inotify else { return false }
+        switch inotify.addWatch(path: rule.absolute(relative), mask: rule.watchMask, existing: .addToMask) {
+        case .success(let wd):
+            let (_, replaced) = table.insert(wd, for: .init(owner: .rule(rule.name), relative: relative))
+            if let replaced { _ = inotify.removeWatch(replaced) }
+            return true
+        case .failure(let error):
+            reportWatchFailure(rule, relative: relative, error: error)
+            return false
+        }
+    }
+
+    private func reportWatchFailure(_ rule: WatchRule, relative: [UInt8], error: Errno) {
+        let path = LineEscaping.escaped(rule.absolute(relative))
+        switch error {
+        case .noSuchFileOrDirectory, .notDirectory:
+            return // gone again before we got to it (or replaced by a file)
+        case .noSpace:
+            let limit = Self.sysctl("max_user_watches") ?? "?"
+            problems.report("unable to watch directories: inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(table.descriptorCount) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then they are scanned every \(fallbackInterval.compactDescription)",
+                            example: path)
+        default:
+            problems.report("watch \(rule.name): unable to watch directories: \(error) (\(error.symbolicName)); they are scanned every \(fallbackInterval.compactDescription) instead",
+                            example: path)
+        }
+        if !rule.unwatchable.contains(relative) { rule.unwatchable.append(relative) }
+        armFallbackScan(rule)
+    }
+
+    // MARK: Overflow
+
+    /// IN_Q_OVERFLOW: the kernel dropped events. Every tree is scanned again; files not
+    /// handled yet in the form they have now get their job, so nothing is lost.
+    func overflowed() {
+        overflowsTotal += 1
+        logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; fs.inotify.max_queued_events=\(Self.sysctl("max_queued_events") ?? "?")); rescanning every watched tree")
+        for name in order {
+            guard let rule = rules[name], !rule.isMissing else { continue }
+            rule.overflows += 1
+            rescan(rule)
+        }
+    }
+
+    // MARK: Directories that could not be watched
+
+    /// Subtrees that could not be watched are scanned this often instead, each pass limited
+    /// to `fallbackBudget` so a huge tree cannot stall the watching queue; the next pass
+    /// goes on where this one stopped. Each pass also tries to watch them again (the limit
+    /// may have been raised, the permission granted).
+    static let fallbackBudget: Duration = .milliseconds(500)
+
+    /// 30 s; WATCHKEEPER_TEST_FALLBACK_INTERVAL shortens it for the tests (docs/testing.md).
+    var fallbackInterval: Duration {
+        if let text = context.daemonEnvironment["WATCHKEEPER_TEST_FALLBACK_INTERVAL"], case .success(let value) = DurationParser.parse(text) {
+            return value
+        }
+        return .seconds(30)
+    }
+
+    private func armFallbackScan(_ rule: WatchRule) {
+        guard rule.fallbackTimer == nil, accepting else { return }
+        let interval = fallbackInterval
+        let timer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "scan unwatched directories every \(interval.compactDescription)",
+                                              on: queue) { [unowned self] in
+            self.fallbackScan(rule)
+        }
+        timer.schedule(at: .now() + interval.dispatchInterval, repeating: interval)
+        rule.fallbackTimer = timer
+    }
+
+    func fallbackScan(_ rule: WatchRule) {
+        guard accepting, !rule.unwatchable.isEmpty, let root = rule.root else {
+            rule.fallbackTimer?.cancel()
+            rule.fallbackTimer = nil
+            return
+        }
+        rule.fallbackScans += 1
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(Self.fallbackBudget.nanosecondsClamped)
+        let due = rule.unwatchable
+        rule.unwatchable = []
+        var stillUnwatched: [[UInt8]] = []
+        var index = 0
+        while index < due.count, DispatchTime.now().uptimeNanoseconds < deadline {
+            let relative = due[index]
+            index += 1
+            if addWatch(rule, relative: relative) {
+                // Watchable again: its files are caught up through a walk that watches below it.
+                rule.unwatchable.removeAll { $0 == relative }
+                logger.notice("watch \(rule.name): \(LineEscaping.escaped(rule.absolute(relative))) is watched now")
+                addTree(rule, from: relative, emitFiles: true)
+                continue
+            }
+            rule.unwatchable.removeAll { $0 == relative }
+            stillUnwatched.append(relative)
+            let summary = TreeScanner(root: root).scan(from: [relative], until: deadline, descend: { rule.mayContainSelected(directory: $0) }) { path in
+                if let event = rule.readyEvent, rule.selects(path) { self.enqueue(rule, relative: path, event: event, fromScan: true) }
+            }
+            var skipped = summary.types
+            skipped[.regular] = 0
+            skipped[.directory] = 0
+            rule.skipped += skipped
+        }
+        // Not reached within the budget: first in line next time.
+        rule.unwatchable = stillUnwatched + Array(due[index...]) + rule.unwatchable.filter { !stillUnwatched.contains($0) }
+    }
+
+    // MARK: Mounts
+
+    /// A file system mounted on (or unmounted from) a watched directory or one above a
+    /// root: the old watches see the covered directory, so the subtree is watched again at
+    /// its path and its files caught up.
+    func mountsChanged(_ change: MountChange) {
+        let points = change.addedMountPoints.union(change.removedMountPoints)
+        for name in order {
+            guard let rule = rules[name], let root = rule.root else { continue }
+            for point in points {
+                if point == root || (root.starts(with: point) && (point == [UInt8(ascii: "/")] || root.count > point.count && root[point.count] == UInt8(ascii: "/"))) {
+                    // On the root or above it: the root path may now be another directory.
+                    let verb = change.addedMountPoints.contains(point) ? "mounted on" : "unmounted from"
+                    logger.notice("watch \(rule.name): a file system was \(verb) \(LineEscaping.escaped(point)); watching \(rule.settings.path) again and catching up its files")
+                    unwatch(rule)
+                    rule.root = nil
+                    watchRoot(rule, catchUp: true)
+                    break
+                } else if point.count > root.count, point.starts(with: root), point[root.count] == UInt8(ascii: "/"), rule.settings.recursive {
+                    let relative = Array(point[(root.count + 1)...])
+                    let verb = change.addedMountPoints.contains(point) ? "mounted on" : "unmounted from"
+                    remount(rule, at: relative, why: "a file system was \(verb) \(LineEscaping.escaped(point))")
+                }
+            }
+        }
+    }
+
+    /// Watches `relative` and below again, and catches up their files.
+    func remount(_ rule: WatchRule, at relative: [UInt8], why: String) {
+        guard !rule.isMissing else { return }
+        if relative.isEmpty {
+            unwatch(rule)
+            rule.root = nil
+            logger.notice("watch \(rule.name): \(why); watching \(rule.settings.path) again and catching up its files")
+            watchRoot(rule, catchUp: true)
+            return
+        }
+        logger.notice("watch \(rule.name): \(why); watching it again and catching up its files")
+        dropSubtree(rule, relative: relative)
+        addTree(rule, from: relative, emitFiles: true)
+    }
+}

@@ -1,0 +1,181 @@
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One `[[watch]]` rule's policy and state on the watching queue: which files it selects
+/// and reports with which event, its settle window, what it handled in this life (by the
+/// file's identity, so a file found again at another path is known), how settled files
+/// become job subjects, and its part of the dump. The inotify watches, the scans and the
+/// ledger are the coordinator's (DirectoryWatcher); the jobs are the engine's.
+final class WatchRule: @unchecked Sendable {
+    var settings: WatchSettings
+    /// The directory actually watched: the configured root with symbolic links resolved
+    /// (nil while it is missing). Jobs get paths under it: a link retargeted later cannot
+    /// make a job run on another file than the one whose event it was.
+    var root: [UInt8]?
+    /// Said once in the log and kept for the dump: "a symbolic link to /data/in".
+    var rootNote: String?
+    var settle = SettleQueue<WatchEvent>()
+    var settleTimer: RegisteredTimer?
+    /// Files started in this life, by identity, with the path they had: a rescan, the event
+    /// racing a scan, or the same file in a directory moved within the tree is not run again.
+    var handled: [FileIdentity: [UInt8]] = [:]
+    /// Directories that could not be watched (the watch limit, EACCES, ...): scanned by the
+    /// fallback scan, which also tries to watch them again.
+    var unwatchable: [[UInt8]] = []
+    var fallbackTimer: RegisteredTimer?
+    /// The last `recent_events` raw events, oldest first (off unless configured).
+    var recentEvents: [(time: WallTime, event: InotifyEvent, path: [UInt8])] = []
+
+    // Counters for the dump; none is reset by it.
+    var eventsSeen: UInt64 = 0
+    var matched: UInt64 = 0
+    var duplicates: UInt64 = 0
+    var movesFollowed: UInt64 = 0
+    var jobsSubmitted: UInt64 = 0
+    var batchesStarted: UInt64 = 0
+    var overflows: UInt64 = 0
+    var rescans: UInt64 = 0
+    var fallbackScans: UInt64 = 0
+    var rootsLost: UInt64 = 0
+    var lastEventAt: UInt64?
+    /// Entries scans and events skipped because they are not regular files.
+    var skipped = TreeScanner.TypeCounts()
+
+    static let handledLimit = 200_000
+
+    init(settings: WatchSettings) {
+        self.settings = settings
+    }
+
+    var name: String { settings.name }
+    var key: JobKey { JobKey(.watch, settings.name) }
+    var configuredRoot: [UInt8] { Array(settings.path.utf8) }
+    var isMissing: Bool { root == nil }
+
+    var group: JobGroup {
+        JobGroup(key: key, settings: settings.job, limit: settings.maxConcurrent, retry: settings.retry, retryExpired: false)
+    }
+
+    func absolute(_ relative: some Collection<UInt8>) -> [UInt8] {
+        let base = root ?? configuredRoot
+        return relative.isEmpty ? base : base + [UInt8(ascii: "/")] + relative
+    }
+
+    /// What every directory watch asks for: the rule's events, plus what keeps the tree
+    /// known (new and moved directories, the directory itself going away).
+    var watchMask: InotifyMask {
+        var mask: InotifyMask = [.create, .movedTo, .movedFrom, .delete, .deleteSelf, .moveSelf, .onlyDirectory]
+        for event in settings.events { mask.insert(InotifyMask(rawValue: event.mask)) }
+        if !settings.followSymlinks { mask.insert(.dontFollow) }
+        return mask
+    }
+
+    /// The event a file found by a scan is reported with: the rule's "ready" event.
+    var readyEvent: WatchEvent? {
+        [WatchEvent.closedWrite, .movedIn, .created].first { settings.events.contains($0) }
+    }
+
+    /// The rule's event for an inotify event on a file, if it asks for it.
+    func event(for mask: InotifyMask) -> WatchEvent? {
+        settings.events.first { mask.contains(InotifyMask(rawValue: $0.mask)) }
+    }
+
+    func selects(_ relative: [UInt8]) -> Bool { settings.filter.selects(relative) }
+
+    func mayContainSelected(directory relative: [UInt8]) -> Bool {
+        settings.recursive && settings.filter.mayContainSelected(directory: relative)
+    }
+
+    func noteRawEvent(_ event: InotifyEvent, path: [UInt8], at now: UInt64) {
+        eventsSeen += 1
+        lastEventAt = now
+        guard settings.recentEvents > 0 else { return }
+        recentEvents.append((.now(), event, path))
+        if recentEvents.count > settings.recentEvents { recentEvents.removeFirst(recentEvents.count - settings.recentEvents) }
+    }
+
+    /// Remembers a file started in this life; the memory is bounded (the ledger remembers
+    /// the rest across restarts).
+    func remember(_ identity: FileIdentity, at relative: [UInt8]) {
+        if handled.count >= Self.handledLimit { handled.removeAll(keepingCapacity: true) }
+        handled[identity] = relative
+    }
+
+    // MARK: Batches
+
+    /// The files whose windows ended together go to as few jobs as fit `budget` bytes
+    /// (the argv limit or one pipe), each file in exactly one of them.
+    static func batches(_ files: [FileSubject], input: WatchSettings.BatchInput, budget: Int) -> [JobSubject] {
+        var result: [JobSubject] = []
+        var chunk: [FileSubject] = []
+        var bytes = 0
+        for file in files {
+            // An argument costs its bytes, its NUL and its pointer in the new argv; a path
+            // on stdin its bytes and its NUL.
+            let cost = file.path.count + 1 + (input == .argv ? MemoryLayout<UnsafePointer<CChar>>.size : 0)
+            if !chunk.isEmpty && bytes + cost > budget {
+                result.append(.batch(chunk, input: input))
+                chunk = []
+                bytes = 0
+            }
+            chunk.append(file)
+            bytes += cost
+        }
+        if !chunk.isEmpty { result.append(.batch(chunk, input: input)) }
+        return result
+    }
+
+    // MARK: Dump
+
+    func describe(now: UInt64, watchedDirectories: Int, ledgerSize: DumpValue) -> DumpValue {
+        let lastEvent: DumpValue = lastEventAt.map { .double(Double(now &- $0) / 1e9) } ?? .null
+        let skippedByType: [DumpField] = TreeScanner.EntryType.allCases.compactMap { type in
+            type == .regular || type == .directory || skipped[type] == 0 ? nil : .init(type.name, .int(Int64(skipped[type])))
+        }
+        return .object([
+            .init("name", .string(settings.name)),
+            .init("root", .string(settings.path)),
+            .init("watched_root", root.map { .bytes($0) } ?? .null),
+            .init("root_note", rootNote.map { .string($0) } ?? .null),
+            .init("recursive", .bool(settings.recursive)),
+            .init("events", .array(settings.events.map { .string($0.rawValue) })),
+            .init("root_missing", .bool(isMissing)),
+            .init("roots_lost", .int(Int64(rootsLost))),
+            .init("inotify_watches", .int(Int64(watchedDirectories))),
+            .init("events_seen", .int(Int64(eventsSeen))),
+            .init("matched", .int(Int64(matched))),
+            .init("coalesced", .int(Int64(settle.coalesced))),
+            .init("duplicates_dropped", .int(Int64(duplicates))),
+            .init("moves_followed", .int(Int64(movesFollowed))),
+            .init("jobs_submitted", .int(Int64(jobsSubmitted))),
+            .init("batches_started", .int(Int64(batchesStarted))),
+            .init("overflows", .int(Int64(overflows))),
+            .init("rescans", .int(Int64(rescans))),
+            .init("last_event_ago_s", lastEvent),
+            .init("pending_settle", .int(Int64(settle.count))),
+            .init("files_remembered", .int(Int64(handled.count))),
+            .init("skipped_not_regular", .object(skippedByType)),
+            .init("catch_up", .bool(settings.catchUp)),
+            .init("ledger_size", ledgerSize),
+            .init("unwatched_directories", .array(unwatchable.prefix(20).map { .bytes(absolute($0)) })),
+            .init("unwatched_total", .int(Int64(unwatchable.count))),
+            .init("fallback_scans", .int(Int64(fallbackScans))),
+            .init("recent_events", .array(recentEvents.map { entry in
+                .object([.init("time", .string(entry.time.iso8601)), .init("mask", .string(entry.event.mask.description)),
+                         .init("path", .bytes(entry.path))])
+            })),
+        ])
+    }
+}
+
+extension WatchSettings {
+    /// The same files in the same way: what a reload may change without re-watching the
+    /// tree (the job, its retry policy, settle, batching, limits).
+    func selectsTheSameFiles(as other: WatchSettings) -> Bool {
+        path == other.path && recursive == other.recursive && events == other.events && filter == other.filter
+            && followSymlinks == other.followSymlinks && catchUp == other.catchUp
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What every watch test needs: a sandbox with an `in` directory, the daemon started on a
+/// configuration of rules, and ways to write files and read what jobs recorded.
+class WatchTestCase: XCTestCase {
+    var sandbox: DaemonSandbox!
+    var daemon: DaemonProcess!
+
+    func start(_ rules: String, daemonExtra: String = "", environment: [String: String] = [:]) throws {
+        sandbox = try DaemonSandbox()
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
+        let notify = try NotifySocket()
+        try sandbox.writeConfig("""
+            [daemon]
+            log_level = "debug"
+            shutdown_grace = "5s"
+            \(daemonExtra)
+
+            \(rules.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+            """)
+        daemon = try sandbox.start(notifySocket: notify, extra: environment)
+        guard notify.waitFor("READY", "1", timeout: 10) != nil else {
+            XCTFail("no READY=1; stderr:\n\(daemon.stderr)")
+            throw XCTSkip("daemon did not start")
+        }
+    }
+
+    override func tearDown() {
+        if let daemon, daemon.isRunning {
+            daemon.send(SIGTERM)
+            XCTAssertEqual(daemon.waitForExit(timeout: 20), 0, "stderr:\n\(daemon.stderr)")
+        }
+        daemon = nil
+        sandbox = nil
+    }
+
+    func records(_ path: String) -> [[UInt8]] {
+        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        return Array(data).split(separator: 0, omittingEmptySubsequences: true).map(Array.init)
+    }
+
+    func waitFor(_ timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if condition() { return true }
+            usleep(20_000)
+        } while Date() < deadline
+        return false
+    }
+
+    /// A job that appends its {path} argument and NUL to @DIR@/handled, byte for byte.
+    static let recorder = #"command = ["/usr/bin/python3", "-c", "import sys,os; f=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND|os.O_CREAT); os.write(f, os.fsencode(sys.argv[2]) + b'\\0')", "@DIR@/handled", "{path}"]"#
+
+    /// open, write, close: what most programs do (FileManager writes through a temporary file).
+    func write(_ relative: String, _ text: String = "data") {
+        let fd = open(sandbox.root + "/in/" + relative, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { return XCTFail("unable to create \(relative): \(String(cString: strerror(errno)))") }
+        _ = Array(text.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+    }
+}

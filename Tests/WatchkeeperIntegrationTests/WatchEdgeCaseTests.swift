@@ -1,0 +1,210 @@
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where files get lost or misdirected: at the edges. Real inotify, real files, real mounts.
+final class WatchEdgeCaseTests: WatchTestCase {
+    private func handled() -> [String] {
+        records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    private func dump(_ sequence: Int) throws -> [String: Any] {
+        daemon.send(SIGUSR1)
+        return try XCTUnwrap(sandbox.waitForState(sequence: sequence, timeout: 5), daemon.stderr)
+    }
+
+    private func rule(in state: [String: Any]) throws -> [String: Any] {
+        try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
+    }
+
+    func testRootRenamedAway_isNoticedAtOnce_theMovedTreeIsNoLongerAttributed_andTheNewRootIsCaughtUp() throws {
+        try start("""
+            [[watch]]
+            name = "moving"
+            path = "@DIR@/in"
+            recursive = true
+            \(Self.recorder)
+            """)
+        write("before")
+        XCTAssertTrue(waitFor(5) { handled().count == 1 }, daemon.stderr)
+        XCTAssertEqual(rename(sandbox.root + "/in", sandbox.root + "/away"), 0)
+        XCTAssertTrue(daemon.waitForStderr(containing: "was renamed away", timeout: 5), daemon.stderr)
+        // A file written in the moved tree must not run a job under the old path.
+        let fd = open(sandbox.root + "/away/after-move", O_WRONLY | O_CREAT, 0o644)
+        close(fd)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: false)
+        write("new-root-file")
+        XCTAssertTrue(waitFor(10) { handled().contains(sandbox.root + "/in/new-root-file") }, daemon.stderr)
+        XCTAssertFalse(handled().contains { $0.hasSuffix("after-move") }, "\(handled())")
+        XCTAssertTrue(handled().allSatisfy { FileManager.default.fileExists(atPath: $0) || $0.hasSuffix("/before") }, "a job ran on a path that is not the file's: \(handled())")
+    }
+
+    func testRootIsASymlink_isResolvedAndWatched_andSaidSo() throws {
+        sandbox = try DaemonSandbox()
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/real", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: sandbox.root + "/link", withDestinationPath: sandbox.root + "/real")
+        let notify = try NotifySocket()
+        try sandbox.writeConfig("""
+            [daemon]
+            log_level = "debug"
+
+            [[watch]]
+            name = "linked"
+            path = "\(sandbox.root)/link"
+            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+            """)
+        daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("is a symbolic link to \(sandbox.root)/real"), daemon.stderr)
+        FileManager.default.createFile(atPath: sandbox.root + "/real/through-link", contents: Data("x".utf8))
+        XCTAssertTrue(waitFor(5) { handled() == [sandbox.root + "/real/through-link"] }, "\(handled())\n\(daemon.stderr)")
+        let rule = try rule(in: try dump(1))
+        XCTAssertEqual(rule["watched_root"] as? String, sandbox.root + "/real")
+        XCTAssertEqual(rule["inotify_watches"] as? Int, 1, "never zero watches in silence")
+    }
+
+    func testScans_handJobsRegularFilesOnly_andCountWhatTheySkip() throws {
+        sandbox = try DaemonSandbox()
+        let inbox = sandbox.root + "/in"
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: inbox + "/plain", contents: Data("x".utf8))
+        XCTAssertEqual(mkfifo(inbox + "/fifo", 0o644), 0)
+        try FileManager.default.createSymbolicLink(atPath: inbox + "/link", withDestinationPath: "/etc/shadow")
+        let notify = try NotifySocket()
+        try sandbox.writeConfig("""
+            [daemon]
+            log_level = "debug"
+
+            [[watch]]
+            name = "typed"
+            path = "\(inbox)"
+            events = ["closed_write", "created"]
+            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+            """)
+        daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(waitFor(10) { handled().count == 1 }, daemon.stderr)
+        // A live FIFO and a live link are skipped the same way.
+        XCTAssertEqual(mkfifo(inbox + "/fifo2", 0o644), 0)
+        try FileManager.default.createSymbolicLink(atPath: inbox + "/link2", withDestinationPath: "/etc/passwd")
+        write("marker")
+        XCTAssertTrue(waitFor(10) { handled().contains(inbox + "/marker") }, daemon.stderr)
+        XCTAssertEqual(Set(handled()), [inbox + "/plain", inbox + "/marker"])
+        let skipped = try XCTUnwrap(try rule(in: try dump(1))["skipped_not_regular"] as? [String: Any])
+        XCTAssertGreaterThanOrEqual(skipped["fifos"] as? Int ?? 0, 2, "\(skipped)")
+        XCTAssertGreaterThanOrEqual(skipped["symlinks"] as? Int ?? 0, 2, "\(skipped)")
+    }
+
+    func testDirectoryMovedInsideTheTree_doesNotRunItsFilesAgain() throws {
+        try start("""
+            [[watch]]
+            name = "tree"
+            path = "@DIR@/in"
+            recursive = true
+            \(Self.recorder)
+            """)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in/a", withIntermediateDirectories: true)
+        for index in 1...5 { write("a/file\(index)") }
+        XCTAssertTrue(waitFor(10) { handled().count == 5 }, daemon.stderr)
+        XCTAssertEqual(rename(sandbox.root + "/in/a", sandbox.root + "/in/b"), 0)
+        write("b/new")
+        XCTAssertTrue(waitFor(10) { handled().contains(sandbox.root + "/in/b/new") }, daemon.stderr)
+        // The moved files are found by the scan of the moved-in directory (1 s settle).
+        var movesFollowed = 0
+        XCTAssertTrue(waitFor(10) {
+            movesFollowed = (try? rule(in: try dump(movesFollowed + 1)))?["duplicates_dropped"] as? Int ?? 0
+            return movesFollowed >= 5
+        }, daemon.stderr)
+        XCTAssertEqual(handled().count, 6, "files of a directory moved within the tree ran again: \(handled())")
+    }
+
+    func testDamagedLedger_isMovedAside_rebuilt_saidOnce_andCatchUpStillWorks() throws {
+        sandbox = try DaemonSandbox()
+        let inbox = sandbox.root + "/in"
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/state", withIntermediateDirectories: true)
+        try Data((0..<8_192).map { UInt8(truncatingIfNeeded: $0 &* 131) }).write(to: URL(fileURLWithPath: sandbox.root + "/state/watchkeeper.sqlite3"))
+        FileManager.default.createFile(atPath: inbox + "/waiting", contents: Data("x".utf8))
+        let notify = try NotifySocket()
+        try sandbox.writeConfig("""
+            [daemon]
+            log_level = "debug"
+
+            [[watch]]
+            name = "ledgered"
+            path = "\(inbox)"
+            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
+            """)
+        daemon = try sandbox.start(notifySocket: notify)
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(waitFor(10) { handled() == [inbox + "/waiting"] }, daemon.stderr)
+        let kept = try FileManager.default.contentsOfDirectory(atPath: sandbox.root + "/state").filter { $0.contains(".damaged-") }
+        XCTAssertEqual(kept.count, 1, "the damaged file is kept for inspection: \(kept)")
+        XCTAssertEqual(daemon.stderr.components(separatedBy: "catch-up will run the jobs of the files present").count - 1, 1, daemon.stderr)
+        let state = try dump(1)
+        XCTAssertNotNil((state["watches"] as? [String: Any])?["ledger_rebuilt"] as? String)
+        // The rebuilt ledger works: after a restart, the handled file is not run again,
+        // and one that arrived while the daemon was down is.
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0, daemon.stderr)
+        FileManager.default.createFile(atPath: inbox + "/while-down", contents: Data("y".utf8))
+        try FileManager.default.removeItem(atPath: sandbox.statePath)
+        let notify2 = try NotifySocket()
+        daemon = try sandbox.start(notifySocket: notify2)
+        XCTAssertNotNil(notify2.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(waitFor(10) { handled().count == 2 }, daemon.stderr)
+        XCTAssertEqual(handled(), [inbox + "/waiting", inbox + "/while-down"])
+    }
+
+    func testASecondDaemonOnTheSameStateDirectory_refusesToStart_namingTheFirst() throws {
+        try start("""
+            [[watch]]
+            name = "only-one"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        let second = try sandbox.start(notifySocket: nil)
+        XCTAssertEqual(second.waitForExit(timeout: 10), 75, second.stderr)
+        XCTAssertTrue(second.stderr.contains("another watchkeeper (pid \(daemon.pid)) is using this state directory"), second.stderr)
+    }
+
+    func testACleanStop_foldsTheLedgersWriteAheadLogIntoTheFile() throws {
+        try start("""
+            [[watch]]
+            name = "wal"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        for index in 1...20 { write("file\(index)") }
+        XCTAssertTrue(waitFor(10) { handled().count == 20 }, daemon.stderr)
+        daemon.send(SIGTERM)
+        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0, daemon.stderr)
+        let wal = sandbox.root + "/state/watchkeeper.sqlite3-wal"
+        let size = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0
+        XCTAssertEqual(size ?? 0, 0, "the WAL was not checkpointed at stop")
+    }
+
+    func testAFileSystemMountedOverTheRoot_isNoticed_andItsFilesAreHandled() throws {
+        guard getuid() == 0 else { throw XCTSkip("mounting a tmpfs needs root") }
+        try start("""
+            [[watch]]
+            name = "mounted"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        let inbox = sandbox.root + "/in"
+        guard mount("tmpfs", inbox, "tmpfs", 0, "size=1m") == 0 else {
+            throw XCTSkip("unable to mount a tmpfs here: \(String(cString: strerror(errno)))")
+        }
+        defer { umount2(inbox, Int32(MNT_DETACH)) }
+        XCTAssertTrue(daemon.waitForStderr(containing: "a file system was mounted on", timeout: 10), daemon.stderr)
+        write("on-the-mount")
+        XCTAssertTrue(waitFor(10) { handled().contains(inbox + "/on-the-mount") }, daemon.stderr)
+        XCTAssertEqual(umount2(inbox, 0), 0)
+        write("under-the-mount")
+        XCTAssertTrue(waitFor(10) { handled().contains(inbox + "/under-the-mount") }, daemon.stderr)
+    }
+}
