@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: a parser and its grammar read best in one file, top to bottom
+// (the size rule in docs/architecture.md exempts parsers).
 // Source positions for TOML keys and values.
 //
 // TOMLKit (toml++) reports line:column only for syntax errors; the values it

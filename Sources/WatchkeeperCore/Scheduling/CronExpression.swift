@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: a parser and its grammar read best in one file, top to bottom
+// (the size rule in docs/architecture.md exempts parsers).
 // Cron schedules for periodic tasks: the five-field syntax of Vixie cron/cronie, evaluated
 // in a zone's wall time, with the daylight-saving behaviour documented in docs/cron.md.
 

@@ -1,3 +1,5 @@
+// Over 500 lines on purpose: a parser and its grammar read best in one file, top to bottom
+// (the size rule in docs/architecture.md exempts parsers).
 // Globs for the `include` and `exclude` lists of `[[watch]]` rules, matched against the
 // path of a file relative to the rule's root directory. Paths are bytes because Linux
 // file names need not be UTF-8; fnmatch(3) is not enough because it has no `**`.

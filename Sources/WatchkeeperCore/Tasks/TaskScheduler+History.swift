@@ -1,0 +1,148 @@
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The task state that outlives the daemon (TaskStore), catch-up of missed runs, and the
+/// scheduler's part of the dump.
+extension TaskScheduler {
+    // MARK: Persistence
+
+    func openStore(directory: String) {
+        do {
+            try makeDirectories(directory)
+            store = try TaskStore(directory: directory)
+            storeProblem = nil
+        } catch {
+            storeProblem = "\(error)"
+            logger.error("task state will not be kept across restarts (no catch-up of missed runs): \(error)")
+        }
+    }
+
+    /// A failed write is logged once per distinct error, not once per run.
+    func persist(_ write: (TaskStore) throws -> Void) {
+        guard let store else { return }
+        do {
+            try write(store)
+        } catch {
+            let message = "\(error)"
+            if message != lastPersistenceWarning {
+                logger.warning("unable to save task state: \(message)")
+                lastPersistenceWarning = message
+            }
+        }
+    }
+
+    func restoreHistory(_ task: ScheduledTask) {
+        guard let store, let runs = try? store.history(task: task.settings.name, limit: Self.historyLength) else { return }
+        task.history = runs.reversed().map { run in
+            var exit: ProcessExit?
+            if let code = run.exitCode { exit = .exited(code) } else if let signal = run.signal { exit = .signaled(signal, coreDumped: false) }
+            return RunRecord(name: run.task, runID: run.runID, attempt: run.attempt, outcome: RunOutcome(rawValue: run.outcome) ?? .failed,
+                             scheduledAt: run.scheduledAt, startedAt: run.startedAt, finishedAt: run.finishedAt,
+                             duration: .nanoseconds(run.durationNanoseconds), exit: exit, expiry: run.expiry.flatMap(ExpiryReason.init(rawValue:)),
+                             lateness: nil, detail: nil)
+        }
+        task.lastOutcome = task.history.last?.outcome
+    }
+
+    /// `persistent = true`: the latest run that fell due while the daemon was not running
+    /// is run once now, with its scheduled time, if it is within catch_up_window; if even
+    /// the latest is older, it is recorded missed. Earlier missed runs are counted in the
+    /// log line: running them all would only repeat the same work.
+    func catchUp(_ task: ScheduledTask) {
+        let settings = task.settings
+        guard let store, let state = try? store.state(task: settings.name), let last = state.lastScheduledAt else { return }
+        let now = WallTime.now()
+        guard let (due, missed) = Self.latestMissed(settings.schedule, zone: task.zone, after: last, before: now) else { return }
+        let age = Duration.seconds(now.secondsSinceEpoch - due.secondsSinceEpoch) + .nanoseconds(Int64(now.nanoseconds) - Int64(due.nanoseconds))
+        let earlier = missed > 1 ? "; \(missed - 1) earlier missed run(s) are not run" : ""
+        if age <= settings.catchUpWindow {
+            logger.notice("task \(settings.name): the run due at \(due.iso8601) was missed while watchkeeper was not running; running it now (\(age.compactDescription) late, catch_up_window \(settings.catchUpWindow.compactDescription))\(earlier)")
+            fire(task, scheduledAt: due, reason: "catch-up")
+        } else {
+            let subject = JobSubject.schedule(scheduledAt: due)
+            let record = JobEngine.notRunRecord(task.key, runID: .random(), subject: subject, outcome: .missed,
+                                                detail: "due \(age.compactDescription) ago, beyond catch_up_window \(settings.catchUpWindow.compactDescription)\(earlier)")
+            persist { try $0.recordScheduled(task: settings.name, scheduledAt: due) }
+            engine.recordNotRun(record, key: task.key, subject: subject)
+            finished(JobCompletion(key: task.key, subject: subject, records: [record]), task: task)
+        }
+    }
+
+    /// The latest instant the schedule fell due after `last` and before `now`, and how many
+    /// fell due in between. A cron walk stops after `cronWalkLimit` steps and takes the
+    /// latest it reached, which is only ever later than the true one by not at all for any
+    /// outage shorter than that many fires.
+    static let cronWalkLimit = 100_000
+
+    static func latestMissed(_ schedule: TaskSchedule, zone: TimeZoneRules?, after last: WallTime, before now: WallTime) -> (WallTime, Int)? {
+        switch schedule {
+        case .every(let interval):
+            let step = max(1, interval.nanosecondsClamped)
+            let elapsed = (now.secondsSinceEpoch - last.secondsSinceEpoch) * 1_000_000_000 + Int64(now.nanoseconds) - Int64(last.nanoseconds)
+            let count = elapsed / step
+            guard count >= 1 else { return nil }
+            return (last.adding(nanoseconds: count * step), Int(count))
+        case .cron(let expression, _):
+            guard let zone else { return nil }
+            var latest: Int64?
+            var count = 0
+            var cursor = last.secondsSinceEpoch
+            while count < cronWalkLimit, let next = expression.nextFire(after: cursor, in: zone), next < now.secondsSinceEpoch {
+                latest = next
+                cursor = next
+                count += 1
+            }
+            return latest.map { (WallTime(secondsSinceEpoch: $0, nanoseconds: 0), count) }
+        case .manual:
+            return nil
+        }
+    }
+
+    // MARK: Dump
+
+    func describeNext(_ task: ScheduledTask) -> String {
+        guard let next = task.nextFire else { return task.settings.schedule == .manual ? "only when triggered" : "none" }
+        let now = WallTime.now()
+        let delta = Duration.seconds(next.wall.secondsSinceEpoch - now.secondsSinceEpoch)
+            + .nanoseconds(Int64(next.wall.nanoseconds) - Int64(now.nanoseconds))
+        return "\(next.wall.iso8601) (in \(delta > .zero ? delta.compactDescription : "0s"))"
+    }
+
+    public func describeForDump() -> DumpValue {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let entries: [DumpValue] = order.compactMap { tasks[$0] }.map { task in
+            let settings = task.settings
+            let schedule: String
+            switch settings.schedule {
+            case .every(let interval): schedule = "every \(interval.compactDescription)"
+            case .cron(let expression, let zone): schedule = "cron \(expression.description) (\(zone ?? "local time"))"
+            case .manual: schedule = "manual"
+            }
+            return .object([
+                .init("name", .string(settings.name)),
+                .init("schedule", .string(schedule)),
+                .init("next_run", .string(describeNext(task))),
+                .init("overlap", .string(settings.overlap.rawValue)),
+                .init("budget", .string(settings.job.budget.compactDescription)),
+                .init("running", .array(engine.runs(of: task.key).map { $0.describe(now: now) })),
+                .init("waiting_for_current_run", .bool(task.runAfterCurrent != nil)),
+                .init("after", .array(settings.after.map { .string($0) })),
+                .init("held_for", .array((task.held?.waitingFor.sorted() ?? []).map { .string($0) })),
+                .init("skipped_in_a_row", .int(Int64(task.skipStreak))),
+                .init("totals", .object(RunOutcome.allCases.compactMap { outcome in
+                    task.totals[outcome].map { .init(outcome.rawValue, .int(Int64($0))) }
+                })),
+                .init("last_runs", .array(task.history.reversed().prefix(5).map(\.dumpValue))),
+            ])
+        }
+        return .object([
+            .init("state_file", store.map { .string($0.path) } ?? .null),
+            .init("state_problem", storeProblem.map { .string($0) } ?? .null),
+            .init("tasks", .array(entries)),
+        ])
+    }
+}
