@@ -19,9 +19,9 @@ public enum ConfigLoader {
     }
 
     public static func load(path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
-        switch readFile(path) {
-        case .success(let source):
-            return parse(source: source, path: path, environment: environment)
+        switch ConfigFileReader.read(path) {
+        case .success(let bytes):
+            return parse(source: String(decoding: bytes, as: UTF8.self), path: path, environment: environment)
         case .failure(let failure):
             return .failure(ConfigErrors([ConfigDiagnostic(file: path, position: nil, message: "unable to read the configuration: \(failure.reason)")]))
         }
@@ -97,15 +97,6 @@ public enum ConfigLoader {
             daemon.maxJobs = limit
         }
     }
-
-    static func readFile(_ path: String) -> Result<String, ReadFailure> {
-        readFileBytes(path).map { String(decoding: $0, as: UTF8.self) }
-            .mapError { ReadFailure(reason: $0.errno == EFBIG ? "file is larger than 16 MiB" : String(cString: strerror($0.errno))) }
-    }
-}
-
-struct ReadFailure: Error {
-    let reason: String
 }
 
 /// The arrays of named tables; names are unique within each kind.
