@@ -21,13 +21,27 @@ public enum ConfigLoader {
     public static func load(path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
         switch ConfigFileReader.read(path) {
         case .success(let bytes):
-            return parse(source: String(decoding: bytes, as: UTF8.self), path: path, environment: environment)
+            return parse(bytes: bytes, path: path, environment: environment)
         case .failure(let failure):
             return .failure(ConfigErrors([ConfigDiagnostic(file: path, position: nil, message: "unable to read the configuration: \(failure.reason)")]))
         }
     }
 
     public static func parse(source: String, path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
+        parse(bytes: Array(source.utf8), path: path, environment: environment)
+    }
+
+    /// The bytes are checked before TOMLKit sees them (see ConfigPreflight): a file that
+    /// fails those checks gets only their diagnostics.
+    static func parse(bytes: [UInt8], path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
+        let problems = ConfigPreflight.check(bytes)
+        guard problems.isEmpty else {
+            return .failure(ConfigErrors(problems.map { ConfigDiagnostic(file: path, position: $0.position, message: $0.message) }))
+        }
+        return parseChecked(source: String(decoding: bytes, as: UTF8.self), path: path, environment: environment)
+    }
+
+    private static func parseChecked(source: String, path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
         let root: TOMLTable
         do {
             root = try TOMLTable(string: source)
