@@ -371,6 +371,10 @@ func closestMatch(to word: String, among candidates: [String]) -> String? {
         }
         return previous[b.count]
     }
-    let scored = candidates.map { ($0, distance(Array(word), Array($0))) }.filter { $0.1 <= 2 }
+    // The distance is at least the difference in length: skipping those candidates keeps
+    // a file of thousands of long unknown keys from costing minutes.
+    let letters = Array(word)
+    let scored = candidates.filter { abs($0.count - letters.count) <= 2 }
+        .map { ($0, distance(letters, Array($0))) }.filter { $0.1 <= 2 }
     return scored.min { $0.1 < $1.1 }?.0
 }
