@@ -203,6 +203,20 @@ final class ConfigPreflightTests: XCTestCase {
         XCTAssertEqual(found.last?.message, "more than 20 problems like these; the check stopped here")
     }
 
+    // MARK: - Size
+
+    func testParse_moreThan100000Values_isRefusedAtTheFirstOneTooMany() {
+        // `x` and 100,000 elements: the last element is one too many.
+        let source = "x = [" + String(repeating: "1,", count: 100_000) + "]\n"
+        assertSingle(diagnostics(source), at: (1, 6 + 2 * 99_999),
+                     "more than 100000 keys, table headers and array elements; a watchkeeper configuration needs far fewer")
+    }
+
+    func testParse_100000Values_reachTheSchemaChecks() {
+        let source = "x = [" + String(repeating: "1,", count: 99_999) + "]\n"
+        XCTAssertEqual(diagnostics(source).map(\.message), [#"unknown key "x" in the top level (known keys: daemon, task, watch)"#])
+    }
+
     func testParse_byteOrderMarkAndCRLF_keepColumnsAsEditorsShowThem() {
         assertSingle(diagnostics("\u{FEFF}[daemon]\r\n[a.b.c.d.e.f.g.h.i]\r\n"), at: (2, 18), Self.tooDeepHeader)
     }

@@ -17,6 +17,10 @@ enum ConfigPreflight {
     /// inline table a value opens adds one. watchkeeper's own go 3 deep
     /// (`[[task]]`, `retry = { attempts = 3 }`).
     static let maxDepth = 8
+    /// Keys, table headers and array elements. TOMLKit and TOMLSourceMap spend a few
+    /// hundred bytes on each (14 MB of small nested arrays took 3.2 GB), and a real
+    /// configuration has a few thousand at most.
+    static let maxValues = 100_000
     /// Problems listed before the check gives up: a binary file would otherwise give a
     /// line per byte.
     static let maxProblems = 20

@@ -18,6 +18,7 @@ struct ConfigStructureScanner {
     private var tableDepth = 0
     /// The current header was refused for its depth: its pairs are not refused again.
     private var tableTooDeep = false
+    private var values = 0
 
     init(bytes: UnsafeBufferPointer<UInt8>, report: ConfigPreflight.Report) {
         self.bytes = bytes
@@ -53,6 +54,14 @@ struct ConfigStructureScanner {
 
     private mutating func problem(at position: SourcePosition, _ message: String) throws {
         guard report.add(position, message) else { throw StopScanning() }
+    }
+
+    /// One more key, header or array element; past the limit the scan ends.
+    private mutating func countValue() throws {
+        values += 1
+        guard values > ConfigPreflight.maxValues else { return }
+        _ = report.add(position, "more than \(ConfigPreflight.maxValues) keys, table headers and array elements; a watchkeeper configuration needs far fewer")
+        throw StopScanning()
     }
 
     // MARK: Trivia
@@ -103,6 +112,7 @@ struct ConfigStructureScanner {
 
     /// `[a.b]` or `[[a.b]]`.
     private mutating func scanTableHeader() throws {
+        try countValue()
         try expect("[")
         let isArrayOfTables = peek() == UInt8(ascii: "[")
         if isArrayOfTables { advance() }
@@ -117,6 +127,7 @@ struct ConfigStructureScanner {
 
     /// `a.b = value` whose first key is at depth `base + 1`.
     private mutating func scanKeyValue(base: Int, reportDepth: Bool) throws {
+        try countValue()
         let count = try scanDottedKey(base: base, reportDepth: reportDepth, what: "key")
         skipBlanks()
         try expect("=")
@@ -230,7 +241,10 @@ struct ConfigStructureScanner {
                     advance()
                     open.removeLast()
                     next = .afterValue
-                } else if container.closer == UInt8(ascii: "]") {
+                    continue
+                }
+                try countValue()
+                if container.closer == UInt8(ascii: "]") {
                     next = .value(depth: container.depth)
                 } else {
                     let base = container.depth - 1
