@@ -336,13 +336,36 @@ struct ConfigStructureScanner {
             } else if Self.isNewline(byte) {
                 throw StopScanning()
             } else if byte == UInt8(ascii: "\\") && quote == UInt8(ascii: "\"") {
-                advance()
-                if let escaped = peek(), !Self.isNewline(escaped) { advance() }
+                try skipEscape(multiline: false)
             } else {
                 advance()
             }
         }
         throw StopScanning()
+    }
+
+    /// A backslash and the character it escapes. TOMLKit hands strings over as C strings,
+    /// so the value of `"a\u0000b"` silently became `"a"`: a NUL escape is refused here,
+    /// where its position is still known. No string of a configuration needs one.
+    private mutating func skipEscape(multiline: Bool) throws {
+        let start = position
+        let written: String? = switch peek(1) {
+        case UInt8(ascii: "u"): isZeros(from: index + 2, count: 4) ? "\\u0000" : nil
+        case UInt8(ascii: "U"): isZeros(from: index + 2, count: 8) ? "\\U00000000" : nil
+        case UInt8(ascii: "x"): isZeros(from: index + 2, count: 2) ? "\\x00" : nil  // TOML 1.1
+        default: nil
+        }
+        if let written {
+            try problem(at: start, "\(written) is a NUL byte, which would cut the string short: the system reads arguments, environment variables and paths only up to a NUL")
+        }
+        advance()
+        // In a multi-line string a backslash may escape the line end itself; in a
+        // single-line one that is an error, TOMLKit's to report.
+        if let escaped = peek(), multiline || !Self.isNewline(escaped) { advance() }
+    }
+
+    private func isZeros(from start: Int, count: Int) -> Bool {
+        start + count <= bytes.count && bytes[start..<start + count].allSatisfy { $0 == UInt8(ascii: "0") }
     }
 
     /// `"""..."""` or `'''...'''`. Up to two quotes just before the closing three belong
@@ -351,8 +374,7 @@ struct ConfigStructureScanner {
         for _ in 0..<3 { advance() }
         while let byte = peek() {
             if byte == UInt8(ascii: "\\") && quote == UInt8(ascii: "\"") {
-                advance()
-                advance()
+                try skipEscape(multiline: true)
             } else if byte == quote {
                 var run = 0
                 while peek() == quote && run < 5 {

@@ -272,6 +272,11 @@ public struct TaskSettings: Equatable, Sendable {
             return nil
         }
         guard let arguments = reader.stringArray(key) else { return nil }
+        if arguments.first?.isEmpty == true {
+            context.error(at: context.sourceMap.valuePosition(reader.path + [.key(key), .index(0)]) ?? position,
+                          "\(reader.dotted(key)) must start with the program to run, not an empty string")
+            return nil
+        }
         for (index, argument) in arguments.enumerated() {
             if let problem = Placeholders.check(argument, known: placeholders) {
                 let elementPosition = context.sourceMap.valuePosition(reader.path + [.key(key), .index(index)]) ?? position
