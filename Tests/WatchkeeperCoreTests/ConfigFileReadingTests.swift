@@ -91,6 +91,12 @@ final class ConfigFileReadingTests: XCTestCase {
         XCTAssertEqual(readFailure(""), "unable to read the configuration: the path is empty")
     }
 
+    func testArgumentPathProblem_emptyArgument_isAnError_notTheDefaultPath() {
+        XCTAssertEqual(ConfigLoader.argumentPathProblem(""), "the path is empty")
+        XCTAssertNil(ConfigLoader.argumentPathProblem(nil))
+        XCTAssertNil(ConfigLoader.argumentPathProblem("/etc/watchkeeper/watchkeeper.toml"))
+    }
+
     func testLoad_fileOver16MiB_isRefusedBeforeReadingIt() throws {
         let path = directory + "/huge.toml"
         XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: nil))

@@ -18,6 +18,13 @@ public enum ConfigLoader {
         return defaultPath
     }
 
+    /// Why a path given as an argument cannot be used, before anything is read. An empty
+    /// one is a mistake (`check-config "$CONF"` with CONF unset), not a request for the
+    /// default, which is what `resolvePath` makes of it.
+    public static func argumentPathProblem(_ argument: String?) -> String? {
+        argument?.isEmpty == true ? "the path is empty" : nil
+    }
+
     public static func load(path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
         switch ConfigFileReader.read(path) {
         case .success(let bytes):
