@@ -221,6 +221,57 @@ final class ConfigPreflightTests: XCTestCase {
         assertSingle(diagnostics("\u{FEFF}[daemon]\r\n[a.b.c.d.e.f.g.h.i]\r\n"), at: (2, 18), Self.tooDeepHeader)
     }
 
+    func testCheck_followsEveryKindOfValidTOMLToTheEnd() {
+        // Strings of all four kinds holding brackets, quotes, `#` and `=`; comments; dates;
+        // multi-line arrays of inline tables. If the scanner lost its place anywhere, it
+        // would stop (or misreport) before the deep header on the last line.
+        let source = #"""
+        # comment with [brackets] and "quotes" and 'single' = x.y.z
+        "quoted.key" = 1
+        'literal.key' = 2
+        a . b . "c" = 3
+        str1 = "with # hash and [bracket] and \" escaped quote and \\"
+        str2 = 'literal with \ backslash and # hash'
+        ml1 = """
+        multi [ { line
+        "" two quotes "" then \""" escaped
+        """
+        ml2 = '''
+        literal '''
+        ml3 = """five quotes"""""
+        ml4 = '''x'''''
+        ml5 = """\
+           line ending backslash \
+        """
+        dt1 = 1979-05-27 07:32:00Z
+        dt2 = 1979-05-27T00:32:00.999999-07:00
+        t = 07:32:00
+        f = [ 1.5e3, -0.0, +inf, nan, 0xDEAD ]
+        arr = [
+          # comment in array
+          "a", 'b', """c""", '''d''',
+          [1, [2, [3]]],
+          { x = 1, y.z = "w" },
+        ]
+        inl = { a = 1, b = { c = [1, 2] }, "d.e" = 'f' }
+
+        [ table . "with spaces" ]
+        x = 1 # trailing
+
+        [[ aot ]]
+        name = "a"
+        [[aot.sub]]
+        k = true
+        [[aot]]
+        k = false
+        	tabbed	=	"tabs"
+        [a.b.c.d.e.f.g.h.i]
+        """#
+        XCTAssertEqual(ConfigPreflight.check(Array(source.utf8)), [
+            ConfigPreflight.Problem(position: SourcePosition(line: 40, column: 18), message: Self.tooDeepHeader),
+        ])
+    }
+
     func testParse_afterTextTOMLKitWillRefuse_theCheckStopsAndTOMLKitReportsIt() {
         // The preflight reports no syntax errors of its own: TOMLKit's message stands.
         let found = diagnostics("[daemon]\nlog_level = = 1\n[a.b.c.d.e.f.g.h.i]\n")
