@@ -47,17 +47,17 @@ struct ConfigStructureScanner {
         index += 1
     }
 
-    private mutating func expect(_ character: Unicode.Scalar) throws {
+    private mutating func expect(_ character: Unicode.Scalar) throws(StopScanning) {
         guard peek() == UInt8(ascii: character) else { throw StopScanning() }
         advance()
     }
 
-    private mutating func problem(at position: SourcePosition, _ message: String) throws {
+    private mutating func problem(at position: SourcePosition, _ message: String) throws(StopScanning) {
         guard report.add(position, message) else { throw StopScanning() }
     }
 
     /// One more key, header or array element; past the limit the scan ends.
-    private mutating func countValue() throws {
+    private mutating func countValue() throws(StopScanning) {
         values += 1
         guard values > ConfigPreflight.maxValues else { return }
         _ = report.add(position, "more than \(ConfigPreflight.maxValues) keys, table headers and array elements; a watchkeeper configuration needs far fewer")
@@ -92,7 +92,7 @@ struct ConfigStructureScanner {
     // MARK: Document
 
     mutating func scanDocument() {
-        do {
+        do throws(StopScanning) {
             while true {
                 skipTrivia(newlines: true)
                 guard let byte = peek() else { return }
@@ -106,12 +106,13 @@ struct ConfigStructureScanner {
                 if let byte = peek(), !Self.isNewline(byte) { return }
             }
         } catch {
+            // Text the scanner cannot follow, or a full report: nothing more to check.
             return
         }
     }
 
     /// `[a.b]` or `[[a.b]]`.
-    private mutating func scanTableHeader() throws {
+    private mutating func scanTableHeader() throws(StopScanning) {
         try countValue()
         try expect("[")
         let isArrayOfTables = peek() == UInt8(ascii: "[")
@@ -126,7 +127,7 @@ struct ConfigStructureScanner {
     }
 
     /// `a.b = value` whose first key is at depth `base + 1`.
-    private mutating func scanKeyValue(base: Int, reportDepth: Bool) throws {
+    private mutating func scanKeyValue(base: Int, reportDepth: Bool) throws(StopScanning) {
         try countValue()
         let count = try scanDottedKey(base: base, reportDepth: reportDepth, what: "key")
         skipBlanks()
@@ -137,7 +138,7 @@ struct ConfigStructureScanner {
 
     /// Simple keys joined by dots; returns how many. Reports each key that is too long,
     /// and the first one that is too deep.
-    private mutating func scanDottedKey(base: Int, reportDepth: Bool, what: String) throws -> Int {
+    private mutating func scanDottedKey(base: Int, reportDepth: Bool, what: String) throws(StopScanning) -> Int {
         var count = 0
         var depthReported = !reportDepth
         while true {
@@ -163,7 +164,7 @@ struct ConfigStructureScanner {
     }
 
     /// A bare, "basic" or 'literal' key; returns its length in bytes as written.
-    private mutating func scanSimpleKey() throws -> Int {
+    private mutating func scanSimpleKey() throws(StopScanning) -> Int {
         guard let byte = peek() else { throw StopScanning() }
         if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "'") {
             // Keys cannot be multi-line strings.
@@ -204,7 +205,7 @@ struct ConfigStructureScanner {
     /// A value whose key is at `depth`. Arrays and inline tables nest on an explicit
     /// stack, never by recursion, so no file can exhaust the thread's stack; it holds at
     /// most `maxDepth` entries, since deeper containers are skipped over whole.
-    private mutating func scanValue(depth: Int, reportDepth: Bool) throws {
+    private mutating func scanValue(depth: Int, reportDepth: Bool) throws(StopScanning) {
         // Each open container: its closing byte and the depth of what it holds.
         var open: [(closer: UInt8, depth: Int)] = []
         var reportDepth = reportDepth
@@ -273,7 +274,7 @@ struct ConfigStructureScanner {
 
     /// An array or inline table nested too deep, skipped to its closing bracket by
     /// counting brackets outside strings and comments.
-    private mutating func skipContainer() throws {
+    private mutating func skipContainer() throws(StopScanning) {
         var depth = 0
         while let byte = peek() {
             switch byte {
@@ -297,7 +298,7 @@ struct ConfigStructureScanner {
 
     /// Numbers, booleans, dates and times, made of the characters these use (a date-time
     /// may hold a space); anything else is not a TOML value, and TOMLKit reports it.
-    private mutating func skipScalar() throws {
+    private mutating func skipScalar() throws(StopScanning) {
         var length = 0
         while let byte = peek() {
             switch byte {
@@ -314,7 +315,7 @@ struct ConfigStructureScanner {
         if length == 0 { throw StopScanning() }
     }
 
-    private mutating func skipString() throws {
+    private mutating func skipString() throws(StopScanning) {
         guard let quote = peek() else { throw StopScanning() }
         if peek(1) == quote && peek(2) == quote {
             try skipMultilineString(quote: quote)
@@ -324,7 +325,7 @@ struct ConfigStructureScanner {
     }
 
     /// `"..."` (backslash escapes) or `'...'`; returns the length of the content in bytes.
-    private mutating func skipSingleLineString() throws -> Int {
+    private mutating func skipSingleLineString() throws(StopScanning) -> Int {
         guard let quote = peek() else { throw StopScanning() }
         advance()
         let start = index
@@ -347,7 +348,7 @@ struct ConfigStructureScanner {
     /// A backslash and the character it escapes. TOMLKit hands strings over as C strings,
     /// so the value of `"a\u0000b"` silently became `"a"`: a NUL escape is refused here,
     /// where its position is still known. No string of a configuration needs one.
-    private mutating func skipEscape(multiline: Bool) throws {
+    private mutating func skipEscape(multiline: Bool) throws(StopScanning) {
         let start = position
         let written: String? = switch peek(1) {
         case UInt8(ascii: "u"): isZeros(from: index + 2, count: 4) ? "\\u0000" : nil
@@ -370,7 +371,7 @@ struct ConfigStructureScanner {
 
     /// `"""..."""` or `'''...'''`. Up to two quotes just before the closing three belong
     /// to the content, so a run of up to five quotes ends the string.
-    private mutating func skipMultilineString(quote: UInt8) throws {
+    private mutating func skipMultilineString(quote: UInt8) throws(StopScanning) {
         for _ in 0..<3 { advance() }
         while let byte = peek() {
             if byte == UInt8(ascii: "\\") && quote == UInt8(ascii: "\"") {
