@@ -57,6 +57,13 @@ struct CheckConfig: ParsableCommand {
     @Argument(help: "Configuration file (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).")
     var path: String?
 
+    /// A usage error (exit 64, with the usage), like any other bad argument.
+    func validate() throws {
+        if let problem = ConfigLoader.argumentPathProblem(path) {
+            throw ValidationError("unable to check configuration: \(problem)")
+        }
+    }
+
     func run() throws {
         // Not a daemon: let Ctrl-C work as usual.
         HandledSignals.unblockInCallingThread()

@@ -18,16 +18,37 @@ public enum ConfigLoader {
         return defaultPath
     }
 
+    /// Why a path given as an argument cannot be used, before anything is read. An empty
+    /// one is a mistake (`check-config "$CONF"` with CONF unset), not a request for the
+    /// default, which is what `resolvePath` makes of it.
+    public static func argumentPathProblem(_ argument: String?) -> String? {
+        argument?.isEmpty == true ? "the path is empty" : nil
+    }
+
     public static func load(path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
-        switch readFile(path) {
-        case .success(let source):
-            return parse(source: source, path: path, environment: environment)
+        switch ConfigFileReader.read(path) {
+        case .success(let bytes):
+            return parse(bytes: bytes, path: path, environment: environment)
         case .failure(let failure):
             return .failure(ConfigErrors([ConfigDiagnostic(file: path, position: nil, message: "unable to read the configuration: \(failure.reason)")]))
         }
     }
 
     public static func parse(source: String, path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
+        parse(bytes: Array(source.utf8), path: path, environment: environment)
+    }
+
+    /// The bytes are checked before TOMLKit sees them (see ConfigPreflight): a file that
+    /// fails those checks gets only their diagnostics.
+    static func parse(bytes: [UInt8], path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
+        let problems = ConfigPreflight.check(bytes)
+        guard problems.isEmpty else {
+            return .failure(ConfigErrors(problems.map { ConfigDiagnostic(file: path, position: $0.position, message: $0.message) }))
+        }
+        return parseChecked(source: String(decoding: bytes, as: UTF8.self), path: path, environment: environment)
+    }
+
+    private static func parseChecked(source: String, path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
         let root: TOMLTable
         do {
             root = try TOMLTable(string: source)
@@ -97,15 +118,6 @@ public enum ConfigLoader {
             daemon.maxJobs = limit
         }
     }
-
-    static func readFile(_ path: String) -> Result<String, ReadFailure> {
-        readFileBytes(path).map { String(decoding: $0, as: UTF8.self) }
-            .mapError { ReadFailure(reason: $0.errno == EFBIG ? "file is larger than 16 MiB" : String(cString: strerror($0.errno))) }
-    }
-}
-
-struct ReadFailure: Error {
-    let reason: String
 }
 
 /// The arrays of named tables; names are unique within each kind.
@@ -366,6 +378,10 @@ func closestMatch(to word: String, among candidates: [String]) -> String? {
         }
         return previous[b.count]
     }
-    let scored = candidates.map { ($0, distance(Array(word), Array($0))) }.filter { $0.1 <= 2 }
+    // The distance is at least the difference in length: skipping those candidates keeps
+    // a file of thousands of long unknown keys from costing minutes.
+    let letters = Array(word)
+    let scored = candidates.filter { abs($0.count - letters.count) <= 2 }
+        .map { ($0, distance(letters, Array($0))) }.filter { $0.1 <= 2 }
     return scored.min { $0.1 < $1.1 }?.0
 }

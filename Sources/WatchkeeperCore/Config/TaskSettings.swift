@@ -145,8 +145,12 @@ public struct TaskSettings: Equatable, Sendable {
         if reader.bool("manual") == true {
             schedules.append(.manual)
         }
-        if schedules.count != 1 {
-            let message = schedules.isEmpty
+        // A schedule key whose value was refused still counts as written: its own error
+        // says what is wrong, and "no schedule" would be a second, false one.
+        let written = ["every", "cron"].filter { reader.table[$0] != nil }.count
+            + (reader.table["manual"] != nil && reader.table["manual"]?.bool != false ? 1 : 0)
+        if written != 1 {
+            let message = written == 0
                 ? "task \"\(name)\" has no schedule: set one of every = \"15m\", cron = \"0 3 * * *\" or manual = true"
                 : "task \"\(name)\" has more than one schedule: keep only one of every, cron and manual"
             context.error(at: reader.headerPosition, message)
@@ -155,12 +159,13 @@ public struct TaskSettings: Equatable, Sendable {
         var task = TaskSettings(name: name, schedule: schedules.first ?? .manual, job: job ?? JobSettings(command: .arguments(["/bin/true"])))
         if let jitter = reader.duration("jitter", range: .zero ... .seconds(86_400)) { task.jitter = jitter }
         if let value = reader.bool("run_on_start") { task.runOnStart = value }
-        if let policy = reader.oneOf("overlap", allowed: OverlapPolicy.allCases.map(\.rawValue)) {
-            task.overlap = OverlapPolicy(rawValue: policy) ?? .skip
-        }
+        let policy = reader.oneOf("overlap", allowed: OverlapPolicy.allCases.map(\.rawValue))
+        if let policy { task.overlap = OverlapPolicy(rawValue: policy) ?? .skip }
+        // With overlap refused, which policy was meant is unknown: no second error here.
+        let overlapKnown = policy != nil || reader.table["overlap"] == nil
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) {
             task.maxConcurrent = limit
-            if task.overlap != .allow && limit > 1 {
+            if overlapKnown && task.overlap != .allow && limit > 1 {
                 context.error(at: reader.valuePosition("max_concurrent"), "\(reader.dotted("max_concurrent")) above 1 needs overlap = \"allow\"")
             }
         } else if task.overlap == .allow {
@@ -186,11 +191,16 @@ public struct TaskSettings: Equatable, Sendable {
     }
 
     /// The keys every job has, whatever starts it.
+    ///
+    /// Every key is read even when `command` is refused, so that each is checked and none
+    /// is reported as unknown; the job is nil if anything that defines it was refused.
     static func readJob(_ reader: inout TableReader, placeholders: [String]) -> JobSettings? {
         let context = reader.context
-        let shell = reader.bool("shell") ?? false
-        guard let command = readCommand("command", shell: shell, from: &reader, placeholders: placeholders, required: true) else { return nil }
-        var job = JobSettings(command: command)
+        let shellValue = reader.bool("shell")
+        // nil: shell was written but refused, so neither form of command can be judged.
+        let shell: Bool? = reader.table["shell"] == nil ? false : shellValue
+        let command = readCommand("command", shell: shell, from: &reader, placeholders: placeholders, required: true)
+        var job = JobSettings(command: command ?? .arguments([]))
         if let budget = reader.duration("budget", range: .milliseconds(10) ... .seconds(7 * 86_400)) { job.budget = budget }
         if let text = reader.string("warn_at") {
             if text.hasSuffix("%"), let percent = Double(text.dropLast()), percent > 0, percent < 100 {
@@ -238,16 +248,18 @@ public struct TaskSettings: Equatable, Sendable {
         if let priority = reader.oneOf("priority", allowed: JobPriority.allCases.map(\.rawValue)) {
             job.priority = JobPriority(rawValue: priority) ?? .default
         }
-        return job
+        return command == nil || shell == nil ? nil : job
     }
 
-    static func readCommand(_ key: String, shell: Bool, from reader: inout TableReader, placeholders: [String], required: Bool) -> JobSettings.Command? {
+    /// `shell` nil: its value was refused, so the command is not judged against it.
+    static func readCommand(_ key: String, shell: Bool?, from reader: inout TableReader, placeholders: [String], required: Bool) -> JobSettings.Command? {
         let context = reader.context
         guard let raw = reader.any(key) else {
             if required { context.error(at: reader.headerPosition, "missing required key \"\(key)\" in \(reader.displayName)") }
             return nil
         }
         let position = reader.valuePosition(key)
+        guard let shell else { return nil }
         if shell {
             guard let script = raw.string else {
                 context.error(at: position, "\(reader.dotted(key)) must be a string when shell = true")
@@ -260,6 +272,11 @@ public struct TaskSettings: Equatable, Sendable {
             return nil
         }
         guard let arguments = reader.stringArray(key) else { return nil }
+        if arguments.first?.isEmpty == true {
+            context.error(at: context.sourceMap.valuePosition(reader.path + [.key(key), .index(0)]) ?? position,
+                          "\(reader.dotted(key)) must start with the program to run, not an empty string")
+            return nil
+        }
         for (index, argument) in arguments.enumerated() {
             if let problem = Placeholders.check(argument, known: placeholders) {
                 let elementPosition = context.sourceMap.valuePosition(reader.path + [.key(key), .index(index)]) ?? position

@@ -107,7 +107,8 @@ public struct WatchSettings: Equatable, Sendable {
         let exclude = readGlobs("exclude", from: &reader)
         watch.filter = PathFilter(include: include, exclude: exclude)
         if let value = reader.bool("follow_symlinks") { watch.followSymlinks = value }
-        if let settle = reader.duration("settle", range: .zero ... .seconds(3_600)) { watch.settle = settle }
+        let settle = reader.duration("settle", range: .zero ... .seconds(3_600))
+        if let settle { watch.settle = settle }
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
         watch.batchInput = batchInput
@@ -120,7 +121,8 @@ public struct WatchSettings: Equatable, Sendable {
                     return nil
                 }
             }
-            if watch.settle == .zero {
+            // A refused settle has its own error; asking for one again would be a second.
+            if watch.settle == .zero && (settle != nil || reader.table["settle"] == nil) {
                 let shown = batchInput == .stdin ? "batch = \"stdin\"" : "batch = true"
                 context.error(at: reader.valuePosition("batch"), "\(shown) needs a settle window (for example settle = \"1s\") to collect files in")
             }
