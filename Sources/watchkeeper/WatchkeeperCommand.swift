@@ -40,6 +40,13 @@ struct Run: ParsableCommand {
     @Option(name: .long, help: "Log level, overriding [daemon] log_level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level?
 
+    /// `--config ""` is a mistake, not a request for the default path.
+    func validate() throws {
+        if let config, let problem = ConfigLoader.argumentPathProblem(config) {
+            throw ValidationError("unable to run: --config: \(problem)")
+        }
+    }
+
     func run() throws {
         let environment = ProcessEnvironment.current()
         let path = ConfigLoader.resolvePath(explicit: config, environment: environment)

@@ -347,6 +347,24 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(Set(errors.diagnostics.map { $0.position.map { "\($0.line):\($0.column)" } ?? "-" }), ["4:3"])
     }
 
+    /// retry_expired means the same for tasks and watch rules: one engine retries both.
+    func testParse_watchRetryExpired_isReadLikeATasks() throws {
+        let source = """
+            [[watch]]
+            name = "incoming"
+            path = "/srv/in"
+            retry = { attempts = 2, backoff = "1s", max_backoff = "2s" }
+            retry_expired = true
+            command = ["/bin/true", "{path}"]
+            """
+        guard case .success(let configuration) = ConfigLoader.parse(source: source, path: "/etc/watchkeeper/watchkeeper.toml", environment: [:]) else {
+            return XCTFail("retry_expired must be a known key of a watch rule")
+        }
+        let watch = try XCTUnwrap(configuration.watches.first)
+        XCTAssertTrue(watch.retryExpired)
+        XCTAssertEqual(watch.retry?.attempts, 2)
+    }
+
     func testParse_taskWithoutName_reportsTheMissingKeyAtItsHeader() {
         let source = """
             [[task]]

@@ -61,6 +61,8 @@ public struct WatchSettings: Equatable, Sendable {
     public var recentEvents = 0
     /// A file whose job failed is tried again after a backoff, up to `attempts` in all.
     public var retry: RetryPolicy?
+    /// A file whose job expired on its budget is retried too, as for tasks.
+    public var retryExpired = false
     public var job: JobSettings
 
     public static let placeholders = ["path", "dir", "name", "event", "watch", "run_id", "attempt"]
@@ -114,6 +116,7 @@ public struct WatchSettings: Equatable, Sendable {
         watch.batchInput = batchInput
         if let count = reader.integer("recent_events", range: 0 ... 10_000) { watch.recentEvents = count }
         watch.retry = TaskSettings.readRetry(&reader)
+        if let value = reader.bool("retry_expired") { watch.retryExpired = value }
         if let batchInput, let job {
             if batchInput == .argv {
                 guard case .arguments(let arguments) = job.command, arguments.contains("{paths}") else {

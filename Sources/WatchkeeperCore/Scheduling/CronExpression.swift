@@ -133,9 +133,9 @@ public struct CronExpression: Sendable, Equatable, CustomStringConvertible {
     /// see `nextFire(after:in:)`.
     var matchesEveryHour: Bool { hours == CronField.hour.everyValue }
 
-    /// True when no date can ever match, like `0 0 30 2 *` or `0 0 31 4 *`. Such an
-    /// expression is accepted (cron accepts it too) but `nextFire` always returns nil;
-    /// the config loader can warn about it.
+    /// True when no date can ever match, like `0 0 30 2 *` or `0 0 31 4 *`. The config
+    /// loader refuses such an expression (cron would accept it and never run it), and
+    /// `nextFire` returns nil for it.
     public var neverFires: Bool {
         // With the "either day field" rule, every month has every weekday.
         if !dayOfMonthIsWildcard && !dayOfWeekIsWildcard { return false }

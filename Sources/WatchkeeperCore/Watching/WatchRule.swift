@@ -56,7 +56,7 @@ final class WatchRule: @unchecked Sendable {
     var isMissing: Bool { root == nil }
 
     var group: JobGroup {
-        JobGroup(key: key, settings: settings.job, limit: settings.maxConcurrent, retry: settings.retry, retryExpired: false)
+        JobGroup(key: key, settings: settings.job, limit: settings.maxConcurrent, retry: settings.retry, retryExpired: settings.retryExpired)
     }
 
     func absolute(_ relative: some Collection<UInt8>) -> [UInt8] {
