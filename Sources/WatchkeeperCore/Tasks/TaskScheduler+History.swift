@@ -36,7 +36,14 @@ extension TaskScheduler {
     }
 
     func restoreHistory(_ task: ScheduledTask) {
-        guard let store, let runs = try? store.history(task: task.settings.name, limit: Self.historyLength) else { return }
+        guard let store else { return }
+        let runs: [StoredRun]
+        do {
+            runs = try store.history(task: task.settings.name, limit: Self.historyLength)
+        } catch {
+            logger.warning("task \(task.settings.name): unable to read its run history: \(error); the dump starts with an empty one")
+            return
+        }
         task.history = runs.reversed().map { run in
             var exit: ProcessExit?
             if let code = run.exitCode { exit = .exited(code) } else if let signal = run.signal { exit = .signaled(signal, coreDumped: false) }
@@ -54,7 +61,15 @@ extension TaskScheduler {
     /// log line: running them all would only repeat the same work.
     func catchUp(_ task: ScheduledTask) {
         let settings = task.settings
-        guard let store, let state = try? store.state(task: settings.name), let last = state.lastScheduledAt else { return }
+        guard let store else { return }
+        let state: StoredTaskState?
+        do {
+            state = try store.state(task: settings.name)
+        } catch {
+            logger.error("task \(settings.name): unable to read its state, so a run missed while watchkeeper was down is not caught up: \(error)")
+            return
+        }
+        guard let last = state?.lastScheduledAt else { return }
         let now = WallTime.now()
         guard let (due, missed) = Self.latestMissed(settings.schedule, zone: task.zone, after: last, before: now) else { return }
         let age = Duration.seconds(now.secondsSinceEpoch - due.secondsSinceEpoch) + .nanoseconds(Int64(now.nanoseconds) - Int64(due.nanoseconds))

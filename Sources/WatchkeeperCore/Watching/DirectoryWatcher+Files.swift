@@ -142,17 +142,17 @@ extension DirectoryWatcher {
         scheduleLedgerFlush()
     }
 
-    /// Group commit: the records of every job that ends within a few milliseconds go in
-    /// one transaction. A crash loses at most that much, and those files run again.
+    /// Group commit without a delay: the flush runs on the queue's next turn, after every
+    /// completion already waiting there, so a burst of completions costs one transaction,
+    /// and a crash loses no more than the jobs that were in flight (a timed flush would
+    /// lose what ended in its window too, and run those files again).
     private func scheduleLedgerFlush() {
-        if ledgerFlushTimer == nil {
-            ledgerFlushTimer = context.sources.makeTimer(owner: "watching", target: "file ledger: group commit after \(Self.ledgerFlushDelay.compactDescription)",
-                                                         on: queue) { [unowned self] in
-                self.flushLedger()
-            }
-            ledgerFlushTimer?.schedule(after: Self.ledgerFlushDelay)
-        } else if ledgerPending.count == 1 {
-            ledgerFlushTimer?.schedule(after: Self.ledgerFlushDelay)
+        guard !ledgerFlushQueued else { return }
+        ledgerFlushQueued = true
+        queue.async { [weak self] in
+            guard let self else { return }
+            self.ledgerFlushQueued = false
+            self.flushLedger()
         }
     }
 
@@ -207,8 +207,6 @@ extension DirectoryWatcher {
     /// records are written and its write-ahead log folded into the file.
     func close() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        ledgerFlushTimer?.cancel()
-        ledgerFlushTimer = nil
         flushLedger()
         guard let ledger else { return }
         do {
@@ -260,7 +258,13 @@ extension DirectoryWatcher {
         let now = DispatchTime.now().uptimeNanoseconds
         let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
             var size = DumpValue.null
-            if rule.settings.catchUp, let count = try? ledger?.count(rule: rule.name) { size = .int(Int64(count)) }
+            if rule.settings.catchUp, let ledger {
+                do {
+                    size = .int(Int64(try ledger.count(rule: rule.name)))
+                } catch {
+                    size = .string("unavailable: \(error)")
+                }
+            }
             return rule.describe(now: now, watchedDirectories: table.locations(ofOwner: .rule(rule.name)).count, ledgerSize: size)
         }
         return .object([

@@ -53,10 +53,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     var ledgerNote: String?
     /// Handled files not yet written: one transaction per flush, not per file.
     var ledgerPending: [LedgerRecord] = []
-    var ledgerFlushTimer: RegisteredTimer?
+    var ledgerFlushQueued = false
 
     static let recheckInterval: Duration = .seconds(5)
-    static let ledgerFlushDelay: Duration = .milliseconds(20)
     static let pruneInterval: Duration = .seconds(3_600)
 
     init(queue: SubsystemQueue, engine: JobEngine) {
