@@ -36,8 +36,9 @@ public func nothingOrErrno<T: FixedWidthInteger>(retryOnInterrupt: Bool = true, 
 }
 
 /// The throwing form, for code that reads better with `try`: `Result.get()` throws the
-/// typed `Errno` in Swift 6.
+/// typed `Errno` in Swift 6. The value may be dropped: for mkdir or rename, success is 0.
 @inline(__always)
+@discardableResult
 public func systemCall<T: FixedWidthInteger>(retryOnInterrupt: Bool = true, _ call: () -> T) throws(Errno) -> T {
     try valueOrErrno(retryOnInterrupt: retryOnInterrupt, call).get()
 }
