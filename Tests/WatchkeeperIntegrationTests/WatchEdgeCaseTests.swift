@@ -43,21 +43,15 @@ final class WatchEdgeCaseTests: WatchTestCase {
     }
 
     func testRootIsASymlink_isResolvedAndWatched_andSaidSo() throws {
-        sandbox = try DaemonSandbox()
-        try FileManager.default.createDirectory(atPath: sandbox.root + "/real", withIntermediateDirectories: true)
-        try FileManager.default.createSymbolicLink(atPath: sandbox.root + "/link", withDestinationPath: sandbox.root + "/real")
-        let notify = try NotifySocket()
-        try sandbox.writeConfig("""
-            [daemon]
-            log_level = "debug"
-
+        try start("""
             [[watch]]
             name = "linked"
-            path = "\(sandbox.root)/link"
-            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
-            """)
-        daemon = try sandbox.start(notifySocket: notify)
-        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+            path = "@DIR@/link"
+            \(Self.recorder)
+            """) { root in
+            try FileManager.default.createDirectory(atPath: root + "/real", withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: root + "/link", withDestinationPath: root + "/real")
+        }
         XCTAssertTrue(daemon.stderr.contains("is a symbolic link to \(sandbox.root)/real"), daemon.stderr)
         FileManager.default.createFile(atPath: sandbox.root + "/real/through-link", contents: Data("x".utf8))
         XCTAssertTrue(waitFor(5) { handled() == [sandbox.root + "/real/through-link"] }, "\(handled())\n\(daemon.stderr)")
@@ -67,25 +61,18 @@ final class WatchEdgeCaseTests: WatchTestCase {
     }
 
     func testScans_handJobsRegularFilesOnly_andCountWhatTheySkip() throws {
-        sandbox = try DaemonSandbox()
-        let inbox = sandbox.root + "/in"
-        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: inbox + "/plain", contents: Data("x".utf8))
-        XCTAssertEqual(mkfifo(inbox + "/fifo", 0o644), 0)
-        try FileManager.default.createSymbolicLink(atPath: inbox + "/link", withDestinationPath: "/etc/shadow")
-        let notify = try NotifySocket()
-        try sandbox.writeConfig("""
-            [daemon]
-            log_level = "debug"
-
+        try start("""
             [[watch]]
             name = "typed"
-            path = "\(inbox)"
+            path = "@DIR@/in"
             events = ["closed_write", "created"]
-            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
-            """)
-        daemon = try sandbox.start(notifySocket: notify)
-        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+            \(Self.recorder)
+            """) { root in
+            FileManager.default.createFile(atPath: root + "/in/plain", contents: Data("x".utf8))
+            XCTAssertEqual(mkfifo(root + "/in/fifo", 0o644), 0)
+            try FileManager.default.createSymbolicLink(atPath: root + "/in/link", withDestinationPath: "/etc/shadow")
+        }
+        let inbox = sandbox.root + "/in"
         XCTAssertTrue(waitFor(10) { handled().count == 1 }, daemon.stderr)
         // A live FIFO and a live link are skipped the same way.
         XCTAssertEqual(mkfifo(inbox + "/fifo2", 0o644), 0)
@@ -127,24 +114,17 @@ final class WatchEdgeCaseTests: WatchTestCase {
     }
 
     func testDamagedLedger_isMovedAside_rebuilt_saidOnce_andCatchUpStillWorks() throws {
-        sandbox = try DaemonSandbox()
-        let inbox = sandbox.root + "/in"
-        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(atPath: sandbox.root + "/state", withIntermediateDirectories: true)
-        try Data((0..<8_192).map { UInt8(truncatingIfNeeded: $0 &* 131) }).write(to: URL(fileURLWithPath: sandbox.root + "/state/watchkeeper.sqlite3"))
-        FileManager.default.createFile(atPath: inbox + "/waiting", contents: Data("x".utf8))
-        let notify = try NotifySocket()
-        try sandbox.writeConfig("""
-            [daemon]
-            log_level = "debug"
-
+        try start("""
             [[watch]]
             name = "ledgered"
-            path = "\(inbox)"
-            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
-            """)
-        daemon = try sandbox.start(notifySocket: notify)
-        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """) { root in
+            try FileManager.default.createDirectory(atPath: root + "/state", withIntermediateDirectories: true)
+            try Data((0..<8_192).map { UInt8(truncatingIfNeeded: $0 &* 131) }).write(to: URL(fileURLWithPath: root + "/state/watchkeeper.sqlite3"))
+            FileManager.default.createFile(atPath: root + "/in/waiting", contents: Data("x".utf8))
+        }
+        let inbox = sandbox.root + "/in"
         XCTAssertTrue(waitFor(10) { handled() == [inbox + "/waiting"] }, daemon.stderr)
         let kept = try FileManager.default.contentsOfDirectory(atPath: sandbox.root + "/state").filter { $0.contains(".damaged-") }
         XCTAssertEqual(kept.count, 1, "the damaged file is kept for inspection: \(kept)")
@@ -200,20 +180,25 @@ final class WatchEdgeCaseTests: WatchTestCase {
     /// Three directories whose paths are longer than PATH_MAX (their parent's is not) cannot be watched: one warning
     /// names the cause with the first of them, the dump counts all three, none is dropped.
     func testDirectoriesThatCannotBeWatched_areReportedOncePerCause_withACount() throws {
-        sandbox = try DaemonSandbox()
-        let inbox = sandbox.root + "/in"
-        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
-        let deep = Process()
-        deep.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        deep.arguments = ["-c", "import os,sys; os.chdir(sys.argv[1])\nfor _ in range(16):\n    os.mkdir('d'*250); os.chdir('d'*250)\nfor n in 'abc': os.mkdir(n*250)", inbox]
-        try deep.run()
-        deep.waitUntilExit()
-        XCTAssertEqual(deep.terminationStatus, 0)
+        try start("""
+            [[watch]]
+            name = "deep"
+            path = "@DIR@/in"
+            recursive = true
+            \(Self.recorder)
+            """) { root in
+            let deep = Process()
+            deep.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            deep.arguments = ["-c", "import os,sys; os.chdir(sys.argv[1])\nfor _ in range(16):\n    os.mkdir('d'*250); os.chdir('d'*250)\nfor n in 'abc': os.mkdir(n*250)", root + "/in"]
+            try deep.run()
+            deep.waitUntilExit()
+            XCTAssertEqual(deep.terminationStatus, 0)
+        }
         defer {
             // Paths over PATH_MAX: removed by descriptor, as rm -r does.
             let cleanup = Process()
             cleanup.executableURL = URL(fileURLWithPath: "/bin/rm")
-            cleanup.arguments = ["-rf", inbox + "/" + String(repeating: "d", count: 250)]
+            cleanup.arguments = ["-rf", sandbox.root + "/in/" + String(repeating: "d", count: 250)]
             do {
                 try cleanup.run()
                 cleanup.waitUntilExit()
@@ -221,19 +206,6 @@ final class WatchEdgeCaseTests: WatchTestCase {
                 XCTFail("unable to remove the deep tree: \(error)")
             }
         }
-        let notify = try NotifySocket()
-        try sandbox.writeConfig("""
-            [daemon]
-            log_level = "debug"
-
-            [[watch]]
-            name = "deep"
-            path = "\(inbox)"
-            recursive = true
-            \(Self.recorder.replacingOccurrences(of: "@DIR@", with: sandbox.root))
-            """)
-        daemon = try sandbox.start(notifySocket: notify)
-        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
         let cause = "unable to watch directories: File name too long (ENAMETOOLONG)"
         XCTAssertTrue(daemon.waitForStderr(containing: cause, timeout: 5), daemon.stderr)
         XCTAssertEqual(daemon.stderr.components(separatedBy: cause).count - 1, 1, "one line per cause, not one per directory:\n\(daemon.stderr)")

@@ -15,7 +15,7 @@ extension DirectoryWatcher {
         guard accepting else { return }
         let window = fromScan ? max(rule.settings.settle, Self.scanSettle) : rule.settings.settle
         if window == .zero && rule.settle.item(for: relative) == nil {
-            if let subject = admit(rule, relative: relative, event: event) { submit([.file(subject)], rule: rule) }
+            if let subject = admit(rule, relative: relative, event: event, fromScan: false) { submit([.file(subject)], rule: rule) }
             return
         }
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(window.nanosecondsClamped)
@@ -40,7 +40,7 @@ extension DirectoryWatcher {
         // together settle microseconds apart), up to a quarter of the window or 250 ms.
         let lookahead = rule.settings.batch ? UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped) : 0
         let due = rule.settle.takeDue(now: DispatchTime.now().uptimeNanoseconds, lookahead: lookahead)
-        let admitted = due.compactMap { admit(rule, relative: $0.path, event: $0.event) }
+        let admitted = due.compactMap { admit(rule, relative: $0.path, event: $0.event, fromScan: $0.fromScan) }
         if let input = rule.settings.batchInput {
             submit(WatchRule.batches(admitted, input: input, budget: batchBudget(input)), rule: rule)
         } else {
@@ -53,7 +53,7 @@ extension DirectoryWatcher {
     /// is a regular file (a FIFO would block the job, a planted link would lead a root job
     /// elsewhere), and was not handled before in this exact form, at this path or another
     /// one it was moved from.
-    func admit(_ rule: WatchRule, relative: [UInt8], event: WatchEvent) -> FileSubject? {
+    func admit(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool) -> FileSubject? {
         let absolute = rule.absolute(relative)
         let rootLength = absolute.count - relative.count - (relative.isEmpty ? 0 : 1)
         guard event != .deleted && event != .movedOut else {
@@ -73,7 +73,7 @@ extension DirectoryWatcher {
             if seenAt != relative { rule.handled[identity] = relative }
             return nil
         }
-        if handledBefore(rule, relative: relative, identity: identity) {
+        if handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: event == .movedIn || fromScan) {
             rule.duplicates += 1
             return nil
         }
@@ -81,15 +81,18 @@ extension DirectoryWatcher {
         return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity)
     }
 
-    /// Handled successfully in this exact form, in this life of the daemon or an earlier
-    /// one: at this path, or at another path it was moved from (then the ledger follows).
-    private func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity) -> Bool {
+    /// Handled successfully in this exact form in an earlier life of the daemon (this life's
+    /// are in `rule.handled`): at this path, or, for a file that may have been moved (found
+    /// by a scan, or moved in), at another path it was moved from; then the ledger follows.
+    /// A file just written needs one lookup by path, not two.
+    private func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool) -> Bool {
         guard rule.settings.catchUp, let ledger else { return false }
-        flushLedger()
         do {
             if let entry = try ledger.entry(rule: rule.name, path: relative), entry.identity == identity {
                 return entry.outcome == RunOutcome.ok.rawValue
             }
+            guard mayHaveMoved else { return false }
+            flushLedger()
             guard let moved = try ledger.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
                 return false
             }

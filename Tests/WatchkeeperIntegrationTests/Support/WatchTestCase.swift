@@ -11,9 +11,13 @@ class WatchTestCase: XCTestCase {
     var sandbox: DaemonSandbox!
     var daemon: DaemonProcess!
 
-    func start(_ rules: String, daemonExtra: String = "", environment: [String: String] = [:]) throws {
+    /// `prepare` runs before the daemon starts, with the sandbox's root (files and trees
+    /// that must be there at start-up, for catch-up).
+    func start(_ rules: String, daemonExtra: String = "", environment: [String: String] = [:],
+               prepare: (String) throws -> Void = { _ in }) throws {
         sandbox = try DaemonSandbox()
         try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
+        try prepare(sandbox.root)
         let notify = try NotifySocket()
         try sandbox.writeConfig("""
             [daemon]
