@@ -51,6 +51,7 @@ final class ConfigLoaderTests: XCTestCase {
     }
 
     private static let repositoryRoot: URL = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent()  // Config
         .deletingLastPathComponent()  // WatchkeeperCoreTests
         .deletingLastPathComponent()  // Tests
         .deletingLastPathComponent()  // repository root
