@@ -57,16 +57,28 @@ let package = Package(
             dependencies: ["WatchkeeperCore"]
         ),
         .executableTarget(name: "inotify-spawn-baseline", path: "Sources/inotify-spawn-baseline"),
+        // What both test targets share: scratch directories, polling with a deadline, a
+        // recorder for events delivered on another queue, configuration and time zone
+        // fixtures. A regular target, so `swift build` compiles it too: its files are wrapped
+        // in `#if canImport(XCTest)` because `--static-swift-stdlib` (make release) has no
+        // XCTest module, and it uses WatchkeeperCore's public API only, because a release
+        // build is not compiled for `@testable import`.
+        .target(
+            name: "WatchkeeperTestSupport",
+            dependencies: ["WatchkeeperCore"],
+            path: "Tests/WatchkeeperTestSupport"
+        ),
         .testTarget(
             name: "WatchkeeperCoreTests",
             dependencies: [
                 "WatchkeeperCore",
+                "WatchkeeperTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .testTarget(
             name: "WatchkeeperIntegrationTests",
-            dependencies: ["WatchkeeperCore"]
+            dependencies: ["WatchkeeperCore", "WatchkeeperTestSupport"]
         ),
     ]
 )

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -10,18 +11,7 @@ import Glibc
 /// What `ConfigLoader.load` says when the path does not lead to a readable regular file:
 /// one unpositioned diagnostic, "unable to read the configuration: <reason>", as for a
 /// missing file, and never a wait.
-final class ConfigFileReadingTests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "watchkeeper-reading-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
-    }
-
-    override func tearDownWithError() throws {
-        try FileManager.default.removeItem(atPath: directory)
-    }
-
+final class ConfigFileReadingTests: ScratchDirectoryTestCase {
     /// The single whole-file message `load` gives for `path`.
     private func readFailure(_ path: String, file: StaticString = #filePath, line: UInt = #line) -> String? {
         switch ConfigLoader.load(path: path, environment: [:]) {

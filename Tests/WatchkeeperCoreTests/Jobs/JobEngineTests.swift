@@ -4,6 +4,7 @@ import Synchronization
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -137,17 +138,14 @@ final class JobEngineTests: XCTestCase {
         let engine = makeEngine(maxJobs: 2)
         let done = Completions()
         let stubborn = JobKey(.task, "stubborn")
-        let directory = "/tmp/wk-engine-drain-\(getpid())"
-        try? FileManager.default.removeItem(atPath: directory)
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try makeScratchDirectory()
         engine.queue.queue.sync {
             engine.configure(group(stubborn, "trap '' TERM; echo $$ > \(directory)/pid; while :; do sleep 0.05; done") { group in
                 group.settings.killGrace = .milliseconds(1_500)
             })
             engine.submit(stubborn, subject: .schedule(scheduledAt: nil)) { done.add($0) }
         }
-        let deadline = DispatchTime.now() + 10
-        while !FileManager.default.fileExists(atPath: directory + "/pid") && DispatchTime.now() < deadline { usleep(10_000) }
+        _ = waitFor(10, every: .milliseconds(10)) { FileManager.default.fileExists(atPath: directory + "/pid") }
         let pid = try XCTUnwrap(Int32(String(contentsOfFile: directory + "/pid", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
         let report = Mutex<DrainReport?>(nil)
         let drained = DispatchSemaphore(value: 0)

@@ -1,20 +1,12 @@
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Pins the cron syntax of `[[task]] cron = ...`, its error messages and columns, and the
 /// exact instants schedules fire at, including across daylight-saving changes
 /// (docs/cron.md). Instants are UTC seconds; the comments give the wall times.
 final class CronExpressionTests: XCTestCase {
-    private func zone(_ identifier: String, line: UInt = #line) throws -> TimeZoneRules {
-        do {
-            return try TimeZoneRules.load(identifier: identifier)
-        } catch {
-            XCTFail("\(error)", line: line)
-            throw error
-        }
-    }
-
     private func expression(_ text: String, line: UInt) -> CronExpression? {
         do {
             return try CronExpression(parsing: text)

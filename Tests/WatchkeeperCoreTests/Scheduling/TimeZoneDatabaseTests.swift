@@ -4,21 +4,13 @@ import Glibc
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Pins how zones are read from the system tzdata: offsets around real transitions, the
 /// footer rule that takes over after the table (Debian's tables stop in 2037), wall time
 /// to instant resolution, and the errors an operator sees for a bad zone name.
 /// Instants are UTC seconds; the comments give the wall times.
 final class TimeZoneDatabaseTests: XCTestCase {
-    private func zone(_ identifier: String, line: UInt = #line) throws -> TimeZoneRules {
-        do {
-            return try TimeZoneRules.load(identifier: identifier)
-        } catch {
-            XCTFail("\(error)", line: line)
-            throw error
-        }
-    }
-
     private func loadError(_ identifier: String, directory: String = TimeZoneRules.zoneDirectory, line: UInt = #line) -> String? {
         do {
             let rules = try TimeZoneRules.load(identifier: identifier, directory: directory)
@@ -367,12 +359,6 @@ final class TimeZoneDatabaseTests: XCTestCase {
 
     // MARK: - /etc/localtime
 
-    private func temporaryDirectory() throws -> String {
-        var template = Array("/tmp/watchkeeper-tz-XXXXXX".utf8CString)
-        guard let created = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
-        return String(cString: created)
-    }
-
     private func write(_ bytes: [UInt8], to path: String) {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         XCTAssertGreaterThanOrEqual(descriptor, 0)
@@ -381,7 +367,7 @@ final class TimeZoneDatabaseTests: XCTestCase {
     }
 
     func testLocal_linkIntoTheZoneDirectory_namesTheZone() throws {
-        let directory = try temporaryDirectory()
+        let directory = try makeScratchDirectory()
         let path = directory + "/localtime"
         XCTAssertEqual(symlink("/usr/share/zoneinfo/Europe/Berlin", path), 0)
         let rules = try TimeZoneRules.local(path: path)
@@ -390,7 +376,7 @@ final class TimeZoneDatabaseTests: XCTestCase {
     }
 
     func testLocal_plainFile_isCalledLocaltime() throws {
-        let directory = try temporaryDirectory()
+        let directory = try makeScratchDirectory()
         let path = directory + "/localtime"
         write(tzif(version: UInt8(ascii: "2"), transitions: [], indices: [], types: [(32_400, false, "JST")], footer: "JST-9"), to: path)
         let rules = try TimeZoneRules.local(path: path)
@@ -399,7 +385,7 @@ final class TimeZoneDatabaseTests: XCTestCase {
     }
 
     func testLocal_missingFile_meansUTC_butABrokenLinkIsAnError() throws {
-        let directory = try temporaryDirectory()
+        let directory = try makeScratchDirectory()
         XCTAssertEqual(try TimeZoneRules.local(path: directory + "/absent"), .utc)
         let path = directory + "/localtime"
         XCTAssertEqual(symlink("/usr/share/zoneinfo/Europe/Atlantis", path), 0)

@@ -3,24 +3,13 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// FileLedger.open on files that cannot be used as they are. We run as root in CI, and
 /// root reads and writes any file whatever its mode, so "unreadable" is made with a
 /// directory in the file's place (open fails with EISDIR); the read-only file case runs
 /// only as another user.
-final class FileLedgerRecoveryTests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "watchkeeper-recovery-\(getpid())-\(UInt32.random(in: 0 ... .max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        chmod(directory, 0o700)
-        try FileManager.default.removeItem(atPath: directory)
-    }
-
+final class FileLedgerRecoveryTests: ScratchDirectoryTestCase {
     private var databasePath: String { directory + "/" + StateDatabase.fileName }
     /// 2027-01-15T08:00:00Z.
     private let now = WallTime(secondsSinceEpoch: 1_800_000_000, nanoseconds: 0)

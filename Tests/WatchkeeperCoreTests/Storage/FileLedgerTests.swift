@@ -3,21 +3,11 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// The ledger on real SQLite files and real directory trees in a temporary directory.
 /// Damage is made by hand: random bytes, truncation, a directory in the file's place.
-final class FileLedgerTests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "watchkeeper-ledger-\(getpid())-\(UInt32.random(in: 0 ... .max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        try FileManager.default.removeItem(atPath: directory)
-    }
-
+final class FileLedgerTests: ScratchDirectoryTestCase {
     private var databasePath: String { directory + "/" + StateDatabase.fileName }
     private let noon = WallTime(secondsSinceEpoch: 1_800_000_000, nanoseconds: 123_000_000)
 

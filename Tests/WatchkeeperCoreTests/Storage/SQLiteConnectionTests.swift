@@ -3,20 +3,10 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Real files in a temporary directory; what TaskStore and FileLedger build on.
-final class SQLiteConnectionTests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "watchkeeper-sqlite-\(getpid())-\(UInt32.random(in: 0 ... .max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        try FileManager.default.removeItem(atPath: directory)
-    }
-
+final class SQLiteConnectionTests: ScratchDirectoryTestCase {
     private var path: String { directory + "/test.sqlite3" }
 
     private func scalar(_ connection: SQLiteConnection, _ sql: String) throws -> Int64? {

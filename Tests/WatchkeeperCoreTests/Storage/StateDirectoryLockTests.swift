@@ -2,21 +2,11 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// The other watchkeeper is a real second process: util-linux's flock(1) holding the lock
 /// file while a shell writes its pid, told when to let go through its stdin.
-final class StateDirectoryLockTests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "watchkeeper-lock-\(getpid())-\(UInt32.random(in: 0 ... .max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        try FileManager.default.removeItem(atPath: directory)
-    }
-
+final class StateDirectoryLockTests: ScratchDirectoryTestCase {
     private var lockPath: String { directory + "/" + StateDirectoryLock.fileName }
 
     /// A process holding the lock until its stdin closes. `script` runs under the lock with

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -11,25 +12,6 @@ import Glibc
 /// symlink planted at the target or at a temporary name may redirect the write, and a
 /// directory another user controls is refused outright.
 final class AtomicFileTests: XCTestCase {
-    private var directories: [String] = []
-
-    override func tearDown() {
-        for directory in directories {
-            XCTAssertNoThrow(try FileManager.default.removeItem(atPath: directory))
-        }
-        directories = []
-        super.tearDown()
-    }
-
-    /// A fresh directory of our own, mode 0700 (mkdtemp's).
-    private func makeDirectory() throws -> String {
-        var template = Array("/tmp/wk-atomic-XXXXXX".utf8CString)
-        let created = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        let path = try XCTUnwrap(created.map { String(cString: $0) }, String(cString: strerror(errno)))
-        directories.append(path)
-        return path
-    }
-
     private func contents(_ path: String) throws -> String {
         try String(contentsOfFile: path, encoding: .utf8)
     }
@@ -50,7 +32,7 @@ final class AtomicFileTests: XCTestCase {
 
     /// A file outside the written directory that a planted symlink points at.
     private func makeVictim() throws -> String {
-        let victim = try makeDirectory() + "/victim"
+        let victim = try makeScratchDirectory() + "/victim"
         try "must stay".write(toFile: victim, atomically: false, encoding: .utf8)
         return victim
     }
@@ -58,7 +40,7 @@ final class AtomicFileTests: XCTestCase {
     // MARK: - Writing
 
     func testWrite_replacesTheContents_andLeavesNoTemporaryBehind() throws {
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         try writeFileAtomically(directory + "/state.json", contents: "first\n")
         try writeFileAtomically(directory + "/state.json", contents: "second\n")
         XCTAssertEqual(try contents(directory + "/state.json"), "second\n")
@@ -77,7 +59,7 @@ final class AtomicFileTests: XCTestCase {
     // MARK: - Planted symlinks
 
     func testSymlinkPlantedAtTheTarget_isReplacedByARegularFile_notFollowed() throws {
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         let victim = try makeVictim()
         XCTAssertEqual(symlink(victim, directory + "/state.json"), 0)
         try writeFileAtomically(directory + "/state.json", contents: "dump\n")
@@ -88,7 +70,7 @@ final class AtomicFileTests: XCTestCase {
 
     /// state.json.tmp was the temporary name before it became unpredictable.
     func testSymlinkPlantedAtTheOldPredictableTemporaryName_isNotFollowed() throws {
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         let victim = try makeVictim()
         XCTAssertEqual(symlink(victim, directory + "/state.json.tmp"), 0)
         try writeFileAtomically(directory + "/state.json", contents: "dump\n")
@@ -100,9 +82,9 @@ final class AtomicFileTests: XCTestCase {
     /// Even a name the attacker guessed right: a symlink there, dangling or not, makes
     /// creation fail, and the write moves on to another name.
     func testSymlinksPlantedAtTheProposedTemporaryNames_areNotFollowed_andAnotherNameIsUsed() throws {
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         let victim = try makeVictim()
-        let dangling = try makeDirectory() + "/created-through-the-link"
+        let dangling = try makeScratchDirectory() + "/created-through-the-link"
         XCTAssertEqual(symlink(dangling, directory + "/.guess-1"), 0)
         XCTAssertEqual(symlink(victim, directory + "/.guess-2"), 0)
         var proposed: [String] = []
@@ -121,7 +103,7 @@ final class AtomicFileTests: XCTestCase {
 
     func testDirectoryOwnedByAnotherUid_isRefused() throws {
         try XCTSkipUnless(geteuid() == 0, "chown to another uid needs root")
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         XCTAssertEqual(chown(directory, 65534, 65534), 0)
         XCTAssertEqual(chmod(directory, 0o777), 0)
         XCTAssertThrowsError(try writeFileAtomically(directory + "/state.json", contents: "dump\n")) { error in
@@ -132,7 +114,7 @@ final class AtomicFileTests: XCTestCase {
     }
 
     func testDirectoryWritableByGroupOrOthersWithoutStickyBit_isRefused_evenWhenOwned() throws {
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         for mode: mode_t in [0o777, 0o770, 0o757] {
             XCTAssertEqual(chmod(directory, mode), 0)
             XCTAssertThrowsError(try writeFileAtomically(directory + "/state.json", contents: "dump\n")) { error in
@@ -146,7 +128,7 @@ final class AtomicFileTests: XCTestCase {
     /// Like /tmp: others may add names but not rename or remove ours, and O_EXCL with
     /// O_NOFOLLOW covers the names they add.
     func testOwnDirectoryWithStickyBit_orWritableOnlyByUs_isAccepted() throws {
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         for mode: mode_t in [0o1777, 0o755, 0o700] {
             XCTAssertEqual(chmod(directory, mode), 0)
             try writeFileAtomically(directory + "/state.json", contents: "mode \(String(mode, radix: 8))\n")
@@ -157,7 +139,7 @@ final class AtomicFileTests: XCTestCase {
     // MARK: - Failures
 
     func testFailedRename_removesTheTemporary_andNamesTheCall() throws {
-        let directory = try makeDirectory()
+        let directory = try makeScratchDirectory()
         XCTAssertEqual(mkdir(directory + "/state.json", 0o700), 0)
         XCTAssertEqual(mkdir(directory + "/state.json/occupied", 0o700), 0)
         XCTAssertThrowsError(try writeFileAtomically(directory + "/state.json", contents: "dump\n")) { error in
@@ -168,7 +150,7 @@ final class AtomicFileTests: XCTestCase {
     }
 
     func testMissingDirectory_failsNamingIt() throws {
-        let directory = try makeDirectory() + "/missing"
+        let directory = try makeScratchDirectory() + "/missing"
         XCTAssertThrowsError(try writeFileAtomically(directory + "/state.json", contents: "dump\n")) { error in
             XCTAssertEqual("\(error)", "unable to write \(directory)/state.json: open \(directory): No such file or directory")
         }

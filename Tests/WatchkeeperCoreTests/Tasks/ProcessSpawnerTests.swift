@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Spawns real processes and checks what they report about themselves through their
 /// stdout pipe, or what /proc says about them from this side.
@@ -304,9 +305,7 @@ final class ProcessSpawnerTests: XCTestCase {
     // MARK: working directory, program search, exec errors
 
     func testWorkingDirectory_isApplied() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("wk-cwd-\(getpid())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directory = try makeScratchDirectory()
         let expected = try XCTUnwrap(realpath(directory, nil).map { pointer in
             defer { free(pointer) }
             return String(cString: pointer)

@@ -3,6 +3,7 @@ import Logging
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// The scheduler driven in-process, with real child processes: the manual-trigger
 /// entry point the control interface will call.
@@ -22,18 +23,14 @@ final class TaskSchedulerTests: XCTestCase {
     }
 
     private func lastOutcome(_ scheduler: TaskScheduler, queue: SubsystemQueue, task: String, timeout: TimeInterval) -> String? {
-        let deadline = DispatchTime.now() + timeout
-        while DispatchTime.now() < deadline {
+        waitForValue(timeout) {
             let dump = queue.queue.sync { scheduler.describeForDump() }
-            if case .array(let tasks)? = dump["tasks"],
-               let entry = tasks.first(where: { $0["name"] == .string(task) }),
-               case .array(let runs)? = entry["last_runs"], let run = runs.first,
-               case .string(let outcome)? = run["outcome"] {
-                return outcome
-            }
-            usleep(20_000)
+            guard case .array(let tasks)? = dump["tasks"],
+                  let entry = tasks.first(where: { $0["name"] == .string(task) }),
+                  case .array(let runs)? = entry["last_runs"], let run = runs.first,
+                  case .string(let outcome)? = run["outcome"] else { return nil }
+            return outcome
         }
-        return nil
     }
 
     func testTrigger_runsAManualTaskNow_andRecordsItsOutcome() {

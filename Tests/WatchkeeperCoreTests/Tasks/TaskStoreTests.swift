@@ -3,22 +3,11 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Real SQLite files in a temporary directory; a second connection, a second store or
 /// the sqlite3 CLI play the other processes that can touch the same file.
-final class TaskStoreTests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "watchkeeper-taskstore-\(getpid())-\(UInt32.random(in: 0 ... .max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        chmod(directory, 0o700)
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-
+final class TaskStoreTests: ScratchDirectoryTestCase {
     private var databasePath: String { directory + "/" + TaskStore.fileName }
 
     private func time(_ seconds: Int64, _ nanoseconds: Int32 = 0) -> WallTime {
@@ -389,9 +378,8 @@ final class TaskStoreTests: XCTestCase {
 
             """
         input.fileHandleForWriting.write(Data(script.utf8))
-        let deadline = Date().addingTimeInterval(30)
-        while !FileManager.default.fileExists(atPath: marker) && Date() < deadline { usleep(10_000) }
-        XCTAssertTrue(FileManager.default.fileExists(atPath: marker), "sqlite3 never reached the open transaction")
+        XCTAssertTrue(waitFor(30, every: .milliseconds(10)) { FileManager.default.fileExists(atPath: marker) },
+                      "sqlite3 never reached the open transaction")
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         XCTAssertEqual(process.terminationReason, .uncaughtSignal)

@@ -4,74 +4,26 @@ import SystemPackage
 import XCTest
 
 @testable import WatchkeeperCore
-
-/// Events the watcher delivered, collected on its queue and read from the test's thread.
-final class InotifyEventLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var events: [InotifyEvent] = []
-    private var batches = 0
-    private var failures: [Errno] = []
-    private let arrived = DispatchSemaphore(value: 0)
-
-    func record(_ batch: [InotifyEvent]) {
-        lock.lock()
-        events += batch
-        batches += 1
-        lock.unlock()
-        arrived.signal()
-    }
-
-    func recordFailure(_ failure: Errno) {
-        lock.lock()
-        failures.append(failure)
-        lock.unlock()
-        arrived.signal()
-    }
-
-    var snapshot: [InotifyEvent] {
-        lock.lock()
-        defer { lock.unlock() }
-        return events
-    }
-
-    var readFailures: [Errno] {
-        lock.lock()
-        defer { lock.unlock() }
-        return failures
-    }
-
-    /// Waits until `done` holds for everything delivered so far, or the deadline passes;
-    /// returns what was delivered either way, for the assertions to explain.
-    func wait(timeout: Duration = .seconds(10), until done: ([InotifyEvent]) -> Bool) -> [InotifyEvent] {
-        let deadline = MonotonicInstant.now + timeout
-        while true {
-            let seen = snapshot
-            if done(seen) { return seen }
-            if arrived.wait(timeout: deadline.dispatchTime) == .timedOut { return snapshot }
-        }
-    }
-}
+import WatchkeeperTestSupport
 
 /// Real inotify on real temporary directories: what the kernel reports and how it is decoded.
-final class InotifyWatcherTests: XCTestCase {
+final class InotifyWatcherTests: ScratchDirectoryTestCase {
     private let queue = DispatchQueue(label: "watchkeeper.test.inotify")
-    private var directory = ""
-    private var log = InotifyEventLog()
+    /// Events the watcher delivered, collected on its queue and read from the test's thread.
+    private var log = EventRecorder<InotifyEvent, Errno>()
     private var watcher: InotifyWatcher?
 
     override func setUpWithError() throws {
-        var template = Array("/tmp/wk-inotify-test-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno(rawValue: errno) }
-        directory = String(cString: made)
-        log = InotifyEventLog()
+        try super.setUpWithError()
+        log = EventRecorder()
         let log = self.log
-        watcher = try InotifyWatcher(queue: queue, onEvents: { log.record($0) }, onReadFailure: { log.recordFailure($0) })
+        watcher = try InotifyWatcher(queue: queue, onEvents: { log.record(contentsOf: $0) }, onReadFailure: { log.recordFailure($0) })
     }
 
     override func tearDownWithError() throws {
         queue.sync { watcher?.cancel() }
         watcher = nil
-        try FileManager.default.removeItem(atPath: directory)
+        try super.tearDownWithError()
     }
 
     private func path(_ relative: String) -> String { directory + "/" + relative }

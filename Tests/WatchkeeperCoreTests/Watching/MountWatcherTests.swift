@@ -4,46 +4,7 @@ import SystemPackage
 import XCTest
 
 @testable import WatchkeeperCore
-
-/// Changes the watcher reported, collected on its queue and read from the test's thread.
-private final class MountLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var changes: [MountChange] = []
-    private var failures: [Errno] = []
-    private let arrived = DispatchSemaphore(value: 0)
-
-    func record(_ change: MountChange) {
-        lock.lock()
-        changes.append(change)
-        lock.unlock()
-        arrived.signal()
-    }
-
-    func recordFailure(_ failure: Errno) {
-        lock.lock()
-        failures.append(failure)
-        lock.unlock()
-        arrived.signal()
-    }
-
-    var readFailures: [Errno] {
-        lock.lock()
-        defer { lock.unlock() }
-        return failures
-    }
-
-    /// Waits, up to a deadline, for a change that satisfies `matches`.
-    func wait(timeout: Duration = .seconds(10), for matches: (MountChange) -> Bool) -> MountChange? {
-        let deadline = MonotonicInstant.now + timeout
-        while true {
-            lock.lock()
-            let found = changes.first(where: matches)
-            lock.unlock()
-            if let found { return found }
-            if arrived.wait(timeout: deadline.dispatchTime) == .timedOut { return nil }
-        }
-    }
-}
+import WatchkeeperTestSupport
 
 final class MountWatcherTests: XCTestCase {
     private let queue = DispatchQueue(label: "watchkeeper.test.mounts")
@@ -77,18 +38,14 @@ final class MountWatcherTests: XCTestCase {
 
     func testMountingAndUnmountingATmpfs_areBothReported() throws {
         try XCTSkipUnless(geteuid() == 0, "mounting a tmpfs needs root")
-        var template = Array("/tmp/wk-mount-test-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno(rawValue: errno) }
-        let parent = String(cString: made)
+        // Removed after the test, once nothing is mounted on it any more.
+        let parent = try makeScratchDirectory()
         // A space in the mount point: mountinfo writes it as \040.
         let target = parent + "/mount point"
         try systemCall { mkdir(target, 0o755) }
-        defer {
-            // The directory can only go once nothing is mounted on it.
-            XCTAssertNoThrow(try FileManager.default.removeItem(atPath: parent))
-        }
 
-        let log = MountLog()
+        // Changes the watcher reported, collected on its queue and read from the test's thread.
+        let log = EventRecorder<MountChange, Errno>()
         let watcher = try MountWatcher(queue: queue, onChange: { log.record($0) }, onReadFailure: { log.recordFailure($0) })
         defer { queue.sync { watcher.cancel() } }
         XCTAssertNoThrow(try queue.sync { watcher.start() }.get())
@@ -101,15 +58,17 @@ final class MountWatcherTests: XCTestCase {
         case .failure(let failure):
             return XCTFail(failure.unable("mount a tmpfs on \(target)"))
         }
-        let mounted = log.wait { $0.addedMountPoints.contains(Array(target.utf8)) }
+        let isTheMount = { (change: MountChange) in change.addedMountPoints.contains(Array(target.utf8)) }
+        let mounted = log.wait { $0.contains(where: isTheMount) }.first(where: isTheMount)
         let unmounted = nothingOrErrno { umount2(target, 0) }
         XCTAssertNoThrow(try unmounted.get())
         XCTAssertEqual(mounted?.added.first?.fileSystemType, "tmpfs",
                        "the mount was not reported: \(queue.sync { watcher.describe().text() })")
 
-        let removed = log.wait { $0.removedMountPoints.contains(Array(target.utf8)) }
+        let isTheUnmount = { (change: MountChange) in change.removedMountPoints.contains(Array(target.utf8)) }
+        let removed = log.wait { $0.contains(where: isTheUnmount) }.first(where: isTheUnmount)
         XCTAssertNotNil(removed, "the unmount was not reported")
-        XCTAssertEqual(log.readFailures, [])
+        XCTAssertEqual(log.recordedFailures, [])
         XCTAssertFalse(queue.sync { watcher.mounts.contains { $0.mountPoint == Array(target.utf8) } })
     }
 }

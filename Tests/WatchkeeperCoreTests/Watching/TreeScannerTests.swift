@@ -2,28 +2,12 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Real trees in a temporary directory. Root ignores directory modes, so listing errors are
 /// made for real another way: a directory deleted between levels (ENOENT), a path longer
 /// than PATH_MAX (ENAMETOOLONG), and a lowered RLIMIT_NOFILE (EMFILE).
-final class TreeScannerTests: XCTestCase {
-    private var directory = ""
-
-    override func setUpWithError() throws {
-        directory = NSTemporaryDirectory() + "watchkeeper-scan-\(getpid())-\(UInt32.random(in: 0 ... .max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        // rm walks with openat, so it also removes the tree deeper than PATH_MAX.
-        let remove = Process()
-        remove.executableURL = URL(fileURLWithPath: "/bin/rm")
-        remove.arguments = ["-rf", directory]
-        try remove.run()
-        remove.waitUntilExit()
-        XCTAssertEqual(remove.terminationStatus, 0)
-    }
-
+final class TreeScannerTests: ScratchDirectoryTestCase {
     private var scanner: TreeScanner { TreeScanner(root: Array(directory.utf8)) }
 
     private func make(_ relative: String, file: Bool = true) throws {

@@ -1,0 +1,35 @@
+#if canImport(XCTest)
+import Foundation
+import WatchkeeperCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// For what gives no event to wait on: a file another process writes, a daemon's stderr, a
+// dump taken on another queue. The deadline is on the monotonic clock, so a wall clock
+// stepped during a test neither cuts a wait short nor stretches it.
+
+/// The first value `probe` gives that is not nil, asked at once and then every `interval`,
+/// or nil once `timeout` seconds have passed without one.
+public func waitForValue<Value>(
+    _ timeout: TimeInterval, every interval: Duration = .milliseconds(20), _ probe: () throws -> Value?
+) rethrows -> Value? {
+    let deadline = MonotonicInstant.now + .seconds(timeout)
+    let (seconds, attoseconds) = interval.components
+    let pause = useconds_t(seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
+    while true {
+        if let value = try probe() { return value }
+        if MonotonicInstant.now >= deadline { return nil }
+        usleep(pause)
+    }
+}
+
+/// Whether `condition` came to hold within `timeout` seconds, asked at once and then every
+/// `interval`.
+public func waitFor(
+    _ timeout: TimeInterval, every interval: Duration = .milliseconds(20), _ condition: () throws -> Bool
+) rethrows -> Bool {
+    try waitForValue(timeout, every: interval) { try condition() ? true : nil } ?? false
+}
+#endif
