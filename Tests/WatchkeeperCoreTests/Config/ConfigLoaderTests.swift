@@ -3,53 +3,11 @@ import Logging
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Pins what `ConfigLoader` accepts, what it builds, and how it reports every class of
 /// problem: the exact `LINE:COLUMN` and message an operator will see from `check-config`.
 final class ConfigLoaderTests: XCTestCase {
-    private let path = "/etc/watchkeeper/watchkeeper.toml"
-
-    // MARK: - Helpers
-
-    private func parsed(
-        _ source: String, environment: [String: String] = [:],
-        file: StaticString = #filePath, line: UInt = #line
-    ) -> Configuration? {
-        switch ConfigLoader.parse(source: source, path: path, environment: environment) {
-        case .success(let configuration):
-            return configuration
-        case .failure(let errors):
-            XCTFail("expected the file to load, got:\n\(errors.description)", file: file, line: line)
-            return nil
-        }
-    }
-
-    private func errors(
-        _ source: String, environment: [String: String] = [:],
-        file: StaticString = #filePath, line: UInt = #line
-    ) -> [ConfigDiagnostic] {
-        switch ConfigLoader.parse(source: source, path: path, environment: environment) {
-        case .success:
-            XCTFail("expected the file to be refused", file: file, line: line)
-            return []
-        case .failure(let errors):
-            return errors.diagnostics
-        }
-    }
-
-    /// Exactly one diagnostic, at `line:column`, with exactly this message.
-    private func assertSingleError(
-        _ source: String, at position: (Int, Int), _ message: String,
-        file: StaticString = #filePath, line: UInt = #line
-    ) {
-        let diagnostics = errors(source, file: file, line: line)
-        XCTAssertEqual(diagnostics.count, 1, "diagnostics: \(diagnostics)", file: file, line: line)
-        guard let only = diagnostics.first else { return }
-        XCTAssertEqual(only.file, path, file: file, line: line)
-        XCTAssertEqual(only.position, SourcePosition(line: position.0, column: position.1), "position", file: file, line: line)
-        XCTAssertEqual(only.message, message, file: file, line: line)
-    }
-
     private static let repositoryRoot: URL = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent()  // Config
         .deletingLastPathComponent()  // WatchkeeperCoreTests
@@ -71,11 +29,11 @@ final class ConfigLoaderTests: XCTestCase {
             recent_problems = 7
             max_jobs = 16
             """
-        let configuration = try XCTUnwrap(parsed(source, environment: [
+        let configuration = try XCTUnwrap(parsedConfiguration(source, environment: [
             "RUNTIME_DIRECTORY": "/run/from-env",
             "STATE_DIRECTORY": "/var/lib/from-env",
         ]))
-        XCTAssertEqual(configuration.path, path)
+        XCTAssertEqual(configuration.path, configPath)
         let daemon = configuration.daemon
         XCTAssertEqual(daemon.logLevel, .debug)
         XCTAssertEqual(daemon.shutdownGrace, .seconds(90))
@@ -92,7 +50,7 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             log_level = "warning"
             """
-        let configuration = try XCTUnwrap(parsed(source, environment: [
+        let configuration = try XCTUnwrap(parsedConfiguration(source, environment: [
             "RUNTIME_DIRECTORY": "/run/watchkeeper-a:/run/watchkeeper-b",
             "STATE_DIRECTORY": "/var/lib/watchkeeper-a",
         ]))
@@ -102,7 +60,7 @@ final class ConfigLoaderTests: XCTestCase {
     }
 
     func testParse_emptyFile_givesDefaults() throws {
-        let configuration = try XCTUnwrap(parsed(""))
+        let configuration = try XCTUnwrap(parsedConfiguration(""))
         XCTAssertEqual(configuration.daemon, DaemonSettings(environment: [:]))
         XCTAssertEqual(configuration.daemon.logLevel, .info)
         XCTAssertEqual(configuration.daemon.shutdownGrace, .seconds(30))
@@ -115,7 +73,7 @@ final class ConfigLoaderTests: XCTestCase {
     }
 
     func testParse_emptyFileWithSystemdEnvironment_defaultsDirectoriesFromIt() throws {
-        let configuration = try XCTUnwrap(parsed("# nothing but a comment\n", environment: [
+        let configuration = try XCTUnwrap(parsedConfiguration("# nothing but a comment\n", environment: [
             "RUNTIME_DIRECTORY": "/run/x",
             "STATE_DIRECTORY": "/var/lib/x",
         ]))
@@ -126,7 +84,7 @@ final class ConfigLoaderTests: XCTestCase {
     func testParse_shippedExampleConfiguration_loadsCleanly() throws {
         let url = Self.repositoryRoot.appendingPathComponent("etc/watchkeeper/watchkeeper.toml")
         let source = try String(contentsOf: url, encoding: .utf8)
-        let configuration = try XCTUnwrap(parsed(source))
+        let configuration = try XCTUnwrap(parsedConfiguration(source))
         XCTAssertEqual(configuration.daemon.logLevel, .info)
         XCTAssertEqual(configuration.daemon.shutdownGrace, .seconds(30))
         XCTAssertEqual(configuration.daemon.dumpComponentTimeout, .seconds(2))
@@ -136,14 +94,14 @@ final class ConfigLoaderTests: XCTestCase {
     func testParse_demoConfiguration_loadsCleanly() throws {
         let url = Self.repositoryRoot.appendingPathComponent("demo/watchkeeper.toml")
         let source = try String(contentsOf: url, encoding: .utf8)
-        let configuration = try XCTUnwrap(parsed(source))
+        let configuration = try XCTUnwrap(parsedConfiguration(source))
         XCTAssertEqual(configuration.daemon.shutdownGrace, .seconds(10))
         XCTAssertEqual(configuration.daemon.dumpComponentTimeout, .seconds(1))
         XCTAssertEqual(configuration.daemon.recentProblems, 20)
     }
 
     func testParse_daemonAsInlineTable_isAccepted() throws {
-        let configuration = try XCTUnwrap(parsed(#"daemon = { log_level = "error", recent_problems = 3 }"#))
+        let configuration = try XCTUnwrap(parsedConfiguration(#"daemon = { log_level = "error", recent_problems = 3 }"#))
         XCTAssertEqual(configuration.daemon.logLevel, .error)
         XCTAssertEqual(configuration.daemon.recentProblems, 3)
     }
@@ -156,7 +114,7 @@ final class ConfigLoaderTests: XCTestCase {
             log_level = "info"
             recent_problems = = 5
             """
-        let diagnostics = errors(source)
+        let diagnostics = configErrors(source)
         XCTAssertEqual(diagnostics.count, 1, "\(diagnostics)")
         guard let only = diagnostics.first else { return }
         // The second `=`: where a value should start.
@@ -169,14 +127,14 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             log_level = "info
             """
-        let diagnostics = errors(source)
+        let diagnostics = configErrors(source)
         XCTAssertEqual(diagnostics.count, 1, "\(diagnostics)")
         // Just past the last character of the file, where the closing quote was expected.
         XCTAssertEqual(diagnostics.first?.position, SourcePosition(line: 2, column: 18), "\(diagnostics)")
         XCTAssertEqual(diagnostics.first?.message, "syntax error: Error while parsing string: encountered end-of-file")
         XCTAssertEqual(
             diagnostics.first?.description,
-            "\(path):2:18: syntax error: Error while parsing string: encountered end-of-file"
+            "\(configPath):2:18: syntax error: Error while parsing string: encountered end-of-file"
         )
     }
 
@@ -185,7 +143,7 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
               log_lvel = "debug"
             """
-        assertSingleError(source, at: (2, 3), #"unknown key "log_lvel" in [daemon]; did you mean "log_level"?"#)
+        assertSingleConfigError(source, at: (2, 3), #"unknown key "log_lvel" in [daemon]; did you mean "log_level"?"#)
     }
 
     func testParse_unknownDaemonKeyFarFromAnyKnownKey_listsTheKnownKeys() {
@@ -193,7 +151,7 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             colour = "blue"
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (2, 1),
             #"unknown key "colour" in [daemon] (known keys: log_level, shutdown_grace, runtime_dir, state_dir, dump_component_timeout, recent_problems, max_jobs)"#
         )
@@ -207,7 +165,7 @@ final class ConfigLoaderTests: XCTestCase {
             [logging]
             level = "info"
             """
-        assertSingleError(source, at: (4, 2), #"unknown key "logging" in the top level (known keys: daemon, task, watch)"#)
+        assertSingleConfigError(source, at: (4, 2), #"unknown key "logging" in the top level (known keys: daemon, task, watch)"#)
     }
 
     func testParse_misspeltTopLevelTable_suggestsDaemon() {
@@ -215,7 +173,7 @@ final class ConfigLoaderTests: XCTestCase {
             [deamon]
             log_level = "info"
             """
-        assertSingleError(source, at: (1, 2), #"unknown key "deamon" in the top level; did you mean "daemon"?"#)
+        assertSingleConfigError(source, at: (1, 2), #"unknown key "deamon" in the top level; did you mean "daemon"?"#)
     }
 
     func testParse_integerWrittenAsString_isAWrongTypeAtTheValue() {
@@ -223,7 +181,7 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             recent_problems = "5"
             """
-        assertSingleError(source, at: (2, 19), "daemon.recent_problems must be an integer, not a string")
+        assertSingleConfigError(source, at: (2, 19), "daemon.recent_problems must be an integer, not a string")
     }
 
     func testParse_durationWrittenAsBareInteger_isAWrongTypeAtTheValue() {
@@ -231,11 +189,11 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             shutdown_grace = 30
             """
-        assertSingleError(source, at: (2, 18), "daemon.shutdown_grace must be a string, not an integer")
+        assertSingleConfigError(source, at: (2, 18), "daemon.shutdown_grace must be a string, not an integer")
     }
 
     func testParse_daemonAsScalar_isAWrongType() {
-        assertSingleError("daemon = 5", at: (1, 10), "daemon must be a table, not an integer")
+        assertSingleConfigError("daemon = 5", at: (1, 10), "daemon must be a table, not an integer")
     }
 
     func testParse_badDurations_areReportedWithTheParserReason() {
@@ -252,7 +210,7 @@ final class ConfigLoaderTests: XCTestCase {
                 [daemon]
                 shutdown_grace = "\(c.text)"
                 """
-            assertSingleError(
+            assertSingleConfigError(
                 source, at: (2, 18),
                 #"bad duration ""# + c.text + #"" for daemon.shutdown_grace: "# + c.reason,
                 line: c.line
@@ -265,22 +223,22 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             recent_problems = 0
             """
-        assertSingleError(source, at: (2, 19), "daemon.recent_problems = 0 is out of range (1 to 10000)")
+        assertSingleConfigError(source, at: (2, 19), "daemon.recent_problems = 0 is out of range (1 to 10000)")
     }
 
     func testParse_maxJobsOutsideOneTo1024_givesTheAllowedRange() {
-        assertSingleError("[daemon]\nmax_jobs = 0", at: (2, 12), "daemon.max_jobs = 0 is out of range (1 to 1024)")
-        assertSingleError("[daemon]\nmax_jobs = 1025", at: (2, 12), "daemon.max_jobs = 1025 is out of range (1 to 1024)")
-        XCTAssertEqual(parsed("[daemon]\nmax_jobs = 1024")?.daemon.maxJobs, 1_024)
-        XCTAssertEqual(parsed("[daemon]\nmax_jobs = 1")?.daemon.maxJobs, 1)
+        assertSingleConfigError("[daemon]\nmax_jobs = 0", at: (2, 12), "daemon.max_jobs = 0 is out of range (1 to 1024)")
+        assertSingleConfigError("[daemon]\nmax_jobs = 1025", at: (2, 12), "daemon.max_jobs = 1025 is out of range (1 to 1024)")
+        XCTAssertEqual(parsedConfiguration("[daemon]\nmax_jobs = 1024")?.daemon.maxJobs, 1_024)
+        XCTAssertEqual(parsedConfiguration("[daemon]\nmax_jobs = 1")?.daemon.maxJobs, 1)
     }
 
     func testParse_outOfRangeDurations_giveTheAllowedRangeInConfigurationSyntax() {
-        assertSingleError(
+        assertSingleConfigError(
             "[daemon]\ndump_component_timeout = \"5ms\"", at: (2, 26),
             #"daemon.dump_component_timeout = "5ms" is out of range (10ms to 1m)"#
         )
-        assertSingleError(
+        assertSingleConfigError(
             "[daemon]\nshutdown_grace = \"2d\"", at: (2, 18),
             #"daemon.shutdown_grace = "2d" is out of range (0s to 1d)"#
         )
@@ -291,11 +249,11 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             runtime_dir = "run"
             """
-        assertSingleError(source, at: (2, 15), #"daemon.runtime_dir must be an absolute path, not the relative "run""#)
+        assertSingleConfigError(source, at: (2, 15), #"daemon.runtime_dir must be an absolute path, not the relative "run""#)
     }
 
     func testParse_relativeStateDirectory_isRefused() {
-        assertSingleError(
+        assertSingleConfigError(
             "[daemon]\nstate_dir = './state'", at: (2, 13),
             #"daemon.state_dir must be an absolute path, not the relative "./state""#
         )
@@ -306,7 +264,7 @@ final class ConfigLoaderTests: XCTestCase {
             [daemon]
             log_level = "loud"
             """
-        assertSingleError(source, at: (2, 13), #"daemon.log_level = "loud" is not one of: "# + Self.levels)
+        assertSingleConfigError(source, at: (2, 13), #"daemon.log_level = "loud" is not one of: "# + Self.levels)
     }
 
     func testParse_duplicateTaskNames_reportsOnlyTheSecondNameAndWhereTheFirstWas() {
@@ -327,7 +285,7 @@ final class ConfigLoaderTests: XCTestCase {
             command = ["/bin/true"]
             every = "1h"
             """
-        assertSingleError(source, at: (12, 12), #"duplicate task name "backup" (first defined at line 2)"#)
+        assertSingleConfigError(source, at: (12, 12), #"duplicate task name "backup" (first defined at line 2)"#)
     }
 
     func testParse_watchWithoutPathOrCommand_reportsBothAtItsHeader() {
@@ -338,7 +296,7 @@ final class ConfigLoaderTests: XCTestCase {
             [[watch]]
             name = "incoming"
             """
-        guard case .failure(let errors) = ConfigLoader.parse(source: source, path: "/etc/watchkeeper/watchkeeper.toml", environment: [:]) else {
+        guard case .failure(let errors) = ConfigLoader.parse(source: source, path: configPath, environment: [:]) else {
             return XCTFail("a watch without path and command must be refused")
         }
         XCTAssertEqual(errors.diagnostics.map(\.message).sorted(), [
@@ -358,7 +316,7 @@ final class ConfigLoaderTests: XCTestCase {
             retry_expired = true
             command = ["/bin/true", "{path}"]
             """
-        guard case .success(let configuration) = ConfigLoader.parse(source: source, path: "/etc/watchkeeper/watchkeeper.toml", environment: [:]) else {
+        guard case .success(let configuration) = ConfigLoader.parse(source: source, path: configPath, environment: [:]) else {
             return XCTFail("retry_expired must be a known key of a watch rule")
         }
         let watch = try XCTUnwrap(configuration.watches.first)
@@ -372,7 +330,7 @@ final class ConfigLoaderTests: XCTestCase {
             command = ["/bin/true"]
             every = "1h"
             """
-        assertSingleError(source, at: (1, 3), #"missing required key "name" in [[task]]"#)
+        assertSingleConfigError(source, at: (1, 3), #"missing required key "name" in [[task]]"#)
     }
 
     func testParse_invalidTaskName_isReportedAtTheName() {
@@ -382,7 +340,7 @@ final class ConfigLoaderTests: XCTestCase {
             command = ["/bin/true"]
             every = "1h"
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (2, 8),
             #"invalid task name "-backup": use letters, digits, '.', '_' and '-', starting with a letter or digit"#
         )
@@ -402,7 +360,7 @@ final class ConfigLoaderTests: XCTestCase {
 
             [extra]
             """
-        let diagnostics = errors(source)
+        let diagnostics = configErrors(source)
         XCTAssertEqual(diagnostics.map { $0.position?.line }, [2, 3, 4, 5, 6, 8], "\(diagnostics)")
         XCTAssertEqual(diagnostics.map(\.message), [
             "daemon.recent_problems = 0 is out of range (1 to 10000)",
@@ -415,7 +373,7 @@ final class ConfigLoaderTests: XCTestCase {
     }
 
     func testParse_twoProblemsOnOneLine_areOrderedByColumn() {
-        let diagnostics = errors(#"daemon = { recent_problems = 0, log_level = "loud" }"#)
+        let diagnostics = configErrors(#"daemon = { recent_problems = 0, log_level = "loud" }"#)
         XCTAssertEqual(diagnostics.map(\.position), [
             SourcePosition(line: 1, column: 30),
             SourcePosition(line: 1, column: 45),
@@ -423,36 +381,36 @@ final class ConfigLoaderTests: XCTestCase {
     }
 
     func testParse_windowsLineEndingsAndByteOrderMark_doNotShiftPositions() {
-        assertSingleError(
+        assertSingleConfigError(
             "\u{FEFF}[daemon]\r\nlog_level = \"info\"\r\nrecent_problems = 0\r\n", at: (3, 19),
             "daemon.recent_problems = 0 is out of range (1 to 10000)"
         )
     }
 
     func testParse_tabsCountAsOneColumn() {
-        assertSingleError("[daemon]\n\trecent_problems\t=\t0\n", at: (2, 20), "daemon.recent_problems = 0 is out of range (1 to 10000)")
+        assertSingleConfigError("[daemon]\n\trecent_problems\t=\t0\n", at: (2, 20), "daemon.recent_problems = 0 is out of range (1 to 10000)")
     }
 
     // MARK: - ConfigErrors rendering
 
     func testConfigErrors_description_isOnePathLineColumnLinePerProblem() {
-        let diagnostics = errors("[daemon]\nrecent_problems = 0\nlog_level = \"loud\"\n")
+        let diagnostics = configErrors("[daemon]\nrecent_problems = 0\nlog_level = \"loud\"\n")
         let rendered = ConfigErrors(diagnostics).description
         XCTAssertEqual(rendered, """
-            \(path):2:19: daemon.recent_problems = 0 is out of range (1 to 10000)
-            \(path):3:13: daemon.log_level = "loud" is not one of: \(Self.levels)
+            \(configPath):2:19: daemon.recent_problems = 0 is out of range (1 to 10000)
+            \(configPath):3:13: daemon.log_level = "loud" is not one of: \(Self.levels)
             """)
     }
 
     func testConfigErrors_summary_isTheFirstProblemAndHowManyFollow() {
-        let diagnostics = errors("[daemon]\nrecent_problems = 0\nlog_level = \"loud\"\nstate_dir = \"x\"\n")
+        let diagnostics = configErrors("[daemon]\nrecent_problems = 0\nlog_level = \"loud\"\nstate_dir = \"x\"\n")
         XCTAssertEqual(
             ConfigErrors(diagnostics).summary,
-            "\(path):2:19: daemon.recent_problems = 0 is out of range (1 to 10000) (and 2 more)"
+            "\(configPath):2:19: daemon.recent_problems = 0 is out of range (1 to 10000) (and 2 more)"
         )
         XCTAssertEqual(
             ConfigErrors([diagnostics[0]]).summary,
-            "\(path):2:19: daemon.recent_problems = 0 is out of range (1 to 10000)"
+            "\(configPath):2:19: daemon.recent_problems = 0 is out of range (1 to 10000)"
         )
         XCTAssertEqual(ConfigErrors([]).summary, "no errors")
     }

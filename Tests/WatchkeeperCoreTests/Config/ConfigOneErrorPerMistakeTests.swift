@@ -1,32 +1,11 @@
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// One mistake, one diagnostic: a key whose value is refused still counts as known and
 /// as written, so no other check reports a consequence of the same mistake.
 final class ConfigOneErrorPerMistakeTests: XCTestCase {
-    private let path = "/etc/watchkeeper/watchkeeper.toml"
-
-    private func diagnostics(_ source: String, file: StaticString = #filePath, line: UInt = #line) -> [ConfigDiagnostic] {
-        switch ConfigLoader.parse(source: source, path: path, environment: [:]) {
-        case .success:
-            XCTFail("expected the file to be refused", file: file, line: line)
-            return []
-        case .failure(let errors):
-            return errors.diagnostics
-        }
-    }
-
-    private func assertSingle(
-        _ source: String, at position: (Int, Int), _ message: String,
-        file: StaticString = #filePath, line: UInt = #line
-    ) {
-        let found = diagnostics(source, file: file, line: line)
-        XCTAssertEqual(found.count, 1, "diagnostics:\n\(ConfigErrors(found))", file: file, line: line)
-        XCTAssertEqual(found.first?.position, SourcePosition(line: position.0, column: position.1), file: file, line: line)
-        XCTAssertEqual(found.first?.message, message, file: file, line: line)
-    }
-
     func testParse_badCommand_leavesTheTasksLaterKeysKnown() {
         // Every job key after `command`: each was reported as unknown when the command was refused.
         let source = """
@@ -44,8 +23,8 @@ final class ConfigOneErrorPerMistakeTests: XCTestCase {
             environment = { A = "b" }
             priority = "low"
             """
-        assertSingle(source, at: (3, 11),
-                     #"task.command must be an array of arguments, like ["/usr/bin/rsync", "-a", "{task}"]; set shell = true to run a string through /bin/sh -c"#)
+        assertSingleConfigError(source, at: (3, 11),
+                                #"task.command must be an array of arguments, like ["/usr/bin/rsync", "-a", "{task}"]; set shell = true to run a string through /bin/sh -c"#)
     }
 
     func testParse_badCommandInAWatch_leavesTheWatchsLaterKeysKnown() {
@@ -57,7 +36,7 @@ final class ConfigOneErrorPerMistakeTests: XCTestCase {
             budget = "1m"
             priority = "high"
             """
-        assertSingle(source, at: (4, 25), "watch.command must be an array of strings; element 2 is an integer")
+        assertSingleConfigError(source, at: (4, 25), "watch.command must be an array of strings; element 2 is an integer")
     }
 
     func testParse_badEvery_isOneError_notAlsoNoSchedule() {
@@ -67,30 +46,30 @@ final class ConfigOneErrorPerMistakeTests: XCTestCase {
             command = ["/bin/true"]
             every = "1 hour"
             """
-        assertSingle(source, at: (4, 9),
-                     #"bad duration "1 hour" for task.every: missing unit after 1; "# + DurationParser.expectation)
+        assertSingleConfigError(source, at: (4, 9),
+                                #"bad duration "1 hour" for task.every: missing unit after 1; "# + DurationParser.expectation)
     }
 
     func testParse_everyOfTheWrongType_isOneError_notAlsoNoSchedule() {
-        assertSingle("[[task]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nevery = 15\n", at: (4, 9),
-                     "task.every must be a string, not an integer")
+        assertSingleConfigError("[[task]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nevery = 15\n", at: (4, 9),
+                                "task.every must be a string, not an integer")
     }
 
     func testParse_manualOfTheWrongType_isOneError_notAlsoNoSchedule() {
-        assertSingle("[[task]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nmanual = \"yes\"\n", at: (4, 10),
-                     "task.manual must be a boolean, not a string")
+        assertSingleConfigError("[[task]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nmanual = \"yes\"\n", at: (4, 10),
+                                "task.manual must be a boolean, not a string")
     }
 
     func testParse_badEveryBesideACron_isStillTwoSchedules() {
         // Two mistakes: the duration, and two schedules written.
         let source = "[[task]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nevery = \"1 hour\"\ncron = \"0 3 * * *\"\n"
-        XCTAssertEqual(diagnostics(source).map(\.position?.line), [1, 4])
+        XCTAssertEqual(configErrors(source).map(\.position?.line), [1, 4])
     }
 
     func testParse_shellOfTheWrongType_isOneError_whateverTheCommandsForm() {
         for command in [#""/bin/echo hello""#, #"["/bin/echo", "hello"]"#] {
-            assertSingle("[[task]]\nname = \"a\"\nshell = \"yes\"\ncommand = \(command)\nevery = \"1h\"\n", at: (3, 9),
-                         "task.shell must be a boolean, not a string")
+            assertSingleConfigError("[[task]]\nname = \"a\"\nshell = \"yes\"\ncommand = \(command)\nevery = \"1h\"\n", at: (3, 9),
+                                    "task.shell must be a boolean, not a string")
         }
     }
 
@@ -103,7 +82,7 @@ final class ConfigOneErrorPerMistakeTests: XCTestCase {
             overlap = "sometimes"
             max_concurrent = 4
             """
-        assertSingle(source, at: (5, 11), #"task.overlap = "sometimes" is not one of: skip, queue, replace, allow"#)
+        assertSingleConfigError(source, at: (5, 11), #"task.overlap = "sometimes" is not one of: skip, queue, replace, allow"#)
     }
 
     func testParse_batchWatchWithABadSettle_isOneError_notAlsoNeedsASettleWindow() {
@@ -115,7 +94,7 @@ final class ConfigOneErrorPerMistakeTests: XCTestCase {
             settle = "1 second"
             command = ["/bin/ls", "{paths}"]
             """
-        assertSingle(source, at: (5, 10),
-                     #"bad duration "1 second" for watch.settle: missing unit after 1; "# + DurationParser.expectation)
+        assertSingleConfigError(source, at: (5, 10),
+                                #"bad duration "1 second" for watch.settle: missing unit after 1; "# + DurationParser.expectation)
     }
 }

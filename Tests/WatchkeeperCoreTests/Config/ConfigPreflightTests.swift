@@ -2,13 +2,12 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// Pins what is refused before TOMLKit sees the file (ConfigPreflight): NUL bytes and
 /// invalid UTF-8 anywhere, over-long keys and over-deep nesting, each at its
 /// `LINE:COLUMN`, and that what TOMLKit then gets is bounded.
 final class ConfigPreflightTests: XCTestCase {
-    private let path = "/etc/watchkeeper/watchkeeper.toml"
-
     private static let tooDeepHeader =
         "table header nested more than 8 levels deep; watchkeeper's settings go at most 3 deep, as in task.retry.attempts"
     private static let tooDeepKey =
@@ -18,16 +17,6 @@ final class ConfigPreflightTests: XCTestCase {
     private static let nul = "NUL byte in the file: a configuration file is text, and TOML allows no NUL byte anywhere"
 
     // MARK: - Helpers
-
-    private func diagnostics(_ source: String, file: StaticString = #filePath, line: UInt = #line) -> [ConfigDiagnostic] {
-        switch ConfigLoader.parse(source: source, path: path, environment: [:]) {
-        case .success:
-            XCTFail("expected the file to be refused", file: file, line: line)
-            return []
-        case .failure(let errors):
-            return errors.diagnostics
-        }
-    }
 
     /// The bytes written to a file and loaded, as `check-config` does: invalid UTF-8
     /// cannot be put in a Swift String.
@@ -40,18 +29,8 @@ final class ConfigPreflightTests: XCTestCase {
             XCTFail("expected the file to be refused", file: file, line: line)
             return []
         case .failure(let errors):
-            return errors.diagnostics.map { ConfigDiagnostic(file: path, position: $0.position, message: $0.message) }
+            return errors.diagnostics.map { ConfigDiagnostic(file: configPath, position: $0.position, message: $0.message) }
         }
-    }
-
-    private func assertSingle(
-        _ diagnostics: [ConfigDiagnostic], at position: (Int, Int), _ message: String,
-        file: StaticString = #filePath, line: UInt = #line
-    ) {
-        XCTAssertEqual(diagnostics.count, 1, "diagnostics: \(diagnostics)", file: file, line: line)
-        guard let only = diagnostics.first else { return }
-        XCTAssertEqual(only.position, SourcePosition(line: position.0, column: position.1), "position", file: file, line: line)
-        XCTAssertEqual(only.message, message, file: file, line: line)
     }
 
     private static let validTask = """
@@ -68,15 +47,15 @@ final class ConfigPreflightTests: XCTestCase {
         // toml++ stopped at the NUL, so the unknown table after it went unnoticed and the
         // file loaded.
         let source = "[daemon]\nlog_level = \"info\"\n\u{0}\n[bogus]\nx = 1\n"
-        assertSingle(diagnostics(source), at: (3, 1), Self.nul)
+        assertSingleDiagnostic(configErrors(source), at: (3, 1), Self.nul)
     }
 
     func testParse_nulByteInsideAComment_isRefusedAtItsColumn() {
-        assertSingle(diagnostics(Self.validTask + "# ok so far\u{0}then hidden\n"), at: (5, 12), Self.nul)
+        assertSingleDiagnostic(configErrors(Self.validTask + "# ok so far\u{0}then hidden\n"), at: (5, 12), Self.nul)
     }
 
     func testParse_nulByteInsideAString_isRefusedAtItsColumn() {
-        assertSingle(diagnostics("[daemon]\nruntime_dir = \"/run/a\u{0}b\"\n"), at: (2, 22), Self.nul)
+        assertSingleDiagnostic(configErrors("[daemon]\nruntime_dir = \"/run/a\u{0}b\"\n"), at: (2, 22), Self.nul)
     }
 
     // MARK: - UTF-8
@@ -86,7 +65,7 @@ final class ConfigPreflightTests: XCTestCase {
         // so the ü before it is one column.
         var bytes = Array(Self.validTask.utf8)
         bytes += Array("[[task]]\nname = \"b\"\nevery = \"1h\"\ncommand = [\"/bin/echo\", \"ü caf".utf8) + [0xE9] + Array("\"]\n".utf8)
-        assertSingle(try diagnostics(bytes: bytes), at: (8, 31), "invalid UTF-8 byte 0xE9: a configuration file must be UTF-8 text")
+        assertSingleDiagnostic(try diagnostics(bytes: bytes), at: (8, 31), "invalid UTF-8 byte 0xE9: a configuration file must be UTF-8 text")
     }
 
     func testLoad_eachRunOfInvalidBytes_isOneError_showingTheBytes() throws {
@@ -105,8 +84,8 @@ final class ConfigPreflightTests: XCTestCase {
     }
 
     func testLoad_sequenceCutShortAtTheEndOfTheFile_isRefused() throws {
-        assertSingle(try diagnostics(bytes: Array("# end".utf8) + [0xF0, 0x9F, 0x98]), at: (1, 6),
-                     "invalid UTF-8 bytes 0xF0 0x9F 0x98: a configuration file must be UTF-8 text")
+        assertSingleDiagnostic(try diagnostics(bytes: Array("# end".utf8) + [0xF0, 0x9F, 0x98]), at: (1, 6),
+                               "invalid UTF-8 bytes 0xF0 0x9F 0x98: a configuration file must be UTF-8 text")
     }
 
     func testLoad_binaryFile_listsTwentyProblemsThenSaysWhereItStopped() throws {
@@ -120,24 +99,24 @@ final class ConfigPreflightTests: XCTestCase {
 
     func testParse_bareKeyOver256Bytes_isRefusedAtTheKey() {
         let key = String(repeating: "k", count: 257)
-        assertSingle(diagnostics("[daemon]\n  \(key) = 1\n"), at: (2, 3), "key is 257 bytes long; a key may be at most 256 bytes")
+        assertSingleDiagnostic(configErrors("[daemon]\n  \(key) = 1\n"), at: (2, 3), "key is 257 bytes long; a key may be at most 256 bytes")
     }
 
     func testParse_quotedKeyOver256Bytes_isRefusedAtItsOpeningQuote() {
         let key = String(repeating: "é", count: 150)  // 300 bytes, 150 columns
-        assertSingle(diagnostics("[daemon]\nlog_level = \"info\"\nenv.\"\(key)\" = 1\n"), at: (3, 5),
-                     "key is 300 bytes long; a key may be at most 256 bytes")
+        assertSingleDiagnostic(configErrors("[daemon]\nlog_level = \"info\"\nenv.\"\(key)\" = 1\n"), at: (3, 5),
+                               "key is 300 bytes long; a key may be at most 256 bytes")
     }
 
     func testParse_keyOfAMegabyte_isRefusedBeforeTOMLKitReadsIt() {
         // TOMLKit took 31 s over this one.
         let key = String(repeating: "k", count: 1 << 20)
-        assertSingle(diagnostics("\(key) = 1\n"), at: (1, 1), "key is 1048576 bytes long; a key may be at most 256 bytes")
+        assertSingleDiagnostic(configErrors("\(key) = 1\n"), at: (1, 1), "key is 1048576 bytes long; a key may be at most 256 bytes")
     }
 
     func testParse_keyOf256Bytes_reachesTheSchemaChecks() {
         let key = String(repeating: "k", count: 256)
-        let found = diagnostics("[daemon]\n\(key) = 1\n")
+        let found = configErrors("[daemon]\n\(key) = 1\n")
         XCTAssertEqual(found.count, 1)
         XCTAssertEqual(found.first?.message.hasPrefix("unknown key \"kkk"), true, "\(found)")
     }
@@ -153,41 +132,41 @@ final class ConfigPreflightTests: XCTestCase {
             \(long) = [a.b.c.d.e.f.g.h.i.j]
             \"\"\"]
             """
-        XCTAssertNoThrow(try ConfigLoader.parse(source: source, path: path, environment: [:]).get())
+        XCTAssertNoThrow(try ConfigLoader.parse(source: source, path: configPath, environment: [:]).get())
     }
 
     // MARK: - Depth
 
     func testParse_tableHeaderNineKeysDeep_isRefusedAtTheNinthKey() {
-        assertSingle(diagnostics("[a.b.c.d.e.f.g.h.i]\nx = 1\n"), at: (1, 18), Self.tooDeepHeader)
+        assertSingleDiagnostic(configErrors("[a.b.c.d.e.f.g.h.i]\nx = 1\n"), at: (1, 18), Self.tooDeepHeader)
     }
 
     func testParse_tableHeaderEightKeysDeep_reachesTheSchemaChecks() {
-        let found = diagnostics("[a.b.c.d.e.f.g.h]\n")
+        let found = configErrors("[a.b.c.d.e.f.g.h]\n")
         XCTAssertEqual(found.map(\.message), [#"unknown key "a" in the top level (known keys: daemon, task, watch)"#])
     }
 
     func testParse_dottedKeyBelowAHeader_countsTheHeadersKeysToo() {
-        assertSingle(diagnostics("[a.b.c.d]\ne.f.g.h = 1\ne.f.g.h2.i = 2\n"), at: (3, 10), Self.tooDeepKey)
+        assertSingleDiagnostic(configErrors("[a.b.c.d]\ne.f.g.h = 1\ne.f.g.h2.i = 2\n"), at: (3, 10), Self.tooDeepKey)
     }
 
     func testParse_inlineTablesAndArraysNestedTooDeep_areRefusedAtTheOpeningBracket() {
-        assertSingle(diagnostics("x = { a = { b = { c = [[[[[1]]]]] } } }\n"), at: (1, 27), Self.tooDeepValue)
-        assertSingle(diagnostics("x = { a = { b = { c = { d = { e = { f = { g = { h = 1 } } } } } } } }\n"), at: (1, 47), Self.tooDeepValue)
-        assertSingle(diagnostics("x = { a = { b.c.d.e.f.g.h = 1 } }\n"), at: (1, 25), Self.tooDeepKey)
+        assertSingleDiagnostic(configErrors("x = { a = { b = { c = [[[[[1]]]]] } } }\n"), at: (1, 27), Self.tooDeepValue)
+        assertSingleDiagnostic(configErrors("x = { a = { b = { c = { d = { e = { f = { g = { h = 1 } } } } } } } }\n"), at: (1, 47), Self.tooDeepValue)
+        assertSingleDiagnostic(configErrors("x = { a = { b.c.d.e.f.g.h = 1 } }\n"), at: (1, 25), Self.tooDeepKey)
     }
 
     func testParse_thousandsOfNestedArrays_areOneErrorAndNoDeepRecursion() {
         let depth = 100_000
         let source = "x = " + String(repeating: "[", count: depth) + String(repeating: "]", count: depth) + "\n"
-        assertSingle(diagnostics(source), at: (1, 12), Self.tooDeepValue)
+        assertSingleDiagnostic(configErrors(source), at: (1, 12), Self.tooDeepValue)
     }
 
     func testParse_twentyKilobytesOfOneDeepDottedHeader_isOneError() {
         // 10,000 levels: 12 s and 1.2 GiB in TOMLKit before this check.
         let header = "[" + Array(repeating: "a", count: 10_000).joined(separator: ".") + "]\n"
         XCTAssertGreaterThan(header.utf8.count, 20_000)
-        assertSingle(diagnostics(header + "x = 1\ny.z = 2\n"), at: (1, 18), Self.tooDeepHeader)
+        assertSingleDiagnostic(configErrors(header + "x = 1\ny.z = 2\n"), at: (1, 18), Self.tooDeepHeader)
     }
 
     func testParse_twentyKilobytesOfManyDeepHeaders_listsTwentyThenStops() {
@@ -196,7 +175,7 @@ final class ConfigPreflightTests: XCTestCase {
             source += "[t\(index)." + Array(repeating: "a", count: 60).joined(separator: ".") + "]\n"
         }
         XCTAssertGreaterThan(source.utf8.count, 20_000)
-        let found = diagnostics(source)
+        let found = configErrors(source)
         XCTAssertEqual(found.count, 21)
         XCTAssertEqual(Set(found.dropLast().map(\.message)), [Self.tooDeepHeader])
         XCTAssertEqual(found.map { $0.position?.line }, Array(1...21))
@@ -208,17 +187,17 @@ final class ConfigPreflightTests: XCTestCase {
     func testParse_moreThan100000Values_isRefusedAtTheFirstOneTooMany() {
         // `x` and 100,000 elements: the last element is one too many.
         let source = "x = [" + String(repeating: "1,", count: 100_000) + "]\n"
-        assertSingle(diagnostics(source), at: (1, 6 + 2 * 99_999),
-                     "more than 100000 keys, table headers and array elements; a watchkeeper configuration needs far fewer")
+        assertSingleDiagnostic(configErrors(source), at: (1, 6 + 2 * 99_999),
+                               "more than 100000 keys, table headers and array elements; a watchkeeper configuration needs far fewer")
     }
 
     func testParse_100000Values_reachTheSchemaChecks() {
         let source = "x = [" + String(repeating: "1,", count: 99_999) + "]\n"
-        XCTAssertEqual(diagnostics(source).map(\.message), [#"unknown key "x" in the top level (known keys: daemon, task, watch)"#])
+        XCTAssertEqual(configErrors(source).map(\.message), [#"unknown key "x" in the top level (known keys: daemon, task, watch)"#])
     }
 
     func testParse_byteOrderMarkAndCRLF_keepColumnsAsEditorsShowThem() {
-        assertSingle(diagnostics("\u{FEFF}[daemon]\r\n[a.b.c.d.e.f.g.h.i]\r\n"), at: (2, 18), Self.tooDeepHeader)
+        assertSingleDiagnostic(configErrors("\u{FEFF}[daemon]\r\n[a.b.c.d.e.f.g.h.i]\r\n"), at: (2, 18), Self.tooDeepHeader)
     }
 
     func testCheck_followsEveryKindOfValidTOMLToTheEnd() {
@@ -274,7 +253,7 @@ final class ConfigPreflightTests: XCTestCase {
 
     func testParse_afterTextTOMLKitWillRefuse_theCheckStopsAndTOMLKitReportsIt() {
         // The preflight reports no syntax errors of its own: TOMLKit's message stands.
-        let found = diagnostics("[daemon]\nlog_level = = 1\n[a.b.c.d.e.f.g.h.i]\n")
+        let found = configErrors("[daemon]\nlog_level = = 1\n[a.b.c.d.e.f.g.h.i]\n")
         XCTAssertEqual(found.count, 1, "\(found)")
         XCTAssertEqual(found.first?.position, SourcePosition(line: 2, column: 13))
         XCTAssertEqual(found.first?.message.hasPrefix("syntax error: "), true, "\(found)")

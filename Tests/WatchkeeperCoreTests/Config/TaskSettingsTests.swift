@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -11,46 +12,9 @@ import Glibc
 /// valid task, the defaults of a minimal one, and, one test per class of problem, the
 /// exact `LINE:COLUMN` and message `check-config` prints.
 final class TaskSettingsTests: XCTestCase {
-    private let path = "/etc/watchkeeper/watchkeeper.toml"
-
     private static let knownPlaceholders = "(known: {task}, {run_id}, {attempt}, {scheduled})"
     private static let arrayAdvice =
         #"task.command must be an array of arguments, like ["/usr/bin/rsync", "-a", "{task}"]; set shell = true to run a string through /bin/sh -c"#
-
-    // MARK: - Helpers
-
-    private func parsed(_ source: String, file: StaticString = #filePath, line: UInt = #line) -> Configuration? {
-        switch ConfigLoader.parse(source: source, path: path, environment: [:]) {
-        case .success(let configuration):
-            return configuration
-        case .failure(let errors):
-            XCTFail("expected the file to load, got:\n\(errors.description)", file: file, line: line)
-            return nil
-        }
-    }
-
-    private func errors(_ source: String, file: StaticString = #filePath, line: UInt = #line) -> [ConfigDiagnostic] {
-        switch ConfigLoader.parse(source: source, path: path, environment: [:]) {
-        case .success:
-            XCTFail("expected the file to be refused", file: file, line: line)
-            return []
-        case .failure(let errors):
-            return errors.diagnostics
-        }
-    }
-
-    /// Exactly one diagnostic, at `line:column`, with exactly this message.
-    private func assertSingleError(
-        _ source: String, at position: (Int, Int), _ message: String,
-        file: StaticString = #filePath, line: UInt = #line
-    ) {
-        let diagnostics = errors(source, file: file, line: line)
-        XCTAssertEqual(diagnostics.count, 1, "diagnostics: \(diagnostics)", file: file, line: line)
-        guard let only = diagnostics.first else { return }
-        XCTAssertEqual(only.file, path, file: file, line: line)
-        XCTAssertEqual(only.position, SourcePosition(line: position.0, column: position.1), "position", file: file, line: line)
-        XCTAssertEqual(only.message, message, file: file, line: line)
-    }
 
     // MARK: - Valid tasks
 
@@ -82,7 +46,7 @@ final class TaskSettingsTests: XCTestCase {
             persistent = true
             catch_up_window = "12h"
             """
-        let configuration = try XCTUnwrap(parsed(source + "\n" + """
+        let configuration = try XCTUnwrap(parsedConfiguration(source + "\n" + """
             [[task]]
             name = "prepare"
             command = ["/bin/true"]
@@ -122,7 +86,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_everySchedule_isTheIntervalAsADuration() throws {
-        let configuration = try XCTUnwrap(parsed("""
+        let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "poll"
             command = ["/bin/true"]
@@ -132,7 +96,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_cronWithoutTimezone_usesTheMachineZone() throws {
-        let configuration = try XCTUnwrap(parsed("""
+        let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "daily"
             command = ["/bin/true"]
@@ -142,7 +106,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_shellTrueWithAStringCommand_isAShellScriptKeptVerbatim() throws {
-        let configuration = try XCTUnwrap(parsed("""
+        let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "dump"
             shell = true
@@ -157,7 +121,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_minimalTask_takesTheDefaultOfEveryOtherKey() throws {
-        let configuration = try XCTUnwrap(parsed("""
+        let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "minimal"
             command = ["/bin/true"]
@@ -192,7 +156,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_overlapAllowWithoutMaxConcurrent_allowsUpTo1024() throws {
-        let configuration = try XCTUnwrap(parsed("""
+        let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "fan-out"
             command = ["/bin/true"]
@@ -203,7 +167,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_emptyRetryTable_takesTheDefaultPolicy_andMaxBackoffIsAtLeastBackoff() throws {
-        let configuration = try XCTUnwrap(parsed("""
+        let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "a"
             command = ["/bin/true"]
@@ -223,7 +187,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_dependencyChainWithoutCycle_isAccepted() throws {
-        let configuration = try XCTUnwrap(parsed("""
+        let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "c"
             command = ["/bin/true"]
@@ -252,7 +216,7 @@ final class TaskSettingsTests: XCTestCase {
             name = "a"
             every = "1h"
             """
-        assertSingleError(source, at: (1, 3), #"missing required key "command" in [[task]] "a""#)
+        assertSingleConfigError(source, at: (1, 3), #"missing required key "command" in [[task]] "a""#)
     }
 
     func testParse_stringCommandWithoutShell_isRefusedAndSuggestsShellTrue() {
@@ -262,7 +226,7 @@ final class TaskSettingsTests: XCTestCase {
             command = "/bin/echo hello"
             every = "1h"
             """
-        assertSingleError(source, at: (3, 11), Self.arrayAdvice)
+        assertSingleConfigError(source, at: (3, 11), Self.arrayAdvice)
     }
 
     func testParse_arrayCommandWithShellTrue_mustBeAString() {
@@ -273,7 +237,7 @@ final class TaskSettingsTests: XCTestCase {
             command = ["/bin/echo", "hello"]
             every = "1h"
             """
-        assertSingleError(source, at: (4, 11), "task.command must be a string when shell = true")
+        assertSingleConfigError(source, at: (4, 11), "task.command must be a string when shell = true")
     }
 
     func testParse_nonStringElementInCommand_isReportedAtThatElement() {
@@ -283,7 +247,7 @@ final class TaskSettingsTests: XCTestCase {
             command = ["/bin/sleep", 5]
             every = "1h"
             """
-        assertSingleError(source, at: (3, 26), "task.command must be an array of strings; element 2 is an integer")
+        assertSingleConfigError(source, at: (3, 26), "task.command must be an array of strings; element 2 is an integer")
     }
 
     func testParse_emptyCommand_isRefused() {
@@ -293,7 +257,7 @@ final class TaskSettingsTests: XCTestCase {
             command = []
             every = "1h"
             """
-        assertSingleError(source, at: (3, 11), "task.command must not be empty")
+        assertSingleConfigError(source, at: (3, 11), "task.command must not be empty")
     }
 
     func testParse_unknownPlaceholderInAnArgument_isReportedAtThatArgumentAndListsTheKnownOnes() {
@@ -303,14 +267,14 @@ final class TaskSettingsTests: XCTestCase {
             command = ["/bin/echo", "{nmae}"]
             every = "1h"
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (3, 25),
             #"task.command: unknown placeholder "{nmae}" in "{nmae}" "# + Self.knownPlaceholders
         )
     }
 
     func testParse_onExpirePlaceholders_addPidAndBudgetToTheTaskOnes() {
-        XCTAssertNotNil(parsed("""
+        XCTAssertNotNil(parsedConfiguration("""
             [[task]]
             name = "a"
             command = ["/bin/true"]
@@ -318,7 +282,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             """))
         // ...but only there.
-        assertSingleError("""
+        assertSingleConfigError("""
             [[task]]
             name = "a"
             command = ["/bin/kill", "{pid}"]
@@ -333,7 +297,7 @@ final class TaskSettingsTests: XCTestCase {
             command = ["/bin/echo", "{task"]
             every = "1h"
             """
-        assertSingleError(source, at: (3, 25), #"task.command: unclosed "{" in "{task" (write "{{" for a literal brace)"#)
+        assertSingleConfigError(source, at: (3, 25), #"task.command: unclosed "{" in "{task" (write "{{" for a literal brace)"#)
     }
 
     func testParse_taskWithoutSchedule_isReportedAtItsHeaderNamingTheChoices() {
@@ -345,7 +309,7 @@ final class TaskSettingsTests: XCTestCase {
             name = "a"
             command = ["/bin/true"]
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (4, 3),
             #"task "a" has no schedule: set one of every = "15m", cron = "0 3 * * *" or manual = true"#
         )
@@ -359,7 +323,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             cron = "0 3 * * *"
             """
-        assertSingleError(source, at: (1, 3), #"task "a" has more than one schedule: keep only one of every, cron and manual"#)
+        assertSingleConfigError(source, at: (1, 3), #"task "a" has more than one schedule: keep only one of every, cron and manual"#)
     }
 
     func testParse_badCronExpression_pointsIntoTheStringAtTheBadField() {
@@ -371,7 +335,7 @@ final class TaskSettingsTests: XCTestCase {
             command = ["/bin/true"]
             cron = "0 25 * * *"
             """
-        assertSingleError(source, at: (4, 11), #"bad cron expression "0 25 * * *" for task.cron: hour 25 is out of range 0-23"#)
+        assertSingleConfigError(source, at: (4, 11), #"bad cron expression "0 25 * * *" for task.cron: hour 25 is out of range 0-23"#)
     }
 
     func testParse_badCronDayOfWeek_pointsAtTheLastField() {
@@ -382,7 +346,7 @@ final class TaskSettingsTests: XCTestCase {
             cron   =   "0 3 * * friday"
             """
         // Quote at column 12; "friday" is column 9 of the expression.
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (4, 21),
             #"bad cron expression "0 3 * * friday" for task.cron: day of week "friday" is not a number (0-7) or a day name (sun-sat); names are three letters, like "fri""#
         )
@@ -396,7 +360,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             timezone = "Europe/Berlin"
             """
-        assertSingleError(source, at: (5, 12), "task.timezone only applies to a cron schedule")
+        assertSingleConfigError(source, at: (5, 12), "task.timezone only applies to a cron schedule")
     }
 
     func testParse_unknownTimezone_isReportedAtTheValueWithASuggestion() {
@@ -407,7 +371,7 @@ final class TaskSettingsTests: XCTestCase {
             cron = "0 3 * * *"
             timezone = "Europe/Berln"
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (5, 12),
             #"unable to load time zone "Europe/Berln": no such zone in /usr/share/zoneinfo; did you mean "Europe/Berlin"?"#
         )
@@ -421,7 +385,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             user = "no-such-user-xyz"
             """
-        assertSingleError(source, at: (5, 8), #"unknown user "no-such-user-xyz""#)
+        assertSingleConfigError(source, at: (5, 8), #"unknown user "no-such-user-xyz""#)
     }
 
     func testParse_warnAtNotAPercentage_asksForOne() {
@@ -432,7 +396,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             warn_at = "0.8"
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (5, 11),
             #"task.warn_at = "0.8" must be a percentage of the budget between 0% and 100%, like "80%""#
         )
@@ -446,7 +410,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             stop_signal = "SIGFOO"
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (5, 15),
             #"task.stop_signal = "SIGFOO" is not one of: SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2"#
         )
@@ -461,7 +425,7 @@ final class TaskSettingsTests: XCTestCase {
             overlap = "queue"
             max_concurrent = 2
             """
-        assertSingleError(source, at: (6, 18), #"task.max_concurrent above 1 needs overlap = "allow""#)
+        assertSingleConfigError(source, at: (6, 18), #"task.max_concurrent above 1 needs overlap = "allow""#)
     }
 
     func testParse_afterNamingAMissingTask_isReportedAtTheAfterValue() {
@@ -477,7 +441,7 @@ final class TaskSettingsTests: XCTestCase {
             command = ["/bin/true"]
             manual = true
             """
-        assertSingleError(source, at: (5, 9), #"task "a": after = "missing": no task is named "missing""#)
+        assertSingleConfigError(source, at: (5, 9), #"task "a": after = "missing": no task is named "missing""#)
     }
 
     func testParse_afterNamingItself_isRefused() {
@@ -488,7 +452,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             after = ["a"]
             """
-        assertSingleError(source, at: (5, 9), #"task "a": after = "a": a task cannot run after itself"#)
+        assertSingleConfigError(source, at: (5, 9), #"task "a": after = "a": a task cannot run after itself"#)
     }
 
     func testParse_dependencyCycle_isReportedOnceNamingTheWholeLoop() {
@@ -512,7 +476,7 @@ final class TaskSettingsTests: XCTestCase {
             after = ["a"]
             """
         // Three tasks in the loop, one report, at the `after` where the search started.
-        assertSingleError(source, at: (5, 9), "tasks depend on each other in a cycle: a → b → c → a")
+        assertSingleConfigError(source, at: (5, 9), "tasks depend on each other in a cycle: a → b → c → a")
     }
 
     func testParse_afterErrorInATaskBehindARefusedOne_isReportedAtItsOwnAfter() {
@@ -530,7 +494,7 @@ final class TaskSettingsTests: XCTestCase {
             manual = true
             after = ["missing"]
             """
-        let diagnostics = errors(source)
+        let diagnostics = configErrors(source)
         XCTAssertEqual(diagnostics.map(\.message), [
             #"missing required key "command" in [[task]] "broken""#,
             #"task "b": after = "missing": no task is named "missing""#,
@@ -555,7 +519,7 @@ final class TaskSettingsTests: XCTestCase {
             manual = true
             after = ["a"]
             """
-        assertSingleError(source, at: (1, 3), #"missing required key "command" in [[task]] "a""#)
+        assertSingleConfigError(source, at: (1, 3), #"missing required key "command" in [[task]] "a""#)
     }
 
     func testParse_unknownKeyInsideRetry_isReportedAtTheKeyWithTheKnownKeys() {
@@ -566,7 +530,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             retry = { attempts = 2, delay = "5s" }
             """
-        assertSingleError(source, at: (5, 25), #"unknown key "delay" in task.retry (known keys: attempts, backoff, max_backoff)"#)
+        assertSingleConfigError(source, at: (5, 25), #"unknown key "delay" in task.retry (known keys: attempts, backoff, max_backoff)"#)
     }
 
     func testParse_unknownKeyInTask_suggestsTheClosestKnownKey() {
@@ -577,7 +541,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             budgt = "5m"
             """
-        assertSingleError(source, at: (5, 1), #"unknown key "budgt" in [[task]] "a"; did you mean "budget"?"#)
+        assertSingleConfigError(source, at: (5, 1), #"unknown key "budgt" in [[task]] "a"; did you mean "budget"?"#)
     }
 
     func testParse_environmentKeyStartingWithWatchkeeper_isReservedForTheDaemon() {
@@ -588,7 +552,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             environment = { PATH = "/usr/bin", WATCHKEEPER_TASK = "spoofed" }
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (5, 36),
             #"invalid environment variable name "WATCHKEEPER_TASK" (WATCHKEEPER_ names are set by the daemon)"#
         )
@@ -602,7 +566,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             working_directory = "srv/backup"
             """
-        assertSingleError(source, at: (5, 21), #"task.working_directory must be an absolute path, not the relative "srv/backup""#)
+        assertSingleConfigError(source, at: (5, 21), #"task.working_directory must be an absolute path, not the relative "srv/backup""#)
     }
 
     func testParse_badBudgetDuration_givesTheParserReason() {
@@ -613,7 +577,7 @@ final class TaskSettingsTests: XCTestCase {
             every = "1h"
             budget = "1 hour"
             """
-        assertSingleError(
+        assertSingleConfigError(
             source, at: (5, 10),
             #"bad duration "1 hour" for task.budget: missing unit after 1; "# + DurationParser.expectation
         )
@@ -634,7 +598,7 @@ final class TaskSettingsTests: XCTestCase {
             command = ["/usr/local/bin/import", "{watch}", "{path}", "{dir}", "{name}", "{event}"]
             budget = "10m"
             """
-        let watch = try XCTUnwrap(parsed(source)?.watches.first)
+        let watch = try XCTUnwrap(parsedConfiguration(source)?.watches.first)
         XCTAssertEqual(watch.name, "inbox")
         XCTAssertEqual(watch.path, "/srv/inbox")
         XCTAssertTrue(watch.recursive)
@@ -648,7 +612,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_watchRuleDefaults_areTheReadyEventsAndNoSettle() throws {
-        let watch = try XCTUnwrap(parsed("""
+        let watch = try XCTUnwrap(parsedConfiguration("""
             [[watch]]
             name = "w"
             path = "/srv/w"
@@ -661,7 +625,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_watchWithRelativePath_isRefusedAtTheValue() {
-        assertSingleError("""
+        assertSingleConfigError("""
             [[watch]]
             name = "w"
             path = "srv/w"
@@ -670,7 +634,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_watchWithUnknownEvent_listsTheKnownOnes() {
-        assertSingleError("""
+        assertSingleConfigError("""
             [[watch]]
             name = "w"
             path = "/srv/w"
@@ -680,7 +644,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_watchWithBadGlob_pointsIntoThePattern() {
-        let found = errors("""
+        let found = configErrors("""
             [[watch]]
             name = "w"
             path = "/srv/w"
@@ -693,7 +657,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_watchCommandWithATaskPlaceholder_isRefused() {
-        let found = errors("""
+        let found = configErrors("""
             [[watch]]
             name = "w"
             path = "/srv/w"
@@ -704,7 +668,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_batchWatchWithoutPathsElement_isRefused() {
-        let found = errors("""
+        let found = configErrors("""
             [[watch]]
             name = "b"
             path = "/srv/b"
@@ -717,7 +681,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_batchWatchWithoutSettle_isRefused() {
-        let found = errors("""
+        let found = configErrors("""
             [[watch]]
             name = "b"
             path = "/srv/b"
@@ -728,7 +692,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_stdinBatch_takesNoPathsPlaceholder_andWorksWithAShell() throws {
-        let watch = try XCTUnwrap(parsed("""
+        let watch = try XCTUnwrap(parsedConfiguration("""
             [[watch]]
             name = "b"
             path = "/srv/b"
@@ -739,7 +703,7 @@ final class TaskSettingsTests: XCTestCase {
             """)?.watches.first)
         XCTAssertTrue(watch.batch)
         XCTAssertEqual(watch.batchInput, .stdin)
-        let found = errors("""
+        let found = configErrors("""
             [[watch]]
             name = "b"
             path = "/srv/b"
@@ -751,7 +715,7 @@ final class TaskSettingsTests: XCTestCase {
     }
 
     func testParse_batchWithAnUnknownWord_namesTheAllowedValues() {
-        let found = errors("""
+        let found = configErrors("""
             [[watch]]
             name = "b"
             path = "/srv/b"
