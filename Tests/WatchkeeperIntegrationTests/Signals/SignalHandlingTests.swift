@@ -12,12 +12,7 @@ final class SignalHandlingTests: XCTestCase {
 
     private func startReady(_ sandbox: DaemonSandbox, _ notify: NotifySocket) throws -> DaemonProcess {
         try sandbox.writeConfig(DaemonSandbox.basicConfig)
-        let daemon = try sandbox.start(notifySocket: notify)
-        guard notify.waitFor("READY", "1", timeout: 10) != nil else {
-            XCTFail("no READY=1 within 10 s; stderr:\n\(daemon.stderr)")
-            throw XCTSkip("daemon did not become ready")
-        }
-        return daemon
+        return try sandbox.startReady(notifySocket: notify)
     }
 
     func testSIGUSR1SentRightAfterReady_writesADumpAndTheDaemonKeepsRunning() throws {
@@ -30,8 +25,7 @@ final class SignalHandlingTests: XCTestCase {
             XCTAssertNotNil(state, "round \(round): no state.json after SIGUSR1; stderr:\n\(daemon.stderr)")
             XCTAssertEqual(state?["reason"] as? String, "SIGUSR1")
             XCTAssertTrue(daemon.isRunning, "round \(round): SIGUSR1 killed the daemon")
-            daemon.send(SIGTERM)
-            XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+            daemon.stop(within: 5)
         }
     }
 
@@ -44,8 +38,7 @@ final class SignalHandlingTests: XCTestCase {
             XCTAssertNotNil(notify.waitFor("RELOADING", "1"), "round \(round): no RELOADING=1; stderr:\n\(daemon.stderr)")
             XCTAssertNotNil(notify.waitFor("READY", "1"), "round \(round): no READY=1 after the reload")
             XCTAssertTrue(daemon.isRunning, "round \(round): SIGHUP killed the daemon")
-            daemon.send(SIGTERM)
-            XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+            daemon.stop(within: 5)
         }
     }
 
@@ -85,8 +78,7 @@ final class SignalHandlingTests: XCTestCase {
         daemon.send(SIGUSR1)
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
         XCTAssertNotNil(sandbox.waitForState(sequence: 1, timeout: 5), "the early SIGUSR1 was lost; stderr:\n\(daemon.stderr)")
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     func testRepeatedSIGUSR1_dumpsArePeeksThatResetNothing() throws {
@@ -100,8 +92,7 @@ final class SignalHandlingTests: XCTestCase {
         let sources = try XCTUnwrap(second["sources"] as? [[String: Any]])
         let usr1 = try XCTUnwrap(sources.first { $0["target"] as? String == "SIGUSR1" })
         XCTAssertEqual(usr1["events"] as? Int, 2, "the first dump must not have reset the counter")
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     /// Parsing runs on a queue of its own: a reload stuck there (blocked by the test hook,

@@ -1,4 +1,5 @@
 import Foundation
+import WatchkeeperTestSupport
 import XCTest
 
 #if canImport(Glibc)
@@ -88,6 +89,12 @@ final class DaemonProcess {
         return nil
     }
 
+    /// SIGTERM, and a clean drain: exit status 0 within `timeout` seconds.
+    func stop(within timeout: TimeInterval, file: StaticString = #filePath, line: UInt = #line) {
+        send(SIGTERM)
+        XCTAssertEqual(waitForExit(timeout: timeout), 0, "stderr:\n\(stderr)", file: file, line: line)
+    }
+
     var isRunning: Bool {
         exitStatus == nil && waitForExit(timeout: 0) == nil
     }
@@ -107,12 +114,7 @@ final class DaemonProcess {
 
     /// Polls stderr until it contains `text`.
     func waitForStderr(containing text: String, timeout: TimeInterval) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        repeat {
-            if stderr.contains(text) { return true }
-            usleep(20_000)
-        } while Date() < deadline
-        return false
+        waitFor(timeout) { stderr.contains(text) }
     }
 }
 
@@ -163,17 +165,25 @@ final class DaemonSandbox {
                           stderrPath: root + "/stderr.log")
     }
 
+    /// The daemon started on the configuration written, once it has said READY=1. One that
+    /// does not within 10 s fails the test with its stderr, and the rest of the test is skipped.
+    func startReady(notifySocket: NotifySocket, extra: [String: String] = [:],
+                    file: StaticString = #filePath, line: UInt = #line) throws -> DaemonProcess {
+        let daemon = try start(notifySocket: notifySocket, extra: extra)
+        guard notifySocket.waitFor("READY", "1", timeout: 10) != nil else {
+            XCTFail("no READY=1 within 10 s; stderr:\n\(daemon.stderr)", file: file, line: line)
+            throw XCTSkip("daemon did not become ready")
+        }
+        return daemon
+    }
+
     /// state.json parsed, once it exists and has at least `sequence`.
     func waitForState(sequence: Int, timeout: TimeInterval) -> [String: Any]? {
-        let deadline = Date().addingTimeInterval(timeout)
-        repeat {
-            if let data = FileManager.default.contents(atPath: statePath),
-               let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-               let current = object["sequence"] as? Int, current >= sequence {
-                return object
-            }
-            usleep(10_000)
-        } while Date() < deadline
-        return nil
+        waitForValue(timeout, every: .milliseconds(10)) {
+            guard let data = FileManager.default.contents(atPath: statePath),
+                  let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+                  let current = object["sequence"] as? Int, current >= sequence else { return nil }
+            return object
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import WatchkeeperTestSupport
 import XCTest
 
 #if canImport(Glibc)
@@ -27,17 +28,12 @@ class WatchTestCase: XCTestCase {
 
             \(rules.replacingOccurrences(of: "@DIR@", with: sandbox.root))
             """)
-        daemon = try sandbox.start(notifySocket: notify, extra: environment)
-        guard notify.waitFor("READY", "1", timeout: 10) != nil else {
-            XCTFail("no READY=1; stderr:\n\(daemon.stderr)")
-            throw XCTSkip("daemon did not start")
-        }
+        daemon = try sandbox.startReady(notifySocket: notify, extra: environment)
     }
 
     override func tearDown() {
         if let daemon, daemon.isRunning {
-            daemon.send(SIGTERM)
-            XCTAssertEqual(daemon.waitForExit(timeout: 20), 0, "stderr:\n\(daemon.stderr)")
+            daemon.stop(within: 20)
         }
         daemon = nil
         sandbox = nil
@@ -46,15 +42,6 @@ class WatchTestCase: XCTestCase {
     func records(_ path: String) -> [[UInt8]] {
         guard let data = FileManager.default.contents(atPath: path) else { return [] }
         return Array(data).split(separator: 0, omittingEmptySubsequences: true).map(Array.init)
-    }
-
-    func waitFor(_ timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        repeat {
-            if condition() { return true }
-            usleep(20_000)
-        } while Date() < deadline
-        return false
     }
 
     /// A job that appends its {path} argument and NUL to @DIR@/handled, byte for byte.

@@ -16,8 +16,7 @@ final class NotifyProtocolTests: XCTestCase {
         let status = try XCTUnwrap(ready["STATUS"])
         XCTAssertTrue(status.hasPrefix("running; config generation 1"), status)
         XCTAssertTrue(daemon.stderr.contains("ready in"), daemon.stderr)
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     func testReloadWithAValidFile_sendsReloadingWithMonotonicTimeThenReady_andAppliesIt() throws {
@@ -47,8 +46,7 @@ final class NotifyProtocolTests: XCTestCase {
         XCTAssertEqual(config["generation"] as? Int, 2)
         XCTAssertEqual(config["shutdown_grace"] as? String, "7s")
         XCTAssertEqual((config["last_reload"] as? [String: Any])?["result"] as? String, "ok")
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     func testReloadWithABrokenFile_keepsTheOldConfiguration_andReportsEveryError() throws {
@@ -82,8 +80,7 @@ final class NotifyProtocolTests: XCTestCase {
         XCTAssertEqual(lastReload["result"] as? String, "failed")
         XCTAssertEqual((lastReload["errors"] as? [String])?.count, 2)
         XCTAssertTrue(daemon.isRunning)
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     /// Tasks and watches keep their state in one place: a reload that moves it is refused
@@ -104,8 +101,7 @@ final class NotifyProtocolTests: XCTestCase {
         let config = try XCTUnwrap((state["daemon"] as? [String: Any])?["config"] as? [String: Any])
         XCTAssertEqual(config["state_dir"] as? String, sandbox.root + "/state")
         XCTAssertEqual(config["generation"] as? Int, 1)
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     /// EMFILE in a burst is a lost job: a limit too small for max_jobs is named at start.
@@ -125,8 +121,7 @@ final class NotifyProtocolTests: XCTestCase {
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
         XCTAssertTrue(daemon.waitForStderr(containing: "RLIMIT_NOFILE=256 (hard 256) is below what max_jobs = 64 needs: 7 per job + 64 = 512", timeout: 2),
                       daemon.stderr)
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     func testTerminate_sendsStoppingAndLeavesAFinalStateFile() throws {
@@ -154,8 +149,7 @@ final class NotifyProtocolTests: XCTestCase {
         let pings = notify.collect(for: 1.5).filter { $0["WATCHDOG"] == "1" }
         // 100 ms ticks: about 15 in 1.5 s; a loaded CI machine may delay some.
         XCTAssertGreaterThanOrEqual(pings.count, 8, "stderr:\n\(daemon.stderr)")
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 5), 0)
+        daemon.stop(within: 5)
     }
 
     func testWatchdog_isWithheldWhileAQueueIsBlocked_andTheDumpReportsItStuck() throws {
@@ -193,7 +187,6 @@ final class NotifyProtocolTests: XCTestCase {
         XCTAssertEqual(state["stuck_components"] as? [String], ["daemon"])
         let watchdog = try XCTUnwrap(state["watchdog"] as? [String: Any])
         XCTAssertEqual(watchdog["queues_stuck"] as? [String], ["watchkeeper.lifecycle"])
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0)
+        daemon.stop(within: 10)
     }
 }

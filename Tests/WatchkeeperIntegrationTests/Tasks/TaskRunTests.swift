@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import WatchkeeperCore
+import WatchkeeperTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -25,30 +26,12 @@ final class TaskRunTests: XCTestCase {
             \(tasks.replacingOccurrences(of: "@DIR@", with: sandbox.root))
             """
         try sandbox.writeConfig(config)
-        let daemon = try sandbox.start(notifySocket: notify, extra: environment)
-        guard notify.waitFor("READY", "1", timeout: 10) != nil else {
-            XCTFail("no READY=1; stderr:\n\(daemon.stderr)")
-            throw XCTSkip("daemon did not start")
-        }
+        let daemon = try sandbox.startReady(notifySocket: notify, extra: environment)
         return (sandbox, daemon, notify)
-    }
-
-    private func stop(_ daemon: DaemonProcess) {
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 20), 0, "stderr:\n\(daemon.stderr)")
     }
 
     private func lines(_ path: String) -> [String] {
         ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
-    }
-
-    private func waitFor(_ timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        repeat {
-            if condition() { return true }
-            usleep(20_000)
-        } while Date() < deadline
-        return false
     }
 
     private func processExists(_ pid: pid_t) -> Bool {
@@ -74,7 +57,7 @@ final class TaskRunTests: XCTestCase {
         XCTAssertEqual(lines(events), ["started", "expire budget slow", "term"])
         XCTAssertTrue(daemon.waitForStderr(containing: "outcome=expired", timeout: 5), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("expiry=budget"), daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testJobIgnoringTheStopSignal_isKilledAfterKillGrace() throws {
@@ -96,7 +79,7 @@ final class TaskRunTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(durationMS, 950, "SIGKILL must wait for kill_grace after the budget: \(record)")
         let pid = pid_t(lines(sandbox.root + "/pid").first ?? "") ?? 0
         XCTAssertFalse(processExists(pid))
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testGrandchildStillRunning_isKilledWithItsProcessGroup() throws {
@@ -124,7 +107,7 @@ final class TaskRunTests: XCTestCase {
         let leftover = try XCTUnwrap(pid_t(lines(sandbox.root + "/leftover").first ?? ""))
         XCTAssertTrue(waitFor(3) { !processExists(leftover) }, "process \(leftover) left behind by a finished job survived")
         XCTAssertTrue(daemon.stderr.contains("left processes in its group"), daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     /// The task's dump entry, read from a fresh SIGUSR1 dump.
@@ -160,7 +143,7 @@ final class TaskRunTests: XCTestCase {
         XCTAssertEqual(skipNotices, 1, "one notice per streak:\n\(stderr)")
         let count = stderr.components(separatedBy: "runs again after skipping ").dropFirst().first.flatMap { Int($0.prefix { $0.isNumber }) }
         XCTAssertGreaterThanOrEqual(count ?? 0, skipped, stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testOverlapQueue_keepsAtMostOneRunWaiting() throws {
@@ -189,7 +172,7 @@ final class TaskRunTests: XCTestCase {
         }, daemon.stderr)
         XCTAssertEqual(lines(sandbox.root + "/runs").count, 2, "more than one run was let through while one was running")
         for index in 2...5 { FileManager.default.createFile(atPath: sandbox.root + "/release\(index)", contents: nil) }
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testOverlapReplace_expiresTheRunningOneThenStartsTheNext() throws {
@@ -207,7 +190,7 @@ final class TaskRunTests: XCTestCase {
         let runs = lines(sandbox.root + "/runs")
         XCTAssertEqual(Array(runs.prefix(3)).map { $0.hasPrefix("start") ? "start" : $0 }, ["start", "term", "start"])
         XCTAssertTrue(daemon.stderr.contains("expiry=replaced"), daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testOverlapAllow_runsConcurrentlyUpToMaxConcurrent() throws {
@@ -226,7 +209,7 @@ final class TaskRunTests: XCTestCase {
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
         let tasks = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first)
         XCTAssertEqual((tasks["running"] as? [Any])?.count, 3, "\(tasks)")
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     /// Three attempts in all, each with its own record; the backoff's growth is pinned by
@@ -243,7 +226,7 @@ final class TaskRunTests: XCTestCase {
             """)
         XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/attempts").count >= 3 }, daemon.stderr)
         XCTAssertTrue(daemon.waitForStderr(containing: "attempt=3", timeout: 5), daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
         XCTAssertEqual(lines(sandbox.root + "/attempts"), ["1", "2", "3"], "attempts = 3 means three runs in all")
         let records = daemon.stderr.split(separator: "\n").filter { $0.contains("task flaky run") && $0.contains("outcome=failed") }
         XCTAssertEqual(records.count, 3, daemon.stderr)
@@ -263,7 +246,7 @@ final class TaskRunTests: XCTestCase {
         let expected = ["a b", "'q' \"dq\"", "$(touch \(sandbox.root)/pwned)", "`id`", "line1\nline2", "--rf", "-", "", "*", "{literal}", "argv-1"]
         XCTAssertEqual(written, Data(expected.joined(separator: "\0").utf8))
         XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/pwned"))
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testJobEnvironment_describesTheRun_andLeaksNothingOfTheDaemon() throws {
@@ -288,7 +271,7 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue(output.contains("GREETING=hello"))
         XCTAssertTrue(output.contains("WATCHKEEPER_TASK=env"))
         _ = sandbox
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testQueuedJobs_startByPriority_withinMaxJobs() throws {
@@ -325,7 +308,7 @@ final class TaskRunTests: XCTestCase {
             """, daemon: "max_jobs = 1")
         XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/order").count == 4 }, daemon.stderr)
         XCTAssertEqual(lines(sandbox.root + "/order"), ["first", "urgent", "normal", "low"])
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testDrain_expiresJobsStillRunningAtTheEndOfShutdownGrace_andExtendsTheStopTimeout() throws {
@@ -371,8 +354,7 @@ final class TaskRunTests: XCTestCase {
             """, daemon: "shutdown_grace = \"200ms\"")
         XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: sandbox.root + "/pid") }, daemon.stderr)
         let pid = try XCTUnwrap(Int32(lines(sandbox.root + "/pid").first ?? ""))
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 30), 0, daemon.stderr)
+        daemon.stop(within: 30)
         XCTAssertEqual(kill(pid, 0), -1, "the job outlived the daemon")
         XCTAssertTrue(daemon.stderr.contains("task stubborn run") && daemon.stderr.contains("outcome=expired"), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("expiry=shutdown"), daemon.stderr)
@@ -400,7 +382,7 @@ final class TaskRunTests: XCTestCase {
             command = 'cut -d" " -f19 /proc/self/stat >> @DIR@/normal'
             """)
         XCTAssertTrue(waitFor(20) { lines(sandbox.root + "/low").count >= 20 && lines(sandbox.root + "/normal").count >= 20 }, daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
         let base = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
         XCTAssertEqual(Set(lines(sandbox.root + "/low")), [String(min(base + 10, 19))])
         XCTAssertEqual(Set(lines(sandbox.root + "/normal")), [String(base)])
@@ -418,7 +400,7 @@ final class TaskRunTests: XCTestCase {
             command = 'echo "$WATCHKEEPER_BUDGET_SECONDS $WATCHKEEPER_DEADLINE" > @DIR@/budget'
             """)
         XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/budget").count == 1 }, daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
         let fields = (lines(sandbox.root + "/budget").first ?? "").split(separator: " ").map(String.init)
         XCTAssertEqual(fields.first, "0.5")
         XCTAssertEqual(fields.count, 2)
@@ -450,7 +432,7 @@ final class TaskRunTests: XCTestCase {
         let sinceStart = first - (now - uptime)
         XCTAssertGreaterThanOrEqual(sinceStart, 4.0, "\(task)")
         XCTAssertLessThan(sinceStart, 7.1, "\(task)")
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testProgressFlood_isCoalesced_andTheLatestValueIsShown() throws {
@@ -479,7 +461,7 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue((state["status"] as? String)?.contains("chatty 77% (almost done)") ?? false, "\(state["status"] ?? "")")
         let resources = try XCTUnwrap(state["resources"] as? [String: Any])
         XCTAssertLessThan(resources["rss_peak_bytes"] as? Int ?? .max, 80_000_000, "200,000 updates must not grow the daemon")
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testOutputFloodWithoutNewlines_keepsDaemonMemoryBounded() throws {
@@ -500,7 +482,7 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue(daemon.stderrTail.contains("flood["), "the output must reach the log")
         XCTAssertTrue(daemon.stderrTail.contains("stdout: done"), daemon.stderrTail)
         _ = sandbox
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testAfter_aRunWaitsForItsDependencyToSucceed_andIsCancelledWhenItFails() throws {
@@ -539,7 +521,7 @@ final class TaskRunTests: XCTestCase {
         usleep(300_000)
         XCTAssertEqual(lines(sandbox.root + "/order"), ["prepare", "publish"], "report must not run after broken failed")
         XCTAssertTrue(daemon.stderr.contains("task report run") && daemon.stderr.contains("outcome=cancelled"), daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     func testPersistentTask_catchesUpTheLatestMissedRunOnceAfterARestart_andOlderOnesAreRecordedMissed() throws {
@@ -561,7 +543,7 @@ final class TaskRunTests: XCTestCase {
             command = 'echo stale >> @DIR@/stale'
             """)
         XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/runs").count == 1 }, daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
         XCTAssertTrue(FileManager.default.fileExists(atPath: sandbox.root + "/state/watchkeeper.sqlite3"))
         // stale last fell due 90 minutes ago: its latest missed run is 30 minutes old, beyond its window.
         let store = try TaskStore(directory: sandbox.root + "/state")
@@ -592,7 +574,7 @@ final class TaskRunTests: XCTestCase {
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
         let nightly = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first { $0["name"] as? String == "nightly" })
         XCTAssertGreaterThanOrEqual((nightly["last_runs"] as? [Any])?.count ?? 0, 2, "\(nightly)")
-        stop(restarted)
+        restarted.stop(within: 20)
     }
 
     func testExpireHandler_keepsItsOwnBudget_evenAfterTheJobEndedOnItsOwn() throws {
@@ -611,7 +593,7 @@ final class TaskRunTests: XCTestCase {
         let handler = try XCTUnwrap(pid_t(lines(sandbox.root + "/handler").first ?? ""))
         XCTAssertTrue(waitFor(3) { !processExists(handler) }, "the on_expire handler outlived its budget")
         XCTAssertTrue(daemon.waitForStderr(containing: "on_expire handler exceeded its 600ms budget", timeout: 2), daemon.stderr)
-        stop(daemon)
+        daemon.stop(within: 20)
     }
 
     /// "2026-11-22T01:02:03.456Z" as seconds since the epoch.

@@ -1,4 +1,5 @@
 import Foundation
+import WatchkeeperTestSupport
 import XCTest
 
 #if canImport(Glibc)
@@ -133,8 +134,7 @@ final class WatchEdgeCaseTests: WatchTestCase {
         XCTAssertNotNil((state["watches"] as? [String: Any])?["ledger_rebuilt"] as? String)
         // The rebuilt ledger works: after a restart, the handled file is not run again,
         // and one that arrived while the daemon was down is.
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0, daemon.stderr)
+        daemon.stop(within: 10)
         FileManager.default.createFile(atPath: inbox + "/while-down", contents: Data("y".utf8))
         try FileManager.default.removeItem(atPath: sandbox.statePath)
         let notify2 = try NotifySocket()
@@ -165,8 +165,7 @@ final class WatchEdgeCaseTests: WatchTestCase {
             """)
         for index in 1...20 { write("file\(index)") }
         XCTAssertTrue(waitFor(10) { handled().count == 20 }, daemon.stderr)
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0, daemon.stderr)
+        daemon.stop(within: 10)
         let wal = sandbox.root + "/state/watchkeeper.sqlite3-wal"
         var info = stat()
         // Either gone (SQLite deletes it when the last connection closes) or empty.
@@ -195,16 +194,8 @@ final class WatchEdgeCaseTests: WatchTestCase {
             XCTAssertEqual(deep.terminationStatus, 0)
         }
         defer {
-            // Paths over PATH_MAX: removed by descriptor, as rm -r does.
-            let cleanup = Process()
-            cleanup.executableURL = URL(fileURLWithPath: "/bin/rm")
-            cleanup.arguments = ["-rf", sandbox.root + "/in/" + String(repeating: "d", count: 250)]
-            do {
-                try cleanup.run()
-                cleanup.waitUntilExit()
-            } catch {
-                XCTFail("unable to remove the deep tree: \(error)")
-            }
+            // Paths over PATH_MAX: the sandbox's own removal (FileManager) cannot take them.
+            XCTAssertNoThrow(try removeTree(sandbox.root + "/in/" + String(repeating: "d", count: 250)))
         }
         let cause = "unable to watch directories: File name too long (ENAMETOOLONG)"
         XCTAssertTrue(daemon.waitForStderr(containing: cause, timeout: 5), daemon.stderr)

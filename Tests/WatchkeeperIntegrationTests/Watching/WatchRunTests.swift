@@ -1,4 +1,5 @@
 import Foundation
+import WatchkeeperTestSupport
 import XCTest
 
 #if canImport(Glibc)
@@ -204,8 +205,7 @@ final class WatchRunTests: WatchTestCase {
             """)
         write("before-stop")
         XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 1 }, daemon.stderr)
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0)
+        daemon.stop(within: 10)
         write("while-down")
         let notify = try NotifySocket()
         daemon = try sandbox.start(notifySocket: notify)
@@ -275,8 +275,7 @@ final class WatchRunTests: WatchTestCase {
             \(Self.batchRecorder)
             """)
         // Restart with a 4 KiB budget: 30 names of ~200 bytes need at least two runs.
-        daemon.send(SIGTERM)
-        XCTAssertEqual(daemon.waitForExit(timeout: 10), 0)
+        daemon.stop(within: 10)
         let notify = try NotifySocket()
         daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHKEEPER_TEST_BATCH_BYTES": "4096"])
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
