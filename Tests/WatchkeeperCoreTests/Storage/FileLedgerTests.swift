@@ -30,24 +30,9 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         try query("SELECT path FROM file_ledger WHERE rule = '\(rule)' ORDER BY path")
     }
 
-    /// First column of every row, as text, through a connection of our own.
+    /// The ledger's own rows, read as another process would; a missing file is created empty.
     private func query(_ sql: String, column: Int32 = 0) throws -> [String] {
-        var connection: OpaquePointer?
-        defer { sqlite3_close(connection) }
-        guard sqlite3_open_v2(databasePath, &connection, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil) == SQLITE_OK else {
-            throw NSError(domain: "sqlite", code: 1, userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(connection))])
-        }
-        sqlite3_busy_timeout(connection, 5_000)
-        var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(connection, sql, -1, &statement, nil) == SQLITE_OK else {
-            throw NSError(domain: "sqlite", code: 2, userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(connection))])
-        }
-        defer { sqlite3_finalize(statement) }
-        var rows: [String] = []
-        while sqlite3_step(statement) == SQLITE_ROW {
-            rows.append(sqlite3_column_text(statement, column).map { String(cString: $0) } ?? "NULL")
-        }
-        return rows
+        try queryRows(sql, database: databasePath, column: column, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
     }
 
     // MARK: - Recording and reading

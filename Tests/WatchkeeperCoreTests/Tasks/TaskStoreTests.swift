@@ -23,28 +23,7 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
 
     /// First column of every row, as text, through a connection of our own.
     private func query(_ sql: String, path: String? = nil) throws -> [String] {
-        var connection: OpaquePointer?
-        guard sqlite3_open_v2(path ?? databasePath, &connection, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK else {
-            defer { sqlite3_close(connection) }
-            throw NSError(domain: "sqlite", code: 1, userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(connection))])
-        }
-        defer { sqlite3_close(connection) }
-        sqlite3_busy_timeout(connection, 5_000)
-        var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(connection, sql, -1, &statement, nil) == SQLITE_OK else {
-            throw NSError(domain: "sqlite", code: 2, userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(connection))])
-        }
-        defer { sqlite3_finalize(statement) }
-        var rows: [String] = []
-        while true {
-            let code = sqlite3_step(statement)
-            if code == SQLITE_DONE { break }
-            guard code == SQLITE_ROW else {
-                throw NSError(domain: "sqlite", code: Int(code), userInfo: [NSLocalizedDescriptionKey: String(cString: sqlite3_errmsg(connection))])
-            }
-            rows.append(sqlite3_column_text(statement, 0).map { String(cString: $0) } ?? "NULL")
-        }
-        return rows
+        try queryRows(sql, database: path ?? databasePath)
     }
 
     private func openFailure(directory: String) -> TaskStoreError? {
