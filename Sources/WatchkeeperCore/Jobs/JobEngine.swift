@@ -73,7 +73,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     public let queue: SubsystemQueue
-    let context: JobContext
+    public let context: JobContext
     var logger: Logger { context.logger }
     // Confined to `queue`.
     public private(set) var maxJobs: Int
