@@ -193,6 +193,11 @@ func measureBurst(_ kind: WatchPeer, _ settings: WatchBenchSettings, launcher: P
                 result.overflows = "no dump"
             }
             result.detail += String(format: "; peak RSS %.1f MiB (VmHWM)", Double(memory.peak) / 1024)
+            // Memory given back: what the daemon keeps once the burst is over.
+            sleep(UInt32(settings.burstSettleSeconds))
+            let settled = ProcessMemory(pid: peer.watcherPid)
+            result.detail += String(format: "; %d s later VmRSS %.1f MiB, RssAnon %.1f MiB (WATCHKEEPER_BENCH_BURST_SETTLE_S)",
+                                    settings.burstSettleSeconds, Double(settled.resident) / 1024, Double(settled.anonymous) / 1024)
         case .cLoop:
             peer.stop()
             if let line = peer.child?.stderrText.split(separator: "\n").last(where: { $0.hasPrefix("events ") }) {

@@ -17,13 +17,6 @@ public struct JobGroup: Sendable, Equatable {
     /// Runs that expired on their budget are retried too (failed ones always are).
     public var retryExpired: Bool
 
-    public init(key: JobKey, settings: JobSettings, limit: Int, retry: RetryPolicy?, retryExpired: Bool) {
-        self.key = key
-        self.settings = settings
-        self.limit = limit
-        self.retry = retry
-        self.retryExpired = retryExpired
-    }
 }
 
 /// What a caller gets back, exactly once per submission: after the last attempt, or

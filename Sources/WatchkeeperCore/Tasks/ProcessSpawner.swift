@@ -31,11 +31,6 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
     public let errorNumber: Int32
     public let description: String
 
-    public init(step: Step, errorNumber: Int32, description: String) {
-        self.step = step
-        self.errorNumber = errorNumber
-        self.description = description
-    }
 }
 
 func errorText(_ code: Int32) -> String {
@@ -92,11 +87,6 @@ public struct SpawnedProcess: Sendable {
     /// From the call into the shim until the child's execve succeeded.
     public let spawnToExecNanoseconds: UInt64
 
-    public init(pid: pid_t, pidfd: Int32, spawnToExecNanoseconds: UInt64) {
-        self.pid = pid
-        self.pidfd = pidfd
-        self.spawnToExecNanoseconds = spawnToExecNanoseconds
-    }
 }
 
 // MARK: - Spawning
@@ -323,9 +313,8 @@ public enum ProcessExit: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .exited(let status): return "exited with status \(status)"
-        case .signaled(let signal, let coreDumped):
-            return "killed by signal \(signal)" + (coreDumped ? " (core dumped)" : "")
+        case .exited(let status): "exited with status \(status)"
+        case .signaled(let signal, let coreDumped): "killed by signal \(signal)" + (coreDumped ? " (core dumped)" : "")
         }
     }
 }
