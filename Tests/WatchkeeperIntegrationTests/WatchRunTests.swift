@@ -45,15 +45,17 @@ final class WatchRunTests: WatchTestCase {
             [[watch]]
             name = "settled"
             path = "@DIR@/in"
-            settle = "400ms"
+            settle = "2s"
             recent_events = 3
             \(Self.recorder)
             """)
+        // Writes 50 ms apart, well inside the window even on a loaded machine.
         for round in 0..<5 {
             write("busy.log", "round \(round)")
             usleep(50_000)
         }
-        usleep(1_200_000)
+        XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").count >= 1 }, daemon.stderr)
+        usleep(500_000)
         XCTAssertEqual(records(sandbox.root + "/handled").count, 1, daemon.stderr)
         daemon.send(SIGUSR1)
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
