@@ -22,6 +22,26 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertTrue(daemon.stderr.contains("outcome=ok"), daemon.stderr)
     }
 
+    func testFilesTheLedgerHolds_areForgottenInMemory_andStillNotRunAgainWhenMovedWithinTheTree() throws {
+        try start("""
+            [[watch]]
+            name = "inbox"
+            path = "@DIR@/in"
+            recursive = true
+            \(Self.recorder)
+            """)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in/a", withIntermediateDirectories: true)
+        XCTAssertTrue(waitFor(10) { self.dumpedRule()?["inotify_watches"] as? Int == 2 }, daemon.stderr)
+        for index in 0..<20 { write("a/f\(index)") }
+        XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").count == 20 }, daemon.stderr)
+        // Once the ledger has them, this life's memory of them goes: it does not grow with every file.
+        XCTAssertTrue(waitFor(10) { self.dumpedRule()?["files_remembered"] as? Int == 0 }, "\(dumpedRule() ?? [:])")
+        // The ledger alone still knows them by identity when their directory moves.
+        XCTAssertEqual(rename(sandbox.root + "/in/a", sandbox.root + "/in/b"), 0)
+        XCTAssertTrue(waitFor(10) { self.dumpedRule()?["duplicates_dropped"] as? Int == 20 }, "\(dumpedRule() ?? [:])")
+        XCTAssertEqual(records(sandbox.root + "/handled").count, 20, "moved files must not run again")
+    }
+
     func testRecursive_aDeepTreeCreatedInOneGo_yieldsTheFileInside() throws {
         try start("""
             [[watch]]
