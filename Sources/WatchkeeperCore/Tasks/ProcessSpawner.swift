@@ -80,10 +80,11 @@ public struct SpawnRequest: Sendable {
     }
 }
 
-/// A started process. The caller owns `pidfd` and closes it after reaping.
-public struct SpawnedProcess: Sendable {
+/// A started process and its pidfd, which closes with it (or with the read source it is
+/// handed to): reap through it first.
+public struct SpawnedProcess: ~Copyable, Sendable {
     public let pid: pid_t
-    public let pidfd: Int32
+    public let pidfd: OwnedFileDescriptor
     /// From the call into the shim until the child's execve succeeded.
     public let spawnToExecNanoseconds: UInt64
 
@@ -186,7 +187,7 @@ public enum ProcessSpawner {
         guard rc == 0 else {
             throw childFailure(result, name: name, path: path, request: request)
         }
-        return SpawnedProcess(pid: result.pid, pidfd: result.pidfd, spawnToExecNanoseconds: end &- start)
+        return SpawnedProcess(pid: result.pid, pidfd: OwnedFileDescriptor(adopting: result.pidfd), spawnToExecNanoseconds: end &- start)
     }
 
     /// argv[0] with a '/' is used as given. Otherwise the first regular, executable file

@@ -112,7 +112,7 @@ extension DirectoryWatcher {
         if let text = context.daemonEnvironment["WATCHKEEPER_TEST_BATCH_BYTES"], let value = Int(text) { return value }
         switch input {
         case .argv: return max(65_536, sysconf(Int32(_SC_ARG_MAX)) / 2)
-        case .stdin: return PipePair.largestCapacity
+        case .stdin: return OwnedPipe.largestCapacity
         }
     }
 
