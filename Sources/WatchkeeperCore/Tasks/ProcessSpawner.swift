@@ -6,6 +6,7 @@
 // starts processes cannot steal our children's exit statuses or we theirs.
 
 import CWatchkeeperSpawn
+import CWatchkeeperSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -324,7 +325,7 @@ public enum ProcessExit: Sendable, Equatable, CustomStringConvertible {
 /// already reaped). Does not close the pidfd.
 public func reap(pid: pid_t, pidfd: Int32) -> ProcessExit? {
     // P_PIDFD (Linux 5.4): the pidfd names this exact process even if its pid were reused.
-    let idTypePIDFD = idtype_t(rawValue: 3)
+    let idTypePIDFD = idtype_t(rawValue: UInt32(WK_P_PIDFD))
     var info = siginfo_t()
     while waitid(idTypePIDFD, id_t(pidfd), &info, WEXITED | WNOHANG) != 0 {
         switch errno {
@@ -351,8 +352,6 @@ private func reapByPID(_ pid: pid_t) -> ProcessExit? {
         if rc < 0 && errno == EINTR { continue }
         return nil
     }
-    // The W* macros are not imported into Swift; this is their glibc definition.
-    let signal = status & 0x7f
-    if signal == 0 { return .exited((status >> 8) & 0xff) }
-    return .signaled(signal, coreDumped: status & 0x80 != 0)
+    if wk_wifsignaled(status) != 0 { return .signaled(wk_wtermsig(status), coreDumped: wk_wcoredump(status) != 0) }
+    return .exited(wk_wexitstatus(status))
 }
