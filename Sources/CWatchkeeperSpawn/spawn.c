@@ -93,10 +93,6 @@ const char *wk_spawn_step_name(int step) {
     return step_names[step];
 }
 
-int wk_pipe_cloexec(int fds[2]) {
-    return pipe2(fds, O_CLOEXEC);
-}
-
 __attribute__((noreturn)) static void report_and_exit(struct child_plan *plan, int step) {
     struct child_report report = {step, errno};
     if (plan->report_fd < 0) {

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 // glibc's memrchr and memmem are vectorised but declared only under _GNU_SOURCE,
@@ -38,6 +39,13 @@ enum { WK_F_SETPIPE_SZ = F_SETPIPE_SZ, WK_F_GETPIPE_SZ = F_GETPIPE_SZ };
 #else
 enum { WK_F_SETPIPE_SZ = 1031, WK_F_GETPIPE_SZ = 1032 };
 #endif
+// waitid's P_PIDFD (Linux 5.4): glibc 2.36 has it in idtype_t only under _GNU_SOURCE.
+enum { WK_P_PIDFD = 3 };
+// The wait-status macros are expressions, which Swift does not import.
+static inline int wk_wifsignaled(int status) { return WIFSIGNALED(status); }
+static inline int wk_wtermsig(int status) { return WTERMSIG(status); }
+static inline int wk_wcoredump(int status) { return WCOREDUMP(status); }
+static inline int wk_wexitstatus(int status) { return WEXITSTATUS(status); }
 // IN_ALL_EVENTS is an expression of other macros, which Swift does not import; the single
 // IN_* bits (IN_MASK_ADD, IN_EXCL_UNLINK, IN_ONLYDIR, IN_UNMOUNT, ...) all do.
 enum { WK_IN_ALL_EVENTS = IN_ALL_EVENTS };

@@ -66,29 +66,16 @@ private func waitAndReap(pid: pid_t, pidfd: Int32) throws -> ProcessExit {
 
 private func spawnWithProcessSpawner(forceFork: Bool) throws -> SpawnSample {
     let start = nanosecondsNow()
-    let output = try PipePair.make(nonBlockingRead: true)
-    let errorOutput = try PipePair.make(nonBlockingRead: true)
-    defer {
-        close(output.readEnd)
-        close(errorOutput.readEnd)
-    }
-    let spawned: SpawnedProcess
-    do {
-        var request = SpawnRequest(
-            arguments: [Array(SpawnBench.program.utf8)], environment: [],
-            standardOutput: output.writeEnd, standardError: errorOutput.writeEnd
-        )
-        request.forceFork = forceFork
-        spawned = try ProcessSpawner.spawn(request)
-    } catch {
-        close(output.writeEnd)
-        close(errorOutput.writeEnd)
-        throw error
-    }
-    close(output.writeEnd)
-    close(errorOutput.writeEnd)
-    defer { close(spawned.pidfd) }
-    let exit = try waitAndReap(pid: spawned.pid, pidfd: spawned.pidfd)
+    // The job's stdout and stderr as the engine makes them; all ends close on return.
+    let output = try OwnedPipe.forJobOutput()
+    let errorOutput = try OwnedPipe.forJobOutput()
+    var request = SpawnRequest(
+        arguments: [Array(SpawnBench.program.utf8)], environment: [],
+        standardOutput: output.writeEnd.rawValue, standardError: errorOutput.writeEnd.rawValue
+    )
+    request.forceFork = forceFork
+    let spawned = try ProcessSpawner.spawn(request)
+    let exit = try waitAndReap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
     guard exit == .exited(0) else { throw SpawnFailure(description: "\(SpawnBench.program) \(exit)") }
     return SpawnSample(toExec: spawned.spawnToExecNanoseconds, toReaped: nanosecondsNow() &- start)
 }
@@ -114,19 +101,15 @@ private let pidfdOpen: @convention(c) (pid_t, UInt32) -> Int32 = {
 // session, an empty mask, default dispositions and every other fd closed.
 private func spawnWithPosixSpawn() throws -> SpawnSample {
     let start = nanosecondsNow()
-    let output = try PipePair.make(nonBlockingRead: true)
-    let errorOutput = try PipePair.make(nonBlockingRead: true)
-    defer {
-        close(output.readEnd)
-        close(errorOutput.readEnd)
-    }
+    let output = try OwnedPipe.forJobOutput()
+    let errorOutput = try OwnedPipe.forJobOutput()
 
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_adddup2(&actions, output.writeEnd, 1)
-    posix_spawn_file_actions_adddup2(&actions, errorOutput.writeEnd, 2)
+    posix_spawn_file_actions_adddup2(&actions, output.writeEnd.rawValue, 1)
+    posix_spawn_file_actions_adddup2(&actions, errorOutput.writeEnd.rawValue, 2)
     guard addCloseFrom(&actions, 3) == 0 else {
         throw SpawnFailure(description: "unable to add a closefrom action: glibc older than 2.34?")
     }
@@ -152,8 +135,6 @@ private func spawnWithPosixSpawn() throws -> SpawnSample {
     let spawned = posix_spawn(&pid, SpawnBench.program, &actions, &attributes, argv, envp)
     let pidfd = spawned == 0 ? pidfdOpen(pid, 0) : -1
     let execEnd = nanosecondsNow()
-    close(output.writeEnd)
-    close(errorOutput.writeEnd)
     guard spawned == 0 else {
         throw SpawnFailure(description: "unable to posix_spawn \(SpawnBench.program): \(String(cString: strerror(spawned)))")
     }

@@ -215,12 +215,93 @@ private struct SyncCase {
     let run: () -> UInt64
 }
 
+/// State behind a lock: what `lockCases` needs to run the same three cases on each kind.
+private protocol LockedCounter: AnyObject, Sendable {
+    init()
+    func increment()
+    var value: Int { get }
+}
+
+private protocol LockedRing: AnyObject {
+    init()
+    func record(_ message: String)
+    /// Checks the ring under its lock.
+    func check(_ n: Int)
+}
+
+extension MutexCounter: LockedCounter {}
+extension NSLockCounter: LockedCounter {}
+extension PThreadCounter: LockedCounter {}
+
+extension MutexRing: LockedRing {
+    func check(_ n: Int) { state.withLock { checkRing($0, n) } }
+}
+extension NSLockRing: LockedRing {
+    func check(_ n: Int) { lock.lock(); checkRing(ring, n); lock.unlock() }
+}
+extension PThreadRing: LockedRing {
+    func check(_ n: Int) { mutex.lock(); checkRing(ring, n); mutex.unlock() }
+}
+
+/// Uncontended and contended increments of a counter, and ring records, behind one lock.
+private func lockCases<Counter: LockedCounter, Ring: LockedRing>(
+    counter counterName: String, _: Counter.Type, ring ringName: String, _: Ring.Type
+) -> [SyncCase] {
+    typealias B = SyncBench
+    return [
+        SyncCase(primitive: counterName, scenario: uncontendedScenario, operations: B.lockOps) {
+            let c = Counter()
+            let ns = timeLoop(B.lockOps) { _ in c.increment() }
+            check(c.value, B.lockOps, counterName)
+            return ns
+        },
+        SyncCase(primitive: counterName, scenario: contendedScenario, operations: 2 * B.lockOpsPerThread) {
+            let c = Counter()
+            let ns = timeOnTwoThreads(B.lockOpsPerThread) { _, _ in c.increment() }
+            check(c.value, 2 * B.lockOpsPerThread, counterName + " contended")
+            return ns
+        },
+        SyncCase(primitive: ringName, scenario: ringScenario, operations: B.ringOps) {
+            let r = Ring()
+            let ns = timeLoop(B.ringOps) { i in r.record(ringMessages[i & 7]) }
+            r.check(B.ringOps)
+            return ns
+        },
+    ]
+}
+
+/// Uncontended and contended increments of an atomic with one memory ordering (it must be
+/// a literal at the call, hence the closure).
+@inline(__always)
+private func atomicCases(_ orderingName: String, increment: @escaping @Sendable (AtomicCounter) -> Void) -> [SyncCase] {
+    typealias B = SyncBench
+    let name = "Atomic<Int> \(orderingName)"
+    return [
+        SyncCase(primitive: name, scenario: uncontendedScenario, operations: B.lockOps) {
+            let c = AtomicCounter()
+            let ns = timeLoop(B.lockOps) { _ in increment(c) }
+            check(c.value, B.lockOps, name)
+            return ns
+        },
+        SyncCase(primitive: name, scenario: contendedScenario, operations: 2 * B.lockOpsPerThread) {
+            let c = AtomicCounter()
+            let ns = timeOnTwoThreads(B.lockOpsPerThread) { _, _ in increment(c) }
+            check(c.value, 2 * B.lockOpsPerThread, name + " contended")
+            return ns
+        },
+    ]
+}
+
+private let uncontendedScenario = "increment, 1 thread"
+private let contendedScenario = "increment, 2 threads"
+private let ringScenario = "ring(64) record, 1 thread"
+
 private func makeCases() -> [SyncCase] {
     typealias B = SyncBench
     var cases: [SyncCase] = []
-    let uncontended = "increment, 1 thread"
-    let contended = "increment, 2 threads"
-    let ring = "ring(64) record, 1 thread"
+    let uncontended = uncontendedScenario
+    let contended = contendedScenario
+    let ring = ringScenario
 
     // Reference: no synchronisation (state confined to the queue you are already on).
     cases.append(SyncCase(primitive: "plain Int (no sync, non-inlined call)", scenario: uncontended, operations: B.lockOps) {
@@ -237,90 +318,13 @@ private func makeCases() -> [SyncCase] {
     })
 
     // Synchronization.Atomic<Int>
-    cases.append(SyncCase(primitive: "Atomic<Int> relaxed", scenario: uncontended, operations: B.lockOps) {
-        let c = AtomicCounter()
-        let ns = timeLoop(B.lockOps) { _ in c.state.wrappingAdd(1, ordering: .relaxed) }
-        check(c.value, B.lockOps, "atomic relaxed")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "Atomic<Int> relaxed", scenario: contended, operations: 2 * B.lockOpsPerThread) {
-        let c = AtomicCounter()
-        let ns = timeOnTwoThreads(B.lockOpsPerThread) { _, _ in c.state.wrappingAdd(1, ordering: .relaxed) }
-        check(c.value, 2 * B.lockOpsPerThread, "atomic relaxed contended")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "Atomic<Int> seqCst", scenario: uncontended, operations: B.lockOps) {
-        let c = AtomicCounter()
-        let ns = timeLoop(B.lockOps) { _ in c.state.wrappingAdd(1, ordering: .sequentiallyConsistent) }
-        check(c.value, B.lockOps, "atomic seqcst")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "Atomic<Int> seqCst", scenario: contended, operations: 2 * B.lockOpsPerThread) {
-        let c = AtomicCounter()
-        let ns = timeOnTwoThreads(B.lockOpsPerThread) { _, _ in c.state.wrappingAdd(1, ordering: .sequentiallyConsistent) }
-        check(c.value, 2 * B.lockOpsPerThread, "atomic seqcst contended")
-        return ns
-    })
+    cases += atomicCases("relaxed") { $0.state.wrappingAdd(1, ordering: .relaxed) }
+    cases += atomicCases("seqCst") { $0.state.wrappingAdd(1, ordering: .sequentiallyConsistent) }
 
-    // Synchronization.Mutex
-    cases.append(SyncCase(primitive: "Mutex<Int>", scenario: uncontended, operations: B.lockOps) {
-        let c = MutexCounter()
-        let ns = timeLoop(B.lockOps) { _ in c.increment() }
-        check(c.value, B.lockOps, "mutex")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "Mutex<Int>", scenario: contended, operations: 2 * B.lockOpsPerThread) {
-        let c = MutexCounter()
-        let ns = timeOnTwoThreads(B.lockOpsPerThread) { _, _ in c.increment() }
-        check(c.value, 2 * B.lockOpsPerThread, "mutex contended")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "Mutex<Ring>", scenario: ring, operations: B.ringOps) {
-        let r = MutexRing()
-        let ns = timeLoop(B.ringOps) { i in r.record(ringMessages[i & 7]) }
-        r.state.withLock { checkRing($0, B.ringOps) }
-        return ns
-    })
-
-    // NSLock
-    cases.append(SyncCase(primitive: "NSLock", scenario: uncontended, operations: B.lockOps) {
-        let c = NSLockCounter()
-        let ns = timeLoop(B.lockOps) { _ in c.increment() }
-        check(c.value, B.lockOps, "nslock")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "NSLock", scenario: contended, operations: 2 * B.lockOpsPerThread) {
-        let c = NSLockCounter()
-        let ns = timeOnTwoThreads(B.lockOpsPerThread) { _, _ in c.increment() }
-        check(c.value, 2 * B.lockOpsPerThread, "nslock contended")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "NSLock", scenario: ring, operations: B.ringOps) {
-        let r = NSLockRing()
-        let ns = timeLoop(B.ringOps) { i in r.record(ringMessages[i & 7]) }
-        r.lock.lock(); checkRing(r.ring, B.ringOps); r.lock.unlock()
-        return ns
-    })
-
-    // pthread_mutex_t (heap-allocated, default attributes)
-    cases.append(SyncCase(primitive: "pthread_mutex_t", scenario: uncontended, operations: B.lockOps) {
-        let c = PThreadCounter()
-        let ns = timeLoop(B.lockOps) { _ in c.increment() }
-        check(c.value, B.lockOps, "pthread")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "pthread_mutex_t", scenario: contended, operations: 2 * B.lockOpsPerThread) {
-        let c = PThreadCounter()
-        let ns = timeOnTwoThreads(B.lockOpsPerThread) { _, _ in c.increment() }
-        check(c.value, 2 * B.lockOpsPerThread, "pthread contended")
-        return ns
-    })
-    cases.append(SyncCase(primitive: "pthread_mutex_t", scenario: ring, operations: B.ringOps) {
-        let r = PThreadRing()
-        let ns = timeLoop(B.ringOps) { i in r.record(ringMessages[i & 7]) }
-        r.mutex.lock(); checkRing(r.ring, B.ringOps); r.mutex.unlock()
-        return ns
-    })
+    // The three locks, each on a counter and on a ring.
+    cases += lockCases(counter: "Mutex<Int>", MutexCounter.self, ring: "Mutex<Ring>", MutexRing.self)
+    cases += lockCases(counter: "NSLock", NSLockCounter.self, ring: "NSLock", NSLockRing.self)
+    cases += lockCases(counter: "pthread_mutex_t", PThreadCounter.self, ring: "pthread_mutex_t", PThreadRing.self)
 
     // DispatchQueue.sync on a serial queue
     cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: uncontended, operations: B.queueSyncOps) {

@@ -12,6 +12,7 @@ private final class BenchDaemon {
     let directory: String
     let pid: pid_t
     let stderrPath: String
+    private var stopped = false
 
     init(binary: String, config: (String) -> String) throws {
         var template = Array("/tmp/wk-bench-XXXXXX".utf8CString)
@@ -56,11 +57,30 @@ private final class BenchDaemon {
     }
 
     func stop() {
+        guard !stopped else { return }
+        stopped = true
         kill(pid, SIGTERM)
         var status: Int32 = 0
         waitpid(pid, &status, 0)
         try? FileManager.default.removeItem(atPath: directory)
     }
+}
+
+/// Runs `measure` on a release daemon started on the configuration `config` writes for its
+/// scratch directory, and stops the daemon after; a failure is printed after `title`.
+private func withBenchDaemon(_ title: String, config: (String) -> String, measure: (BenchDaemon) throws -> Void) {
+    do {
+        let daemon = try BenchDaemon(binary: releaseBinary(), config: config)
+        defer { daemon.stop() }
+        try measure(daemon)
+    } catch {
+        print("\(title): failed: \(error)")
+    }
+}
+
+/// A configuration of one task: its name, then its other `key = value` lines.
+private func oneTask(_ name: String, _ lines: [String]) -> String {
+    (["[daemon]", "[[task]]", "name = \"\(name)\""] + lines).joined(separator: "\n") + "\n"
 }
 
 private func releaseBinary() -> String {
@@ -80,17 +100,9 @@ private func milliseconds(_ values: [Double]) -> String {
 func runTimerJitterBenchmark() {
     let seconds = Int(ProcessInfo.processInfo.environment["WATCHKEEPER_BENCH_TIMER_S"] ?? "") ?? 60
     print("timer jitter: a 1 s task for \(seconds) s on \(releaseBinary())")
-    do {
-        let daemon = try BenchDaemon(binary: releaseBinary()) { directory in
-            """
-            [daemon]
-            [[task]]
-            name = "tick"
-            every = "1s"
-            budget = "900ms"
-            command = ["/bin/sh", "-c", "date +%s%N >> \(directory)/starts"]
-            """
-        }
+    withBenchDaemon("timer jitter", config: { directory in
+        oneTask("tick", ["every = \"1s\"", "budget = \"900ms\"", "command = [\"/bin/sh\", \"-c\", \"date +%s%N >> \(directory)/starts\"]"])
+    }) { daemon in
         sleep(UInt32(seconds) + 1)
         let records = (try? String(contentsOfFile: daemon.stderrPath, encoding: .utf8)) ?? ""
         let lateness = records.split(separator: "\n").compactMap { line -> Double? in
@@ -112,8 +124,6 @@ func runTimerJitterBenchmark() {
         print("  scheduler lateness (run records: start minus due):  \(milliseconds(lateness))")
         print("  job-observed start jitter vs the 1 s grid:      \(milliseconds(spread))")
         print(String(format: "  drift over %d runs: %.2f ms", starts.count, drift * 1e3))
-    } catch {
-        print("timer jitter: failed: \(error)")
     }
 }
 
@@ -121,18 +131,10 @@ func runTimerJitterBenchmark() {
 /// saw, its CPU time meanwhile, and the cost per update.
 func runProgressCostBenchmark() {
     print("progress flood: one job writing PROGRESS= lines as fast as it can for 10 s")
-    do {
-        let daemon = try BenchDaemon(binary: releaseBinary()) { _ in
-            """
-            [daemon]
-            [[task]]
-            name = "chatty"
-            every = "1h"
-            run_on_start = true
-            budget = "1m"
-            command = ["/usr/bin/python3", "-c", "import os,time\\nf=os.fdopen(int(os.environ['WATCHKEEPER_PROGRESS_FD']),'w',buffering=1<<16)\\nend=time.time()+10\\ni=0\\nwhile time.time()<end:\\n  for _ in range(1000): f.write('PROGRESS=%d\\\\n' % (i % 100)); i+=1\\nf.flush()\\nprint('sent', i, flush=True)\\ntime.sleep(2)"]
-            """
-        }
+    withBenchDaemon("progress flood", config: { _ in
+        oneTask("chatty", ["every = \"1h\"", "run_on_start = true", "budget = \"1m\"",
+                           "command = [\"/usr/bin/python3\", \"-c\", \"import os,time\\nf=os.fdopen(int(os.environ['WATCHKEEPER_PROGRESS_FD']),'w',buffering=1<<16)\\nend=time.time()+10\\ni=0\\nwhile time.time()<end:\\n  for _ in range(1000): f.write('PROGRESS=%d\\\\n' % (i % 100)); i+=1\\nf.flush()\\nprint('sent', i, flush=True)\\ntime.sleep(2)\"]"])
+    }) { daemon in
         let cpuBefore = daemon.cpuSeconds
         sleep(11)
         let cpuAfter = daemon.cpuSeconds
@@ -152,31 +154,25 @@ func runProgressCostBenchmark() {
         print("  progress source wake-ups:       \(wakeups)")
         print(String(format: "  daemon CPU during the flood:    %.3f s of 10 s (%.1f%% of one core)", cpu, cpu * 10))
         if updates > 0 { print(String(format: "  daemon CPU per update:          %.1f ns", cpu / Double(updates) * 1e9)) }
-    } catch {
-        print("progress flood: failed: \(error)")
     }
 }
 
 /// RSS of an idle daemon with 100 tasks configured (scheduled hourly, none running).
 func runManyTasksBenchmark() {
     let count = Int(ProcessInfo.processInfo.environment["WATCHKEEPER_BENCH_TASKS"] ?? "") ?? 100
-    do {
-        let daemon = try BenchDaemon(binary: releaseBinary()) { _ in
-            "[daemon]\n" + (0..<count).map { index in
-                """
+    withBenchDaemon("many tasks", config: { _ in
+        "[daemon]\n" + (0..<count).map { index in
+            """
 
-                [[task]]
-                name = "task-\(index)"
-                \(index % 2 == 0 ? "every = \"1h\"" : "cron = \"\(index % 60) 3 * * *\"")
-                command = ["/bin/true", "{task}", "{run_id}"]
-                budget = "5m"
-                """
-            }.joined(separator: "\n")
-        }
+            [[task]]
+            name = "task-\(index)"
+            \(index % 2 == 0 ? "every = \"1h\"" : "cron = \"\(index % 60) 3 * * *\"")
+            command = ["/bin/true", "{task}", "{run_id}"]
+            budget = "5m"
+            """
+        }.joined(separator: "\n")
+    }) { daemon in
         sleep(5)
         print(String(format: "%d tasks configured: idle RSS %.1f MiB after 5 s", count, daemon.residentMiB))
-        daemon.stop()
-    } catch {
-        print("many tasks: failed: \(error)")
     }
 }

@@ -31,17 +31,12 @@ enum WatchPeer: String, CaseIterable {
 }
 
 struct WatchBenchSettings {
-    let daemonBinary: String
-    let baseline: String
-    let latencyFiles: Int
-    let latencySpacingNanoseconds: UInt64
-    let burstFiles: Int
-    let burstQuietNanoseconds: UInt64
-    let burstTimeoutNanoseconds: UInt64
-    let idleSeconds: Int
-    let idleDirectories: Int
-    let peers: [WatchPeer]
-    let burstPeers: [WatchPeer]
+    let daemonBinary, baseline: String
+    let latencyFiles, burstFiles, idleSeconds, idleDirectories: Int
+    /// How long the burst's daemon is left alone after its last job before its RSS is read.
+    let burstSettleSeconds: Int
+    let latencySpacingNanoseconds, burstQuietNanoseconds, burstTimeoutNanoseconds: UInt64
+    let peers, burstPeers: [WatchPeer]
     let parts: Set<String>
 
     init() {
@@ -55,6 +50,7 @@ struct WatchBenchSettings {
         burstQuietNanoseconds = 15_000_000_000
         burstTimeoutNanoseconds = UInt64(Int(environment["WATCHKEEPER_BENCH_BURST_TIMEOUT_S"] ?? "") ?? 900) * 1_000_000_000
         idleSeconds = Int(environment["WATCHKEEPER_BENCH_IDLE_S"] ?? "") ?? 60
+        burstSettleSeconds = Int(environment["WATCHKEEPER_BENCH_BURST_SETTLE_S"] ?? "") ?? 60
         idleDirectories = Int(environment["WATCHKEEPER_BENCH_IDLE_DIRS"] ?? "") ?? 10_000
         func peerList(_ variable: String, default fallback: [WatchPeer]) -> [WatchPeer] {
             guard let text = environment[variable] else { return fallback }

@@ -186,13 +186,28 @@ func measureBurst(_ kind: WatchPeer, _ settings: WatchBenchSettings, launcher: P
             if let dump = peer.stateDump(), let watches = dump["watches"] as? [String: Any],
                let rule = (watches["rules"] as? [[String: Any]])?.first {
                 result.overflows = "\(watches["overflows"] ?? "?")"
+                // Since the one job engine (issue 8) the job counts are the engine's;
+                // a daemon from before keeps them in the rule.
+                var figures = rule
+                if let jobs = dump["jobs"] as? [String: Any] {
+                    let group = (jobs["groups"] as? [[String: Any]])?.first { $0["watch"] as? String != nil }
+                    figures["jobs_started"] = jobs["started_since_start"]
+                    figures["jobs_failed"] = (group?["outcomes"] as? [String: Any])?["failed"] ?? 0
+                    figures["jobs_running"] = jobs["running_total"]
+                    figures["jobs_waiting"] = jobs["waiting_total"]
+                }
                 result.detail = ["events_seen", "matched", "jobs_started", "jobs_failed", "duplicates_dropped", "rescans", "jobs_running",
-                                 "jobs_waiting", "pending_settle"]
-                    .map { "\($0) \(rule[$0] ?? "?")" }.joined(separator: ", ")
+                                 "jobs_waiting", "pending_settle", "files_remembered"]
+                    .map { "\($0) \(figures[$0] ?? "?")" }.joined(separator: ", ")
             } else {
                 result.overflows = "no dump"
             }
             result.detail += String(format: "; peak RSS %.1f MiB (VmHWM)", Double(memory.peak) / 1024)
+            // Memory given back: what the daemon keeps once the burst is over.
+            sleep(UInt32(settings.burstSettleSeconds))
+            let settled = ProcessMemory(pid: peer.watcherPid)
+            result.detail += String(format: "; %d s later VmRSS %.1f MiB, RssAnon %.1f MiB (WATCHKEEPER_BENCH_BURST_SETTLE_S)",
+                                    settings.burstSettleSeconds, Double(settled.resident) / 1024, Double(settled.anonymous) / 1024)
         case .cLoop:
             peer.stop()
             if let line = peer.child?.stderrText.split(separator: "\n").last(where: { $0.hasPrefix("events ") }) {

@@ -61,9 +61,6 @@ struct wk_spawn_result {
 // before pidfd_open can name it).
 int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res);
 
-// pipe2(fds, O_CLOEXEC), which Swift's Glibc module does not import (a GNU extension).
-int wk_pipe_cloexec(int fds[2]);
-
 // "fork", "chdir", "execve", ...; "unknown step" for values outside the enum.
 const char *wk_spawn_step_name(int step);
 

@@ -404,36 +404,22 @@ private struct TOMLPositionScanner {
     // MARK: Strings
 
     /// `"..."` on one line; returns the content with escapes decoded.
-    private mutating func scanBasicString() throws -> String {
-        try expect("\"")
-        var result = ""
-        while let c = peek() {
-            switch c {
-            case "\"":
-                advance()
-                return result
-            case "\\":
-                advance()
-                result.unicodeScalars.append(try scanEscape())
-            case "\n", "\r":
-                throw ScanError()
-            default:
-                result.unicodeScalars.append(c)
-                advance()
-            }
-        }
-        throw ScanError()
-    }
+    private mutating func scanBasicString() throws -> String { try scanString(quote: "\"", escapes: true) }
 
     /// `'...'` on one line; no escapes, the content is taken as written.
-    private mutating func scanLiteralString() throws -> String {
-        try expect("'")
+    private mutating func scanLiteralString() throws -> String { try scanString(quote: "'", escapes: false) }
+
+    private mutating func scanString(quote: Unicode.Scalar, escapes: Bool) throws -> String {
+        try expect(quote)
         var result = ""
         while let c = peek() {
             switch c {
-            case "'":
+            case quote:
                 advance()
                 return result
+            case "\\" where escapes:
+                advance()
+                result.unicodeScalars.append(try scanEscape())
             case "\n", "\r":
                 throw ScanError()
             default:

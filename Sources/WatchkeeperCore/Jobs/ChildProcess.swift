@@ -44,42 +44,42 @@ final class ChildProcess: @unchecked Sendable {
     let runID: String
     let pid: pid_t
     private let context: JobContext
-    private var exitSource: DispatchSourceRead?
+    private var exitSource: FileDescriptorReadSource?
     private var budgetTimer: RegisteredTimer?
     private var outputs: [OutputChannel] = []
     private var onExit: ((ProcessExit) -> Void)?
     private(set) var exit: ProcessExit?
 
-    /// `killAfter`: a budget of the child's own (the expiration handler's), enforced here
-    /// so it holds even if the job that started it has already finished.
-    init(name: String, kind: JobKind, runID: String, spawned: SpawnedProcess, outputs: [(stream: String, pipe: PipePair)], context: JobContext,
+    /// `outputs`: the child's stdout and stderr pipes, with the stream names its lines are
+    /// journaled under. `killAfter`: a budget of the child's own (the expiration handler's),
+    /// enforced here so it holds even if the job that started it has already finished.
+    init(name: String, kind: JobKind, runID: String, spawned: consuming SpawnedProcess,
+         stdout: consuming OwnedPipe, stderr: consuming OwnedPipe, streams: (stdout: String, stderr: String), context: JobContext,
          killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
+        let pid = spawned.pid
         self.name = name
         self.runID = runID
-        self.pid = spawned.pid
+        self.pid = pid
         self.context = context
         self.onExit = onExit
-        for (stream, pipe) in outputs {
-            self.outputs.append(OutputChannel(stream: stream, pipe: pipe, name: name, kind: kind, runID: runID, pid: spawned.pid, context: context))
-        }
+        outputs = [
+            OutputChannel(stream: streams.stdout, pipe: stdout, name: name, kind: kind, runID: runID, pid: pid, context: context),
+            OutputChannel(stream: streams.stderr, pipe: stderr, name: name, kind: kind, runID: runID, pid: pid, context: context),
+        ]
         let owner = "\(kind.rawValue) \(name) run \(runID)"
-        let stats = context.sources.register(.read, owner: owner, target: "pidfd of pid \(spawned.pid)", on: context.queue)
-        let source = DispatchSource.makeReadSource(fileDescriptor: spawned.pidfd, queue: context.queue.queue)
-        let pidfd = spawned.pidfd
-        let pid = spawned.pid
+        let stats = context.sources.register(.read, owner: owner, target: "pidfd of pid \(pid)", on: context.queue)
         // The handlers hold `self` strongly on purpose: a child's owner lives as long as
         // the child, whoever started it; libdispatch drops the handlers after cancel.
-        source.setEventHandler {
-            stats.fired()
-            // Readable means exited (not yet reaped): stop watching first, reap in the
-            // cancel handler, once the fd is out of epoll.
-            self.exitSource?.cancel()
-        }
-        source.setCancelHandler { [sources = context.sources] in
-            let status = reap(pid: pid, pidfd: pidfd)
-            close(pidfd)
+        // Readable means exited (not yet reaped): stop watching first, and reap through the
+        // pidfd once it is out of epoll, before it closes.
+        let source = spawned.pidfd.makeReadSource(queue: context.queue.queue, beforeClose: { [sources = context.sources] pidfd in
+            let status = reap(pid: pid, pidfd: pidfd.rawValue)
             sources.unregister(stats)
             if let status { self.exited(status) }
+        })
+        source.source.setEventHandler {
+            stats.fired()
+            self.exitSource?.cancel()
         }
         exitSource = source
         source.activate()
@@ -143,7 +143,7 @@ final class OutputChannel: @unchecked Sendable {
     private let runID: String
     private let pid: pid_t
     private let context: JobContext
-    private var source: DispatchSourceRead?
+    private var source: FileDescriptorReadSource?
     private var splitter = LineSplitter()
     private let fd: Int32
     private(set) var lines: UInt64 = 0
@@ -152,7 +152,7 @@ final class OutputChannel: @unchecked Sendable {
     /// Reads per event before yielding the queue to other jobs; the source fires again.
     private static let readsPerEvent = 16
 
-    init(stream: String, pipe: PipePair, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
+    init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
         self.stream = stream
         self.kind = kind
         self.name = name
@@ -160,18 +160,14 @@ final class OutputChannel: @unchecked Sendable {
         self.pid = pid
         self.context = context
         let stats = context.sources.register(.read, owner: "\(kind.rawValue) \(name) run \(runID)", target: "\(stream) of pid \(pid)", on: context.queue)
-        let fd = pipe.readEnd
+        let source = pipe.makeReadSourceKeepingWriteEnd(queue: context.queue.queue) { [sources = context.sources] in
+            sources.unregister(stats)
+        }
+        let fd = source.descriptor.rawValue
         self.fd = fd
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: context.queue.queue)
-        source.setEventHandler { [weak self] in
+        source.source.setEventHandler { [weak self] in
             stats.fired()
             self?.readAvailable(fd: fd)
-        }
-        // The write end too, only now: while it was open the read end could not hang up.
-        source.setCancelHandler { [sources = context.sources] in
-            Glibc.close(pipe.readEnd)
-            Glibc.close(pipe.writeEnd)
-            sources.unregister(stats)
         }
         self.source = source
         source.activate()

@@ -17,13 +17,6 @@ public struct JobGroup: Sendable, Equatable {
     /// Runs that expired on their budget are retried too (failed ones always are).
     public var retryExpired: Bool
 
-    public init(key: JobKey, settings: JobSettings, limit: Int, retry: RetryPolicy?, retryExpired: Bool) {
-        self.key = key
-        self.settings = settings
-        self.limit = limit
-        self.retry = retry
-        self.retryExpired = retryExpired
-    }
 }
 
 /// What a caller gets back, exactly once per submission: after the last attempt, or
@@ -73,7 +66,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     public let queue: SubsystemQueue
-    let context: JobContext
+    public let context: JobContext
     var logger: Logger { context.logger }
     // Confined to `queue`.
     public private(set) var maxJobs: Int
@@ -90,6 +83,10 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// The longest the waiting line was since the last time the engine went idle.
     private var peakWaiting = 0
     static let burstSize = 1_000
+    /// Gives memory back a moment after a burst, once the callers have taken their
+    /// completions (the watcher frees its per-file state only then).
+    private var trimTimer: RegisteredTimer?
+    static let trimDelay = Duration.seconds(2)
     var drain: EngineDrain?
     /// Called after anything a status line shows changed (runs started, ended, progress).
     public var onChange: (() -> Void)?
@@ -237,7 +234,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             // A burst is over: give the memory its waiting line and records took back to
             // the system, instead of keeping the peak for the daemon's life.
             peakWaiting = 0
-            _ = malloc_trim(0)
+            if trimTimer == nil {
+                trimTimer = context.sources.makeTimer(owner: "jobs", target: "give memory back after a burst of \(Self.burstSize)+ waiting jobs", on: queue) {
+                    _ = malloc_trim(0)
+                }
+            }
+            trimTimer?.schedule(after: Self.trimDelay)
         }
         onChange?()
     }

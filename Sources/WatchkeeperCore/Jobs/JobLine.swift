@@ -50,6 +50,8 @@ struct JobLine<Element> {
                 if best == nil || head.sequence < best!.sequence { best = (key, head.sequence) }
             }
             guard let key = best?.key, let entry = groups[key]!.waiting.popFirst() else { continue }
+            // A drained group gives its buffer back: a burst's capacity is not kept for the daemon's life.
+            if groups[key]!.waiting.isEmpty { groups[key]!.waiting = [] }
             groups[key]!.running += 1
             waitingCount -= 1
             runningCount += 1

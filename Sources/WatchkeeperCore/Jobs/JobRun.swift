@@ -15,7 +15,7 @@ final class JobRun: @unchecked Sendable {
     private var expireHandler: ChildProcess?
     private var timers: [RegisteredTimer] = []
     private var killTimer: RegisteredTimer?
-    private var progressSource: DispatchSourceRead?
+    private var progressSource: FileDescriptorReadSource?
     /// libdispatch traps on releasing or cancelling-then-releasing a suspended source,
     /// so every path that drops the source resumes it first.
     private var progressSuspended = false
@@ -70,36 +70,34 @@ final class JobRun: @unchecked Sendable {
         }
     }
 
-    private func spawnMain() throws(SpawnError) -> SpawnedProcess {
-        let stdout = try PipePair.make(nonBlockingRead: true)
-        var descriptors = [stdout.readEnd, stdout.writeEnd]
+    /// Every pipe end and the pidfd are owned values: on a failed spawn they close as they
+    /// go out of scope; on success they pass to the read sources that close them.
+    private func spawnMain() throws(SpawnError) -> (pid: pid_t, spawnToExecNanoseconds: UInt64) {
+        let stdout = try OwnedPipe.forJobOutput()
+        let stderr = try OwnedPipe.forJobOutput()
+        let progressPipe = try OwnedPipe.forJobOutput()
+        // Room for bursts between two progress reads.
+        _ = progressPipe.enlarge(to: 1 << 20)
+        var request = try spawnRequest(command: self.request.settings.command, extra: [
+            ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
+        ], stdout: stdout.writeEnd.rawValue, stderr: stderr.writeEnd.rawValue, progress: progressPipe.writeEnd.rawValue)
         let spawned: SpawnedProcess
-        let stderr: PipePair
-        let progressPipe: PipePair
-        do {
-            stderr = try PipePair.make(nonBlockingRead: true)
-            descriptors += [stderr.readEnd, stderr.writeEnd]
-            progressPipe = try PipePair.make(nonBlockingRead: true)
-            descriptors += [progressPipe.readEnd, progressPipe.writeEnd]
-            // Room for bursts between two progress reads.
-            _ = fcntl(progressPipe.writeEnd, PipePair.setSizeCommand, 1 << 20)
-            var request = try spawnRequest(command: self.request.settings.command, extra: [
-                ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
-            ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: progressPipe.writeEnd)
-            request.standardInput = try self.request.standardInput.map { input throws(SpawnError) in try PipePair.filled(with: input) }
-            defer { if let input = request.standardInput { close(input) } }  // the child has its own copy once spawned
+        if let input = self.request.standardInput {
+            // The child has its own copy once spawned; ours closes at the end of this scope.
+            let stdin = try OwnedPipe.filled(with: input)
+            request.standardInput = stdin.rawValue
             spawned = try ProcessSpawner.spawn(request)
-        } catch {
-            for fd in descriptors { close(fd) }
-            throw error
+        } else {
+            spawned = try ProcessSpawner.spawn(request)
         }
+        let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
-                             outputs: [("stdout", stdout), ("stderr", stderr)], context: context) { [weak self] status in
+                             stdout: stdout, stderr: stderr, streams: ("stdout", "stderr"), context: context) { [weak self] status in
             self?.perform(self?.machine.handle(.exited(status)) ?? [])
         }
-        watchProgress(progressPipe, pid: spawned.pid)
-        return spawned
+        watchProgress(progressPipe, pid: started.pid)
+        return started
     }
 
     /// argv with placeholders expanded inside single elements, and an environment built
@@ -249,29 +247,20 @@ final class JobRun: @unchecked Sendable {
             return
         }
         do {
-            let stdout = try PipePair.make(nonBlockingRead: true)
-            var descriptors = [stdout.readEnd, stdout.writeEnd]
-            let stderr: PipePair
-            let spawned: SpawnedProcess
-            do {
-                stderr = try PipePair.make(nonBlockingRead: true)
-                descriptors += [stderr.readEnd, stderr.writeEnd]
-                let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
-                let spawnRequest = try self.spawnRequest(command: command, extra: [
-                    ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
-                    ("WATCHKEEPER_PID", Array(String(pid).utf8)),
-                    ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
-                ], stdout: stdout.writeEnd, stderr: stderr.writeEnd, progress: nil)
-                spawned = try ProcessSpawner.spawn(spawnRequest)
-            } catch {
-                for fd in descriptors { close(fd) }
-                throw error
-            }
+            let stdout = try OwnedPipe.forJobOutput()
+            let stderr = try OwnedPipe.forJobOutput()
+            let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
+            let spawnRequest = try self.spawnRequest(command: command, extra: [
+                ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
+                ("WATCHKEEPER_PID", Array(String(pid).utf8)),
+                ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
+            ], stdout: stdout.writeEnd.rawValue, stderr: stderr.writeEnd.rawValue, progress: nil)
+            let spawned = try ProcessSpawner.spawn(spawnRequest)
             let handlerBudget = request.settings.onExpireBudget
             let logger = self.logger
             let label = self.label
             expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned,
-                                         outputs: [("on_expire stdout", stdout), ("on_expire stderr", stderr)], context: context,
+                                         stdout: stdout, stderr: stderr, streams: ("on_expire stdout", "on_expire stderr"), context: context,
                                          killAfter: handlerBudget, onKill: { budget in
                                              logger.warning("\(label): on_expire handler exceeded its \(budget.compactDescription) budget; SIGKILL")
                                          }) { [weak self] status in
@@ -287,20 +276,17 @@ final class JobRun: @unchecked Sendable {
 
     // MARK: Progress
 
-    private func watchProgress(_ pipe: PipePair, pid: pid_t) {
+    private func watchProgress(_ pipe: consuming OwnedPipe, pid: pid_t) {
         let stats = context.sources.register(.read, owner: label, target: "progress pipe of pid \(pid)", on: context.queue)
-        let fd = pipe.readEnd
+        // Both ends close only in the cancel handler, so the read end never hangs up while registered (see ChildProcess).
+        let source = pipe.makeReadSourceKeepingWriteEnd(queue: context.queue.queue) { [sources = context.sources] in
+            sources.unregister(stats)
+        }
+        let fd = source.descriptor.rawValue
         progressFD = fd
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: context.queue.queue)
-        source.setEventHandler { [weak self] in
+        source.source.setEventHandler { [weak self] in
             stats.fired()
             self?.readProgress(fd: fd)
-        }
-        // Both ends only now, so the read end never hangs up while registered (see ChildProcess).
-        source.setCancelHandler { [sources = context.sources] in
-            close(pipe.readEnd)
-            close(pipe.writeEnd)
-            sources.unregister(stats)
         }
         progressSource = source
         source.activate()
@@ -328,7 +314,7 @@ final class JobRun: @unchecked Sendable {
         }
         // Coalesce: leave the pipe alone for a while so many updates arrive in one read.
         if !final, let source = progressSource {
-            source.suspend()
+            source.source.suspend()
             progressSuspended = true
             if progressResume == nil {
                 progressResume = context.sources.makeTimer(owner: label, target: "progress: resume reading after \(Self.progressInterval.compactDescription)",
@@ -336,7 +322,7 @@ final class JobRun: @unchecked Sendable {
                     // progressSource is set once per run, so "still there" means "the same source".
                     guard let self, self.progressSuspended, let current = self.progressSource else { return }
                     self.progressSuspended = false
-                    current.resume()
+                    current.source.resume()
                 }
             }
             progressResume?.schedule(after: Self.progressInterval)
@@ -356,7 +342,7 @@ final class JobRun: @unchecked Sendable {
             progressSource = nil
             if progressSuspended {
                 progressSuspended = false
-                source.resume()
+                source.source.resume()
             }
             source.cancel()
         }

@@ -53,13 +53,13 @@ enum LineEscaping {
                 index += 1
                 continue
             }
-            let length = validSequenceLength(input, at: index)
-            guard length > 0 else {
+            // A malformed sequence is escaped byte by byte.
+            let (decoded, length) = UTF8Sequence.decode(input, at: index, end: input.count)
+            guard let scalar = decoded else {
                 appendByteEscape(byte, to: &output)
                 index += 1
                 continue
             }
-            let scalar = decodeScalar(input[index..<index + length])
             if (0x80...0x9F).contains(scalar) || scalar == 0x2028 || scalar == 0x2029 {
                 let hex = String(scalar, radix: 16)
                 output += Array(("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).utf8)
@@ -74,37 +74,5 @@ enum LineEscaping {
     private static func appendByteEscape(_ byte: UInt8, to output: inout [UInt8]) {
         let digits = Array("0123456789abcdef".utf8)
         output += [UInt8(ascii: "\\"), UInt8(ascii: "x"), digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]]
-    }
-
-    /// The length of the well-formed UTF-8 sequence starting at `index` (Unicode's table
-    /// 3-7: no overlong forms, no surrogates, nothing above U+10FFFF), or 0 when the byte
-    /// there does not start one. A malformed sequence is then escaped byte by byte.
-    private static func validSequenceLength(_ bytes: [UInt8], at index: Int) -> Int {
-        let lead = bytes[index]
-        let length: Int
-        var secondRange: ClosedRange<UInt8> = 0x80...0xBF
-        switch lead {
-        case 0xC2...0xDF: length = 2
-        case 0xE0: length = 3; secondRange = 0xA0...0xBF
-        case 0xE1...0xEC, 0xEE...0xEF: length = 3
-        case 0xED: length = 3; secondRange = 0x80...0x9F
-        case 0xF0: length = 4; secondRange = 0x90...0xBF
-        case 0xF1...0xF3: length = 4
-        case 0xF4: length = 4; secondRange = 0x80...0x8F
-        default: return 0
-        }
-        guard index + length <= bytes.count, secondRange.contains(bytes[index + 1]) else { return 0 }
-        for offset in 2..<length where !(0x80...0xBF).contains(bytes[index + offset]) {
-            return 0
-        }
-        return length
-    }
-
-    private static func decodeScalar(_ sequence: ArraySlice<UInt8>) -> UInt32 {
-        var value = UInt32(sequence.first! & (0xFF >> (sequence.count + 1)))
-        for byte in sequence.dropFirst() {
-            value = value << 6 | UInt32(byte & 0x3F)
-        }
-        return value
     }
 }

@@ -20,14 +20,10 @@ public struct CronParseError: Error, Sendable, Equatable, CustomStringConvertibl
 /// field starts with `*` (`*`, `*/2`) both must match, which with a plain `*` means only
 /// the other field counts.
 public struct CronExpression: Sendable, Equatable, CustomStringConvertible {
-    let minutes: CronValues
-    let hours: CronValues
-    let daysOfMonth: CronValues
-    let months: CronValues
+    let minutes, hours, daysOfMonth, months: CronValues
     /// Sunday is 0; a 7 in the text is stored as 0.
     let daysOfWeek: CronValues
-    let dayOfMonthIsWildcard: Bool
-    let dayOfWeekIsWildcard: Bool
+    let dayOfMonthIsWildcard, dayOfWeekIsWildcard: Bool
 
     public init(parsing text: String) throws(CronParseError) {
         let scalars = Array(text.unicodeScalars)

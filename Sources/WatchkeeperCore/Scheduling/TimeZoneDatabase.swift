@@ -613,12 +613,7 @@ extension TimeZoneRules {
 
     private struct TZifHeader {
         var version: UInt8
-        var utIndicatorCount: Int
-        var standardIndicatorCount: Int
-        var leapCount: Int
-        var transitionCount: Int
-        var typeCount: Int
-        var characterCount: Int
+        var utIndicatorCount, standardIndicatorCount, leapCount, transitionCount, typeCount, characterCount: Int
 
         func dataLength(timeSize: Int) -> Int {
             transitionCount * timeSize + transitionCount + typeCount * 6 + characterCount

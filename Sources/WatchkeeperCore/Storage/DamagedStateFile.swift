@@ -147,15 +147,8 @@ public struct DamagedStateFile: Sendable, Equatable, CustomStringConvertible {
 
         /// 20260102T030405Z: sorts by time, no characters a shell or a file name minds.
         static func stamp(_ time: WallTime) -> String {
-            var seconds = time_t(time.secondsSinceEpoch)
-            var parts = tm()
-            gmtime_r(&seconds, &parts)
-            func pad(_ value: Int32, _ width: Int) -> String {
-                let text = String(value)
-                return String(repeating: "0", count: max(0, width - text.count)) + text
-            }
-            return "\(pad(parts.tm_year + 1900, 4))\(pad(parts.tm_mon + 1, 2))\(pad(parts.tm_mday, 2))T"
-                + "\(pad(parts.tm_hour, 2))\(pad(parts.tm_min, 2))\(pad(parts.tm_sec, 2))Z"
+            let p = time.utcFields
+            return "\(p.year)\(p.month)\(p.day)T\(p.hour)\(p.minute)\(p.second)Z"
         }
     }
 }

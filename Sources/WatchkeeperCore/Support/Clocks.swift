@@ -26,15 +26,22 @@ public struct WallTime: Sendable, Equatable, Comparable {
 
     /// RFC 3339 in UTC with milliseconds: 2026-11-22T01:02:03.456Z.
     public var iso8601: String {
+        let p = utcFields
+        return "\(p.year)-\(p.month)-\(p.day)T\(p.hour):\(p.minute):\(p.second).\(Self.zeroPadded(nanoseconds / 1_000_000, 3))Z"
+    }
+
+    /// The calendar fields in UTC, zero-padded: a 4-digit year, 2 digits for the rest.
+    var utcFields: (year: String, month: String, day: String, hour: String, minute: String, second: String) {
         var seconds = time_t(secondsSinceEpoch)
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
-        }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(nanoseconds / 1_000_000, 3))Z"
+        return (Self.zeroPadded(parts.tm_year + 1900, 4), Self.zeroPadded(parts.tm_mon + 1, 2), Self.zeroPadded(parts.tm_mday, 2),
+                Self.zeroPadded(parts.tm_hour, 2), Self.zeroPadded(parts.tm_min, 2), Self.zeroPadded(parts.tm_sec, 2))
+    }
+
+    static func zeroPadded(_ value: Int32, _ width: Int) -> String {
+        let text = String(value)
+        return String(repeating: "0", count: max(0, width - text.count)) + text
     }
 }
 

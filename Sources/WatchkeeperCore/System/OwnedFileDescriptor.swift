@@ -55,10 +55,15 @@ public struct OwnedFileDescriptor: ~Copyable, Sendable {
     ///
     /// libdispatch keeps the fd in its epoll set until the cancel handler runs; a close
     /// before that could let a new fd with the same number be polled for the old source.
-    public consuming func makeReadSource(queue: DispatchQueue, afterClose: (@Sendable () -> Void)? = nil) -> FileDescriptorReadSource {
+    ///
+    /// `beforeClose` gets the fd while it is still open, out of epoll: a pidfd is reaped
+    /// through it there.
+    public consuming func makeReadSource(queue: DispatchQueue, beforeClose: (@Sendable (FileDescriptor) -> Void)? = nil,
+                                         afterClose: (@Sendable () -> Void)? = nil) -> FileDescriptorReadSource {
         let descriptor = release()
         let source = DispatchSource.makeReadSource(fileDescriptor: descriptor.rawValue, queue: queue)
         source.setCancelHandler {
+            beforeClose?(descriptor)
             Self.closeLastReference(descriptor)
             afterClose?()
         }

@@ -2,16 +2,15 @@
 /// `journalctl -u watchkeeper MESSAGE_ID=a2f80729ec6c45298dafab0ee7b10f49 -o cat`.
 /// Never change one: scripts and alerts depend on them. Listed in docs/journal.md.
 public enum MessageID {
-    public static let started = "feda4b99a3084ccfa37eefbf266e3dfb"
-    public static let ready = "89f688baebb54f2a98b1c69d4460b585"
-    public static let dump = "a2f80729ec6c45298dafab0ee7b10f49"
-    public static let reloadSucceeded = "efd3e24569174baf99b0879641b1ab8b"
-    public static let reloadFailed = "c95800433a154f6a837f449a59dd5b53"
-    public static let stopping = "7943fdcc39d047cdbb77a7dc61002afa"
-    public static let stopped = "13b1128ed1514912859412cac78fde3f"
-    public static let queueStuck = "a11f84df9593472fbc9eb1bc8c97edf0"
-    public static let configInvalid = "b7a06f2d7e6446bea7ae3a6567d7aea6"
-    public static let runFinished = "b665bf3c2f6c4766ab20db516c7d25dd"
-    public static let jobExpiring = "8dfa9a8effc84013a8510927e5da2b0f"
-    public static let runSkipped = "26b3c8c426154b11861bc88b678724f4"
+    // The daemon's life.
+    public static let started = "feda4b99a3084ccfa37eefbf266e3dfb", ready = "89f688baebb54f2a98b1c69d4460b585",
+        stopping = "7943fdcc39d047cdbb77a7dc61002afa", stopped = "13b1128ed1514912859412cac78fde3f"
+    // Its configuration.
+    public static let reloadSucceeded = "efd3e24569174baf99b0879641b1ab8b", reloadFailed = "c95800433a154f6a837f449a59dd5b53",
+        configInvalid = "b7a06f2d7e6446bea7ae3a6567d7aea6"
+    // Jobs.
+    public static let runFinished = "b665bf3c2f6c4766ab20db516c7d25dd", jobExpiring = "8dfa9a8effc84013a8510927e5da2b0f",
+        runSkipped = "26b3c8c426154b11861bc88b678724f4"
+    // What it reports about itself.
+    public static let dump = "a2f80729ec6c45298dafab0ee7b10f49", queueStuck = "a11f84df9593472fbc9eb1bc8c97edf0"
 }

@@ -6,6 +6,7 @@
 // starts processes cannot steal our children's exit statuses or we theirs.
 
 import CWatchkeeperSpawn
+import CWatchkeeperSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,11 +32,6 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
     public let errorNumber: Int32
     public let description: String
 
-    public init(step: Step, errorNumber: Int32, description: String) {
-        self.step = step
-        self.errorNumber = errorNumber
-        self.description = description
-    }
 }
 
 func errorText(_ code: Int32) -> String {
@@ -85,18 +81,14 @@ public struct SpawnRequest: Sendable {
     }
 }
 
-/// A started process. The caller owns `pidfd` and closes it after reaping.
-public struct SpawnedProcess: Sendable {
+/// A started process and its pidfd, which closes with it (or with the read source it is
+/// handed to): reap through it first.
+public struct SpawnedProcess: ~Copyable, Sendable {
     public let pid: pid_t
-    public let pidfd: Int32
+    public let pidfd: OwnedFileDescriptor
     /// From the call into the shim until the child's execve succeeded.
     public let spawnToExecNanoseconds: UInt64
 
-    public init(pid: pid_t, pidfd: Int32, spawnToExecNanoseconds: UInt64) {
-        self.pid = pid
-        self.pidfd = pidfd
-        self.spawnToExecNanoseconds = spawnToExecNanoseconds
-    }
 }
 
 // MARK: - Spawning
@@ -196,7 +188,7 @@ public enum ProcessSpawner {
         guard rc == 0 else {
             throw childFailure(result, name: name, path: path, request: request)
         }
-        return SpawnedProcess(pid: result.pid, pidfd: result.pidfd, spawnToExecNanoseconds: end &- start)
+        return SpawnedProcess(pid: result.pid, pidfd: OwnedFileDescriptor(adopting: result.pidfd), spawnToExecNanoseconds: end &- start)
     }
 
     /// argv[0] with a '/' is used as given. Otherwise the first regular, executable file
@@ -323,9 +315,8 @@ public enum ProcessExit: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .exited(let status): return "exited with status \(status)"
-        case .signaled(let signal, let coreDumped):
-            return "killed by signal \(signal)" + (coreDumped ? " (core dumped)" : "")
+        case .exited(let status): "exited with status \(status)"
+        case .signaled(let signal, let coreDumped): "killed by signal \(signal)" + (coreDumped ? " (core dumped)" : "")
         }
     }
 }
@@ -334,7 +325,7 @@ public enum ProcessExit: Sendable, Equatable, CustomStringConvertible {
 /// already reaped). Does not close the pidfd.
 public func reap(pid: pid_t, pidfd: Int32) -> ProcessExit? {
     // P_PIDFD (Linux 5.4): the pidfd names this exact process even if its pid were reused.
-    let idTypePIDFD = idtype_t(rawValue: 3)
+    let idTypePIDFD = idtype_t(rawValue: UInt32(WK_P_PIDFD))
     var info = siginfo_t()
     while waitid(idTypePIDFD, id_t(pidfd), &info, WEXITED | WNOHANG) != 0 {
         switch errno {
@@ -361,8 +352,6 @@ private func reapByPID(_ pid: pid_t) -> ProcessExit? {
         if rc < 0 && errno == EINTR { continue }
         return nil
     }
-    // The W* macros are not imported into Swift; this is their glibc definition.
-    let signal = status & 0x7f
-    if signal == 0 { return .exited((status >> 8) & 0xff) }
-    return .signaled(signal, coreDumped: status & 0x80 != 0)
+    if wk_wifsignaled(status) != 0 { return .signaled(wk_wtermsig(status), coreDumped: wk_wcoredump(status) != 0) }
+    return .exited(wk_wexitstatus(status))
 }

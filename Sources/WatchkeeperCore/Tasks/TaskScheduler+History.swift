@@ -143,7 +143,7 @@ extension TaskScheduler {
                 .init("next_run", .string(describeNext(task))),
                 .init("overlap", .string(settings.overlap.rawValue)),
                 .init("budget", .string(settings.job.budget.compactDescription)),
-                .init("running", .array(engine.runs(of: task.key).map { $0.describe(now: now) })),
+                .init("running", .array(engine.describeRuns(of: task.key, now: now))),
                 .init("waiting_for_current_run", .bool(task.runAfterCurrent != nil)),
                 .init("after", .array(settings.after.map { .string($0) })),
                 .init("held_for", .array((task.held?.waitingFor.sorted() ?? []).map { .string($0) })),

@@ -47,7 +47,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     let context: JobContext
     /// The daemon's; the scheduler runs on its queue.
-    let engine: JobEngine
+    let engine: any TaskEngine
     var logger: Logger { context.logger }
     // Confined to `queue`.
     var tasks: [String: ScheduledTask] = [:]
@@ -60,7 +60,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     var lastPersistenceWarning: String?
     static let historyLength = 10
 
-    public init(engine: JobEngine) {
+    public init(engine: any TaskEngine) {
         self.queue = engine.queue
         self.context = engine.context
         self.engine = engine
@@ -138,7 +138,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     public func cancel(runID text: String) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         guard let runID = RunID(text) else { return false }
-        if engine.cancel(runID: runID) { return true }
+        if engine.cancel(runID: runID, detail: "cancelled before it started") { return true }
         for task in tasks.values {
             guard let held = task.held, held.runID == runID else { continue }
             task.held = nil
@@ -334,7 +334,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     }
 
     private func submit(_ subject: JobSubject, task: ScheduledTask, runID: RunID? = nil) -> RunID {
-        engine.submit(task.key, subject: subject, runID: runID) { [weak self] completion in
+        engine.submit(task.key, subject: subject, runID: runID, replyOn: nil) { [weak self] completion in
             self?.finished(completion, task: task)
         }
     }

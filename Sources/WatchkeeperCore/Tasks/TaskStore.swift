@@ -18,13 +18,9 @@ public struct TaskStoreError: Error, Sendable, Equatable, CustomStringConvertibl
     /// `code & 0xff` with the primary codes.
     public let code: Int32
     public let description: String
+}
 
-    public init(path: String, code: Int32, description: String) {
-        self.path = path
-        self.code = code
-        self.description = description
-    }
-
+extension TaskStoreError {
     init(_ error: SQLiteError) {
         self.init(path: error.path, code: error.code, description: error.description)
     }

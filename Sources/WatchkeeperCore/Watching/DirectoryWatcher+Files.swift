@@ -112,7 +112,7 @@ extension DirectoryWatcher {
         if let text = context.daemonEnvironment["WATCHKEEPER_TEST_BATCH_BYTES"], let value = Int(text) { return value }
         switch input {
         case .argv: return max(65_536, sysconf(Int32(_SC_ARG_MAX)) / 2)
-        case .stdin: return PipePair.largestCapacity
+        case .stdin: return OwnedPipe.largestCapacity
         }
     }
 
@@ -167,7 +167,18 @@ extension DirectoryWatcher {
             try ledger.record(records)
         } catch {
             problems.report("unable to record handled files in the file ledger", example: "\(records.count) file(s): \(error)")
+            return
         }
+        // A file the ledger now holds as handled is found there: this life's memory of it can
+        // go, so a burst's 100,000 files are not kept in memory until the daemon stops.
+        // Failed ones stay, so a rescan in this life does not run them again.
+        var emptied: [WatchRule] = []
+        for record in records where record.outcome == RunOutcome.ok.rawValue {
+            guard let rule = rules[record.rule], rule.handled[record.identity] == record.path else { continue }
+            rule.handled[record.identity] = nil
+            if rule.handled.isEmpty { emptied.append(rule) }
+        }
+        for rule in emptied where rule.handled.isEmpty { rule.handled = [:] }
     }
 
     /// Files that waited in a settle window and will not become jobs end with a record.

@@ -12,11 +12,6 @@ public struct GlobError: Error, Sendable, Equatable, CustomStringConvertible {
     /// 1-based column in the pattern, counting Unicode scalars.
     public let column: Int
 
-    public init(message: String, column: Int) {
-        self.message = message
-        self.column = column
-    }
-
     public var description: String { message }
 }
 
@@ -102,27 +97,38 @@ public struct GlobPattern: Sendable, Equatable, CustomStringConvertible {
     /// Whether the path, or a directory above it, matches: the test for exclusion, since
     /// excluding a directory excludes everything in it.
     func matchesPathOrAncestor(_ path: [UInt8], _ components: [Range<Int>]) -> Bool {
-        var steps = 0
-        var reached = start
-        for component in components {
-            reached = advance(reached, over: path, component, steps: &steps)
-            if reached[segments.count] { return true }
-            if !reached.contains(true) { return false }
-        }
+        if case .matchedOnTheWay = walk(path, components) { return true }
         return false
     }
 
     /// Whether the directory, a directory above it, or every child of it matches, so that
     /// as an exclude the pattern leaves nothing under the directory to select.
     func matchesDirectoryOrAllUnder(_ path: [UInt8], _ components: [Range<Int>]) -> Bool {
+        switch walk(path, components) {
+        case .matchedOnTheWay: return true
+        case .deadEnd: return false
+        case .reached(let reached): return reached.indices.contains { reached[$0] && matchesEveryChildFrom[$0] }
+        }
+    }
+
+    private enum Walk {
+        /// The path up to some component (that directory, or the whole path) matches.
+        case matchedOnTheWay
+        /// No segment can match any more, whatever follows.
+        case deadEnd
+        /// Every component consumed; the segments still reachable.
+        case reached([Bool])
+    }
+
+    private func walk(_ path: [UInt8], _ components: [Range<Int>]) -> Walk {
         var steps = 0
         var reached = start
         for component in components {
             reached = advance(reached, over: path, component, steps: &steps)
-            if reached[segments.count] { return true }
-            if !reached.contains(true) { return false }
+            if reached[segments.count] { return .matchedOnTheWay }
+            if !reached.contains(true) { return .deadEnd }
         }
-        return reached.indices.contains { reached[$0] && matchesEveryChildFrom[$0] }
+        return .reached(reached)
     }
 
     // MARK: - Matching across components
@@ -295,11 +301,11 @@ enum ComponentMatcher {
                         continue
                     }
                 case .anyCharacter:
-                    index += character(in: path, at: index, end: end).length
+                    index += UTF8Sequence.decode(path, at: index, end: end).length
                     token += 1
                     continue
                 case .characterClass(let characterClass):
-                    let character = character(in: path, at: index, end: end)
+                    let character = UTF8Sequence.decode(path, at: index, end: end)
                     if characterClass.matches(character.scalar) {
                         index += character.length
                         token += 1
@@ -308,43 +314,12 @@ enum ComponentMatcher {
                 }
             }
             guard let star = lastStar else { return false }
-            starResume += character(in: path, at: starResume, end: end).length
+            starResume += UTF8Sequence.decode(path, at: starResume, end: end).length
             index = starResume
             token = star + 1
         }
         while token < tokens.count, tokens[token] == .star { token += 1 }
         return token == tokens.count
-    }
-
-    /// The character starting at `index`: a well-formed UTF-8 sequence (RFC 3629: no
-    /// overlongs, surrogates or values past U+10FFFF) with its scalar value, or else the
-    /// single byte there with no scalar.
-    static func character(in bytes: [UInt8], at index: Int, end: Int) -> (scalar: UInt32?, length: Int) {
-        let lead = bytes[index]
-        if lead < 0x80 { return (UInt32(lead), 1) }
-        let length: Int
-        var secondLow: UInt8 = 0x80
-        var secondHigh: UInt8 = 0xBF
-        switch lead {
-        case 0xC2...0xDF: length = 2
-        case 0xE0: length = 3; secondLow = 0xA0
-        case 0xE1...0xEC, 0xEE...0xEF: length = 3
-        case 0xED: length = 3; secondHigh = 0x9F
-        case 0xF0: length = 4; secondLow = 0x90
-        case 0xF1...0xF3: length = 4
-        case 0xF4: length = 4; secondHigh = 0x8F
-        default: return (nil, 1)
-        }
-        guard end - index >= length else { return (nil, 1) }
-        var value = UInt32(lead) & (0x7F >> length)
-        for offset in 1..<length {
-            let byte = bytes[index + offset]
-            let low = offset == 1 ? secondLow : 0x80
-            let high = offset == 1 ? secondHigh : 0xBF
-            guard byte >= low, byte <= high else { return (nil, 1) }
-            value = value << 6 | UInt32(byte & 0x3F)
-        }
-        return (value, length)
     }
 }
 

@@ -34,7 +34,7 @@ final class LogLineEscapingTests: XCTestCase {
 
     /// What the sink itself writes to fd 2 while `body` runs, through a pipe put in its place.
     private func capturingStandardError(_ body: () -> Void) throws -> String {
-        let pipe = try PipePair.make(nonBlockingRead: true)
+        let pipe = try OwnedPipe.forJobOutput().releaseEnds()
         defer { close(pipe.readEnd) }
         let saved = dup(2)
         XCTAssertGreaterThanOrEqual(saved, 0)

@@ -55,7 +55,7 @@ final class OwnedFileDescriptorTests: XCTestCase {
         let writer = pipe.writeEnd
         let number = reader.rawValue
         let closed = DispatchSemaphore(value: 0)
-        let handle = reader.makeReadSource(queue: queue) { closed.signal() }
+        let handle = reader.makeReadSource(queue: queue, afterClose: { closed.signal() })
         XCTAssertEqual(handle.descriptor.rawValue, number)
         XCTAssertTrue(isOpen(number), "handing the fd to the source closed it")
         handle.activate()
@@ -75,7 +75,7 @@ final class OwnedFileDescriptorTests: XCTestCase {
         let writer = pipe.writeEnd
         let number = reader.rawValue
         let closed = DispatchSemaphore(value: 0)
-        let handle = reader.makeReadSource(queue: queue) { closed.signal() }
+        let handle = reader.makeReadSource(queue: queue, afterClose: { closed.signal() })
         handle.cancel()
         handle.activate()
         XCTAssertEqual(closed.wait(timeout: .now() + .seconds(10)), .success)

@@ -27,17 +27,14 @@ final class ProcessSpawnerNicenessTests: XCTestCase {
     /// The nice value the spawned process itself sees: cat is the exec'd child, so
     /// /proc/self/stat is its own, read after setup and exec.
     private func niceOfChild(_ request: (Int32) -> SpawnRequest) throws -> Int32 {
-        let output = try PipePair.make(nonBlockingRead: false)
+        let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd) }
-        let spawned: SpawnedProcess
-        do {
-            spawned = try ProcessSpawner.spawn(request(output.writeEnd))
-        } catch {
-            close(output.writeEnd)
-            throw error
+        // The child has its copy of the write end once spawned; ours closes either way.
+        func spawnThenCloseWriteEnd() throws -> SpawnedProcess {
+            defer { close(output.writeEnd) }
+            return try ProcessSpawner.spawn(request(output.writeEnd))
         }
-        close(output.writeEnd)
-        defer { close(spawned.pidfd) }
+        let spawned = try spawnThenCloseWriteEnd()
         var stat: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -48,9 +45,9 @@ final class ProcessSpawnerNicenessTests: XCTestCase {
             stat += buffer[0..<count]
         }
         // EOF on stdout comes before the exit; block on the pidfd, without a time limit.
-        var entry = pollfd(fd: spawned.pidfd, events: Int16(POLLIN), revents: 0)
+        var entry = pollfd(fd: spawned.pidfd.rawValue, events: Int16(POLLIN), revents: 0)
         while poll(&entry, 1, -1) < 0 && errno == EINTR {}
-        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd), .exited(0))
+        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue), .exited(0))
         return try niceField(ofStatLine: String(decoding: stat, as: UTF8.self))
     }
 

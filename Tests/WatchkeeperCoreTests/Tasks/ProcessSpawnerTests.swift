@@ -26,9 +26,9 @@ final class ProcessSpawnerTests: XCTestCase {
         _ arguments: [[UInt8]], environment: [[UInt8]] = [searchPath], workingDirectory: String? = nil,
         credentials: Credentials? = nil, withProgress: Bool = false, forceFork: Bool = false
     ) throws -> Finished {
-        let output = try PipePair.make(nonBlockingRead: false)
-        let errorOutput = try PipePair.make(nonBlockingRead: false)
-        let progress = withProgress ? try PipePair.make(nonBlockingRead: false) : nil
+        let output = try OwnedPipe().releaseEnds()
+        let errorOutput = try OwnedPipe().releaseEnds()
+        let progress = withProgress ? try OwnedPipe().releaseEnds() : nil
         defer {
             close(output.readEnd)
             close(errorOutput.readEnd)
@@ -40,26 +40,23 @@ final class ProcessSpawnerTests: XCTestCase {
             progressDescriptor: progress?.writeEnd
         )
         request.forceFork = forceFork
-        let spawned: SpawnedProcess
-        do {
-            spawned = try ProcessSpawner.spawn(request)
-        } catch {
-            close(output.writeEnd)
-            close(errorOutput.writeEnd)
-            if let progress { close(progress.writeEnd) }
-            throw error
+        // The child has its copies of the write ends once spawned; ours close either way.
+        func spawnThenCloseWriteEnds() throws -> SpawnedProcess {
+            defer {
+                close(output.writeEnd)
+                close(errorOutput.writeEnd)
+                if let progress { close(progress.writeEnd) }
+            }
+            return try ProcessSpawner.spawn(request)
         }
-        defer { close(spawned.pidfd) }
-        close(output.writeEnd)
-        close(errorOutput.writeEnd)
-        if let progress { close(progress.writeEnd) }
+        let spawned = try spawnThenCloseWriteEnds()
 
         var finished = Finished(output: [], errorOutput: [], progress: [], exit: nil)
         finished.output = try readToEnd(output.readEnd)
         finished.errorOutput = try readToEnd(errorOutput.readEnd)
         if let progress { finished.progress = try readToEnd(progress.readEnd) }
-        XCTAssertTrue(waitReadable(spawned.pidfd, milliseconds: 10_000), "child did not exit")
-        finished.exit = reap(pid: spawned.pid, pidfd: spawned.pidfd)
+        XCTAssertTrue(waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000), "child did not exit")
+        finished.exit = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
         return finished
     }
 
@@ -197,17 +194,16 @@ final class ProcessSpawnerTests: XCTestCase {
     }
 
     func testChild_isSessionLeaderOfItsOwnProcessGroup() throws {
-        let output = try PipePair.make(nonBlockingRead: false)
+        let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd) }
         let spawned = try ProcessSpawner.spawn(SpawnRequest(
             arguments: [bytes("/bin/cat"), bytes("/proc/self/stat")], environment: [],
             standardOutput: output.writeEnd, standardError: output.writeEnd
         ))
-        defer { close(spawned.pidfd) }
         close(output.writeEnd)
         let stat = text(try readToEnd(output.readEnd))
-        XCTAssertTrue(waitReadable(spawned.pidfd, milliseconds: 10_000))
-        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd), .exited(0))
+        XCTAssertTrue(waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000))
+        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue), .exited(0))
 
         // pid (comm) state ppid pgrp session ...
         let afterName = try XCTUnwrap(stat.range(of: ")", options: .backwards)).upperBound
@@ -222,7 +218,7 @@ final class ProcessSpawnerTests: XCTestCase {
         let inheritable = open("/dev/null", O_RDONLY)
         XCTAssertGreaterThanOrEqual(inheritable, 0)
         defer { close(inheritable) }
-        let output = try PipePair.make(nonBlockingRead: false)
+        let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd); close(output.writeEnd) }
 
         let spawned = try ProcessSpawner.spawn(SpawnRequest(
@@ -231,9 +227,8 @@ final class ProcessSpawnerTests: XCTestCase {
         ))
         defer {
             kill(spawned.pid, SIGKILL)
-            _ = waitReadable(spawned.pidfd, milliseconds: 10_000)
-            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd)
-            close(spawned.pidfd)
+            _ = waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000)
+            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
         }
         // spawn returns after execve, so this is sleep's own table.
         XCTAssertEqual(try settledDescriptors(of: spawned.pid, expected: [0, 1, 2]), [0, 1, 2])
@@ -243,8 +238,8 @@ final class ProcessSpawnerTests: XCTestCase {
     }
 
     func testProgressDescriptor_becomesDescriptor3AndNothingElseIsAdded() throws {
-        let output = try PipePair.make(nonBlockingRead: false)
-        let progress = try PipePair.make(nonBlockingRead: true)
+        let output = try OwnedPipe().releaseEnds()
+        let progress = try OwnedPipe.forJobOutput().releaseEnds()
         defer { close(output.readEnd); close(output.writeEnd); close(progress.readEnd); close(progress.writeEnd) }
         let spawned = try ProcessSpawner.spawn(SpawnRequest(
             arguments: [bytes("/bin/sleep"), bytes("30")], environment: [],
@@ -252,9 +247,8 @@ final class ProcessSpawnerTests: XCTestCase {
         ))
         defer {
             kill(spawned.pid, SIGKILL)
-            _ = waitReadable(spawned.pidfd, milliseconds: 10_000)
-            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd)
-            close(spawned.pidfd)
+            _ = waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000)
+            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
         }
         XCTAssertEqual(try settledDescriptors(of: spawned.pid, expected: [0, 1, 2, 3]), [0, 1, 2, 3])
         XCTAssertEqual(link("/proc/\(spawned.pid)/fd/3"), link("/proc/self/fd/\(progress.writeEnd)"))
@@ -271,8 +265,8 @@ final class ProcessSpawnerTests: XCTestCase {
     }
 
     func testStandardStreams_goToTheirPipes_evenWhenTheSourcesAreDescriptors1And2Swapped() throws {
-        let output = try PipePair.make(nonBlockingRead: false)
-        let errorOutput = try PipePair.make(nonBlockingRead: false)
+        let output = try OwnedPipe().releaseEnds()
+        let errorOutput = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd); close(errorOutput.readEnd) }
 
         // Our fd 2 becomes the output pipe and fd 1 the error pipe, then the child is asked
@@ -295,11 +289,10 @@ final class ProcessSpawnerTests: XCTestCase {
         close(errorOutput.writeEnd)
 
         let process = try spawned.get()
-        defer { close(process.pidfd) }
         XCTAssertEqual(text(try readToEnd(output.readEnd)), "out\n")
         XCTAssertEqual(text(try readToEnd(errorOutput.readEnd)), "err\n")
-        XCTAssertTrue(waitReadable(process.pidfd, milliseconds: 10_000))
-        XCTAssertEqual(reap(pid: process.pid, pidfd: process.pidfd), .exited(0))
+        XCTAssertTrue(waitReadable(process.pidfd.rawValue, milliseconds: 10_000))
+        XCTAssertEqual(reap(pid: process.pid, pidfd: process.pidfd.rawValue), .exited(0))
     }
 
     // MARK: working directory, program search, exec errors
@@ -449,35 +442,33 @@ final class ProcessSpawnerTests: XCTestCase {
     }
 
     func testPidfd_becomesReadableWhenTheChildExits_andReapIsNilBefore() throws {
-        let output = try PipePair.make(nonBlockingRead: false)
+        let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd); close(output.writeEnd) }
         let spawned = try ProcessSpawner.spawn(SpawnRequest(
             arguments: [bytes("/bin/sleep"), bytes("0.3")], environment: [],
             standardOutput: output.writeEnd, standardError: output.writeEnd
         ))
-        defer { close(spawned.pidfd) }
-        XCTAssertFalse(waitReadable(spawned.pidfd, milliseconds: 0))
-        XCTAssertNil(reap(pid: spawned.pid, pidfd: spawned.pidfd))
-        XCTAssertTrue(waitReadable(spawned.pidfd, milliseconds: 10_000))
-        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd), .exited(0))
+        XCTAssertFalse(waitReadable(spawned.pidfd.rawValue, milliseconds: 0))
+        XCTAssertNil(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue))
+        XCTAssertTrue(waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000))
+        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue), .exited(0))
     }
 
     func testSignalToTheProcessGroup_killsGrandchildrenToo() throws {
-        let output = try PipePair.make(nonBlockingRead: false)
+        let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd) }
         let spawned = try ProcessSpawner.spawn(SpawnRequest(
             arguments: [bytes("/bin/sh"), bytes("-c"), bytes("sleep 30 & echo $!; wait")], environment: [Self.searchPath],
             standardOutput: output.writeEnd, standardError: output.writeEnd
         ))
-        defer { close(spawned.pidfd) }
         close(output.writeEnd)
         let grandchild = try XCTUnwrap(pid_t(try readLine(output.readEnd)))
 
         XCTAssertEqual(kill(-spawned.pid, SIGTERM), 0)
         // EOF means every holder of the pipe's write end, sleep included, is gone.
         XCTAssertEqual(try readToEnd(output.readEnd, milliseconds: 10_000), [])
-        XCTAssertTrue(waitReadable(spawned.pidfd, milliseconds: 10_000))
-        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd), .signaled(SIGTERM, coreDumped: false))
+        XCTAssertTrue(waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000))
+        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue), .signaled(SIGTERM, coreDumped: false))
         // Reparented away from us: soon gone, or a zombie until its new parent reaps it (it
         // may still be in exit, past closing its files, when the EOF arrives).
         var state: Substring?
@@ -576,8 +567,8 @@ final class ProcessSpawnerTests: XCTestCase {
     /// than a default pipe (64 KiB) and byte-exact, and ends in EOF.
     func testFilledPipe_isTheChildsWholeStdin_byteExact() throws {
         let input = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-        let readEnd = try PipePair.filled(with: input)
-        let output = try PipePair.make(nonBlockingRead: false)
+        let readEnd = try OwnedPipe.filled(with: input).release().rawValue
+        let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd) }
         var request = SpawnRequest(arguments: [bytes("/bin/cat")], environment: [],
                                    standardOutput: output.writeEnd, standardError: output.writeEnd)
@@ -585,14 +576,13 @@ final class ProcessSpawnerTests: XCTestCase {
         let spawned = try ProcessSpawner.spawn(request)
         close(readEnd)
         close(output.writeEnd)
-        defer { close(spawned.pidfd) }
         XCTAssertEqual(try readToEnd(output.readEnd), input)
-        XCTAssertTrue(waitReadable(spawned.pidfd, milliseconds: 10_000))
-        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd), .exited(0))
+        XCTAssertTrue(waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000))
+        XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue), .exited(0))
     }
 
     func testFilledPipe_refusesMoreThanAPipeHolds_namingTheSysctl() {
-        XCTAssertThrowsError(try PipePair.filled(with: [UInt8](repeating: 1, count: 64 << 20))) { error in
+        XCTAssertThrowsError(try OwnedPipe.filled(with: [UInt8](repeating: 1, count: 64 << 20)).rawValue) { error in
             XCTAssertEqual((error as? SpawnError)?.step, .stdin)
             XCTAssertTrue("\(error)".contains("fs.pipe-max-size"), "\(error)")
         }

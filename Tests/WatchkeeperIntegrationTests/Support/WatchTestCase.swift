@@ -11,12 +11,14 @@ import Glibc
 class WatchTestCase: XCTestCase {
     var sandbox: DaemonSandbox!
     var daemon: DaemonProcess!
+    private var dumpsAsked = 0
 
     /// `prepare` runs before the daemon starts, with the sandbox's root (files and trees
     /// that must be there at start-up, for catch-up).
     func start(_ rules: String, daemonExtra: String = "", environment: [String: String] = [:],
                prepare: (String) throws -> Void = { _ in }) throws {
         sandbox = try DaemonSandbox()
+        dumpsAsked = 0
         try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
         try prepare(sandbox.root)
         let notify = try NotifySocket()
@@ -42,6 +44,15 @@ class WatchTestCase: XCTestCase {
     func records(_ path: String) -> [[UInt8]] {
         guard let data = FileManager.default.contents(atPath: path) else { return [] }
         return Array(data).split(separator: 0, omittingEmptySubsequences: true).map(Array.init)
+    }
+
+    /// The first rule of a fresh SIGUSR1 dump; nil if none came within 5 s. Each call asks
+    /// for a new dump (tests using it do not count dumps themselves).
+    func dumpedRule() -> [String: Any]? {
+        dumpsAsked += 1
+        daemon.send(SIGUSR1)
+        guard let state = sandbox.waitForState(sequence: dumpsAsked, timeout: 5) else { return nil }
+        return ((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first
     }
 
     /// A job that appends its {path} argument and NUL to @DIR@/handled, byte for byte.

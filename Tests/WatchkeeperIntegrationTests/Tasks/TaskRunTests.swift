@@ -202,9 +202,10 @@ final class TaskRunTests: XCTestCase {
             overlap = "allow"
             max_concurrent = 3
             shell = true
-            command = 'echo $$ >> @DIR@/running; sleep 1'
+            command = 'echo $$ >> @DIR@/running; sleep 5'
             """)
-        usleep(600_000)
+        // Three started; each runs for seconds, so the dump sees them all, and no fourth.
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/running").count >= 3 }, daemon.stderr)
         daemon.send(SIGUSR1)
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
         let tasks = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first)
@@ -319,7 +320,7 @@ final class TaskRunTests: XCTestCase {
             run_on_start = true
             kill_grace = "300ms"
             shell = true
-            command = 'trap "echo term >> @DIR@/events; exit 0" TERM; while :; do sleep 0.05; done'
+            command = 'trap "echo term >> @DIR@/events; exit 0" TERM; touch @DIR@/trapped; while :; do sleep 0.05; done'
             on_expire = 'echo "expire $WATCHKEEPER_EXPIRE_REASON" >> @DIR@/events'
 
             [[task]]
@@ -328,7 +329,8 @@ final class TaskRunTests: XCTestCase {
             run_on_start = true
             command = ["/bin/true"]
             """, daemon: "max_jobs = 1\nshutdown_grace = \"800ms\"")
-        usleep(300_000)
+        // The job runs and has its trap in place: the TERM below finds it running, whatever the load.
+        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: sandbox.root + "/trapped") }, daemon.stderr)
         daemon.send(SIGTERM)
         let stopping = notify.waitFor("STOPPING", "1", timeout: 5)
         XCTAssertNotNil(stopping)
@@ -445,11 +447,17 @@ final class TaskRunTests: XCTestCase {
             command = 'awk "BEGIN { for (i = 0; i < 200000; i++) printf \"PROGRESS=%d\\n\", i % 100; printf \"PROGRESS=77\\nSTATUS=almost done\\n\" }" >&3; touch @DIR@/sent; sleep 30'
             """#)
         XCTAssertTrue(waitFor(20) { FileManager.default.fileExists(atPath: sandbox.root + "/sent") }, daemon.stderr)
-        usleep(400_000)
-        daemon.send(SIGUSR1)
-        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
-        let task = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first)
-        let run = try XCTUnwrap((task["running"] as? [[String: Any]])?.first, "\(task)")
+        // The daemon reads the flood at its own pace: dump until it has read it all.
+        var state: [String: Any] = [:]
+        var run: [String: Any] = [:]
+        for sequence in 1...100 {
+            daemon.send(SIGUSR1)
+            state = try XCTUnwrap(sandbox.waitForState(sequence: sequence, timeout: 5))
+            let task = try XCTUnwrap(((state["tasks"] as? [String: Any])?["tasks"] as? [[String: Any]])?.first)
+            run = try XCTUnwrap((task["running"] as? [[String: Any]])?.first, "\(task)")
+            if run["progress_updates"] as? Int == 200_002 { break }
+            usleep(100_000)
+        }
         XCTAssertEqual(run["progress"] as? Double, 77)
         XCTAssertEqual(run["status"] as? String, "almost done")
         XCTAssertEqual(run["progress_updates"] as? Int, 200_002)
@@ -556,7 +564,7 @@ final class TaskRunTests: XCTestCase {
         let notify = try NotifySocket()
         let restarted = try sandbox.start(notifySocket: notify)
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
-        XCTAssertTrue(waitFor(1) { lines(sandbox.root + "/runs").count == 2 }, "the missed run was not caught up at start:\n\(restarted.stderr)")
+        XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/runs").count == 2 }, "the missed run was not caught up at start:\n\(restarted.stderr)")
         usleep(600_000)
         let runs = lines(sandbox.root + "/runs")
         XCTAssertEqual(runs.count, 2, "caught up once, not once per missed interval")

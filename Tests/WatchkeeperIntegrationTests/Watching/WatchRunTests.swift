@@ -23,6 +23,26 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertTrue(daemon.stderr.contains("outcome=ok"), daemon.stderr)
     }
 
+    func testFilesTheLedgerHolds_areForgottenInMemory_andStillNotRunAgainWhenMovedWithinTheTree() throws {
+        try start("""
+            [[watch]]
+            name = "inbox"
+            path = "@DIR@/in"
+            recursive = true
+            \(Self.recorder)
+            """)
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in/a", withIntermediateDirectories: true)
+        XCTAssertTrue(waitFor(10) { self.dumpedRule()?["inotify_watches"] as? Int == 2 }, daemon.stderr)
+        for index in 0..<20 { write("a/f\(index)") }
+        XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").count == 20 }, daemon.stderr)
+        // Once the ledger has them, this life's memory of them goes: it does not grow with every file.
+        XCTAssertTrue(waitFor(10) { self.dumpedRule()?["files_remembered"] as? Int == 0 }, "\(dumpedRule() ?? [:])")
+        // The ledger alone still knows them by identity when their directory moves.
+        XCTAssertEqual(rename(sandbox.root + "/in/a", sandbox.root + "/in/b"), 0)
+        XCTAssertTrue(waitFor(10) { self.dumpedRule()?["duplicates_dropped"] as? Int == 20 }, "\(dumpedRule() ?? [:])")
+        XCTAssertEqual(records(sandbox.root + "/handled").count, 20, "moved files must not run again")
+    }
+
     func testRecursive_aDeepTreeCreatedInOneGo_yieldsTheFileInside() throws {
         try start("""
             [[watch]]
@@ -46,15 +66,17 @@ final class WatchRunTests: WatchTestCase {
             [[watch]]
             name = "settled"
             path = "@DIR@/in"
-            settle = "400ms"
+            settle = "2s"
             recent_events = 3
             \(Self.recorder)
             """)
+        // Writes 50 ms apart, well inside the window even on a loaded machine.
         for round in 0..<5 {
             write("busy.log", "round \(round)")
             usleep(50_000)
         }
-        usleep(1_200_000)
+        XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").count >= 1 }, daemon.stderr)
+        usleep(500_000)
         XCTAssertEqual(records(sandbox.root + "/handled").count, 1, daemon.stderr)
         daemon.send(SIGUSR1)
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))

@@ -1,0 +1,106 @@
+import CWatchkeeperSystem
+import Dispatch
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// The pipes between the daemon and its jobs. Every end is O_CLOEXEC (a child gets a copy
+// only through the shim's dup2, so a job started concurrently never holds another job's
+// pipe open) and has one owner, an `OwnedFileDescriptor`.
+extension OwnedPipe {
+    /// A job's stdout, stderr or progress pipe: the read end non-blocking, for the daemon's
+    /// read source; the write end blocking, as the child's fd 1, 2 or 3.
+    public static func forJobOutput() throws(SpawnError) -> OwnedPipe {
+        let pipe = try pipeOrSpawnError()
+        let reader = pipe.readEnd.rawValue
+        do throws(Errno) {
+            let flags = try systemCall { fcntl(reader, F_GETFL) }
+            _ = try systemCall { fcntl(reader, F_SETFL, flags | O_NONBLOCK) }
+        } catch {
+            throw SpawnError(step: .pipe, errorNumber: error.rawValue, description: "unable to make pipe non-blocking: \(errorText(error.rawValue))")
+        }
+        return pipe
+    }
+
+    private static func pipeOrSpawnError() throws(SpawnError) -> OwnedPipe {
+        do {
+            return try OwnedPipe()
+        } catch {
+            throw SpawnError(step: .pipe, errorNumber: error.rawValue, description: "unable to create pipe: \(errorText(error.rawValue))")
+        }
+    }
+
+    /// Gives up ownership of both ends, for code that manages them by hand (tests that
+    /// close a write end to make EOF, the spawn benchmark).
+    public consuming func releaseEnds() -> (readEnd: Int32, writeEnd: Int32) {
+        (readEnd.release().rawValue, writeEnd.release().rawValue)
+    }
+
+    /// Hands the read end to an inactive read source on `queue`. The write end stays open
+    /// until the source's cancel handler closes both, so the read end cannot report
+    /// EPOLLHUP while libdispatch has it registered (see `ChildProcess` for why that matters).
+    consuming func makeReadSourceKeepingWriteEnd(queue: DispatchQueue, afterClose: @escaping @Sendable () -> Void) -> FileDescriptorReadSource {
+        let writer = writeEnd.release()
+        return readEnd.makeReadSource(queue: queue, afterClose: {
+            OwnedFileDescriptor.closeLastReference(writer)
+            afterClose()
+        })
+    }
+
+    /// The most a pipe can hold without CAP_SYS_RESOURCE: 1 MiB, or less where
+    /// fs.pipe-max-size is lower. Read once: F_SETPIPE_SZ still checks the current limit.
+    public static let largestCapacity: Int = {
+        let limit = (try? readSmallFile("/proc/sys/fs/pipe-max-size"))?.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) }
+        return min(1 << 20, limit ?? 1 << 20)
+    }()
+
+    /// Asks the kernel for a pipe of `bytes` (F_SETPIPE_SZ); the size it gave, or the errno.
+    func enlarge(to bytes: Int) -> Result<Int32, Errno> {
+        let writer = writeEnd.rawValue
+        return valueOrErrno { fcntl(writer, Int32(WK_F_SETPIPE_SZ), Int32(clamping: bytes)) }
+    }
+
+    /// A pipe that already holds all of `data`, its write end closed: the read end is a
+    /// child's whole stdin, ending in EOF. Written before the child starts, so nothing
+    /// has to feed it later; the pipe is enlarged to fit (at most `largestCapacity`).
+    public static func filled(with data: [UInt8]) throws(SpawnError) -> OwnedFileDescriptor {
+        // Root could enlarge a pipe past fs.pipe-max-size; the batch budget never asks it to.
+        let capacity = largestCapacity
+        func failure(_ text: String, _ code: Int32) -> SpawnError {
+            SpawnError(step: .stdin, errorNumber: code, description: text)
+        }
+        guard data.count <= capacity else {
+            throw failure("unable to hand \(data.count) bytes to the job's stdin: a pipe holds at most \(capacity) (fs.pipe-max-size)", E2BIG)
+        }
+        let pipe = try pipeOrSpawnError()
+        let writer = pipe.writeEnd.rawValue
+        // Non-blocking, so that a pipe smaller than believed fails the job instead of
+        // hanging the jobs queue.
+        let flags = fcntl(writer, F_GETFL)
+        guard flags >= 0, fcntl(writer, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            let code = errno
+            throw failure("unable to make the stdin pipe non-blocking: \(errorText(code))", code)
+        }
+        if data.count > 65_536 {
+            switch pipe.enlarge(to: data.count) {
+            case .success(let size) where size >= data.count: break
+            case .success: throw failure("unable to hand \(data.count) bytes to the job's stdin: a pipe holds at most \(capacity) (fs.pipe-max-size): \(errorText(ENOSPC))", ENOSPC)
+            case .failure(let error):
+                throw failure("unable to hand \(data.count) bytes to the job's stdin: a pipe holds at most \(capacity) (fs.pipe-max-size): \(errorText(error.rawValue))", error.rawValue)
+            }
+        }
+        var written = 0
+        while written < data.count {
+            let count = data.withUnsafeBytes { write(writer, $0.baseAddress! + written, data.count - written) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else {
+                let code = count < 0 ? errno : EIO
+                throw failure("unable to write the job's stdin (\(written) of \(data.count) bytes written): \(errorText(code))", code)
+            }
+            written += count
+        }
+        return pipe.readEnd
+    }
+}
