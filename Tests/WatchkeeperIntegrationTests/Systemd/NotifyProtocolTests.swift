@@ -1,4 +1,5 @@
 import Foundation
+import WatchkeeperTestSupport
 import XCTest
 
 #if canImport(Glibc)

@@ -1,5 +1,5 @@
+#if canImport(XCTest)
 import Foundation
-import WatchkeeperTestSupport
 import XCTest
 
 #if canImport(Glibc)
@@ -9,19 +9,20 @@ import Glibc
 /// The real watchkeeper binary, started with posix_spawn so the test controls its
 /// environment, signal mask and stderr exactly (the daemon must not inherit a
 /// blocked mask from the test runner, just as it would not from systemd).
-final class DaemonProcess {
-    let pid: pid_t
-    let stderrPath: String
-    private(set) var exitStatus: Int32?
+public final class DaemonProcess {
+    public let pid: pid_t
+    public let stderrPath: String
+    public private(set) var exitStatus: Int32?
 
-    static var binaryPath: String {
+    public static var binaryPath: String {
         if let explicit = ProcessInfo.processInfo.environment["WATCHKEEPER_BIN"] { return explicit }
+        // Tests/WatchkeeperTestSupport/DaemonProcess.swift: three folders up is the repository.
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
         return root.appendingPathComponent(".build/debug/watchkeeper").path
     }
 
-    init(arguments: [String], environment: [String: String], stderrPath: String, stdoutPath: String = "/dev/null") throws {
+    public init(arguments: [String], environment: [String: String], stderrPath: String, stdoutPath: String = "/dev/null") throws {
         self.stderrPath = stderrPath
         let binary = Self.binaryPath
         guard access(binary, X_OK) == 0 else {
@@ -68,12 +69,12 @@ final class DaemonProcess {
         }
     }
 
-    func send(_ signal: Int32) {
+    public func send(_ signal: Int32) {
         kill(pid, signal)
     }
 
     /// The exit code, or 128+signal if it was killed; nil if still running at the deadline.
-    func waitForExit(timeout: TimeInterval) -> Int32? {
+    public func waitForExit(timeout: TimeInterval) -> Int32? {
         if let exitStatus { return exitStatus }
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
@@ -90,21 +91,21 @@ final class DaemonProcess {
     }
 
     /// SIGTERM, and a clean drain: exit status 0 within `timeout` seconds.
-    func stop(within timeout: TimeInterval, file: StaticString = #filePath, line: UInt = #line) {
+    public func stop(within timeout: TimeInterval, file: StaticString = #filePath, line: UInt = #line) {
         send(SIGTERM)
         XCTAssertEqual(waitForExit(timeout: timeout), 0, "stderr:\n\(stderr)", file: file, line: line)
     }
 
-    var isRunning: Bool {
+    public var isRunning: Bool {
         exitStatus == nil && waitForExit(timeout: 0) == nil
     }
 
-    var stderr: String {
+    public var stderr: String {
         (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
     }
 
     /// The last 64 KiB of stderr, for tests whose jobs print a lot.
-    var stderrTail: String {
+    public var stderrTail: String {
         guard let handle = FileHandle(forReadingAtPath: stderrPath) else { return "" }
         defer { try? handle.close() }
         let size = (try? handle.seekToEnd()) ?? 0
@@ -113,16 +114,16 @@ final class DaemonProcess {
     }
 
     /// Polls stderr until it contains `text`.
-    func waitForStderr(containing text: String, timeout: TimeInterval) -> Bool {
+    public func waitForStderr(containing text: String, timeout: TimeInterval) -> Bool {
         waitFor(timeout) { stderr.contains(text) }
     }
 }
 
 /// A scratch directory per test with a config file, a runtime dir and the daemon's stderr.
-final class DaemonSandbox {
-    let root: String
+public final class DaemonSandbox {
+    public let root: String
 
-    init() throws {
+    public init() throws {
         let template = "/tmp/wk-it-XXXXXX"
         var bytes = Array(template.utf8CString)
         guard let made = mkdtemp(&bytes) else { throw NSError(domain: "mkdtemp", code: Int(errno)) }
@@ -133,22 +134,22 @@ final class DaemonSandbox {
         _ = try? FileManager.default.removeItem(atPath: root)
     }
 
-    var configPath: String { root + "/watchkeeper.toml" }
-    var runtimeDirectory: String { root + "/run" }
-    var statePath: String { runtimeDirectory + "/state.json" }
+    public var configPath: String { root + "/watchkeeper.toml" }
+    public var runtimeDirectory: String { root + "/run" }
+    public var statePath: String { runtimeDirectory + "/state.json" }
 
-    func writeConfig(_ text: String) throws {
+    public func writeConfig(_ text: String) throws {
         try text.write(toFile: configPath, atomically: true, encoding: .utf8)
     }
 
-    static let basicConfig = """
+    public static let basicConfig = """
         [daemon]
         log_level = "info"
         shutdown_grace = "5s"
         dump_component_timeout = "300ms"
         """
 
-    func environment(notifySocket: NotifySocket?, extra: [String: String] = [:]) -> [String: String] {
+    public func environment(notifySocket: NotifySocket?, extra: [String: String] = [:]) -> [String: String] {
         var environment = [
             "PATH": "/usr/bin:/bin",
             "RUNTIME_DIRECTORY": runtimeDirectory,
@@ -159,7 +160,7 @@ final class DaemonSandbox {
         return environment
     }
 
-    func start(notifySocket: NotifySocket?, extra: [String: String] = [:], arguments: [String]? = nil) throws -> DaemonProcess {
+    public func start(notifySocket: NotifySocket?, extra: [String: String] = [:], arguments: [String]? = nil) throws -> DaemonProcess {
         try DaemonProcess(arguments: arguments ?? ["run", "--config", configPath],
                           environment: environment(notifySocket: notifySocket, extra: extra),
                           stderrPath: root + "/stderr.log")
@@ -167,7 +168,7 @@ final class DaemonSandbox {
 
     /// The daemon started on the configuration written, once it has said READY=1. One that
     /// does not within 10 s fails the test with its stderr, and the rest of the test is skipped.
-    func startReady(notifySocket: NotifySocket, extra: [String: String] = [:],
+    public func startReady(notifySocket: NotifySocket, extra: [String: String] = [:],
                     file: StaticString = #filePath, line: UInt = #line) throws -> DaemonProcess {
         let daemon = try start(notifySocket: notifySocket, extra: extra)
         guard notifySocket.waitFor("READY", "1", timeout: 10) != nil else {
@@ -178,7 +179,7 @@ final class DaemonSandbox {
     }
 
     /// state.json parsed, once it exists and has at least `sequence`.
-    func waitForState(sequence: Int, timeout: TimeInterval) -> [String: Any]? {
+    public func waitForState(sequence: Int, timeout: TimeInterval) -> [String: Any]? {
         waitForValue(timeout, every: .milliseconds(10)) {
             guard let data = FileManager.default.contents(atPath: statePath),
                   let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
@@ -187,3 +188,4 @@ final class DaemonSandbox {
         }
     }
 }
+#endif

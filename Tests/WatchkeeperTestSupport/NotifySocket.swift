@@ -1,3 +1,4 @@
+#if canImport(XCTest)
 import Foundation
 
 #if canImport(Glibc)
@@ -6,18 +7,18 @@ import Glibc
 
 /// A real sd_notify endpoint: the AF_UNIX datagram socket systemd would create,
 /// bound to a path passed to the daemon as NOTIFY_SOCKET.
-final class NotifySocket {
-    struct Message {
-        let fields: [String: String]
-        let receivedAt: Date
-        subscript(key: String) -> String? { fields[key] }
+public final class NotifySocket {
+    public struct Message {
+        public let fields: [String: String]
+        public let receivedAt: Date
+        public subscript(key: String) -> String? { fields[key] }
     }
 
-    let path: String
+    public let path: String
     private let fd: Int32
-    private(set) var received: [Message] = []
+    public private(set) var received: [Message] = []
 
-    init() throws {
+    public init() throws {
         path = "/tmp/wk-notify-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
         unlink(path)
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -39,7 +40,7 @@ final class NotifySocket {
     }
 
     /// The next datagram, or nil after `timeout`.
-    func next(timeout: TimeInterval) -> Message? {
+    public func next(timeout: TimeInterval) -> Message? {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         let ready = poll(&poller, 1, Int32(max(0, timeout * 1000)))
         guard ready > 0 else { return nil }
@@ -58,7 +59,7 @@ final class NotifySocket {
     }
 
     /// Reads datagrams until one satisfies `predicate`.
-    func waitFor(timeout: TimeInterval, _ predicate: (Message) -> Bool) -> Message? {
+    public func waitFor(timeout: TimeInterval, _ predicate: (Message) -> Bool) -> Message? {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let message = next(timeout: deadline.timeIntervalSinceNow), predicate(message) {
@@ -68,12 +69,12 @@ final class NotifySocket {
         return nil
     }
 
-    func waitFor(_ key: String, _ value: String, timeout: TimeInterval = 5) -> Message? {
+    public func waitFor(_ key: String, _ value: String, timeout: TimeInterval = 5) -> Message? {
         waitFor(timeout: timeout) { $0[key] == value }
     }
 
     /// Everything that arrives during `duration`.
-    func collect(for duration: TimeInterval) -> [Message] {
+    public func collect(for duration: TimeInterval) -> [Message] {
         let deadline = Date().addingTimeInterval(duration)
         var messages: [Message] = []
         while Date() < deadline {
@@ -82,3 +83,4 @@ final class NotifySocket {
         return messages
     }
 }
+#endif
