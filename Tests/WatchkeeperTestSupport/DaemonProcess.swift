@@ -77,7 +77,8 @@ public final class DaemonProcess {
     public func waitForExit(timeout: TimeInterval) -> Int32? {
         if let exitStatus { return exitStatus }
         let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
+        // Polls at least once, so that a zero timeout (isRunning) does see an exit.
+        repeat {
             var status: Int32 = 0
             let result = waitpid(pid, &status, WNOHANG)
             if result == pid {
@@ -85,8 +86,9 @@ public final class DaemonProcess {
                 exitStatus = code
                 return code
             }
+            if Date() >= deadline { break }
             usleep(10_000)
-        }
+        } while true
         return nil
     }
 
