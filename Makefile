@@ -11,6 +11,8 @@ BINDIR  ?= $(PREFIX)/bin
 DOCDIR  ?= $(PREFIX)/share/doc/watchkeeper
 UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/watchkeeper
+# journalctl reads catalogs from /usr/local/lib/systemd/catalog and /usr/lib/systemd/catalog.
+CATALOGDIR ?= $(PREFIX)/lib/systemd/catalog
 
 APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps
 SWIFT_FLAGS ?=
@@ -87,12 +89,17 @@ install-files:
 	fi
 	install -d $(DESTDIR)$(DOCDIR)
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -D -m 0644 catalog/watchkeeper.catalog $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
+	@# journalctl -x reads the catalog from its database, rebuilt here.
+	@if [ -z "$(DESTDIR)" ] && command -v journalctl >/dev/null; then journalctl --update-catalog; fi
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 uninstall:
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now watchkeeper.service 2>/dev/null || true; fi
 	rm -f $(DESTDIR)$(BINDIR)/watchkeeper $(DESTDIR)$(UNITDIR)/watchkeeper.service
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -f $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
+	@if [ -z "$(DESTDIR)" ] && command -v journalctl >/dev/null; then journalctl --update-catalog; fi
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "left $(CONFDIR) and /var/lib/watchkeeper in place: remove them by hand if you want them gone"
 

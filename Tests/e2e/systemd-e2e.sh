@@ -213,6 +213,7 @@ CHECKS=(
     "make install-files installs the unit, binary and configuration"
     "start becomes active after READY"
     "SIGUSR1 writes a state dump to the journal and state.json"
+    "journalctl -x explains the daemon's entries from its installed catalog"
     "reload applies a valid configuration in place"
     "reload of a broken configuration is rejected and the daemon keeps running"
     "reload of the restored configuration succeeds"
@@ -439,6 +440,19 @@ print("%d lines of text, %d bytes of JSON" % (msg.count("\n") + 1, len(text(raw)
     WHY="$out"
 }
 
+# make install-files put catalog/watchkeeper.catalog in place and ran journalctl --update-catalog.
+check_catalog() {
+    local out
+    out=$(ns journalctl -x -u watchkeeper "MESSAGE_ID=$ID_READY" -n 1 --no-pager 2>&1)
+    printf '%s\n' "$out" | grep -q 'Subject: watchkeeper is ready' ||
+        { WHY="no catalog text under the ready entry:$(printf '\n%s' "$out")"; return 1; }
+    # @WATCHKEEPER_READY_MS@ is filled in from the entry's own field.
+    printf '%s\n' "$out" | grep -Eq 'watchkeeper is ready, [0-9]+ ms after it was started' ||
+        { WHY="the catalog text does not carry the entry's fields:$(printf '\n%s' "$out")"; return 1; }
+    out=$(ns journalctl --list-catalog --no-pager 2>/dev/null | grep -c ' watchkeeper: ')
+    WHY="$out catalog entries installed"
+}
+
 check_reload() {
     local before out
     before=$(count_id "$ID_RELOAD_OK")
@@ -626,6 +640,7 @@ check check_start
 [ "$(prop ActiveState)" = active ] || finish "the unit is not running"
 check check_dump
 measure_dump_latency
+check check_catalog
 check check_reload
 check check_broken_reload
 check check_restored_reload

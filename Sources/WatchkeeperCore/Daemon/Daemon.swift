@@ -118,7 +118,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
 
     private func startOnLifecycleQueue() {
         logger.info("starting watchkeeper \(WatchkeeperVersion.current) with \(configuration.path), logging to \(sink.target.rawValue)",
-                    metadata: [JournalFields.messageIDKey: .string(MessageID.started), "config": .string(configuration.path)])
+                    metadata: [JournalFields.messageIDKey: .string(MessageID.started.rawValue), "config": .string(configuration.path)])
         prepareRuntimeDirectory(configuration.daemon)
         do {
             try signals.registerAll(timeout: .seconds(5))
@@ -233,7 +233,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- options.processStart))
         readyAfter = elapsed
         logger.info("ready in \(elapsed.compactDescription): \(configuration.tasks.count) task(s), \(configuration.watches.count) watch rule(s), \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
-                    metadata: [JournalFields.messageIDKey: .string(MessageID.ready), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])
+                    metadata: [JournalFields.messageIDKey: .string(MessageID.ready.rawValue), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])
         // Logged before READY=1 so the journal shows it before systemd's "Started".
         notifier.send([("READY", "1"), ("STATUS", statusLine())])
         scheduleTestStallIfAsked()
@@ -300,14 +300,14 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             loadedAt = at
             lastReload = (at, nil)
             logger.notice("reloaded \(loaded.path): configuration generation \(generation) in force",
-                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded), "generation": .stringConvertible(generation)])
+                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded.rawValue), "generation": .stringConvertible(generation)])
         case .failure(let errors):
             lastReload = (at, errors)
             for diagnostic in errors.diagnostics {
-                logger.error("\(diagnostic)", metadata: [JournalFields.messageIDKey: .string(MessageID.configInvalid)])
+                logger.error("\(diagnostic)", metadata: [JournalFields.messageIDKey: .string(MessageID.configInvalid.rawValue)])
             }
             logger.error("unable to reload \(configuration.path): \(errors.diagnostics.count) error(s); configuration generation \(generation) stays in force",
-                         metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed), "errors": .string(errors.description)])
+                         metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed.rawValue), "errors": .string(errors.description)])
         }
         notifier.send([("READY", "1"), ("STATUS", statusLine())])
         if reloadAgain {
@@ -346,7 +346,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         drainStartedAt = DispatchTime.now().uptimeNanoseconds
         logger.notice("received \(HandledSignals.name(signal)): stopping; \(running) job(s) running, waiting up to \(grace.compactDescription) for them",
-                      metadata: [JournalFields.messageIDKey: .string(MessageID.stopping), "signal": .string(HandledSignals.name(signal))])
+                      metadata: [JournalFields.messageIDKey: .string(MessageID.stopping.rawValue), "signal": .string(HandledSignals.name(signal))])
         notifier.send([("STOPPING", "1"), ("STATUS", statusLine())])
         if running > 0 { startDrainExtender() }
         jobsQueue.async {
@@ -399,7 +399,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         stateDump.writeFinalState(reason: "stopped") {
             let level: Logger.Level = code == ExitCode.success ? .notice : .error
             logger.log(level: level, "stopped after draining for \(took.compactDescription); \(how)",
-                       metadata: [JournalFields.messageIDKey: .string(MessageID.stopped)])
+                       metadata: [JournalFields.messageIDKey: .string(MessageID.stopped.rawValue)])
             exit(code)
         }
     }

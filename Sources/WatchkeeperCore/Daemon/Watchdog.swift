@@ -76,7 +76,7 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
                     reportedStuck[subsystem.label] = reportedStuck[subsystem.label] ?? now
                     let action = systemdInterval != nil ? "; withholding the watchdog ping" : ""
                     logger.error("queue \(subsystem.label) stuck for \(Duration.nanoseconds(Int64(age)).compactDescription): its probe is unanswered\(action)",
-                                 metadata: [JournalFields.messageIDKey: .string(MessageID.queueStuck), "queue": .string(subsystem.label),
+                                 metadata: [JournalFields.messageIDKey: .string(MessageID.queueStuck.rawValue), "queue": .string(subsystem.label),
                                             "stuck_ms": .stringConvertible(age / 1_000_000)])
                 }
             }

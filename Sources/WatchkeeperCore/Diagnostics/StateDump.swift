@@ -93,7 +93,7 @@ public final class StateDump: @unchecked Sendable {
         }
         if toJournal {
             sink.emit(fields: [
-                ("MESSAGE_ID", MessageID.dump),
+                ("MESSAGE_ID", MessageID.dump.rawValue),
                 ("MESSAGE", text),
                 ("PRIORITY", "6"),
                 ("WATCHKEEPER_DUMP_SEQUENCE", String(sequence)),

@@ -142,7 +142,7 @@ extension RunRecord {
         var fields: [(name: String, value: [UInt8])] = [
             ("MESSAGE", Array(message.utf8)),
             ("PRIORITY", Array(String(JournalFields.priority(level)).utf8)),
-            ("MESSAGE_ID", Array(MessageID.runFinished.utf8)),
+            ("MESSAGE_ID", Array(MessageID.runFinished.rawValue.utf8)),
         ]
         for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
         let shown = pairs.map { "\($0.key)=\(LineEscaping.escaped($0.value))" }.joined(separator: ", ")

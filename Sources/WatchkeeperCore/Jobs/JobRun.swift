@@ -205,7 +205,7 @@ final class JobRun: @unchecked Sendable {
                 }
                 logger.warning("\(label) is expiring: \(why)",
                                metadata: [request.kind.rawValue: .string(request.name), "run_id": .string(request.runID), "expiry": .string(reason.rawValue),
-                                          JournalFields.messageIDKey: .string(MessageID.jobExpiring)])
+                                          JournalFields.messageIDKey: .string(MessageID.jobExpiring.rawValue)])
             case .runExpireHandler(let reason):
                 runExpireHandler(reason)
             case .signalGroup(let signal):

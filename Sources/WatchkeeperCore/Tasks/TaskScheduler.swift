@@ -385,7 +385,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         task.totals[.skippedOverlap, default: 0] += 1
         guard task.skipStreak == 1 else { return }
         logger.notice("task \(task.settings.name): skipped the run scheduled at \(scheduledAt.iso8601) because the previous one is still running (overlap = \"\(task.settings.overlap.rawValue)\"); further skips are counted, not logged",
-                      metadata: [JournalFields.messageIDKey: .string(MessageID.runSkipped), "task": .string(task.settings.name),
+                      metadata: [JournalFields.messageIDKey: .string(MessageID.runSkipped.rawValue), "task": .string(task.settings.name),
                                  "outcome": .string(RunOutcome.skippedOverlap.rawValue), "scheduled_at": .string(scheduledAt.iso8601)])
     }
 
