@@ -13,8 +13,12 @@ UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/watchkeeper
 # journalctl reads catalogs from /usr/local/lib/systemd/catalog and /usr/lib/systemd/catalog.
 CATALOGDIR ?= $(PREFIX)/lib/systemd/catalog
+# Where bash-completion, zsh (Debian's fpath) and fish look for completions under /usr/local.
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 
-APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps
+APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps zsh fish
 SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper
@@ -90,6 +94,11 @@ install-files:
 	install -d $(DESTDIR)$(DOCDIR)
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 	install -D -m 0644 catalog/watchkeeper.catalog $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
+	@# Completions come from the binary itself (swift-argument-parser), so they match its options.
+	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	$(BIN) --generate-completion-script bash > $(DESTDIR)$(BASHCOMPDIR)/watchkeeper
+	$(BIN) --generate-completion-script zsh > $(DESTDIR)$(ZSHCOMPDIR)/_watchkeeper
+	$(BIN) --generate-completion-script fish > $(DESTDIR)$(FISHCOMPDIR)/watchkeeper.fish
 	@# journalctl -x reads the catalog from its database, rebuilt here.
 	@if [ -z "$(DESTDIR)" ] && command -v journalctl >/dev/null; then journalctl --update-catalog; fi
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
@@ -99,6 +108,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/watchkeeper $(DESTDIR)$(UNITDIR)/watchkeeper.service
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/watchkeeper $(DESTDIR)$(ZSHCOMPDIR)/_watchkeeper $(DESTDIR)$(FISHCOMPDIR)/watchkeeper.fish
 	@if [ -z "$(DESTDIR)" ] && command -v journalctl >/dev/null; then journalctl --update-catalog; fi
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "left $(CONFDIR) and /var/lib/watchkeeper in place: remove them by hand if you want them gone"

@@ -34,7 +34,8 @@ struct Run: ParsableCommand {
         abstract: "Run the daemon in the foreground (systemd Type=notify; no forking, no pidfile)."
     )
 
-    @Option(name: .long, help: "Configuration file (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).")
+    @Option(name: .long, help: "Configuration file (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).",
+            completion: .file(extensions: ["toml"]))
     var config: String?
 
     @Option(name: .long, help: "Log level, overriding [daemon] log_level: trace, debug, info, notice, warning, error, critical.")
@@ -61,7 +62,8 @@ struct CheckConfig: ParsableCommand {
         abstract: "Validate a configuration file: exit 0, or print every error as PATH:LINE:COLUMN: message and exit 78."
     )
 
-    @Argument(help: "Configuration file (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).")
+    @Argument(help: "Configuration file (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).",
+              completion: .file(extensions: ["toml"]))
     var path: String?
 
     /// A usage error (exit 64, with the usage), like any other bad argument.

@@ -210,7 +210,7 @@ ns() {
 PASSED=0 FAILED=0 WHY=
 CHECKS=(
     "systemd boots as PID 1 in a private namespace"
-    "make install-files installs the unit, binary and configuration"
+    "make install-files installs the unit, binary, configuration, catalog and completions"
     "start becomes active after READY"
     "SIGUSR1 writes a state dump to the journal and state.json"
     "journalctl -x explains the daemon's entries from its installed catalog"
@@ -351,7 +351,9 @@ install_unit() {
         WHY="$UNIT is $(prop LoadState) after installing"
         return 1
     fi
-    for f in /usr/local/bin/watchkeeper "$CONF"; do
+    for f in /usr/local/bin/watchkeeper "$CONF" /usr/local/lib/systemd/catalog/watchkeeper.catalog \
+            /usr/local/share/bash-completion/completions/watchkeeper /usr/local/share/zsh/site-functions/_watchkeeper \
+            /usr/local/share/fish/vendor_completions.d/watchkeeper.fish; do
         ns test -f "$f" || { WHY="$f is missing after installing"; return 1; }
     done
 }
