@@ -9,10 +9,12 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  ?= $(PREFIX)/bin
 DOCDIR  ?= $(PREFIX)/share/doc/watchkeeper
+MANDIR  ?= $(PREFIX)/share/man
 UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/watchkeeper
 
-APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps
+# groff-base and man-db: the man page test renders man/ with groff and man.
+APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db
 SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper
@@ -71,7 +73,7 @@ bench: deps
 install: release
 	$(MAKE) --no-print-directory install-files BIN=$(RELEASE_BIN)
 
-# Copies an already built binary with the unit, example config and docs (used by
+# Copies an already built binary with the unit, example config, docs and man pages (used by
 # `install`, and by the end-to-end test with the debug build).
 BIN ?= $(RELEASE_BIN)
 install-files:
@@ -87,12 +89,15 @@ install-files:
 	fi
 	install -d $(DESTDIR)$(DOCDIR)
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -D -m 0644 man/watchkeeper.8 $(DESTDIR)$(MANDIR)/man8/watchkeeper.8
+	install -D -m 0644 man/watchkeeper.toml.5 $(DESTDIR)$(MANDIR)/man5/watchkeeper.toml.5
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 uninstall:
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl disable --now watchkeeper.service 2>/dev/null || true; fi
 	rm -f $(DESTDIR)$(BINDIR)/watchkeeper $(DESTDIR)$(UNITDIR)/watchkeeper.service
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -f $(DESTDIR)$(MANDIR)/man8/watchkeeper.8 $(DESTDIR)$(MANDIR)/man5/watchkeeper.toml.5
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "left $(CONFDIR) and /var/lib/watchkeeper in place: remove them by hand if you want them gone"
 
