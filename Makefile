@@ -9,6 +9,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  ?= $(PREFIX)/bin
 DOCDIR  ?= $(PREFIX)/share/doc/watchkeeper
+MANDIR  ?= $(PREFIX)/share/man
 UNITDIR ?= /etc/systemd/system
 CONFDIR ?= /etc/watchkeeper
 # journalctl reads catalogs from /usr/local/lib/systemd/catalog and /usr/lib/systemd/catalog.
@@ -18,7 +19,9 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 
-APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps zsh fish
+# groff-base and man-db: the man page test renders man/ with groff and man; zsh and fish parse
+# their completion scripts in the completion test.
+APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish
 SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper
@@ -77,7 +80,7 @@ bench: deps
 install: release
 	$(MAKE) --no-print-directory install-files BIN=$(RELEASE_BIN)
 
-# Copies an already built binary with the unit, example config and docs (used by
+# Copies an already built binary with the unit, example config, docs and man pages (used by
 # `install`, and by the end-to-end test with the debug build).
 BIN ?= $(RELEASE_BIN)
 install-files:
@@ -101,6 +104,8 @@ install-files:
 	$(BIN) --generate-completion-script fish > $(DESTDIR)$(FISHCOMPDIR)/watchkeeper.fish
 	@# journalctl -x reads the catalog from its database, rebuilt here.
 	@if [ -z "$(DESTDIR)" ] && command -v journalctl >/dev/null; then journalctl --update-catalog; fi
+	install -D -m 0644 man/watchkeeper.8 $(DESTDIR)$(MANDIR)/man8/watchkeeper.8
+	install -D -m 0644 man/watchkeeper.toml.5 $(DESTDIR)$(MANDIR)/man5/watchkeeper.toml.5
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 uninstall:
@@ -110,6 +115,7 @@ uninstall:
 	rm -f $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/watchkeeper $(DESTDIR)$(ZSHCOMPDIR)/_watchkeeper $(DESTDIR)$(FISHCOMPDIR)/watchkeeper.fish
 	@if [ -z "$(DESTDIR)" ] && command -v journalctl >/dev/null; then journalctl --update-catalog; fi
+	rm -f $(DESTDIR)$(MANDIR)/man8/watchkeeper.8 $(DESTDIR)$(MANDIR)/man5/watchkeeper.toml.5
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "left $(CONFDIR) and /var/lib/watchkeeper in place: remove them by hand if you want them gone"
 

@@ -60,6 +60,37 @@ public enum ConfigLoader {
         }
 
         let context = ValidationContext(file: path, sourceMap: TOMLSourceMap(source: source))
+        let configuration = read(root, path: path, environment: environment, context: context)
+        if context.diagnostics.isEmpty {
+            return .success(configuration)
+        }
+        return .failure(ConfigErrors(context.diagnostics))
+    }
+
+    /// Every key the parser accepts, by table: "" for the top level, then "daemon", "task",
+    /// "watch", "task.retry" and "watch.retry". The readers are the only list there is (each
+    /// key becomes known when its reader asks for it), so this runs them on a file that has
+    /// every table and collects what each one asked for; documentation tests compare it
+    /// with watchkeeper.toml(5) and docs/configuration.md.
+    public static func acceptedKeys() -> [String: [String]] {
+        let probe = """
+            [daemon]
+            [[task]]
+            name = "t"
+            retry = {}
+            [[watch]]
+            name = "w"
+            retry = {}
+            """
+        guard let root = try? TOMLTable(string: probe) else { return [:] }
+        let context = ValidationContext(file: "", sourceMap: TOMLSourceMap(source: probe))
+        _ = read(root, path: "", environment: [:], context: context)
+        return context.keysReadByTable
+    }
+
+    /// Reads every table of a parsed file, reporting each problem to `context`; the result
+    /// is only valid when `context` has no diagnostics.
+    private static func read(_ root: TOMLTable, path: String, environment: [String: String], context: ValidationContext) -> Configuration {
         var daemon = DaemonSettings(environment: environment)
         var top = TableReader(table: root, path: [], displayName: "the top level", context: context)
 
@@ -88,11 +119,7 @@ public enum ConfigLoader {
             }
         }
         top.reportUnknownKeys()
-
-        if context.diagnostics.isEmpty {
-            return .success(Configuration(path: path, daemon: daemon, tasks: tasks, watches: watches))
-        }
-        return .failure(ConfigErrors(context.diagnostics))
+        return Configuration(path: path, daemon: daemon, tasks: tasks, watches: watches)
     }
 
     static func readDaemon(_ reader: inout TableReader, into daemon: inout DaemonSettings) {
@@ -164,6 +191,8 @@ final class ValidationContext {
     let file: String
     let sourceMap: TOMLSourceMap
     private(set) var diagnostics: [ConfigDiagnostic] = []
+    /// The keys each table's reader asked for, by dotted table path ("task.retry"), in order.
+    private(set) var keysReadByTable: [String: [String]] = [:]
 
     init(file: String, sourceMap: TOMLSourceMap) {
         self.file = file
@@ -172,6 +201,12 @@ final class ValidationContext {
 
     func error(at position: SourcePosition?, _ message: String) {
         diagnostics.append(ConfigDiagnostic(file: file, position: position, message: message))
+    }
+
+    func noteKeysRead(_ keys: [String], inTable table: String) {
+        var known = keysReadByTable[table] ?? []
+        for key in keys where !known.contains(key) { known.append(key) }
+        keysReadByTable[table] = known
     }
 }
 
@@ -201,11 +236,15 @@ struct TableReader {
     }
 
     func dotted(_ key: String) -> String {
-        let prefix = path.compactMap { component -> String? in
+        tablePath.isEmpty ? key : tablePath + "." + key
+    }
+
+    /// The table's keys without array indexes: "task.retry" for every task's retry table.
+    var tablePath: String {
+        path.compactMap { component -> String? in
             if case .key(let name) = component { return name }
             return nil
-        }
-        return (prefix + [key]).joined(separator: ".")
+        }.joined(separator: ".")
     }
 
     /// The raw value with its type checked; nil (and a diagnostic) on a type mismatch.
@@ -339,6 +378,7 @@ struct TableReader {
     }
 
     func reportUnknownKeys() {
+        context.noteKeysRead(knownKeys, inTable: tablePath)
         for key in table.keys where !knownKeys.contains(key) {
             var message = "unknown key \"\(key)\" in \(displayName)"
             if let suggestion = closestMatch(to: key, among: knownKeys) {
