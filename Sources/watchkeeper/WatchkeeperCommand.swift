@@ -20,7 +20,8 @@ struct WatchkeeperCommand: ParsableCommand {
             Signals: USR1 writes a state dump to the journal and <runtime_dir>/state.json; HUP reloads \
             the configuration (an invalid file is rejected and the old one kept); TERM or INT drains \
             running work and exits 0.
-            Exit codes: 0 success, 64 usage error, 71 system error, 78 invalid configuration.
+            Exit codes: 0 success, 64 usage error, 70 a job outlived the drain, 71 system error, \
+            75 another watchkeeper holds the state directory, 78 invalid configuration. See watchkeeper(8).
             """,
         version: WatchkeeperVersion.current,
         subcommands: [Run.self, CheckConfig.self]

@@ -210,7 +210,7 @@ ns() {
 PASSED=0 FAILED=0 WHY=
 CHECKS=(
     "systemd boots as PID 1 in a private namespace"
-    "make install-files installs the unit, binary, configuration, catalog and completions"
+    "make install-files installs the unit, binary, configuration, man pages, catalog and completions"
     "start becomes active after READY"
     "SIGUSR1 writes a state dump to the journal and state.json"
     "journalctl -x explains the daemon's entries from its installed catalog"
@@ -353,7 +353,8 @@ install_unit() {
     fi
     for f in /usr/local/bin/watchkeeper "$CONF" /usr/local/lib/systemd/catalog/watchkeeper.catalog \
             /usr/local/share/bash-completion/completions/watchkeeper /usr/local/share/zsh/site-functions/_watchkeeper \
-            /usr/local/share/fish/vendor_completions.d/watchkeeper.fish; do
+            /usr/local/share/fish/vendor_completions.d/watchkeeper.fish \
+            /usr/local/share/man/man8/watchkeeper.8 /usr/local/share/man/man5/watchkeeper.toml.5; do
         ns test -f "$f" || { WHY="$f is missing after installing"; return 1; }
     done
 }
