@@ -8,6 +8,13 @@ import WatchkeeperTestSupport
 /// The scheduler driven in-process, with real child processes: the manual-trigger
 /// entry point the control interface will call.
 final class TaskSchedulerTests: XCTestCase {
+    /// Where the scheduler keeps its task state; removed after each test.
+    private var stateDirectory = ""
+
+    override func setUpWithError() throws {
+        stateDirectory = try makeScratchDirectory()
+    }
+
     private func makeScheduler(maxJobs: Int = 2) -> (TaskScheduler, SubsystemQueue) {
         let queue = SubsystemQueue(name: "test.tasks.\(UUIDLess.next())")
         let sink = LogSink(target: .stderr, level: .warning, problemCapacity: 10)
@@ -36,7 +43,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_runsAManualTaskNow_andRecordsItsOutcome() {
         let (scheduler, queue) = makeScheduler()
         let result = queue.queue.sync { () -> Result<String, TaskScheduler.TriggerError> in
-            scheduler.apply([manualTask("by-hand", ["/bin/true"])], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([manualTask("by-hand", ["/bin/true"])], isStart: true, stateDirectory: stateDirectory)
             return scheduler.trigger(task: "by-hand")
         }
         guard case .success(let runID) = result else { return XCTFail("\(result)") }
@@ -47,7 +54,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_ofAnUnknownTask_saysSo() {
         let (scheduler, queue) = makeScheduler()
         let result = queue.queue.sync { () -> Result<String, TaskScheduler.TriggerError> in
-            scheduler.apply([], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([], isStart: true, stateDirectory: stateDirectory)
             return scheduler.trigger(task: "nope")
         }
         XCTAssertEqual(result, .failure(.unknownTask("nope")))
@@ -57,7 +64,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_whileARunIsInProgressWithOverlapSkip_isRefused() {
         let (scheduler, queue) = makeScheduler()
         let (first, second) = queue.queue.sync { () -> (Result<String, TaskScheduler.TriggerError>, Result<String, TaskScheduler.TriggerError>) in
-            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.5"])], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([manualTask("slow", ["/bin/sleep", "0.5"])], isStart: true, stateDirectory: stateDirectory)
             return (scheduler.trigger(task: "slow"), scheduler.trigger(task: "slow"))
         }
         guard case .success = first else { return XCTFail("\(first)") }
@@ -68,7 +75,7 @@ final class TaskSchedulerTests: XCTestCase {
     func testTrigger_ofAFailingCommand_recordsFailed() {
         let (scheduler, queue) = makeScheduler()
         _ = queue.queue.sync { () -> Result<String, TaskScheduler.TriggerError> in
-            scheduler.apply([manualTask("fails", ["/bin/false"]), manualTask("missing", ["/no/such/program"])], isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+            scheduler.apply([manualTask("fails", ["/bin/false"]), manualTask("missing", ["/no/such/program"])], isStart: true, stateDirectory: stateDirectory)
             _ = scheduler.trigger(task: "missing")
             return scheduler.trigger(task: "fails")
         }
@@ -80,11 +87,11 @@ final class TaskSchedulerTests: XCTestCase {
 extension TaskSchedulerTests {
     func testCancel_ofARunWaitingForASlot_recordsCancelled_andItNeverRuns() throws {
         let (scheduler, queue) = makeScheduler(maxJobs: 1)
-        let marker = "/tmp/wk-cancel-test-\(getpid())"
+        let marker = stateDirectory + "/later-ran"
         unlink(marker)
         let (cancelled, cancelledAgain) = queue.queue.sync { () -> (Bool, Bool) in
             scheduler.apply([manualTask("slow", ["/bin/sleep", "0.3"]), manualTask("later", ["/usr/bin/touch", marker])],
-                            isStart: true, stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+                            isStart: true, stateDirectory: stateDirectory)
             _ = scheduler.trigger(task: "slow")
             guard case .success(let waiting) = scheduler.trigger(task: "later") else { return (false, false) }
             return (scheduler.cancel(runID: waiting), scheduler.cancel(runID: waiting))
@@ -100,7 +107,7 @@ extension TaskSchedulerTests {
         let (scheduler, queue) = makeScheduler(maxJobs: 1)
         let refused = queue.queue.sync { () -> Bool in
             scheduler.apply([manualTask("slow", ["/bin/sleep", "0.2"])], isStart: true,
-                            stateDirectory: "/tmp/wk-scheduler-tests-\(getpid())")
+                            stateDirectory: stateDirectory)
             guard case .success(let running) = scheduler.trigger(task: "slow") else { return false }
             return !scheduler.cancel(runID: running)
         }
