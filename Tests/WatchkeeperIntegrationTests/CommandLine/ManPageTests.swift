@@ -99,6 +99,18 @@ final class ManPageTests: XCTestCase {
         return (commands, options)
     }
 
+    // MARK: version
+
+    /// A page that names another version than the binary it came with misleads: both
+    /// headers carry the version `watchkeeper --version` reports.
+    func testManPages_nameTheVersionOfTheBinary() throws {
+        for page in ["man/watchkeeper.8", "man/watchkeeper.toml.5"] {
+            let header = try Self.text(page).split(separator: "\n").first { $0.hasPrefix(".TH ") }
+            XCTAssertTrue(header?.contains("\"watchkeeper \(WatchkeeperVersion.current)\"") ?? false,
+                          "\(page): \(header ?? "no .TH line") does not name watchkeeper \(WatchkeeperVersion.current)")
+        }
+    }
+
     // MARK: rendering
 
     func testManPages_renderWithoutWarnings() throws {
