@@ -77,6 +77,27 @@ final class ManPageTests: XCTestCase {
         XCTAssertEqual(page.options.subtracting(cli.options).sorted(), [], "options in watchkeeper(8) that the binary does not have")
     }
 
+    /// A command's positional arguments appear on its `.TP` line under COMMANDS, as
+    /// `\fBcheck\-config\fR [\fIpath\fR]`. ArgumentParser's own `help` command is not ours to name.
+    func testDaemonManPage_namesEveryPositionalArgumentOnItsCommandsLine() throws {
+        let page = try Self.text("man/watchkeeper.8").split(separator: "\n").map(String.init)
+        let output = try run(DaemonProcess.binaryPath, ["--experimental-dump-help"])
+        let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+        var checked = 0
+        for command in (json["command"] as? [String: Any])?["subcommands"] as? [[String: Any]] ?? [] {
+            guard let name = command["commandName"] as? String, name != "help" else { continue }
+            let roffName = "\\fB" + name.replacingOccurrences(of: "-", with: "\\-") + "\\fR"
+            let tagLines = page.filter { $0.hasPrefix(roffName) }
+            for argument in command["arguments"] as? [[String: Any]] ?? [] where argument["kind"] as? String == "positional" {
+                let value = try XCTUnwrap(argument["valueName"] as? String)
+                XCTAssertTrue(tagLines.contains { $0.contains("\\fI\(value)\\fR") },
+                              "watchkeeper(8) does not name \(name)'s argument \(value) on its line: \(tagLines)")
+                checked += 1
+            }
+        }
+        XCTAssertGreaterThan(checked, 0, "the binary reported no positional argument: the check checked nothing")
+    }
+
     /// Subcommand names and option spellings (`--config`, `-h`) from ArgumentParser's JSON.
     private func commandLineFromBinary() throws -> (commands: Set<String>, options: Set<String>) {
         let output = try run(DaemonProcess.binaryPath, ["--experimental-dump-help"])
