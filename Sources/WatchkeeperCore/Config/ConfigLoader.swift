@@ -82,8 +82,13 @@ public enum ConfigLoader {
             name = "w"
             retry = {}
             """
-        guard let root = try? TOMLTable(string: probe) else { return [:] }
-        let context = ValidationContext(file: "", sourceMap: TOMLSourceMap(source: probe))
+        let root: TOMLTable
+        do {
+            root = try TOMLTable(string: probe)
+        } catch {
+            preconditionFailure("the key probe is not valid TOML: \(error)")
+        }
+        let context = ValidationContext(file: "", sourceMap: TOMLSourceMap(source: probe), collectingKeys: true)
         _ = read(root, path: "", environment: [:], context: context)
         return context.keysReadByTable
     }
@@ -191,10 +196,13 @@ final class ValidationContext {
     let file: String
     let sourceMap: TOMLSourceMap
     private(set) var diagnostics: [ConfigDiagnostic] = []
-    /// The keys each table's reader asked for, by dotted table path ("task.retry"), in order.
+    /// The keys each table's reader asked for, by dotted table path ("task.retry"), in order;
+    /// kept only for `acceptedKeys`, not on every load.
     private(set) var keysReadByTable: [String: [String]] = [:]
+    private let collectingKeys: Bool
 
-    init(file: String, sourceMap: TOMLSourceMap) {
+    init(file: String, sourceMap: TOMLSourceMap, collectingKeys: Bool = false) {
+        self.collectingKeys = collectingKeys
         self.file = file
         self.sourceMap = sourceMap
     }
@@ -204,6 +212,7 @@ final class ValidationContext {
     }
 
     func noteKeysRead(_ keys: [String], inTable table: String) {
+        guard collectingKeys else { return }
         var known = keysReadByTable[table] ?? []
         for key in keys where !known.contains(key) { known.append(key) }
         keysReadByTable[table] = known

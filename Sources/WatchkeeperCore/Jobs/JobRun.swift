@@ -81,15 +81,11 @@ final class JobRun: @unchecked Sendable {
         var request = try spawnRequest(command: self.request.settings.command, extra: [
             ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
         ], stdout: stdout.writeEnd.rawValue, stderr: stderr.writeEnd.rawValue, progress: progressPipe.writeEnd.rawValue)
-        let spawned: SpawnedProcess
-        if let input = self.request.standardInput {
-            // The child has its own copy once spawned; ours closes at the end of this scope.
-            let stdin = try OwnedPipe.filled(with: input)
-            request.standardInput = stdin.rawValue
-            spawned = try ProcessSpawner.spawn(request)
-        } else {
-            spawned = try ProcessSpawner.spawn(request)
-        }
+        // The child has its own copy of stdin once spawned; ours closes at the end of this scope.
+        var stdin: OwnedFileDescriptor?
+        if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
+        request.standardInput = stdin?.rawValue
+        let spawned = try ProcessSpawner.spawn(request)
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,

@@ -14,14 +14,17 @@ extension OwnedPipe {
     /// read source; the write end blocking, as the child's fd 1, 2 or 3.
     public static func forJobOutput() throws(SpawnError) -> OwnedPipe {
         let pipe = try pipeOrSpawnError()
-        let reader = pipe.readEnd.rawValue
-        do throws(Errno) {
-            let flags = try systemCall { fcntl(reader, F_GETFL) }
-            _ = try systemCall { fcntl(reader, F_SETFL, flags | O_NONBLOCK) }
+        do {
+            try makeNonBlocking(pipe.readEnd.rawValue)
         } catch {
             throw SpawnError(step: .pipe, errorNumber: error.rawValue, description: "unable to make pipe non-blocking: \(errorText(error.rawValue))")
         }
         return pipe
+    }
+
+    private static func makeNonBlocking(_ fd: Int32) throws(Errno) {
+        let flags = try systemCall { fcntl(fd, F_GETFL) }
+        _ = try systemCall { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
     }
 
     private static func pipeOrSpawnError() throws(SpawnError) -> OwnedPipe {
@@ -78,10 +81,10 @@ extension OwnedPipe {
         let writer = pipe.writeEnd.rawValue
         // Non-blocking, so that a pipe smaller than believed fails the job instead of
         // hanging the jobs queue.
-        let flags = fcntl(writer, F_GETFL)
-        guard flags >= 0, fcntl(writer, F_SETFL, flags | O_NONBLOCK) == 0 else {
-            let code = errno
-            throw failure("unable to make the stdin pipe non-blocking: \(errorText(code))", code)
+        do {
+            try makeNonBlocking(writer)
+        } catch {
+            throw failure("unable to make the stdin pipe non-blocking: \(errorText(error.rawValue))", error.rawValue)
         }
         if data.count > 65_536 {
             switch pipe.enlarge(to: data.count) {

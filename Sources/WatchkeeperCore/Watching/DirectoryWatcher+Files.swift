@@ -172,13 +172,12 @@ extension DirectoryWatcher {
         // A file the ledger now holds as handled is found there: this life's memory of it can
         // go, so a burst's 100,000 files are not kept in memory until the daemon stops.
         // Failed ones stay, so a rescan in this life does not run them again.
-        var emptied: [WatchRule] = []
         for record in records where record.outcome == RunOutcome.ok.rawValue {
             guard let rule = rules[record.rule], rule.handled[record.identity] == record.path else { continue }
             rule.handled[record.identity] = nil
-            if rule.handled.isEmpty { emptied.append(rule) }
+            // Emptied, it also gives back the capacity the burst grew it to.
+            if rule.handled.isEmpty { rule.handled = [:] }
         }
-        for rule in emptied where rule.handled.isEmpty { rule.handled = [:] }
     }
 
     /// Files that waited in a settle window and will not become jobs end with a record.

@@ -3,6 +3,7 @@ import Logging
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// An engine that runs nothing: it keeps what was submitted until the test ends it with
 /// `finish`, so the scheduler's overlap and `after` rules are checked one completion at a
@@ -68,14 +69,10 @@ final class TaskSchedulerPolicyTests: XCTestCase {
     private var scheduler: TaskScheduler!
     private var stateDirectory = ""
 
-    override func setUp() {
+    override func setUpWithError() throws {
         engine = FakeTaskEngine()
         scheduler = TaskScheduler(engine: engine)
-        stateDirectory = "/tmp/wk-scheduler-policy-\(getpid())-\(UUIDLess.next())"
-    }
-
-    override func tearDown() {
-        _ = try? FileManager.default.removeItem(atPath: stateDirectory)
+        stateDirectory = try makeScratchDirectory()
     }
 
     private func task(_ name: String, overlap: OverlapPolicy = .skip, maxConcurrent: Int = 1, after: [String] = []) -> TaskSettings {
