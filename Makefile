@@ -20,13 +20,18 @@ ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 
 # groff-base and man-db: the man page test renders man/ with groff and man; zsh and fish parse
-# their completion scripts in the completion test.
-APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish
+# their completion scripts in the completion test; tmux is the real terminal `status` is drawn
+# in; python3-pip installs the `varlink` client the control socket is tested with.
+APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish tmux python3-pip
+# The Varlink client from PyPI (what other tools would call the control socket with), pinned,
+# into the build directory only: never into the system's Python.
+PYDEPS = .build/pydeps
+VARLINK_PY = varlink==31.0.0
 SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper
 
-.PHONY: all deps build release run test unit-test e2e-test bench install install-files uninstall clean
+.PHONY: all deps pydeps build release run test unit-test e2e-test bench install install-files uninstall clean
 
 all: build
 
@@ -62,12 +67,16 @@ run: build
 	RUNTIME_DIRECTORY=$(CURDIR)/demo/var/run STATE_DIRECTORY=$(CURDIR)/demo/var/lib \
 	  $(DEBUG_BIN) run --config $(CURDIR)/demo/watchkeeper.toml
 
+# --target installs beside the system's Python, which Debian marks externally managed (PEP 668).
+pydeps:
+	@test -d $(PYDEPS)/varlink || python3 -m pip install --quiet --disable-pip-version-check --target $(PYDEPS) $(VARLINK_PY)
+
 # All tests: unit and integration (swift test), then the end-to-end test under a real systemd.
-test: build
+test: build pydeps
 	swift test --disable-swift-testing $(SWIFT_FLAGS)
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 
-unit-test: build
+unit-test: build pydeps
 	swift test --disable-swift-testing $(SWIFT_FLAGS)
 
 e2e-test: build

@@ -10,6 +10,8 @@
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <stddef.h>
 #include <string.h>
@@ -49,5 +51,27 @@ static inline int wk_wexitstatus(int status) { return WEXITSTATUS(status); }
 // IN_ALL_EVENTS is an expression of other macros, which Swift does not import; the single
 // IN_* bits (IN_MASK_ADD, IN_EXCL_UNLINK, IN_ONLYDIR, IN_UNMOUNT, ...) all do.
 enum { WK_IN_ALL_EVENTS = IN_ALL_EVENTS };
+
+// The control socket's peer: SO_PEERCRED's struct ucred and accept4 are _GNU_SOURCE only.
+// The struct's layout is kernel ABI (pid, uid, gid), declared here under our own name.
+struct wk_peer_credentials { pid_t pid; uid_t uid; gid_t gid; };
+static inline int wk_get_peer_credentials(int fd, struct wk_peer_credentials *peer) {
+    socklen_t length = sizeof *peer;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, peer, &length);
+}
+// SO_PEERGROUPS (Linux 4.13): the peer's supplementary groups as they were at connect().
+// Returns how many, or -1 with errno (ERANGE when there are more than `capacity`).
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+static inline int wk_get_peer_groups(int fd, gid_t *groups, int capacity) {
+    socklen_t length = (socklen_t)(capacity * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &length) != 0) return -1;
+    return (int)(length / sizeof(gid_t));
+}
+extern int accept4(int fd, struct sockaddr *address, socklen_t *length, int flags);
+static inline int wk_accept_nonblocking(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); }
+// The largest socket path sockaddr_un holds (107 bytes and the NUL on Linux).
+enum { WK_SUN_PATH_MAX = sizeof(((struct sockaddr_un *)0)->sun_path) - 1 };
 
 #endif

@@ -8,7 +8,7 @@ import Glibc
 #endif
 
 /// A release daemon on a generated configuration, stderr to a file, READY awaited.
-private final class BenchDaemon {
+final class BenchDaemon {
     let directory: String
     let pid: pid_t
     let stderrPath: String
@@ -68,7 +68,7 @@ private final class BenchDaemon {
 
 /// Runs `measure` on a release daemon started on the configuration `config` writes for its
 /// scratch directory, and stops the daemon after; a failure is printed after `title`.
-private func withBenchDaemon(_ title: String, config: (String) -> String, measure: (BenchDaemon) throws -> Void) {
+func withBenchDaemon(_ title: String, config: (String) -> String, measure: (BenchDaemon) throws -> Void) {
     do {
         let daemon = try BenchDaemon(binary: releaseBinary(), config: config)
         defer { daemon.stop() }
@@ -83,12 +83,12 @@ private func oneTask(_ name: String, _ lines: [String]) -> String {
     (["[daemon]", "[[task]]", "name = \"\(name)\""] + lines).joined(separator: "\n") + "\n"
 }
 
-private func releaseBinary() -> String {
+func releaseBinary() -> String {
     ProcessInfo.processInfo.environment["WATCHKEEPER_BIN"]
         ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("watchkeeper").path
 }
 
-private func milliseconds(_ values: [Double]) -> String {
+func milliseconds(_ values: [Double]) -> String {
     let sorted = values.sorted()
     func at(_ p: Double) -> Double { sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))] }
     return String(format: "p50 %.2f ms, p99 %.2f ms, max %.2f ms (n=%d)", at(0.5) * 1e3, at(0.99) * 1e3, (sorted.last ?? 0) * 1e3, sorted.count)

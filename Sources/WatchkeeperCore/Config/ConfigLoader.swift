@@ -149,6 +149,13 @@ public enum ConfigLoader {
         if let limit = reader.integer("max_jobs", range: 1 ... 1_024) {
             daemon.maxJobs = limit
         }
+        if let group = reader.string("control_group") {
+            if ControlAccess.groupID(named: group) == nil {
+                reader.context.error(at: reader.valuePosition("control_group"),
+                                     "\(reader.dotted("control_group")) = \"\(group)\": no such group (create it with groupadd, or leave control_group out to allow only root and the daemon's user)")
+            }
+            daemon.controlGroup = group
+        }
     }
 }
 

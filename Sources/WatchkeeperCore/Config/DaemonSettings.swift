@@ -16,6 +16,8 @@ public struct DaemonSettings: Equatable, Sendable {
     public var recentProblems: Int = 50
     /// Jobs running at once, across all tasks and watches; the rest wait by priority.
     public var maxJobs: Int = 4
+    /// Members of this group may use the control socket besides root and the daemon's user.
+    public var controlGroup: String?
 
     /// Under systemd, RuntimeDirectory= and StateDirectory= arrive as environment
     /// variables (several paths are colon-separated; the first is ours).

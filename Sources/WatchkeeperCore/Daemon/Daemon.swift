@@ -32,22 +32,26 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     /// The job engine and the task scheduler, which asks it directly what runs.
     public let jobsQueue = SubsystemQueue(name: "jobs", qos: .default)
     public let watchingQueue = SubsystemQueue(name: "watching", qos: .default)
+    /// The control socket: its listener, connections and deadlines.
+    public let controlQueue = SubsystemQueue(name: "control", qos: .userInitiated)
 
     private let options: RunOptions
     private let sink: LogSink
     private let logger: Logger
     private let notifier: SystemdNotifier
     private let sources = SourceRegistry()
-    private var engine: JobEngine!
+    // Internal, not private: Daemon+Control answers the control socket's calls with them.
+    var engine: JobEngine!
     private var watchdog: Watchdog!
-    private var stateDump: StateDump!
+    var stateDump: StateDump!
     private var signals: SignalSources!
-    private var scheduler: TaskScheduler!
-    private var watcher: DirectoryWatcher!
+    var scheduler: TaskScheduler!
+    var watcher: DirectoryWatcher!
+    private var control: ControlServer!
 
     // Confined to the lifecycle queue.
-    private var machine = LifecycleMachine()
-    private var configuration: Configuration
+    var machine = LifecycleMachine()
+    var configuration: Configuration
     private var generation: Int64 = 1
     private var loadedAt = WallTime.now()
     private var lastReload: (at: WallTime, errors: ConfigErrors?)?
@@ -55,6 +59,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var drainStartedAt: UInt64?
     private var drainOutcome: DrainReport?
     private var reloadInProgress = false
+    /// `watchkeeper reload` callers, answered when the reload they asked for is done;
+    /// those who asked during a reload wait for the one after it.
+    private var reloadWaiters: [ControlReply] = []
+    private var nextReloadWaiters: [ControlReply] = []
     /// Held for the daemon's life; the kernel releases it when the process ends.
     private var stateLock: StateDirectoryLock?
     private var reloadAgain = false
@@ -94,14 +102,15 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue]
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
         let jobContext = JobContext(queue: jobsQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
         engine = JobEngine(context: jobContext, maxJobs: configuration.daemon.maxJobs)
         scheduler = TaskScheduler(engine: engine)
         watcher = DirectoryWatcher(queue: watchingQueue, engine: engine)
-        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher], queues: monitored, sources: sources,
+        control = ControlServer(queue: controlQueue, sources: sources, logger: logger, backend: self)
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher, control], queues: monitored, sources: sources,
                               sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
                               settings: configuration.daemon)
         signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
@@ -146,6 +155,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
         // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
         jobsQueue.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
+        // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
+        controlQueue.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -280,10 +291,28 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
     }
 
+    /// `watchkeeper reload`: a reload like SIGHUP's, answered once its result is known.
+    func reloadForControl(_ reply: @escaping ControlReply) {
+        dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
+        if reloadInProgress { nextReloadWaiters.append(reply) } else { reloadWaiters.append(reply) }
+        perform(machine.handle(.reloadRequested))
+    }
+
+    private func answerReloadWaiters(_ answer: Result<[DumpField], VarlinkError>) {
+        let waiters = reloadWaiters
+        reloadWaiters = nextReloadWaiters
+        nextReloadWaiters = []
+        for reply in waiters { reply(answer) }
+    }
+
     private func finishReload(_ result: Result<Configuration, ConfigErrors>, at: WallTime) {
         reloadInProgress = false
         guard case .running = machine.state else {
             logger.notice("a reload finished while stopping; its result is not applied")
+            // Both those waiting for this reload and those waiting for the next one.
+            let stopping = ControlInterface.ErrorName.notRunning.error([.init("state", .string(machine.state.description))])
+            answerReloadWaiters(.failure(stopping))
+            answerReloadWaiters(.failure(stopping))
             return
         }
         var result = result
@@ -301,6 +330,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             lastReload = (at, nil)
             logger.notice("reloaded \(loaded.path): configuration generation \(generation) in force",
                           metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded.rawValue), "generation": .stringConvertible(generation)])
+            answerReloadWaiters(.success([.init("generation", .int(generation))]))
         case .failure(let errors):
             lastReload = (at, errors)
             for diagnostic in errors.diagnostics {
@@ -308,6 +338,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             }
             logger.error("unable to reload \(configuration.path): \(errors.diagnostics.count) error(s); configuration generation \(generation) stays in force",
                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed.rawValue), "errors": .string(errors.description)])
+            answerReloadWaiters(.failure(ControlInterface.ErrorName.reloadFailed.error([
+                .init("generation", .int(generation)), .init("errors", .array(errors.diagnostics.map { .string($0.description) })),
+            ])))
         }
         notifier.send([("READY", "1"), ("STATUS", statusLine())])
         if reloadAgain {
@@ -332,6 +365,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         let watches = new.watches
         watchingQueue.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
+        controlQueue.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
         configuration = new
     }
 
@@ -395,6 +429,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         // Every job has its record: the ledger's last entries go in and its WAL is folded.
         watchingQueue.queue.sync { watcher.close() }
+        // Served through the drain (`status` shows what it waits for); removed only now.
+        controlQueue.queue.sync { control.stop() }
         let logger = logger
         stateDump.writeFinalState(reason: "stopped") {
             let level: Logger.Level = code == ExitCode.success ? .notice : .error
@@ -441,7 +477,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, configQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, configQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")

@@ -75,7 +75,24 @@ public final class StateDump: @unchecked Sendable {
         }
     }
 
-    private func dump(reason: String, toJournal: Bool) {
+    /// `watchkeeper dump`: the same dump, numbered and written to state.json like any other,
+    /// handed to `then` (on the diagnostics queue) instead of the journal.
+    public func requestDump(reason: String, then: @escaping @Sendable (DumpValue, String) -> Void) {
+        queue.async {
+            let (document, text) = self.dump(reason: reason, toJournal: false)
+            then(document, text)
+        }
+    }
+
+    /// Some sections of the dump and its header, for `watchkeeper status`, `tasks` and
+    /// `watches`: not numbered, not written anywhere. Each owner describes itself on its
+    /// own queue, as for a dump.
+    public func snapshot(sections: Set<String>, then: @escaping @Sendable (DumpValue) -> Void) {
+        queue.async { then(self.build(reason: "control", sections: sections)) }
+    }
+
+    @discardableResult
+    private func dump(reason: String, toJournal: Bool) -> (DumpValue, String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         sequence += 1
         let document = build(reason: reason)
@@ -101,11 +118,15 @@ public final class StateDump: @unchecked Sendable {
                 ("WATCHKEEPER_DUMP_JSON", json),
             ], stderrText: text)
         }
+        return (document, text)
     }
 
-    func build(reason: String) -> DumpValue {
+    /// The whole dump, or with `sections` only those components and no queue, source,
+    /// resource or problem lists.
+    func build(reason: String, sections: Set<String>? = nil) -> DumpValue {
         let started = DispatchTime.now()
-        let answers = collectContributions()
+        let contributors = sections.map { wanted in self.contributors.filter { wanted.contains($0.dumpSectionName) } } ?? self.contributors
+        let answers = collectContributions(contributors)
         let now = DispatchTime.now().uptimeNanoseconds
         var fields: [DumpField] = [
             .init("format", .string(Self.formatName)),
@@ -131,6 +152,7 @@ public final class StateDump: @unchecked Sendable {
                 stuck.append(.string(contributor.dumpSectionName))
             }
         }
+        guard sections == nil else { return .object(fields + [.init("stuck_components", .array(stuck))]) }
         fields.append(.init("queues", .array(queues.map { describe($0, now: now) })))
         fields.append(.init("sources", .array(sources.all.map { $0.describe(now: now) })))
         fields.append(.init("resources", ResourceUsage.current().dumpValue))
@@ -163,7 +185,7 @@ public final class StateDump: @unchecked Sendable {
 
     /// Every contributor is asked at once; one deadline bounds the wait, so a stuck
     /// component costs the dump `componentTimeout`, not a hang.
-    private func collectContributions() -> [String: DumpValue] {
+    private func collectContributions(_ contributors: [DumpContributor]) -> [String: DumpValue] {
         let answers = Mutex<[String: DumpValue]>([:])
         let group = DispatchGroup()
         for contributor in contributors {

@@ -198,6 +198,15 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         for run in runs(of: key) { run.expire(reason) }
     }
 
+    /// Ends one running job early through its expiry sequence (on_expire first). False if no
+    /// job with that run ID is running: it never started, or has already finished.
+    public func expire(runID: RunID, reason: ExpiryReason) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        guard let run = active[runID]?.run else { return false }
+        if run.phase == .running { run.expire(reason) }
+        return true
+    }
+
     func runs(of key: JobKey) -> [JobRun] {
         active.values.filter { $0.key == key }.compactMap(\.run)
     }

@@ -6,6 +6,8 @@ public enum ExpiryReason: String, Sendable, Equatable {
     case shutdown
     /// overlap = "replace": a new run of the same task wants its place.
     case replaced
+    /// `watchkeeper cancel RUN_ID`: an operator ended it.
+    case cancelled
 }
 
 /// A running job's life, from spawn to reaped exit, modelled on

@@ -79,7 +79,13 @@ public struct RunRecord: Sendable, Equatable {
         case .signaled(let signal, let core)?: text += " (\(HandledSignals.name(signal))\(core ? ", core dumped" : ""))"
         case nil: break
         }
-        if let expiry { text += " after its \(expiry == .budget ? "budget ran out" : expiry == .shutdown ? "shutdown grace ran out" : "replacement was started")" }
+        switch expiry {
+        case .budget?: text += " after its budget ran out"
+        case .shutdown?: text += " after its shutdown grace ran out"
+        case .replaced?: text += " after its replacement was started"
+        case .cancelled?: text += " after it was cancelled"
+        case nil: break
+        }
         if let detail { text += ": \(detail)" }
         return text
     }

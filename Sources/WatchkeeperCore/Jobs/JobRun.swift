@@ -198,6 +198,7 @@ final class JobRun: @unchecked Sendable {
                 case .budget: why = "its budget of \(request.settings.budget.compactDescription) is exhausted"
                 case .shutdown: why = "the daemon is stopping and shutdown_grace ran out"
                 case .replaced: why = "overlap = \"replace\" and a new run is due"
+                case .cancelled: why = "it was cancelled (watchkeeper cancel \(request.runID))"
                 }
                 logger.warning("\(label) is expiring: \(why)",
                                metadata: [request.kind.rawValue: .string(request.name), "run_id": .string(request.runID), "expiry": .string(reason.rawValue),
@@ -367,6 +368,10 @@ final class JobRun: @unchecked Sendable {
             .init("phase", .string(phaseName)),
             .init("elapsed", .string(elapsed.compactDescription)),
             .init("budget_left", .string(left > .zero ? left.compactDescription : "0s")),
+            // Numbers for `watchkeeper status`'s budget bar, with the warning point marked.
+            .init("elapsed_s", .double(elapsed.secondsDouble)),
+            .init("budget_s", .double(request.settings.budget.secondsDouble)),
+            .init("warn_at_s", request.settings.warnAt.map { .double(request.settings.budget.secondsDouble * $0) } ?? .null),
             .init("progress", progress.progress.map { .double($0) } ?? .null),
             .init("status", progress.status.map { .string($0) } ?? .null),
             .init("progress_updates", .int(Int64(progress.updates))),

@@ -10,13 +10,13 @@
 /// U+2029, which some terminals and viewers also treat as line breaks. Everything else,
 /// non-ASCII text included, is kept as it is. A backslash is doubled so that a reader
 /// can always tell an escape from a name that contains one literally.
-enum LineEscaping {
+public enum LineEscaping {
     /// The escaped form of `bytes`: one line, valid UTF-8.
-    static func escaped(_ bytes: some Collection<UInt8>) -> String {
+    public static func escaped(_ bytes: some Collection<UInt8>) -> String {
         escape(bytes, keepingNewlines: false, escapingBackslashes: true)
     }
 
-    static func escaped(_ text: String) -> String {
+    public static func escaped(_ text: String) -> String {
         escaped(text.utf8)
     }
 

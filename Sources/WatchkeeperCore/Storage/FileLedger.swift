@@ -271,6 +271,18 @@ public final class FileLedger {
         ORDER BY handled_at DESC, path
         """
 
+    /// The rule's files handled last, newest first (`watchkeeper history WATCH`). A scan of
+    /// the rule's entries: an operator's occasional question does not earn an index that
+    /// every handled file would pay to maintain.
+    public func recent(rule: String, limit: Int) throws(SQLiteError) -> [LedgerEntry] {
+        var found: [LedgerEntry] = []
+        try connection.execute(
+            "SELECT path, device, inode, size, modified_ns, outcome, handled_at FROM file_ledger WHERE rule = ?1 ORDER BY handled_at DESC, path LIMIT ?2",
+            [.text(rule), .integer(Int64(limit))], action: "read the latest entries of watch \"\(rule)\" from"
+        ) { row in found.append(Self.entry(row)) }
+        return found
+    }
+
     public func count(rule: String) throws(SQLiteError) -> Int {
         var count = 0
         try connection.execute("SELECT count(*) FROM file_ledger WHERE rule = ?1", [.text(rule)],

@@ -27,4 +27,13 @@ public enum ExitCode {
     /// Another watchkeeper holds the state directory (EX_TEMPFAIL).
     public static let alreadyRunning: Int32 = 75
     public static let configuration: Int32 = 78
+    // The control commands (status, trigger, ...), sysexits.h like the rest.
+    /// The daemon answered, but refused: no such task or run, a run not started.
+    public static let refused: Int32 = 1
+    /// The daemon is not running, or not listening where the command looked (EX_UNAVAILABLE).
+    public static let unavailable: Int32 = 69
+    /// The conversation with the daemon failed: timeout, a reply that is not Varlink (EX_PROTOCOL).
+    public static let protocolError: Int32 = 76
+    /// The control socket refused this user (EX_NOPERM).
+    public static let permission: Int32 = 77
 }

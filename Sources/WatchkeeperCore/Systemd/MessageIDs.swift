@@ -14,4 +14,6 @@ public enum MessageID: String, CaseIterable, Sendable {
         runSkipped = "26b3c8c426154b11861bc88b678724f4"
     // What it reports about itself.
     case dump = "a2f80729ec6c45298dafab0ee7b10f49", queueStuck = "a11f84df9593472fbc9eb1bc8c97edf0"
+    // The control socket.
+    case controlRefused = "c2a58c00ebef4931900a00cbe83f87be"
 }

@@ -55,6 +55,32 @@ extension TaskScheduler {
         task.lastOutcome = task.history.last?.outcome
     }
 
+    /// `watchkeeper history TASK`: the last runs from the state database, newest first, in
+    /// the shape of io.watchkeeper.Control's `Run`.
+    public func history(task name: String, limit: Int) -> Result<[DumpValue], VarlinkError> {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        guard let store else {
+            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the task state database is not open: \(storeProblem ?? "unknown")"))]))
+        }
+        do {
+            return .success(try store.history(task: name, limit: limit).map { run in
+                .object([
+                    .init("run_id", .string(run.runID)),
+                    .init("attempt", .int(Int64(run.attempt))),
+                    .init("outcome", .string(run.outcome)),
+                    .init("started_at", run.startedAt.map { .string($0.iso8601) } ?? .null),
+                    .init("finished_at", .string(run.finishedAt.iso8601)),
+                    .init("duration_s", .double(Double(run.durationNanoseconds) / 1e9)),
+                    .init("exit_code", run.exitCode.map { .int(Int64($0)) } ?? .null),
+                    .init("signal", run.signal.map { .string(HandledSignals.name($0)) } ?? .null),
+                    .init("expiry", run.expiry.map { .string($0) } ?? .null),
+                ])
+            })
+        } catch {
+            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))]))
+        }
+    }
+
     /// `persistent = true`: the latest run that fell due while the daemon was not running
     /// is run once now, with its scheduled time, if it is within catch_up_window; if even
     /// the latest is older, it is recorded missed. Earlier missed runs are counted in the

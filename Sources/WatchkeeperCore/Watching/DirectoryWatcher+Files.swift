@@ -159,6 +159,27 @@ extension DirectoryWatcher {
         }
     }
 
+    /// `watchkeeper history WATCH`: the files the rule handled last, from the ledger (after
+    /// writing what is still pending, so a job that just ended is there).
+    public func history(rule: String, limit: Int) -> Result<[DumpValue], VarlinkError> {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        flushLedger()
+        guard let ledger else {
+            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the file ledger is not open: \(ledgerProblem ?? "unknown")"))]))
+        }
+        do {
+            return .success(try ledger.recent(rule: rule, limit: limit).map { entry in
+                .object([
+                    .init("outcome", .string(entry.outcome)),
+                    .init("finished_at", .string(entry.handledAt.iso8601)),
+                    .init("path", .bytes(entry.path)),
+                ])
+            })
+        } catch {
+            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))]))
+        }
+    }
+
     func flushLedger() {
         guard !ledgerPending.isEmpty, let ledger else { return }
         let records = ledgerPending

@@ -1,0 +1,111 @@
+import CWatchkeeperSystem
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Who is on the other end of a control connection, as the kernel vouches for it at
+/// connect(): SO_PEERCRED's pid, uid and gid, and SO_PEERGROUPS' supplementary groups.
+/// Not the file mode of the socket alone: that is one chmod away from open to everyone.
+public struct ControlPeer: Sendable, Equatable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+    public var groups: [UInt32]
+
+    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32]) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+    }
+
+    static func of(_ socket: FileDescriptor) throws(Errno) -> ControlPeer {
+        var credentials = wk_peer_credentials()
+        try systemCall { wk_get_peer_credentials(socket.rawValue, &credentials) }
+        var groups = [gid_t](repeating: 0, count: 64)
+        var count = wk_get_peer_groups(socket.rawValue, &groups, Int32(groups.count))
+        if count < 0, errno == ERANGE {
+            groups = [gid_t](repeating: 0, count: 65_536)
+            count = wk_get_peer_groups(socket.rawValue, &groups, Int32(groups.count))
+        }
+        return ControlPeer(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
+                           groups: count > 0 ? Array(groups.prefix(Int(count))) : [])
+    }
+
+    /// "uid 65534 (nobody), pid 4242 (python3)": user names and commands are the peer's to
+    /// choose, so the caller escapes this before it reaches the log.
+    var description: String {
+        var text = "uid \(uid)"
+        if let name = ControlAccess.userName(uid) { text += " (\(name))" }
+        text += ", pid \(pid)"
+        if let command = Self.command(of: pid) { text += " (\(command))" }
+        return text
+    }
+
+    private static func command(of pid: Int32) -> String? {
+        guard pid > 0, let file = fopen("/proc/\(pid)/comm", "r") else { return nil }
+        defer { fclose(file) }
+        var buffer = [CChar](repeating: 0, count: 64)
+        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
+        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return text.hasSuffix("\n") ? String(text.dropLast()) : text
+    }
+}
+
+/// Who may use the control socket: root, the daemon's own user, and members of
+/// `[daemon] control_group` (primary or supplementary). A pure value, so the rule is
+/// tested without sockets.
+public struct ControlAccess: Sendable, Equatable {
+    public var daemonUID: UInt32
+    public var group: (name: String, gid: UInt32)?
+
+    public init(daemonUID: UInt32, group: (name: String, gid: UInt32)?) {
+        self.daemonUID = daemonUID
+        self.group = group
+    }
+
+    public static func == (lhs: ControlAccess, rhs: ControlAccess) -> Bool {
+        lhs.daemonUID == rhs.daemonUID && lhs.group?.name == rhs.group?.name && lhs.group?.gid == rhs.group?.gid
+    }
+
+    public func allows(_ peer: ControlPeer) -> Bool {
+        if peer.uid == 0 || peer.uid == daemonUID { return true }
+        guard let group else { return false }
+        return peer.gid == group.gid || peer.groups.contains(group.gid)
+    }
+
+    /// For the refusal in the journal and the client's message: who would be let in.
+    public var whoMay: String {
+        var text = "only root"
+        if daemonUID != 0 { text += ", uid \(daemonUID)\(Self.userName(daemonUID).map { " (\($0))" } ?? "")" }
+        if let group { text += " and members of group \(group.name)" } else { text += " (set [daemon] control_group to admit a group)" }
+        return text + " may use it"
+    }
+
+    /// The gid of a group, or nil when the system has no such group.
+    public static func groupID(named name: String) -> UInt32? {
+        var entry = Glibc.group()
+        var result: UnsafeMutablePointer<Glibc.group>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getgrnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return entry.gr_gid
+    }
+
+    public static func groupName(_ gid: UInt32) -> String? {
+        var entry = Glibc.group()
+        var result: UnsafeMutablePointer<Glibc.group>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getgrgid_r(gid, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return String(cString: entry.gr_name)
+    }
+
+    public static func userName(_ uid: UInt32) -> String? {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return String(cString: entry.pw_name)
+    }
+}

@@ -1,0 +1,175 @@
+import CWatchkeeperSystem
+import Dispatch
+import DequeModule
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What keeps one client from costing the others anything: every buffer is bounded and
+/// every wait has a deadline, so a malformed, oversized, slow or silent client is dropped.
+public struct ControlLimits: Sendable {
+    /// A call is a few hundred bytes; a longer one is refused.
+    public var maxRequestBytes = 64 * 1024
+    /// Calls sent ahead of their replies (Varlink allows pipelining; replies keep the order).
+    public var maxQueuedCalls = 16
+    /// Open connections; at the limit the one idle longest makes room for a new one.
+    public var maxConnections = 256
+    /// From the first byte of a call to its NUL.
+    public var requestTimeout: Duration = .seconds(5)
+    /// Between calls (`status --follow` calls once a second).
+    public var idleTimeout: Duration = .seconds(60)
+    /// A reply the client does not read.
+    public var writeTimeout: Duration = .seconds(10)
+    /// Replies not yet read (a dump of a large tree is a few MB).
+    public var maxReplyBytes = 64 * 1024 * 1024
+
+    public init() {}
+}
+
+/// One client, confined to the control queue. Its read source owns the socket; a write
+/// source exists only while a reply does not fit the socket buffer, and is suspended
+/// rather than cancelled in between, so the fd is closed once, after both are gone.
+final class ControlConnection {
+    let id: UInt64
+    let peer: ControlPeer?
+    let allowed: Bool
+    private let reader: FileDescriptorReadSource
+    private var readSuspended = false
+    private var writer: DispatchSourceWrite?
+    private var writeSuspended = false
+    private(set) var dropped = false
+
+    var inbound: [UInt8] = []
+    var queued: Deque<VarlinkCall> = []
+    var inFlight: VarlinkCall?
+    private var outbound: [UInt8] = []
+    private var outboundOffset = 0
+    /// Set once the client is to be closed after its last reply is written.
+    private(set) var closing = false
+
+    let openedAt: UInt64
+    var lastActivity: UInt64
+    var partialSince: UInt64?
+    private(set) var writeBlockedSince: UInt64?
+    var calls = 0
+
+    init(id: UInt64, peer: ControlPeer?, allowed: Bool, reader: FileDescriptorReadSource, now: UInt64) {
+        self.id = id
+        self.peer = peer
+        self.allowed = allowed
+        self.reader = reader
+        self.openedAt = now
+        self.lastActivity = now
+    }
+
+    var descriptor: FileDescriptor { reader.descriptor }
+    var pendingReplyBytes: Int { outbound.count - outboundOffset }
+    var isIdle: Bool { inFlight == nil && queued.isEmpty && pendingReplyBytes == 0 && partialSince == nil }
+
+    func activate(onReadable: @escaping () -> Void) {
+        reader.source.setEventHandler(handler: onReadable)
+        reader.activate()
+    }
+
+    /// Appends a reply and writes what the socket takes now; the rest waits for a write
+    /// source. False if the client is not reading and the backlog passed `limit`.
+    func send(_ bytes: [UInt8], limit: Int, queue: DispatchQueue, now: UInt64) -> Bool {
+        guard !dropped else { return true }
+        if outboundOffset > 0 && outboundOffset == outbound.count {
+            outbound.removeAll(keepingCapacity: true)
+            outboundOffset = 0
+        }
+        outbound += bytes
+        if pendingReplyBytes > limit { return false }
+        flush(queue: queue, now: now)
+        return true
+    }
+
+    /// Writes until the socket is full or the backlog is empty. Errors (EPIPE: the client
+    /// went away) close the connection on the next check, like any dead client.
+    func flush(queue: DispatchQueue, now: UInt64) {
+        while pendingReplyBytes > 0 {
+            let written = outbound.withUnsafeBytes { buffer in
+                send_nosignal(descriptor.rawValue, buffer.baseAddress! + outboundOffset, pendingReplyBytes)
+            }
+            if written > 0 {
+                outboundOffset += written
+                lastActivity = now
+                continue
+            }
+            if written < 0 && (errno == EAGAIN || errno == EINTR) {
+                if errno == EINTR { continue }
+                waitForWritable(queue: queue, now: now)
+                return
+            }
+            // The peer is gone: nothing more can reach it.
+            outbound.removeAll()
+            outboundOffset = 0
+            closing = true
+            return
+        }
+        writeBlockedSince = nil
+        if let writer, !writeSuspended {
+            writer.suspend()
+            writeSuspended = true
+        }
+    }
+
+    private func waitForWritable(queue: DispatchQueue, now: UInt64) {
+        if writeBlockedSince == nil { writeBlockedSince = now }
+        if writer == nil {
+            let source = DispatchSource.makeWriteSource(fileDescriptor: descriptor.rawValue, queue: queue)
+            source.setEventHandler { [unowned self] in
+                self.flush(queue: queue, now: DispatchTime.now().uptimeNanoseconds)
+            }
+            writer = source
+            source.activate()
+        } else if writeSuspended {
+            writer?.resume()
+            writeSuspended = false
+        }
+    }
+
+    /// No more reading: the client is refused, sent too much, or hung up; what it is owed
+    /// is still written before `drop`.
+    func stopReading() {
+        closing = true
+        guard !readSuspended, !dropped else { return }
+        reader.source.suspend()
+        readSuspended = true
+    }
+
+    var finished: Bool { closing && pendingReplyBytes == 0 && inFlight == nil }
+
+    /// Closes the socket: the write source (if any) is cancelled first, and the read
+    /// source, whose cancel handler closes the fd, only once that cancellation is done.
+    func drop() {
+        guard !dropped else { return }
+        dropped = true
+        if readSuspended {
+            reader.source.resume()
+            readSuspended = false
+        }
+        guard let writer else {
+            reader.cancel()
+            return
+        }
+        let reader = self.reader
+        writer.setCancelHandler { reader.cancel() }
+        if writeSuspended {
+            writer.resume()
+            writeSuspended = false
+        }
+        writer.cancel()
+        self.writer = nil
+    }
+}
+
+/// send(2) without SIGPIPE: a client that hangs up mid-reply must not kill the daemon
+/// (SIGPIPE is not among the signals it blocks).
+@inline(__always)
+private func send_nosignal(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+    Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL))
+}

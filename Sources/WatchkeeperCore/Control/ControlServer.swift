@@ -1,0 +1,509 @@
+import CWatchkeeperSystem
+import Dispatch
+import Logging
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public typealias ControlReply = @Sendable (Result<[DumpField], VarlinkError>) -> Void
+
+/// Who answers the calls of io.watchkeeper.Control: the daemon, which asks each owner on
+/// its own queue. `reply` may be called from any queue, once.
+public protocol ControlBackend: AnyObject, Sendable {
+    func handle(_ method: ControlInterface.Method, parameters: DumpValue, peer: ControlPeer, reply: @escaping ControlReply)
+}
+
+/// The control socket, `<runtime_dir>/control.sock`: a Unix stream socket speaking
+/// Varlink, served by read sources on its own queue. Every connection is checked with
+/// SO_PEERCRED before anything it sends is read; calls are answered one at a time per
+/// connection, in order, without ever blocking this queue on another subsystem.
+///
+/// Per-connection sources are not in the SourceRegistry (200 clients would be 200 lines of
+/// every dump); the listener and the deadline timer are, and the dump's `control` section
+/// lists the connections.
+public final class ControlServer: DumpContributor, @unchecked Sendable {
+    public let queue: SubsystemQueue
+    private let sources: SourceRegistry
+    private let logger: Logger
+    private let backend: ControlBackend
+    public let limits: ControlLimits
+
+    // Confined to `queue`.
+    private var listener: FileDescriptorReadSource?
+    private var listenerSuspended = false
+    private var socketPath: String?
+    private var socketInode: ino_t = 0
+    private var access: ControlAccess
+    private var problem: String?
+    private var connections: [UInt64: ControlConnection] = [:]
+    private var nextID: UInt64 = 1
+    private var sweepTimer: RegisteredTimer?
+    private var sweepArmed = false
+    private var acceptRetry: RegisteredTimer?
+    private var scratch = [UInt8](repeating: 0, count: 64 * 1024)
+    private var refusals = RefusalLog()
+    private var counters = Counters()
+
+    struct Counters {
+        var accepted: UInt64 = 0
+        var refused: UInt64 = 0
+        var calls: UInt64 = 0
+        var errors: UInt64 = 0
+        var dropped: [String: UInt64] = [:]
+        var acceptFailures: UInt64 = 0
+    }
+
+    public init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, backend: ControlBackend, limits: ControlLimits = ControlLimits()) {
+        self.queue = queue
+        self.sources = sources
+        self.logger = logger
+        self.backend = backend
+        self.limits = limits
+        self.access = ControlAccess(daemonUID: geteuid(), group: nil)
+    }
+
+    public var dumpSectionName: String { "control" }
+    public var dumpQueue: SubsystemQueue { queue }
+
+    public static func socketPath(runtimeDirectory: String) -> String { runtimeDirectory + "/control.sock" }
+
+    // MARK: Listening
+
+    /// Start, and every reload: binds `path` (replacing a stale socket), or re-applies the
+    /// group and mode when only they changed. A failure is logged and leaves the daemon
+    /// without a control socket; signals and the journal still work.
+    public func apply(path: String, group: String?) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        let resolved = group.flatMap { name in ControlAccess.groupID(named: name).map { (name, $0) } }
+        if let group, resolved == nil {
+            logger.warning("control_group \(group) no longer exists; only root and uid \(geteuid()) may use the control socket")
+        }
+        access = ControlAccess(daemonUID: geteuid(), group: resolved)
+        if path != socketPath {
+            closeListener()
+            do {
+                try listen(at: path)
+                problem = nil
+            } catch {
+                problem = error.message
+                logger.error("\(error.message); `watchkeeper status` and the other control commands will not work until this is fixed and the daemon reloaded")
+                return
+            }
+        }
+        do {
+            try setOwnership(path)
+        } catch {
+            logger.warning("\(error.unable("set the group and mode of \(path)"))")
+        }
+    }
+
+    struct ListenError: Error {
+        let message: String
+    }
+
+    private func listen(at path: String) throws(ListenError) {
+        guard path.utf8.count <= Int(WK_SUN_PATH_MAX) else {
+            throw ListenError(message: "unable to create the control socket \(path): the path is longer than \(WK_SUN_PATH_MAX) bytes; choose a shorter runtime_dir")
+        }
+        try removeStaleSocket(path)
+        // A nested function, so the owned fd is never conditionally initialised (which the
+        // compiler does not support for noncopyable values): on failure it closes on return.
+        func open() throws(Errno) -> FileDescriptorReadSource {
+            let fd = OwnedFileDescriptor(adopting: try systemCall { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) })
+            try socketCall(fd.rawValue, path: path, connecting: false)
+            try systemCall { Glibc.listen(fd.rawValue, 128) }
+            return fd.makeReadSource(queue: queue.queue)
+        }
+        let source: FileDescriptorReadSource
+        do {
+            source = try open()
+        } catch {
+            throw ListenError(message: error.unable("create the control socket \(path)"))
+        }
+        var info = stat()
+        if lstat(path, &info) == 0 { socketInode = info.st_ino }
+        socketPath = path
+        let stats = sources.register(.read, owner: "control", target: "control socket \(path)", on: queue)
+        source.source.setEventHandler { [unowned self] in
+            stats.fired()
+            self.acceptAll()
+        }
+        source.activate()
+        listener = source
+        listenerStats = stats
+        logger.info("control socket listening on \(path)")
+    }
+
+    private var listenerStats: SourceStats?
+
+    /// A socket left by a daemon that died is replaced; one that still answers belongs to a
+    /// running daemon and is left alone; anything that is not a socket is never deleted.
+    private func removeStaleSocket(_ path: String) throws(ListenError) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        guard info.st_mode & S_IFMT == S_IFSOCK else {
+            throw ListenError(message: "unable to create the control socket \(path): a file that is not a socket is in the way; remove it")
+        }
+        if let probe = try? systemCall({ socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }) {
+            defer { close(probe) }
+            let live = (try? socketCall(probe, path: path, connecting: true)) != nil
+            if live {
+                throw ListenError(message: "unable to create the control socket \(path): another process is listening on it (a second watchkeeper with the same runtime_dir?)")
+            }
+        }
+        unlink(path)
+        logger.notice("replaced a stale control socket at \(path) (left by a daemon that did not stop cleanly)")
+    }
+
+    /// 0660, group `control_group` (or the daemon's own): the file mode keeps strangers
+    /// from connecting at all; SO_PEERCRED decides for those who can.
+    private func setOwnership(_ path: String) throws(Errno) {
+        try systemCall { chmod(path, 0o660) }
+        try systemCall { chown(path, uid_t.max, access.group?.gid ?? getegid()) }
+    }
+
+    /// At stop: the socket file goes with the daemon, unless another has replaced it.
+    public func stop() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        closeListener()
+        for connection in connections.values { connection.drop() }
+        connections.removeAll()
+        sweepTimer?.cancel()
+        acceptRetry?.cancel()
+    }
+
+    private func closeListener() {
+        if let listener {
+            if listenerSuspended { listener.source.resume() }
+            listener.cancel()
+        }
+        listenerSuspended = false
+        if let listenerStats { sources.unregister(listenerStats) }
+        listener = nil
+        listenerStats = nil
+        if let path = socketPath {
+            var info = stat()
+            if lstat(path, &info) == 0, info.st_ino == socketInode { unlink(path) }
+        }
+        socketPath = nil
+    }
+
+    // MARK: Connections
+
+    private func acceptAll() {
+        guard let listener else { return }
+        while true {
+            let fd = wk_accept_nonblocking(listener.descriptor.rawValue)
+            if fd < 0 {
+                let failure = Errno(rawValue: errno)
+                switch failure {
+                case .resourceTemporarilyUnavailable: return
+                case .interrupted, .connectionAbort: continue
+                default:
+                    // EMFILE/ENFILE: the pending connection stays readable, so without a pause
+                    // this handler would spin. Pause accepting for a second; say so once.
+                    counters.acceptFailures += 1
+                    if counters.acceptFailures == 1 || counters.acceptFailures % 100 == 0 {
+                        logger.error("\(failure.unable("accept a control connection")) (\(counters.acceptFailures) time(s) so far); accepting again in 1s")
+                    }
+                    pauseAccepting()
+                    return
+                }
+            }
+            admit(OwnedFileDescriptor(adopting: fd))
+        }
+    }
+
+    private func pauseAccepting() {
+        guard let listener, !listenerSuspended else { return }
+        listener.source.suspend()
+        listenerSuspended = true
+        if acceptRetry == nil {
+            acceptRetry = sources.makeTimer(owner: "control", target: "accept again after a failure", on: queue) { [unowned self] in
+                if let listener = self.listener, self.listenerSuspended {
+                    self.listenerSuspended = false
+                    listener.source.resume()
+                }
+            }
+        }
+        acceptRetry?.schedule(after: .seconds(1))
+    }
+
+    private func admit(_ fd: consuming OwnedFileDescriptor) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let peer = try? ControlPeer.of(fd.descriptor)
+        let allowed = peer.map(access.allows) ?? false
+        if connections.count >= limits.maxConnections, !evictIdlest() {
+            counters.dropped["connection limit", default: 0] += 1
+            return  // closed as `fd` goes out of scope
+        }
+        let id = nextID
+        nextID += 1
+        let connection = ControlConnection(id: id, peer: peer, allowed: allowed, reader: fd.makeReadSource(queue: queue.queue), now: now)
+        connections[id] = connection
+        counters.accepted += 1
+        connection.activate { [unowned self] in self.readable(id) }
+        if !allowed {
+            counters.refused += 1
+            refuse(connection, peer: peer)
+        }
+        armSweep()
+    }
+
+    /// The refused client still gets its answer, PermissionDenied, as the reply to whatever
+    /// it sends first; the journal says who it was and who may connect.
+    private func refuse(_ connection: ControlConnection, peer: ControlPeer?) {
+        let who = peer.map { LineEscaping.escaped($0.description) } ?? "a peer whose credentials could not be read"
+        if let line = refusals.record(uid: peer?.uid ?? UInt32.max, now: connection.openedAt) {
+            logger.warning("refused a control connection from \(who): \(access.whoMay)\(line)",
+                           metadata: [JournalFields.messageIDKey: .string(MessageID.controlRefused.rawValue), "peer_uid": .stringConvertible(peer?.uid ?? 0)])
+        }
+    }
+
+    private func evictIdlest() -> Bool {
+        guard let idlest = connections.values.filter(\.isIdle).min(by: { $0.lastActivity < $1.lastActivity }) else { return false }
+        drop(idlest, reason: ("evicted at the connection limit", "idle, evicted to make room at the connection limit"))
+        return true
+    }
+
+    private func readable(_ id: UInt64) {
+        guard let connection = connections[id], !connection.dropped else { return }
+        let now = DispatchTime.now().uptimeNanoseconds
+        let count = scratch.withUnsafeMutableBytes { read(connection.descriptor.rawValue, $0.baseAddress, $0.count) }
+        if count < 0 {
+            if errno == EAGAIN || errno == EINTR { return }
+            drop(connection, reason: ("read failed", Errno(rawValue: errno).unable("read from the client")))
+            return
+        }
+        if count == 0 {
+            // The client hung up (or shut its side): answer what it already asked, then close.
+            connection.stopReading()
+            finishIfDone(connection)
+            return
+        }
+        connection.lastActivity = now
+        var start = 0
+        scratch.withUnsafeBytes { buffer in
+            while start < count, let nul = memchr(buffer.baseAddress! + start, 0, count - start) {
+                let end = buffer.baseAddress!.distance(to: UnsafeRawPointer(nul))
+                connection.inbound += buffer[start ..< end]
+                let message = connection.inbound
+                connection.inbound.removeAll(keepingCapacity: true)
+                connection.partialSince = nil
+                start = end + 1
+                received(message, on: connection)
+                if connection.closing { return }
+            }
+            if start < count, !connection.closing {
+                connection.inbound += buffer[start ..< count]
+                if connection.partialSince == nil { connection.partialSince = now }
+            }
+        }
+        if !connection.closing, connection.inbound.count > limits.maxRequestBytes {
+            fail(connection, ControlInterface.ErrorName.requestTooLarge.error([.init("limit", .int(Int64(limits.maxRequestBytes)))]))
+        }
+        pump(connection)
+    }
+
+    private func received(_ message: [UInt8], on connection: ControlConnection) {
+        guard connection.allowed else {
+            fail(connection, ControlInterface.ErrorName.permissionDenied.error([
+                .init("uid", .int(Int64(connection.peer?.uid ?? UInt32.max))),
+                .init("group", access.group.map { .string($0.name) } ?? .null),
+            ]))
+            return
+        }
+        guard message.count <= limits.maxRequestBytes else {
+            fail(connection, ControlInterface.ErrorName.requestTooLarge.error([.init("limit", .int(Int64(limits.maxRequestBytes)))]))
+            return
+        }
+        switch VarlinkCall.decode(message) {
+        case .failure(let error):
+            fail(connection, error)
+        case .success(let call):
+            guard connection.queued.count < limits.maxQueuedCalls else {
+                fail(connection, ControlInterface.ErrorName.tooManyRequests.error([.init("limit", .int(Int64(limits.maxQueuedCalls)))]))
+                return
+            }
+            connection.queued.append(call)
+        }
+    }
+
+    /// The last word to a misbehaving client: the error, then the connection closes.
+    private func fail(_ connection: ControlConnection, _ error: VarlinkError) {
+        counters.errors += 1
+        counters.dropped[String(error.name.split(separator: ".").last ?? ""), default: 0] += 1
+        connection.queued.removeAll()
+        connection.stopReading()
+        if connection.inFlight == nil {
+            write(VarlinkReply.error(error).encoded, to: connection)
+        }
+        finishIfDone(connection)
+    }
+
+    /// Starts the next queued call when none is in flight.
+    private func pump(_ connection: ControlConnection) {
+        while connection.inFlight == nil, !connection.dropped, let call = connection.queued.popFirst() {
+            connection.inFlight = call
+            connection.calls += 1
+            counters.calls += 1
+            let id = connection.id
+            dispatch(call, peer: connection.peer!) { [unowned self] result in
+                self.queue.async { self.replied(id, result) }
+            }
+        }
+        finishIfDone(connection)
+    }
+
+    private func dispatch(_ call: VarlinkCall, peer: ControlPeer, reply: @escaping ControlReply) {
+        switch call.interface {
+        case ControlInterface.serviceName:
+            reply(ControlInterface.serviceReply(call))
+        case ControlInterface.name:
+            guard let method = ControlInterface.Method(rawValue: call.methodName) else {
+                reply(.failure(.methodNotFound(call.method)))
+                return
+            }
+            backend.handle(method, parameters: call.parameters, peer: peer, reply: reply)
+        default:
+            reply(.failure(.interfaceNotFound(call.interface)))
+        }
+    }
+
+    private func replied(_ id: UInt64, _ result: Result<[DumpField], VarlinkError>) {
+        guard let connection = connections[id], let call = connection.inFlight else { return }
+        connection.inFlight = nil
+        if !call.oneway {
+            let reply: VarlinkReply
+            switch result {
+            case .success(let fields): reply = .parameters(fields)
+            case .failure(let error):
+                counters.errors += 1
+                reply = .error(error)
+            }
+            write(reply.encoded, to: connection)
+        }
+        pump(connection)
+    }
+
+    private func write(_ bytes: [UInt8], to connection: ControlConnection) {
+        if !connection.send(bytes, limit: limits.maxReplyBytes, queue: queue.queue, now: DispatchTime.now().uptimeNanoseconds) {
+            drop(connection, reason: ("replies not read", "over \(limits.maxReplyBytes) bytes of replies not read"))
+        }
+    }
+
+    private func finishIfDone(_ connection: ControlConnection) {
+        if connection.finished { drop(connection, reason: nil) }
+    }
+
+    private func drop(_ connection: ControlConnection, reason: (key: String, detail: String)?) {
+        connection.drop()
+        connections[connection.id] = nil
+        if let reason {
+            counters.dropped[reason.key, default: 0] += 1
+            logger.debug("closed control connection \(connection.id) from \(connection.peer.map { LineEscaping.escaped($0.description) } ?? "?"): \(reason.detail)")
+        }
+    }
+
+    // MARK: Deadlines
+
+    private func armSweep() {
+        guard !sweepArmed, !connections.isEmpty else { return }
+        if sweepTimer == nil {
+            sweepTimer = sources.makeTimer(owner: "control", target: "control connection deadlines", on: queue) { [unowned self] in
+                self.sweepArmed = false
+                self.sweep()
+            }
+        }
+        sweepArmed = true
+        sweepTimer?.schedule(after: .seconds(1))
+    }
+
+    /// Once a second while any client is connected: drop the ones past a deadline.
+    private func sweep() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        for connection in Array(connections.values) {
+            if let since = connection.partialSince, now &- since > UInt64(limits.requestTimeout.nanosecondsClamped) {
+                drop(connection, reason: ("request timeout", "request not finished within \(limits.requestTimeout.compactDescription)"))
+            } else if let since = connection.writeBlockedSince, now &- since > UInt64(limits.writeTimeout.nanosecondsClamped) {
+                drop(connection, reason: ("write timeout", "reply not read within \(limits.writeTimeout.compactDescription)"))
+            } else if connection.isIdle, now &- connection.lastActivity > UInt64(limits.idleTimeout.nanosecondsClamped) {
+                drop(connection, reason: ("idle timeout", "idle for \(limits.idleTimeout.compactDescription)"))
+            } else if connection.closing, connection.inFlight == nil, connection.pendingReplyBytes == 0 {
+                drop(connection, reason: nil)
+            }
+        }
+        armSweep()
+    }
+
+    // MARK: Dump
+
+    public func describeForDump() -> DumpValue {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let open = connections.values.sorted { $0.id < $1.id }
+        return .object([
+            .init("socket", socketPath.map { .string($0) } ?? .null),
+            .init("problem", problem.map { .string($0) } ?? .null),
+            .init("group", access.group.map { .string($0.name) } ?? .null),
+            .init("connections", .int(Int64(connections.count))),
+            .init("max_connections", .int(Int64(limits.maxConnections))),
+            .init("accepted", .int(Int64(counters.accepted))),
+            .init("refused", .int(Int64(counters.refused))),
+            .init("calls", .int(Int64(counters.calls))),
+            .init("error_replies", .int(Int64(counters.errors))),
+            .init("accept_failures", .int(Int64(counters.acceptFailures))),
+            .init("dropped", .object(counters.dropped.sorted { $0.key < $1.key }.map { .init($0.key, .int(Int64($0.value))) })),
+            .init("open", .array(open.prefix(20).map { connection in
+                .object([
+                    .init("id", .int(Int64(connection.id))),
+                    .init("uid", connection.peer.map { .int(Int64($0.uid)) } ?? .null),
+                    .init("pid", connection.peer.map { .int(Int64($0.pid)) } ?? .null),
+                    .init("allowed", .bool(connection.allowed)),
+                    .init("age_s", .double(Double(now &- connection.openedAt) / 1e9)),
+                    .init("calls", .int(Int64(connection.calls))),
+                    .init("in_flight", connection.inFlight.map { .string($0.method) } ?? .null),
+                ])
+            })),
+        ])
+    }
+}
+
+/// One journal line per refused uid per minute, with the count of the ones in between, so
+/// a script retrying in a loop cannot flood the journal.
+struct RefusalLog {
+    private var last: [UInt32: (at: UInt64, suppressed: Int)] = [:]
+    static let interval: UInt64 = 60_000_000_000
+
+    /// The suffix for the line to log now, or nil to stay quiet.
+    mutating func record(uid: UInt32, now: UInt64) -> String? {
+        if let entry = last[uid], now &- entry.at < Self.interval {
+            last[uid] = (entry.at, entry.suppressed + 1)
+            return nil
+        }
+        let suppressed = last[uid]?.suppressed ?? 0
+        last[uid] = (now, 0)
+        if last.count > 1_000 { last = last.filter { now &- $0.value.at < Self.interval } }
+        return suppressed > 0 ? " (\(suppressed) more from this uid in the last minute not logged)" : ""
+    }
+}
+
+/// bind(2) or connect(2) `fd` to the socket at `path`.
+func socketCall(_ fd: Int32, path: String, connecting: Bool) throws(Errno) {
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    guard bytes.count <= Int(WK_SUN_PATH_MAX) else { throw Errno.fileNameTooLong }
+    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+        buffer.copyBytes(from: bytes)
+        buffer[bytes.count] = 0
+    }
+    let length = socklen_t(MemoryLayout.offset(of: \sockaddr_un.sun_path)! + bytes.count + 1)
+    let result = withUnsafePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+            valueOrErrno { connecting ? connect(fd, address, length) : bind(fd, address, length) }
+        }
+    }
+    _ = try result.get()
+}

@@ -1,0 +1,101 @@
+import Dispatch
+
+/// The control socket's calls, each answered by the owner of what it asks about, on that
+/// owner's queue: the lifecycle for reloads, the jobs queue for trigger, cancel and task
+/// history, the watching queue for a rule's files, the dump for everything shown.
+extension Daemon: ControlBackend {
+    public func handle(_ method: ControlInterface.Method, parameters: DumpValue, peer: ControlPeer, reply: @escaping ControlReply) {
+        do throws(VarlinkError) {
+            switch method {
+            case .status:
+                stateDump.snapshot(sections: ["daemon", "watchdog", "jobs", "tasks", "watches", "control"]) { status in
+                    reply(.success([.init("status", status)]))
+                }
+            case .dump:
+                stateDump.requestDump(reason: "watchkeeper dump") { document, text in
+                    reply(.success([.init("dump", document), .init("text", .string(text))]))
+                }
+            case .tasks:
+                stateDump.snapshot(sections: ["tasks"]) { value in
+                    reply(Self.section("tasks", of: value).map { [.init("tasks", $0)] })
+                }
+            case .watches:
+                stateDump.snapshot(sections: ["watches"]) { value in
+                    reply(Self.section("watches", of: value).map { [.init("watches", $0)] })
+                }
+            case .trigger:
+                let task = try parameters.requiredString("task")
+                whileRunning(reply) { self.trigger(task, reply: reply) }
+            case .cancel:
+                let text = try parameters.requiredString("run_id")
+                guard let runID = RunID(text) else { throw VarlinkError.invalidParameter("run_id") }
+                jobsQueue.async { reply(self.cancel(runID)) }
+            case .reload:
+                whileRunning(reply) { self.reloadForControl(reply) }
+            case .history:
+                let name = try parameters.requiredString("name")
+                let limit = Int(try parameters.optionalInt("limit", in: 1 ... 10_000) ?? 10)
+                lifecycleQueue.async { self.history(name, limit: limit, reply: reply) }
+            }
+        } catch {
+            reply(.failure(error))
+        }
+    }
+
+    private static func section(_ name: String, of value: DumpValue) -> Result<DumpValue, VarlinkError> {
+        guard let section = value[name], section["stuck"] == nil else {
+            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the \(name) subsystem did not answer in time"))]))
+        }
+        return .success(section)
+    }
+
+    /// Starting and stopping daemons neither start work nor reload.
+    private func whileRunning(_ reply: @escaping ControlReply, _ body: @escaping @Sendable () -> Void) {
+        lifecycleQueue.async {
+            guard case .running = self.machine.state else {
+                reply(.failure(ControlInterface.ErrorName.notRunning.error([.init("state", .string(self.machine.state.description))])))
+                return
+            }
+            body()
+        }
+    }
+
+    private func trigger(_ task: String, reply: @escaping ControlReply) {
+        jobsQueue.async {
+            switch self.scheduler.trigger(task: task) {
+            case .success(let runID):
+                reply(.success([.init("run_id", .string(runID))]))
+            case .failure(.unknownTask(let name)):
+                reply(.failure(ControlInterface.ErrorName.noSuchTask.error([.init("task", .string(name))])))
+            case .failure(let error):
+                reply(.failure(ControlInterface.ErrorName.notStarted.error([.init("task", .string(task)), .init("reason", .string(error.description))])))
+            }
+        }
+    }
+
+    /// Waiting (for a slot, a retry or its dependencies): cancelled with a record. Running:
+    /// expired like a budget overrun, so its on_expire handler runs, reason "cancelled".
+    /// Both checks run on the jobs queue, where a job's own end is decided, so the answer
+    /// cannot race it: a run that ended first is simply not found.
+    private func cancel(_ runID: RunID) -> Result<[DumpField], VarlinkError> {
+        dispatchPrecondition(condition: .onQueue(jobsQueue.queue))
+        if scheduler.cancel(runID: runID.description) { return .success([.init("was", .string("waiting"))]) }
+        if engine.expire(runID: runID, reason: .cancelled) { return .success([.init("was", .string("running"))]) }
+        return .failure(ControlInterface.ErrorName.noSuchRun.error([.init("run_id", .string(runID.description))]))
+    }
+
+    private func history(_ name: String, limit: Int, reply: @escaping ControlReply) {
+        dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
+        if configuration.tasks.contains(where: { $0.name == name }) {
+            jobsQueue.async {
+                reply(self.scheduler.history(task: name, limit: limit).map { [.init("kind", .string("task")), .init("runs", .array($0))] })
+            }
+        } else if configuration.watches.contains(where: { $0.name == name }) {
+            watchingQueue.async {
+                reply(self.watcher.history(rule: name, limit: limit).map { [.init("kind", .string("watch")), .init("runs", .array($0))] })
+            }
+        } else {
+            reply(.failure(ControlInterface.ErrorName.noSuchName.error([.init("name", .string(name))])))
+        }
+    }
+}

@@ -1,0 +1,271 @@
+import ArgumentParser
+import WatchkeeperCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where the control commands find the daemon: `--socket`, else `<runtime_dir>/control.sock`
+/// of the configuration `run` would use (`--config`, $WATCHKEEPER_CONFIG, the default).
+struct ControlOptions: ParsableArguments {
+    @Option(name: .long, help: "Control socket (default: <runtime_dir>/control.sock of the configuration).",
+            completion: .file())
+    var socket: String?
+
+    @Option(name: .long, help: "Configuration file whose runtime_dir holds the socket (default: $WATCHKEEPER_CONFIG, else \(ConfigLoader.defaultPath)).",
+            completion: .file(extensions: ["toml"]))
+    var config: String?
+
+    var socketPath: String {
+        if let socket { return socket }
+        return ControlClient.locateSocket(configPath: config, environment: ProcessEnvironment.current())
+    }
+
+    /// Connects, calls, and turns every failure into its message and exit code.
+    func call(_ method: ControlInterface.Method, _ parameters: [DumpField] = [], timeout: Duration = .seconds(30)) throws -> DumpValue {
+        // Not a daemon: Ctrl-C and a closed pipe end the command as usual.
+        HandledSignals.unblockInCallingThread()
+        do {
+            let client = try ControlClient.connect(path: socketPath, timeout: timeout)
+            return try ControlOptions.answer(client.call(VarlinkCall(method: method.qualified, parameters: parameters)))
+        } catch let error as ControlClientError {
+            StandardError.write("watchkeeper: \(error)\n")
+            throw ExitCode(error.exitCode)
+        }
+    }
+
+    static func answer(_ result: Result<DumpValue, VarlinkError>) throws -> DumpValue {
+        switch result {
+        case .success(let value):
+            return value
+        case .failure(let error):
+            let explained = ControlOptions.explain(error)
+            StandardError.write("watchkeeper: \(explained.message)\n")
+            throw ExitCode(explained.code)
+        }
+    }
+
+    /// The daemon's typed errors as sentences, with the exit code each ends with.
+    static func explain(_ error: VarlinkError) -> (message: String, code: Int32) {
+        func field(_ name: String) -> String { StatusViewText.of(error[name]) }
+        switch error.name {
+        case ControlInterface.ErrorName.noSuchTask.qualified:
+            return ("no task named \(field("task")) (`watchkeeper tasks` lists them)", ExitCode.refused)
+        case ControlInterface.ErrorName.noSuchName.qualified:
+            return ("no task or watch named \(field("name")) (`watchkeeper tasks`, `watchkeeper watches`)", ExitCode.refused)
+        case ControlInterface.ErrorName.noSuchRun.qualified:
+            return ("no run \(field("run_id")) is waiting or running (it may have finished: `watchkeeper history TASK`)", ExitCode.refused)
+        case ControlInterface.ErrorName.notStarted.qualified:
+            return (field("reason"), ExitCode.refused)
+        case ControlInterface.ErrorName.reloadFailed.qualified:
+            let errors = (error["errors"]?.arrayValue ?? []).map { StatusViewText.of($0) }
+            return (errors.joined(separator: "\n") + (errors.isEmpty ? "" : "\n")
+                    + "watchkeeper: reload refused: configuration generation \(field("generation")) stays in force", ExitCode.configuration)
+        case ControlInterface.ErrorName.notRunning.qualified:
+            return ("the daemon is \(field("state")) and cannot do this now", ExitCode.alreadyRunning)
+        case ControlInterface.ErrorName.unavailable.qualified:
+            return ("the daemon could not answer: \(field("reason"))", ExitCode.alreadyRunning)
+        default:
+            return ("the daemon answered with an error: \(error)", ExitCode.protocolError)
+        }
+    }
+}
+
+/// Task and watch names for shell completion, from the running daemon: the words typed so
+/// far may name the socket or the configuration. Silent and quick when there is no daemon
+/// (the shell then completes nothing).
+enum DaemonNames {
+    static func complete(_ words: [String], tasks: Bool, watches: Bool, prefix: String) -> [String] {
+        func value(after option: String) -> String? {
+            guard let index = words.firstIndex(of: option), index + 1 < words.count else { return nil }
+            return words[index + 1]
+        }
+        let environment = ProcessEnvironment.current()
+        let path = value(after: "--socket") ?? ControlClient.locateSocket(configPath: value(after: "--config"), environment: environment)
+        guard let client = try? ControlClient.connect(path: path, timeout: .seconds(1)) else { return [] }
+        var names: [String] = []
+        if tasks, case .success(let reply)? = try? client.call(VarlinkCall(method: ControlInterface.Method.tasks.qualified)) {
+            names += (reply["tasks"]?["tasks"]?.arrayValue ?? []).compactMap { $0["name"]?.stringValue }
+        }
+        if watches, case .success(let reply)? = try? client.call(VarlinkCall(method: ControlInterface.Method.watches.qualified)) {
+            names += (reply["watches"]?["rules"]?.arrayValue ?? []).compactMap { $0["name"]?.stringValue }
+        }
+        return names.filter { $0.hasPrefix(prefix) }
+    }
+}
+
+/// Escaped one-line text of a reply's value, for messages.
+enum StatusViewText {
+    static func of(_ value: DumpValue?) -> String {
+        guard let value else { return "-" }
+        return value.stringValue.map { LineEscaping.escaped($0) } ?? value.json
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the daemon's state, running jobs with progress and budget, next runs and watches."
+    )
+
+    @OptionGroup var control: ControlOptions
+    @Flag(name: .long, help: "Print the status as JSON (the Status reply of io.watchkeeper.Control).")
+    var json = false
+    @Flag(name: [.short, .long], help: "Redraw once a second until interrupted, like top.")
+    var follow = false
+
+    func run() throws {
+        let isTerminal = isatty(STDOUT_FILENO) == 1
+        let style = TerminalStyle.detect(isTerminal: isTerminal, environment: ProcessEnvironment.current(), width: terminalWidth())
+        repeat {
+            let status = try control.call(.status)["status"] ?? .null
+            let text = json ? status.json + "\n" : StatusView.render(status, style: style)
+            // On a terminal, each redraw replaces the last (home, clear); piped, snapshots follow each other.
+            print(follow && isTerminal ? "\u{1B}[H\u{1B}[2J" + text : text, terminator: follow && !isTerminal ? "\n" : "")
+            fflush(nil)  // all streams: `stdout` is a global Swift 6 will not touch
+            if follow { sleep(1) }
+        } while follow
+    }
+
+    private func terminalWidth() -> Int? {
+        var size = winsize()
+        guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
+        return Int(size.ws_col)
+    }
+}
+
+struct Trigger: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a task now, through its overlap policy and max_jobs (manual = true tasks run only this way)."
+    )
+
+    @OptionGroup var control: ControlOptions
+    @Argument(help: "The task's name.", completion: .custom { words, _, prefix in DaemonNames.complete(words, tasks: true, watches: false, prefix: prefix) })
+    var task: String
+
+    func run() throws {
+        let reply = try control.call(.trigger, [.init("task", .string(task))])
+        print("task \(LineEscaping.escaped(task)): run \(StatusViewText.of(reply["run_id"])) submitted (`watchkeeper status` follows it)")
+    }
+}
+
+struct Cancel: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Cancel a waiting run, or expire a running one through its on_expire handler (reason \"cancelled\")."
+    )
+
+    @OptionGroup var control: ControlOptions
+    @Argument(help: "The run ID, as `watchkeeper status` or the journal shows it.")
+    var runID: String
+
+    func run() throws {
+        let reply = try control.call(.cancel, [.init("run_id", .string(runID))])
+        if reply["was"]?.stringValue == "running" {
+            print("run \(LineEscaping.escaped(runID)) is expiring: its on_expire handler runs, then its stop signal, then SIGKILL after kill_grace")
+        } else {
+            print("run \(LineEscaping.escaped(runID)) was waiting and is cancelled")
+        }
+    }
+}
+
+struct Reload: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Reload the configuration, like SIGHUP, and wait for the result (PATH:LINE:COLUMN errors if refused)."
+    )
+
+    @OptionGroup var control: ControlOptions
+
+    func run() throws {
+        let reply = try control.call(.reload, timeout: .seconds(120))
+        print("reloaded: configuration generation \(StatusViewText.of(reply["generation"])) in force")
+    }
+}
+
+struct Dump: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the state dump (what SIGUSR1 writes to the journal) on standard output."
+    )
+
+    @OptionGroup var control: ControlOptions
+    @Flag(name: .long, help: "Print the dump as JSON (as in state.json).")
+    var json = false
+
+    func run() throws {
+        let reply = try control.call(.dump)
+        print(json ? (reply["dump"] ?? .null).json : (reply["text"]?.stringValue ?? ""))
+    }
+}
+
+struct Tasks: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List the tasks: schedule, next run, overlap, budget, last run.")
+
+    @OptionGroup var control: ControlOptions
+    @Flag(name: .long, help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        let tasks = try control.call(.tasks)["tasks"] ?? .null
+        if json { print(tasks.json); return }
+        let rows = (tasks["tasks"]?.arrayValue ?? []).map { task -> [String] in
+            let last = task["last_runs"]?.arrayValue?.first
+            return [StatusViewText.of(task["name"]), StatusViewText.of(task["schedule"]), StatusViewText.of(task["next_run"]),
+                    StatusViewText.of(task["overlap"]), StatusViewText.of(task["budget"]), String(task["running"]?.arrayValue?.count ?? 0),
+                    last.map { "\(StatusViewText.of($0["outcome"])) \(StatusViewText.of($0["started_at"]))" } ?? "-"]
+        }
+        TableView.render(header: ["TASK", "SCHEDULE", "NEXT RUN", "OVERLAP", "BUDGET", "RUNNING", "LAST RUN"], rows: rows).forEach { print($0) }
+    }
+}
+
+struct Watches: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List the watch rules: root, directories watched, events, jobs, problems.")
+
+    @OptionGroup var control: ControlOptions
+    @Flag(name: .long, help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        let watches = try control.call(.watches)["watches"] ?? .null
+        if json { print(watches.json); return }
+        let rows = (watches["rules"]?.arrayValue ?? []).map { rule -> [String] in
+            [StatusViewText.of(rule["name"]), StatusViewText.of(rule["root"]), StatusViewText.of(rule["inotify_watches"]),
+             StatusViewText.of(rule["events_seen"]), StatusViewText.of(rule["jobs_submitted"]), StatusViewText.of(rule["pending_settle"]),
+             StatusViewText.of(rule["unwatched_total"]), rule["root_missing"]?.boolValue == true ? "root missing" : "-"]
+        }
+        TableView.render(header: ["WATCH", "ROOT", "DIRS", "EVENTS", "JOBS", "SETTLING", "UNWATCHED", "PROBLEM"], rows: rows).forEach { print($0) }
+    }
+}
+
+struct History: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "The last runs of a task, or the last files a watch rule handled, from the state database."
+    )
+
+    @OptionGroup var control: ControlOptions
+    @Argument(help: "A task's or a watch rule's name.", completion: .custom { words, _, prefix in DaemonNames.complete(words, tasks: true, watches: true, prefix: prefix) })
+    var name: String
+    @Option(name: .customShort("n"), help: "How many, newest first (1-10000).")
+    var count: Int = 10
+    @Flag(name: .long, help: "Print JSON.")
+    var json = false
+
+    func validate() throws {
+        guard (1 ... 10_000).contains(count) else { throw ValidationError("-n must be between 1 and 10000") }
+    }
+
+    func run() throws {
+        let reply = try control.call(.history, [.init("name", .string(name)), .init("limit", .int(Int64(count)))])
+        if json { print(reply.json); return }
+        let runs = reply["runs"]?.arrayValue ?? []
+        if reply["kind"]?.stringValue == "watch" {
+            let rows = runs.map { [StatusViewText.of($0["finished_at"]), StatusViewText.of($0["outcome"]), StatusViewText.of($0["path"])] }
+            TableView.render(header: ["HANDLED", "OUTCOME", "FILE"], rows: rows).forEach { print($0) }
+        } else {
+            let rows = runs.map { run -> [String] in
+                let exit = run["exit_code"].flatMap { $0 == .null ? nil : StatusViewText.of($0) }
+                    ?? run["signal"].flatMap { $0 == .null ? nil : StatusViewText.of($0) } ?? "-"
+                return [StatusViewText.of(run["started_at"]), run["duration_s"]?.doubleValue.map { Duration.seconds($0).compactDescription } ?? "-",
+                        StatusViewText.of(run["outcome"]), exit, StatusViewText.of(run["run_id"])]
+            }
+            TableView.render(header: ["STARTED", "DURATION", "OUTCOME", "EXIT", "RUN"], rows: rows).forEach { print($0) }
+        }
+    }
+}
