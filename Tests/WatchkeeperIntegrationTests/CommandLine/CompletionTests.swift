@@ -33,6 +33,8 @@ final class CompletionTests: XCTestCase {
     private func bashCompletions(_ script: String, _ line: String, in directory: String) throws -> [String] {
         let harness = """
             shopt -s extglob
+            # Custom completions (task names) call the binary by name, as installed.
+            export PATH="$3:$PATH"
             source "$1"
             COMP_LINE="$2"; COMP_POINT=${#COMP_LINE}
             read -ra COMP_WORDS <<< "$2"
@@ -42,7 +44,8 @@ final class CompletionTests: XCTestCase {
             _watchkeeper watchkeeper "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
             printf '%s\\n' "${COMPREPLY[@]}"
             """
-        let result = try run("/bin/bash", ["-c", harness, "bash", script, line], in: directory)
+        let binaryDirectory = URL(fileURLWithPath: DaemonProcess.binaryPath).deletingLastPathComponent().path
+        let result = try run("/bin/bash", ["-c", harness, "bash", script, line, binaryDirectory], in: directory)
         XCTAssertEqual(result.status, 0, result.output)
         return result.output.split(separator: "\n").map(String.init)
     }
@@ -61,6 +64,36 @@ final class CompletionTests: XCTestCase {
                        ["trace", "debug", "info", "notice", "warning", "error", "critical"])
         XCTAssertEqual(try bashCompletions(script, "watchkeeper check-config conf/", in: directory), ["conf/site.toml"], "only .toml files")
         XCTAssertEqual(try bashCompletions(script, "watchkeeper run --config conf/", in: directory), ["conf/site.toml"])
+    }
+
+    /// Names come from the running daemon over its control socket; with no daemon there is
+    /// nothing to offer, quickly.
+    func testBash_completesTaskAndWatchNamesFromTheRunningDaemon() throws {
+        let script = try script("bash")
+        let sandbox = try DaemonSandbox()
+        try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
+        try sandbox.writeConfig("""
+            [daemon]
+            [[task]]
+            name = "backup-db"
+            manual = true
+            command = ["/bin/true"]
+            [[task]]
+            name = "backup-www"
+            manual = true
+            command = ["/bin/true"]
+            [[watch]]
+            name = "inbox"
+            path = "\(sandbox.root)/in"
+            command = ["/bin/true"]
+            """)
+        let socket = sandbox.runtimeDirectory + "/control.sock"
+        XCTAssertEqual(try bashCompletions(script, "watchkeeper trigger --socket \(socket) back", in: sandbox.root), [], "no daemon yet")
+        let notify = try NotifySocket()
+        let daemon = try sandbox.startReady(notifySocket: notify)
+        defer { daemon.stop(within: 10) }
+        XCTAssertEqual(Set(try bashCompletions(script, "watchkeeper trigger --socket \(socket) back", in: sandbox.root)), ["backup-db", "backup-www"])
+        XCTAssertEqual(Set(try bashCompletions(script, "watchkeeper history --socket \(socket) ", in: sandbox.root)), ["backup-db", "backup-www", "inbox"])
     }
 
     func testZshAndFishScripts_parse() throws {
