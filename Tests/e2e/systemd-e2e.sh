@@ -214,12 +214,13 @@ CHECKS=(
     "start becomes active after READY"
     "SIGUSR1 writes a state dump to the journal and state.json"
     "journalctl -x explains the daemon's entries from its installed catalog"
+    "watchkeeper status and reload work over the control socket in RuntimeDirectory="
     "reload applies a valid configuration in place"
     "reload of a broken configuration is rejected and the daemon keeps running"
     "reload of the restored configuration succeeds"
     "a task's output lines and run record are journal entries with their fields"
     "a watch job's record names its rule and the file's exact bytes, never a task"
-    "stop is clean"
+    "stop is clean, and the control socket is gone"
 )
 NEXT=0
 
@@ -456,6 +457,19 @@ check_catalog() {
     WHY="$out catalog entries installed"
 }
 
+# The control socket under systemd: in RuntimeDirectory=, there before READY=1, found by the
+# installed CLI with no option at all (the default configuration's runtime_dir), mode 0660.
+check_control() {
+    local out mode
+    out=$(ns /usr/local/bin/watchkeeper status 2>&1) || { WHY="watchkeeper status failed:$(printf '\n%s' "$out")"; return 1; }
+    printf '%s\n' "$out" | grep -q '^. watchkeeper .* - running for ' || { WHY="status does not say running:$(printf '\n%s' "$out")"; return 1; }
+    mode=$(ns stat -c '%a %U:%G %F' /run/watchkeeper/control.sock 2>&1)
+    [ "$mode" = "660 root:root socket" ] || { WHY="control.sock is '$mode', want '660 root:root socket'"; return 1; }
+    out=$(ns /usr/local/bin/watchkeeper reload 2>&1) || { WHY="watchkeeper reload failed: $out"; return 1; }
+    printf '%s\n' "$out" | grep -q '^reloaded: configuration generation [0-9]* in force$' || { WHY="reload said: $out"; return 1; }
+    WHY="$(ns /usr/local/bin/watchkeeper status | head -n 1); $out"
+}
+
 check_reload() {
     local before out
     before=$(count_id "$ID_RELOAD_OK")
@@ -614,6 +628,7 @@ check_stop() {
     fi
     wait_id "$ID_STOPPING" 0 || { WHY="no stopping message (MESSAGE_ID=$ID_STOPPING) in the journal"; return 1; }
     wait_id "$ID_UNIT_SUCCESS" 0 || { WHY="systemd did not log \"Deactivated successfully\" (MESSAGE_ID=$ID_UNIT_SUCCESS)"; return 1; }
+    ns test -e /run/watchkeeper/control.sock && { WHY="control.sock is still there after the stop"; return 1; }
     WHY="systemctl stop took $took ms"
 }
 
@@ -644,6 +659,7 @@ check check_start
 check check_dump
 measure_dump_latency
 check check_catalog
+check check_control
 check check_reload
 check check_broken_reload
 check check_restored_reload
