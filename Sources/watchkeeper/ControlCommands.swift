@@ -255,17 +255,15 @@ struct History: ParsableCommand {
         let reply = try control.call(.history, [.init("name", .string(name)), .init("limit", .int(Int64(count)))])
         if json { print(reply.json); return }
         let runs = reply["runs"]?.arrayValue ?? []
-        if reply["kind"]?.stringValue == "watch" {
-            let rows = runs.map { [StatusViewText.of($0["finished_at"]), StatusViewText.of($0["outcome"]), StatusViewText.of($0["path"])] }
-            TableView.render(header: ["HANDLED", "OUTCOME", "FILE"], rows: rows).forEach { print($0) }
-        } else {
-            let rows = runs.map { run -> [String] in
-                let exit = run["exit_code"].flatMap { $0 == .null ? nil : StatusViewText.of($0) }
-                    ?? run["signal"].flatMap { $0 == .null ? nil : StatusViewText.of($0) } ?? "-"
-                return [StatusViewText.of(run["started_at"]), run["duration_s"]?.doubleValue.map { Duration.seconds($0).compactDescription } ?? "-",
-                        StatusViewText.of(run["outcome"]), exit, StatusViewText.of(run["run_id"])]
-            }
-            TableView.render(header: ["STARTED", "DURATION", "OUTCOME", "EXIT", "RUN"], rows: rows).forEach { print($0) }
+        // Tasks and watch rules alike: a watch rule's runs name their file last.
+        let isWatch = reply["kind"]?.stringValue == "watch"
+        let rows = runs.map { run -> [String] in
+            let exit = run["exit_code"].flatMap { $0 == .null ? nil : StatusViewText.of($0) }
+                ?? run["signal"].flatMap { $0 == .null ? nil : StatusViewText.of($0) } ?? "-"
+            let started = run["started_at"].flatMap { $0 == .null ? nil : StatusViewText.of($0) } ?? StatusViewText.of(run["finished_at"])
+            return [started, run["duration_s"]?.doubleValue.map { Duration.seconds($0).compactDescription } ?? "-",
+                    StatusViewText.of(run["outcome"]), exit, StatusViewText.of(run["run_id"])] + (isWatch ? [StatusViewText.of(run["path"])] : [])
         }
+        TableView.render(header: ["STARTED", "DURATION", "OUTCOME", "EXIT", "RUN"] + (isWatch ? ["FILE"] : []), rows: rows).forEach { print($0) }
     }
 }

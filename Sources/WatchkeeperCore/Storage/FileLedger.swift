@@ -42,12 +42,33 @@ public struct LedgerRecord: Sendable, Equatable {
     public let outcome: String
     public let handledAt: WallTime
 
-    public init(rule: String, path: [UInt8], identity: FileIdentity, outcome: String, handledAt: WallTime) {
+    /// The run that handled it, when known.
+    public let run: LedgerRun?
+
+    public init(rule: String, path: [UInt8], identity: FileIdentity, outcome: String, handledAt: WallTime, run: LedgerRun? = nil) {
         self.rule = rule
         self.path = path
         self.identity = identity
         self.outcome = outcome
         self.handledAt = handledAt
+        self.run = run
+    }
+}
+
+/// What the ledger keeps of the run that handled a file, for `watchkeeper history WATCH`.
+public struct LedgerRun: Sendable, Equatable {
+    public let runID: String
+    public let startedAt: WallTime?
+    public let durationNanoseconds: Int64
+    public let exitCode: Int32?
+    public let signal: Int32?
+
+    public init(runID: String, startedAt: WallTime?, durationNanoseconds: Int64, exitCode: Int32?, signal: Int32?) {
+        self.runID = runID
+        self.startedAt = startedAt
+        self.durationNanoseconds = durationNanoseconds
+        self.exitCode = exitCode
+        self.signal = signal
     }
 }
 
@@ -176,10 +197,14 @@ public final class FileLedger {
                     action: action, code: SQLITE_RANGE,
                     message: "\(entry.handledAt.secondsSinceEpoch) seconds since the epoch is outside the years 1678 to 2262 that nanosecond times can hold")
             }
+            let run = entry.run
             values.append([
                 .text(entry.rule), .blob(entry.path), .integer(Int64(bitPattern: entry.identity.device)),
                 .integer(Int64(bitPattern: entry.identity.inode)), .integer(entry.identity.size),
                 .integer(entry.identity.modifiedNanoseconds), .text(entry.outcome), .integer(handledAt),
+                run.map { .text($0.runID) } ?? .null, run?.startedAt?.nanosecondsSinceEpoch.map { .integer($0) } ?? .null,
+                run.map { .integer($0.durationNanoseconds) } ?? .null, run?.exitCode.map { .integer(Int64($0)) } ?? .null,
+                run?.signal.map { .integer(Int64($0)) } ?? .null,
             ])
         }
         var start = 0
@@ -189,11 +214,13 @@ public final class FileLedger {
                 for row in values[start..<end] {
                     try connection.execute(
                         """
-                        INSERT INTO file_ledger (rule, path, device, inode, size, modified_ns, outcome, handled_at)
-                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                        INSERT INTO file_ledger (rule, path, device, inode, size, modified_ns, outcome, handled_at,
+                            run_id, started_at, duration_ns, exit_code, signal)
+                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                         ON CONFLICT (rule, path) DO UPDATE SET device = excluded.device, inode = excluded.inode,
                             size = excluded.size, modified_ns = excluded.modified_ns, outcome = excluded.outcome,
-                            handled_at = excluded.handled_at
+                            handled_at = excluded.handled_at, run_id = excluded.run_id, started_at = excluded.started_at,
+                            duration_ns = excluded.duration_ns, exit_code = excluded.exit_code, signal = excluded.signal
                         """, row, action: action)
                 }
             }
@@ -274,12 +301,22 @@ public final class FileLedger {
     /// The rule's files handled last, newest first (`watchkeeper history WATCH`). A scan of
     /// the rule's entries: an operator's occasional question does not earn an index that
     /// every handled file would pay to maintain.
-    public func recent(rule: String, limit: Int) throws(SQLiteError) -> [LedgerEntry] {
-        var found: [LedgerEntry] = []
+    public func recent(rule: String, limit: Int) throws(SQLiteError) -> [(entry: LedgerEntry, run: LedgerRun?)] {
+        var found: [(LedgerEntry, LedgerRun?)] = []
         try connection.execute(
-            "SELECT path, device, inode, size, modified_ns, outcome, handled_at FROM file_ledger WHERE rule = ?1 ORDER BY handled_at DESC, path LIMIT ?2",
+            """
+            SELECT path, device, inode, size, modified_ns, outcome, handled_at, run_id, started_at, duration_ns, exit_code, signal
+            FROM file_ledger WHERE rule = ?1 ORDER BY handled_at DESC, path LIMIT ?2
+            """,
             [.text(rule), .integer(Int64(limit))], action: "read the latest entries of watch \"\(rule)\" from"
-        ) { row in found.append(Self.entry(row)) }
+        ) { row in
+            let run = row.text(7).map { runID in
+                LedgerRun(runID: runID, startedAt: row.integer(8).map(WallTime.init(nanosecondsSinceEpoch:)),
+                          durationNanoseconds: row.integer(9) ?? 0, exitCode: row.integer(10).map { Int32(clamping: $0) },
+                          signal: row.integer(11).map { Int32(clamping: $0) })
+            }
+            found.append((Self.entry(row), run))
+        }
         return found
     }
 

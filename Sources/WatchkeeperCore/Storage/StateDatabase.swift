@@ -70,6 +70,15 @@ public enum StateDatabase {
         [
             "CREATE INDEX file_ledger_by_identity ON file_ledger (rule, inode, device)",
         ],
+        // 4: the run that handled each file, for `watchkeeper history WATCH`: its ID, start,
+        // duration and exit (NULL in entries written before).
+        [
+            "ALTER TABLE file_ledger ADD COLUMN run_id TEXT",
+            "ALTER TABLE file_ledger ADD COLUMN started_at INTEGER",
+            "ALTER TABLE file_ledger ADD COLUMN duration_ns INTEGER",
+            "ALTER TABLE file_ledger ADD COLUMN exit_code INTEGER",
+            "ALTER TABLE file_ledger ADD COLUMN signal INTEGER",
+        ],
     ]
 
     /// The `PRAGMA user_version` this build writes and understands.

@@ -138,9 +138,20 @@ extension DirectoryWatcher {
         let outcome = completion.final.outcome
         guard outcome != .cancelled, rule.settings.catchUp, ledger != nil else { return }
         let now = WallTime.now()
+        let final = completion.final
+        var exitCode: Int32?
+        var signal: Int32?
+        switch final.exit {
+        case .exited(let code)?: exitCode = code
+        case .signaled(let number, _)?: signal = number
+        case nil: break
+        }
+        let run = LedgerRun(runID: final.runID, startedAt: final.startedAt, durationNanoseconds: final.duration.nanosecondsClamped,
+                            exitCode: exitCode, signal: signal)
         for file in completion.subject.files {
             guard let identity = file.identity else { continue }
-            ledgerPending.append(LedgerRecord(rule: rule.name, path: Array(file.relative), identity: identity, outcome: outcome.rawValue, handledAt: now))
+            ledgerPending.append(LedgerRecord(rule: rule.name, path: Array(file.relative), identity: identity, outcome: outcome.rawValue,
+                                              handledAt: now, run: run))
         }
         scheduleLedgerFlush()
     }
@@ -168,10 +179,15 @@ extension DirectoryWatcher {
             return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the file ledger is not open: \(ledgerProblem ?? "unknown")"))]))
         }
         do {
-            return .success(try ledger.recent(rule: rule, limit: limit).map { entry in
+            return .success(try ledger.recent(rule: rule, limit: limit).map { entry, run in
                 .object([
+                    .init("run_id", run.map { .string($0.runID) } ?? .null),
                     .init("outcome", .string(entry.outcome)),
+                    .init("started_at", run?.startedAt.map { .string($0.iso8601) } ?? .null),
                     .init("finished_at", .string(entry.handledAt.iso8601)),
+                    .init("duration_s", run.map { .double(Double($0.durationNanoseconds) / 1e9) } ?? .null),
+                    .init("exit_code", run?.exitCode.map { .int(Int64($0)) } ?? .null),
+                    .init("signal", run?.signal.map { .string(HandledSignals.name($0)) } ?? .null),
                     .init("path", .bytes(entry.path)),
                 ])
             })

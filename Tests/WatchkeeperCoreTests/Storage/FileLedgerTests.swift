@@ -64,6 +64,25 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try reopened.count(rule: "never"), 0)
     }
 
+    /// `watchkeeper history WATCH`: newest first, with the run that handled each file; a
+    /// handling without a run (written before schema 4) reads back without one.
+    func testRecent_listsTheNewestHandlingsFirst_withTheirRuns() throws {
+        let ledger = try open()
+        defer { ledger.close() }
+        let run = LedgerRun(runID: "00000000000000aa", startedAt: noon, durationNanoseconds: 1_500_000, exitCode: nil, signal: 15)
+        try ledger.record([
+            record("inbox", "old", inode: 1, at: 1_800_000_000),
+            LedgerRecord(rule: "inbox", path: Array("new".utf8), identity: identity(2), outcome: "expired",
+                         handledAt: WallTime(secondsSinceEpoch: 1_800_000_100, nanoseconds: 0), run: run),
+            record("other", "elsewhere", inode: 3, at: 1_800_000_200),
+        ])
+        let recent = try ledger.recent(rule: "inbox", limit: 10)
+        XCTAssertEqual(recent.map { String(decoding: $0.entry.path, as: UTF8.self) }, ["new", "old"])
+        XCTAssertEqual(recent[0].run, run)
+        XCTAssertNil(recent[1].run)
+        XCTAssertEqual(try ledger.recent(rule: "inbox", limit: 1).count, 1)
+    }
+
     func testRecord_aBurstOfTenThousandFiles_commitsOncePerChunk_notOncePerFile() throws {
         let ledger = try open()
         defer { ledger.close() }

@@ -155,8 +155,11 @@ final class ControlCommandTests: ControlTestCase {
             history = (try? self.cli(["history", "inbox"])) ?? history
             return history.stdout.contains("report.csv")
         }, history.stdout + history.stderr)
-        XCTAssertTrue(history.stdout.hasPrefix("HANDLED"), history.stdout)
-        XCTAssertTrue(history.stdout.contains(" ok "), history.stdout)
+        XCTAssertTrue(history.stdout.hasPrefix("STARTED"), history.stdout)
+        let row = try XCTUnwrap(history.stdout.split(separator: "\n").first { $0.contains("report.csv") })
+        XCTAssertTrue(row.contains(" ok "), String(row))
+        XCTAssertTrue(row.contains(" 0 "), "the exit code: \(row)")
+        XCTAssertTrue(row.range(of: " [0-9a-f]{16} ", options: .regularExpression) != nil, "the run ID: \(row)")
         XCTAssertEqual(try cli(["history", "nothing"]).status, 1)
     }
 
