@@ -121,8 +121,9 @@ final class ControlConnection {
         if writeBlockedSince == nil { writeBlockedSince = now }
         if writer == nil {
             let source = DispatchSource.makeWriteSource(fileDescriptor: descriptor.rawValue, queue: queue)
-            source.setEventHandler { [unowned self] in
-                self.flush(queue: queue, now: DispatchTime.now().uptimeNanoseconds)
+            // Weak: a connection dropped while an event was already on its way is simply gone.
+            source.setEventHandler { [weak self] in
+                self?.flush(queue: queue, now: DispatchTime.now().uptimeNanoseconds)
             }
             writer = source
             source.activate()
