@@ -16,6 +16,10 @@ public struct DaemonSettings: Equatable, Sendable {
     public var recentProblems: Int = 50
     /// Jobs running at once, across all tasks and watches; the rest wait by priority.
     public var maxJobs: Int = 4
+    /// The Prometheus text file written every `metricsInterval` (node_exporter's textfile
+    /// collector reads it); nil: none is written, `watchkeeper metrics` still shows them.
+    public var metricsFile: String?
+    public var metricsInterval: Duration = .seconds(15)
 
     /// Under systemd, RuntimeDirectory= and StateDirectory= arrive as environment
     /// variables (several paths are colon-separated; the first is ours).
