@@ -32,6 +32,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     /// The job engine and the task scheduler, which asks it directly what runs.
     public let jobsQueue = SubsystemQueue(name: "jobs", qos: .default)
     public let watchingQueue = SubsystemQueue(name: "watching", qos: .default)
+    public let metricsQueue = SubsystemQueue(name: "metrics", qos: .utility)
 
     private let options: RunOptions
     private let sink: LogSink
@@ -44,6 +45,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var signals: SignalSources!
     private var scheduler: TaskScheduler!
     private var watcher: DirectoryWatcher!
+    /// `metrics.render { text in … }`: the Prometheus text, as `watchkeeper metrics` shows it.
+    private var metrics: MetricsExporter!
 
     // Confined to the lifecycle queue.
     private var machine = LifecycleMachine()
@@ -94,14 +97,17 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue]
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, metricsQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
         let jobContext = JobContext(queue: jobsQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
         engine = JobEngine(context: jobContext, maxJobs: configuration.daemon.maxJobs)
         scheduler = TaskScheduler(engine: engine)
         watcher = DirectoryWatcher(queue: watchingQueue, engine: engine)
-        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher], queues: monitored, sources: sources,
+        metrics = MetricsExporter(queue: metricsQueue, contributors: [self, watchdog, engine, watcher], sources: sources, logger: logger,
+                                  settings: configuration.daemon)
+        engine.metrics = metrics.jobMetrics
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher, metrics], queues: monitored, sources: sources,
                               sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
                               settings: configuration.daemon)
         signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
@@ -146,6 +152,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
         // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
         jobsQueue.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
+        metrics.start()
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -324,6 +331,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             prepareRuntimeDirectory(settings)
         }
         stateDump.apply(settings)
+        metrics.apply(settings)
         let tasks = new.tasks
         if settings.maxJobs != configuration.daemon.maxJobs { checkFileLimit(maxJobs: settings.maxJobs) }
         jobsQueue.queue.sync {
@@ -396,11 +404,14 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         // Every job has its record: the ledger's last entries go in and its WAL is folded.
         watchingQueue.queue.sync { watcher.close() }
         let logger = logger
-        stateDump.writeFinalState(reason: "stopped") {
-            let level: Logger.Level = code == ExitCode.success ? .notice : .error
-            logger.log(level: level, "stopped after draining for \(took.compactDescription); \(how)",
-                       metadata: [JournalFields.messageIDKey: .string(MessageID.stopped.rawValue)])
-            exit(code)
+        let stateDump = stateDump!
+        metrics.writeFinal {
+            stateDump.writeFinalState(reason: "stopped") {
+                let level: Logger.Level = code == ExitCode.success ? .notice : .error
+                logger.log(level: level, "stopped after draining for \(took.compactDescription); \(how)",
+                           metadata: [JournalFields.messageIDKey: .string(MessageID.stopped.rawValue)])
+                exit(code)
+            }
         }
     }
 
@@ -441,7 +452,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, configQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, metricsQueue, configQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")
@@ -461,5 +472,15 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             }
         }
         hook?.schedule(after: delay)
+    }
+}
+
+extension Daemon: MetricsContributor {
+    public func sampleMetrics() -> [MetricSample] {
+        [
+            MetricSample(MetricCatalog.reloadSuccessful, value: lastReload?.errors == nil ? 1 : 0),
+            MetricSample(MetricCatalog.reloadSuccessTime, value: loadedAt.epochSeconds),
+            MetricSample(MetricCatalog.generation, value: Double(generation)),
+        ]
     }
 }
