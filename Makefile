@@ -20,8 +20,10 @@ ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 
 # groff-base and man-db: the man page test renders man/ with groff and man; zsh and fish parse
-# their completion scripts in the completion test.
-APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish
+# their completion scripts in the completion test. prometheus-node-exporter serves the metrics
+# file in the metrics test, and prometheus brings promtool, which checks the alert rules.
+APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish \
+               prometheus-node-exporter prometheus
 SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper
@@ -96,6 +98,7 @@ install-files:
 	fi
 	install -d $(DESTDIR)$(DOCDIR)
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 etc/prometheus/watchkeeper-alerts.yml $(DESTDIR)$(DOCDIR)/
 	install -D -m 0644 catalog/watchkeeper.catalog $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
 	@# Completions come from the binary itself (swift-argument-parser), so they match its options.
 	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
