@@ -2,7 +2,6 @@ import CoreMetrics
 import Dispatch
 import Logging
 import Prometheus
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -180,19 +179,10 @@ public final class MetricsExporter: DumpContributor, @unchecked Sendable {
     /// Every contributor is asked at once on its own queue, with one deadline, as the dump
     /// asks: a stuck one costs this write `componentTimeout` and keeps its previous values.
     private func collectSamples() -> [(String, [MetricSample])] {
-        let answers = Mutex<[String: [MetricSample]]>([:])
-        let group = DispatchGroup()
-        for contributor in contributors {
-            group.enter()
-            contributor.dumpQueue.async {
-                let samples = contributor.sampleMetrics()
-                answers.withLock { $0[contributor.dumpSectionName] = samples }
-                group.leave()
-            }
-        }
-        _ = group.wait(timeout: .now() + componentTimeout.dispatchInterval)
-        let collected = answers.withLock { $0 }
-        return contributors.compactMap { contributor in collected[contributor.dumpSectionName].map { (contributor.dumpSectionName, $0) } }
+        let answers = askOnTheirQueues(within: componentTimeout, contributors.map { contributor in
+            (contributor.dumpSectionName, contributor.dumpQueue, { contributor.sampleMetrics() })
+        })
+        return contributors.compactMap { contributor in answers[contributor.dumpSectionName].map { (contributor.dumpSectionName, $0) } }
     }
 
     /// Counters take the owner's count as it is (reset, then incremented by it: both happen

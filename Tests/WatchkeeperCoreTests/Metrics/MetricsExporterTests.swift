@@ -127,35 +127,17 @@ final class MetricsExporterTests: ScratchDirectoryTestCase {
     }
 
     func testSortedByFamily_ordersFamiliesAndSeries_keepingEachHistogramsLinesTogetherAndInOrder() {
-        let text = """
-            # TYPE b_total counter
-            b_total{name="z"} 1
-            b_total{name="a"} 2
-            # TYPE a_seconds histogram
-            a_seconds_bucket{name="y",le="1.0"} 1
-            a_seconds_bucket{name="y",le="+Inf"} 1
-            a_seconds_sum{name="y"} 0.5
-            a_seconds_count{name="y"} 1
-            a_seconds_bucket{name="x_sum",le="1.0"} 0
-            a_seconds_bucket{name="x_sum",le="+Inf"} 2
-            a_seconds_sum{name="x_sum"} 4.0
-            a_seconds_count{name="x_sum"} 2
-
-            """
-        XCTAssertEqual(MetricsExporter.sortedByFamily(text), """
-            # TYPE a_seconds histogram
-            a_seconds_bucket{name="x_sum",le="1.0"} 0
-            a_seconds_bucket{name="x_sum",le="+Inf"} 2
-            a_seconds_sum{name="x_sum"} 4.0
-            a_seconds_count{name="x_sum"} 2
-            a_seconds_bucket{name="y",le="1.0"} 1
-            a_seconds_bucket{name="y",le="+Inf"} 1
-            a_seconds_sum{name="y"} 0.5
-            a_seconds_count{name="y"} 1
-            # TYPE b_total counter
-            b_total{name="a"} 2
-            b_total{name="z"} 1
-
-            """)
+        let counterType = "# TYPE b_total counter"
+        let counterZ = #"b_total{name="z"} 1"#
+        let counterA = #"b_total{name="a"} 2"#
+        let histogramType = "# TYPE a_seconds histogram"
+        // A label value ending in _sum must not split a histogram's lines.
+        let histogramY = [#"a_seconds_bucket{name="y",le="1.0"} 1"#, #"a_seconds_bucket{name="y",le="+Inf"} 1"#,
+                          #"a_seconds_sum{name="y"} 0.5"#, #"a_seconds_count{name="y"} 1"#]
+        let histogramX = [#"a_seconds_bucket{name="x_sum",le="1.0"} 0"#, #"a_seconds_bucket{name="x_sum",le="+Inf"} 2"#,
+                          #"a_seconds_sum{name="x_sum"} 4.0"#, #"a_seconds_count{name="x_sum"} 2"#]
+        let emitted = [counterType, counterZ, counterA, histogramType] + histogramY + histogramX
+        let sorted = [histogramType] + histogramX + histogramY + [counterType, counterA, counterZ]
+        XCTAssertEqual(MetricsExporter.sortedByFamily(emitted.joined(separator: "\n") + "\n"), sorted.joined(separator: "\n") + "\n")
     }
 }
