@@ -8,7 +8,7 @@ import Glibc
 #endif
 
 /// A release daemon on a generated configuration, stderr to a file, READY awaited.
-private final class BenchDaemon {
+final class BenchDaemon {
     let directory: String
     let pid: pid_t
     let stderrPath: String
@@ -49,9 +49,15 @@ private final class BenchDaemon {
         return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
     }
 
-    var residentMiB: Double {
+    var residentMiB: Double { statusMiB("VmRSS:") }
+
+    /// Anonymous resident memory (heap, stacks): what the daemon allocated, without the
+    /// binary's and libraries' file-backed pages.
+    var anonymousMiB: Double { statusMiB("RssAnon:") }
+
+    private func statusMiB(_ field: String) -> Double {
         let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        let kb = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?
+        let kb = status.split(separator: "\n").first { $0.hasPrefix(field) }?
             .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Double($0) } ?? 0
         return kb / 1024
     }
@@ -83,7 +89,7 @@ private func oneTask(_ name: String, _ lines: [String]) -> String {
     (["[daemon]", "[[task]]", "name = \"\(name)\""] + lines).joined(separator: "\n") + "\n"
 }
 
-private func releaseBinary() -> String {
+func releaseBinary() -> String {
     ProcessInfo.processInfo.environment["WATCHKEEPER_BIN"]
         ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("watchkeeper").path
 }
