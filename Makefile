@@ -22,7 +22,10 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # groff-base and man-db: the man page test renders man/ with groff and man; zsh and fish parse
 # their completion scripts in the completion test; tmux is the real terminal `status` is drawn
 # in; python3-pip installs the `varlink` client the control socket is tested with.
-APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish tmux python3-pip
+# prometheus-node-exporter serves the metrics file in the metrics test, and prometheus brings
+# promtool, which checks the alert rules.
+APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish tmux python3-pip \
+               prometheus-node-exporter prometheus
 # The Varlink client from PyPI (what other tools would call the control socket with), pinned,
 # into the build directory only: never into the system's Python.
 PYDEPS = .build/pydeps
@@ -105,6 +108,7 @@ install-files:
 	fi
 	install -d $(DESTDIR)$(DOCDIR)
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 etc/prometheus/watchkeeper-alerts.yml $(DESTDIR)$(DOCDIR)/
 	install -D -m 0644 catalog/watchkeeper.catalog $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
 	@# Completions come from the binary itself (swift-argument-parser), so they match its options.
 	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)

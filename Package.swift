@@ -14,6 +14,10 @@ let package = Package(
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
         // Errno and FileDescriptor: one typed error for every syscall (System/).
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        // Prometheus metrics (Metrics/): the engine records through the swift-metrics API,
+        // swift-prometheus keeps the values and writes the text exposition format.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // libsystemd (journal, sd_notify) plus the syscalls Glibc does not wrap (pidfd).
@@ -43,6 +47,8 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         .executableTarget(

@@ -49,9 +49,15 @@ final class BenchDaemon {
         return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
     }
 
-    var residentMiB: Double {
+    var residentMiB: Double { statusMiB("VmRSS:") }
+
+    /// Anonymous resident memory (heap, stacks): what the daemon allocated, without the
+    /// binary's and libraries' file-backed pages.
+    var anonymousMiB: Double { statusMiB("RssAnon:") }
+
+    private func statusMiB(_ field: String) -> Double {
         let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        let kb = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?
+        let kb = status.split(separator: "\n").first { $0.hasPrefix(field) }?
             .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Double($0) } ?? 0
         return kb / 1024
     }

@@ -195,6 +195,18 @@ struct Dump: ParsableCommand {
     }
 }
 
+struct Metrics: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the Prometheus metrics, current, in the text format metrics_file has."
+    )
+
+    @OptionGroup var control: ControlOptions
+
+    func run() throws {
+        print(try control.call(.metrics)["text"]?.stringValue ?? "", terminator: "")
+    }
+}
+
 struct Tasks: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List the tasks: schedule, next run, overlap, budget, last run.")
 

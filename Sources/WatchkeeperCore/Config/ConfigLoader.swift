@@ -156,6 +156,19 @@ public enum ConfigLoader {
             }
             daemon.controlGroup = group
         }
+        // node_exporter's textfile collector reads only *.prom files: any other name would
+        // be written and never exported, with nothing to say why.
+        if let file = reader.absolutePath("metrics_file") {
+            if file.hasSuffix(".prom") && file.count > "/.prom".count {
+                daemon.metricsFile = file
+            } else {
+                reader.context.error(at: reader.valuePosition("metrics_file"),
+                                     "\(reader.dotted("metrics_file")) = \"\(file)\" must name a *.prom file: node_exporter's textfile collector reads no other")
+            }
+        }
+        if let interval = reader.duration("metrics_interval", range: .seconds(1) ... .seconds(3_600)) {
+            daemon.metricsInterval = interval
+        }
     }
 }
 

@@ -18,6 +18,10 @@ public struct DaemonSettings: Equatable, Sendable {
     public var maxJobs: Int = 4
     /// Members of this group may use the control socket besides root and the daemon's user.
     public var controlGroup: String?
+    /// The Prometheus text file written every `metricsInterval` (node_exporter's textfile
+    /// collector reads it); nil: none is written, `watchkeeper metrics` still shows them.
+    public var metricsFile: String?
+    public var metricsInterval: Duration = .seconds(15)
 
     /// Under systemd, RuntimeDirectory= and StateDirectory= arrive as environment
     /// variables (several paths are colon-separated; the first is ours).

@@ -14,6 +14,7 @@ public enum ControlInterface {
         case tasks = "Tasks"
         case watches = "Watches"
         case history = "History"
+        case metrics = "Metrics"
 
         public var qualified: String { "\(ControlInterface.name).\(rawValue)" }
     }
@@ -83,6 +84,9 @@ public enum ControlInterface {
 
         # The last runs of a task or the last files handled by a watch rule, newest first.
         method History(name: string, limit: ?int) -> (kind: string, runs: []Run)
+
+        # The metrics in the Prometheus text format, as metrics_file has them, current.
+        method Metrics() -> (text: string)
 
         # No task of that name is configured.
         error NoSuchTask (task: string)

@@ -32,6 +32,8 @@ extension Daemon: ControlBackend {
                 jobsQueue.async { reply(self.cancel(runID)) }
             case .reload:
                 whileRunning(reply) { self.reloadForControl(reply) }
+            case .metrics:
+                metrics.render { text in reply(.success([.init("text", .string(text))])) }
             case .history:
                 let name = try parameters.requiredString("name")
                 let limit = Int(try parameters.optionalInt("limit", in: 1 ... 10_000) ?? 10)

@@ -34,11 +34,12 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     public let watchingQueue = SubsystemQueue(name: "watching", qos: .default)
     /// The control socket: its listener, connections and deadlines.
     public let controlQueue = SubsystemQueue(name: "control", qos: .userInitiated)
+    public let metricsQueue = SubsystemQueue(name: "metrics", qos: .utility)
 
-    private let options: RunOptions
-    private let sink: LogSink
-    private let logger: Logger
-    private let notifier: SystemdNotifier
+    let options: RunOptions
+    let sink: LogSink
+    let logger: Logger
+    let notifier: SystemdNotifier
     private let sources = SourceRegistry()
     // Internal, not private: Daemon+Control answers the control socket's calls with them.
     var engine: JobEngine!
@@ -47,28 +48,30 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var signals: SignalSources!
     var scheduler: TaskScheduler!
     var watcher: DirectoryWatcher!
-    private var control: ControlServer!
+    var control: ControlServer!
+    /// `metrics.render { text in … }`: the Prometheus text, as `watchkeeper metrics` shows it.
+    var metrics: MetricsExporter!
 
     // Confined to the lifecycle queue.
     var machine = LifecycleMachine()
     var configuration: Configuration
-    private var generation: Int64 = 1
-    private var loadedAt = WallTime.now()
-    private var lastReload: (at: WallTime, errors: ConfigErrors?)?
+    var generation: Int64 = 1
+    var loadedAt = WallTime.now()
+    var lastReload: (at: WallTime, errors: ConfigErrors?)?
     private var readyAfter: Duration?
     private var drainStartedAt: UInt64?
     private var drainOutcome: DrainReport?
-    private var reloadInProgress = false
+    var reloadInProgress = false
     /// `watchkeeper reload` callers, answered when the reload they asked for is done;
     /// those who asked during a reload wait for the one after it.
-    private var reloadWaiters: [ControlReply] = []
-    private var nextReloadWaiters: [ControlReply] = []
+    var reloadWaiters: [ControlReply] = []
+    var nextReloadWaiters: [ControlReply] = []
     /// Held for the daemon's life; the kernel releases it when the process ends.
     private var stateLock: StateDirectoryLock?
-    private var reloadAgain = false
+    var reloadAgain = false
     /// Reads and checks the configuration on reload; not watched by the watchdog, since a
     /// slow parse there harms nothing else.
-    private let configQueue = SubsystemQueue(name: "config", qos: .utility)
+    let configQueue = SubsystemQueue(name: "config", qos: .utility)
     private var drainExtender: RegisteredTimer?
     /// The tasks subsystem's view for STATUS=, pushed from its queue.
     private var jobSummary: (running: Int, text: String) = (0, "")
@@ -102,7 +105,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue]
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, metricsQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
         let jobContext = JobContext(queue: jobsQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
@@ -110,7 +113,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         scheduler = TaskScheduler(engine: engine)
         watcher = DirectoryWatcher(queue: watchingQueue, engine: engine)
         control = ControlServer(queue: controlQueue, sources: sources, logger: logger, backend: self)
-        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher, control], queues: monitored, sources: sources,
+        metrics = MetricsExporter(queue: metricsQueue, contributors: [self, watchdog, engine, watcher], sources: sources, logger: logger,
+                                  settings: configuration.daemon)
+        engine.metrics = metrics.jobMetrics
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher, control, metrics], queues: monitored, sources: sources,
                               sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
                               settings: configuration.daemon)
         signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
@@ -157,6 +163,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         jobsQueue.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
         // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
         controlQueue.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
+        metrics.start()
         perform(machine.handle(.sourcesRegistered))
     }
 
@@ -167,7 +174,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     static let descriptorsPerJob = 7
     static let descriptorsForTheDaemon = 64
 
-    private func checkFileLimit(maxJobs: Int) {
+    func checkFileLimit(maxJobs: Int) {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
         // The soft limit is ours to raise up to the hard one (select(2) is not used here).
@@ -197,7 +204,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
     }
 
-    private func prepareRuntimeDirectory(_ settings: DaemonSettings) {
+    func prepareRuntimeDirectory(_ settings: DaemonSettings) {
         do {
             try makeDirectories(settings.runtimeDirectory)
         } catch {
@@ -219,7 +226,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
     }
 
-    private func perform(_ actions: [LifecycleAction]) {
+    func perform(_ actions: [LifecycleAction]) {
         dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
         for action in actions {
             switch action {
@@ -251,7 +258,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     }
 
     /// One line for `systemctl status`: what runs, and what went wrong last.
-    private func statusLine() -> String {
+    func statusLine() -> String {
         var line = machine.state.description
         if case .draining(let signal) = machine.state {
             line = "stopping on \(HandledSignals.name(signal)): \(jobSummary.running) job(s) still running"
@@ -265,108 +272,6 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             line += "; last reload FAILED, old config kept: \(errors.summary)"
         }
         return String(line.prefix(400))
-    }
-
-    /// The configuration is read and checked on a queue of its own, so a huge or hostile
-    /// file delays only the reload: SIGTERM, the dump and the watchdog's probes of the
-    /// lifecycle queue are answered meanwhile. A SIGHUP during a reload asks for one more.
-    private func reload() {
-        guard !reloadInProgress else {
-            reloadAgain = true
-            return
-        }
-        reloadInProgress = true
-        let monotonic = MonotonicClock.nowMicroseconds()
-        notifier.send([("RELOADING", "1"), ("MONOTONIC_USEC", String(monotonic)), ("STATUS", "reloading \(configuration.path)")])
-        let at = WallTime.now()
-        let path = configuration.path
-        let environment = options.environment
-        configQueue.async {
-            // A reload also picks up a tzdata update for cron schedules.
-            TimeZoneRules.discardCachedZones()
-            let result = ConfigLoader.load(path: path, environment: environment)
-            // A refused file may have cost a lot of memory to parse: give it back.
-            _ = malloc_trim(0)
-            self.lifecycleQueue.async { self.finishReload(result, at: at) }
-        }
-    }
-
-    /// `watchkeeper reload`: a reload like SIGHUP's, answered once its result is known.
-    func reloadForControl(_ reply: @escaping ControlReply) {
-        dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
-        if reloadInProgress { nextReloadWaiters.append(reply) } else { reloadWaiters.append(reply) }
-        perform(machine.handle(.reloadRequested))
-    }
-
-    private func answerReloadWaiters(_ answer: Result<[DumpField], VarlinkError>) {
-        let waiters = reloadWaiters
-        reloadWaiters = nextReloadWaiters
-        nextReloadWaiters = []
-        for reply in waiters { reply(answer) }
-    }
-
-    private func finishReload(_ result: Result<Configuration, ConfigErrors>, at: WallTime) {
-        reloadInProgress = false
-        guard case .running = machine.state else {
-            logger.notice("a reload finished while stopping; its result is not applied")
-            // Both those waiting for this reload and those waiting for the next one.
-            let stopping = ControlInterface.ErrorName.notRunning.error([.init("state", .string(machine.state.description))])
-            answerReloadWaiters(.failure(stopping))
-            answerReloadWaiters(.failure(stopping))
-            return
-        }
-        var result = result
-        if case .success(let loaded) = result, loaded.daemon.stateDirectory != configuration.daemon.stateDirectory {
-            // The task history, the file ledger and the lock live there: moving them under
-            // running work would split them. Refused whole, so nothing half-applies.
-            result = .failure(ConfigErrors([ConfigDiagnostic(file: loaded.path, position: nil, message:
-                "state_dir cannot change on reload (from \(configuration.daemon.stateDirectory) to \(loaded.daemon.stateDirectory)): restart watchkeeper to use the new state directory")]))
-        }
-        switch result {
-        case .success(let loaded):
-            apply(loaded)
-            generation += 1
-            loadedAt = at
-            lastReload = (at, nil)
-            logger.notice("reloaded \(loaded.path): configuration generation \(generation) in force",
-                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded.rawValue), "generation": .stringConvertible(generation)])
-            answerReloadWaiters(.success([.init("generation", .int(generation))]))
-        case .failure(let errors):
-            lastReload = (at, errors)
-            for diagnostic in errors.diagnostics {
-                logger.error("\(diagnostic)", metadata: [JournalFields.messageIDKey: .string(MessageID.configInvalid.rawValue)])
-            }
-            logger.error("unable to reload \(configuration.path): \(errors.diagnostics.count) error(s); configuration generation \(generation) stays in force",
-                         metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed.rawValue), "errors": .string(errors.description)])
-            answerReloadWaiters(.failure(ControlInterface.ErrorName.reloadFailed.error([
-                .init("generation", .int(generation)), .init("errors", .array(errors.diagnostics.map { .string($0.description) })),
-            ])))
-        }
-        notifier.send([("READY", "1"), ("STATUS", statusLine())])
-        if reloadAgain {
-            reloadAgain = false
-            reload()
-        }
-    }
-
-    private func apply(_ new: Configuration) {
-        let settings = new.daemon
-        sink.setLevel(options.logLevelOverride ?? settings.logLevel)
-        sink.problems.resize(capacity: settings.recentProblems)
-        if settings.runtimeDirectory != configuration.daemon.runtimeDirectory {
-            prepareRuntimeDirectory(settings)
-        }
-        stateDump.apply(settings)
-        let tasks = new.tasks
-        if settings.maxJobs != configuration.daemon.maxJobs { checkFileLimit(maxJobs: settings.maxJobs) }
-        jobsQueue.queue.sync {
-            engine.setMaxJobs(settings.maxJobs)
-            scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)
-        }
-        let watches = new.watches
-        watchingQueue.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
-        controlQueue.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
-        configuration = new
     }
 
     private func beginDrain(signal: Int32) {
@@ -432,11 +337,14 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         // Served through the drain (`status` shows what it waits for); removed only now.
         controlQueue.queue.sync { control.stop() }
         let logger = logger
-        stateDump.writeFinalState(reason: "stopped") {
-            let level: Logger.Level = code == ExitCode.success ? .notice : .error
-            logger.log(level: level, "stopped after draining for \(took.compactDescription); \(how)",
-                       metadata: [JournalFields.messageIDKey: .string(MessageID.stopped.rawValue)])
-            exit(code)
+        let stateDump = stateDump!
+        metrics.writeFinal {
+            stateDump.writeFinalState(reason: "stopped") {
+                let level: Logger.Level = code == ExitCode.success ? .notice : .error
+                logger.log(level: level, "stopped after draining for \(took.compactDescription); \(how)",
+                           metadata: [JournalFields.messageIDKey: .string(MessageID.stopped.rawValue)])
+                exit(code)
+            }
         }
     }
 
@@ -477,7 +385,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, configQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, metricsQueue, configQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")
@@ -497,5 +405,15 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             }
         }
         hook?.schedule(after: delay)
+    }
+}
+
+extension Daemon: MetricsContributor {
+    public func sampleMetrics() -> [MetricSample] {
+        [
+            MetricSample(MetricCatalog.reloadSuccessful, value: lastReload?.errors == nil ? 1 : 0),
+            MetricSample(MetricCatalog.reloadSuccessTime, value: loadedAt.epochSeconds),
+            MetricSample(MetricCatalog.generation, value: Double(generation)),
+        ]
     }
 }

@@ -16,8 +16,8 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
     public let tickInterval: Duration
     // Confined to `queue`.
     private var timer: RegisteredTimer?
-    private var pingsSent: UInt64 = 0
-    private var pingsWithheld: UInt64 = 0
+    private(set) var pingsSent: UInt64 = 0
+    private(set) var pingsWithheld: UInt64 = 0
     private var ticks: UInt64 = 0
     private var reportedStuck: [String: UInt64] = [:]
 

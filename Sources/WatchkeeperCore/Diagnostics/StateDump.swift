@@ -186,18 +186,28 @@ public final class StateDump: @unchecked Sendable {
     /// Every contributor is asked at once; one deadline bounds the wait, so a stuck
     /// component costs the dump `componentTimeout`, not a hang.
     private func collectContributions(_ contributors: [DumpContributor]) -> [String: DumpValue] {
-        let answers = Mutex<[String: DumpValue]>([:])
-        let group = DispatchGroup()
-        for contributor in contributors {
-            group.enter()
-            contributor.dumpQueue.async {
-                let value = contributor.describeForDump()
-                answers.withLock { $0[contributor.dumpSectionName] = value }
-                group.leave()
-            }
-        }
-        let deadline = DispatchTime.now() + .nanoseconds(Int(componentTimeout.nanosecondsClamped))
-        _ = group.wait(timeout: deadline)
-        return answers.withLock { $0 }
+        askOnTheirQueues(within: componentTimeout, contributors.map { contributor in
+            (contributor.dumpSectionName, contributor.dumpQueue, { contributor.describeForDump() })
+        })
     }
+}
+
+/// Asks every component its question on its own queue, all at once, and waits for the
+/// answers with one deadline: those that came in time, by name. The caller's queue waits
+/// (the dump's, the metrics'), never a component's own.
+func askOnTheirQueues<Answer: Sendable>(
+    within timeout: Duration, _ questions: [(name: String, queue: SubsystemQueue, ask: @Sendable () -> Answer)]
+) -> [String: Answer] {
+    let answers = Mutex<[String: Answer]>([:])
+    let group = DispatchGroup()
+    for question in questions {
+        group.enter()
+        question.queue.async {
+            let answer = question.ask()
+            answers.withLock { $0[question.name] = answer }
+            group.leave()
+        }
+    }
+    _ = group.wait(timeout: .now() + timeout.dispatchInterval)
+    return answers.withLock { $0 }
 }

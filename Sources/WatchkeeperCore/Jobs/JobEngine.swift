@@ -90,6 +90,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     var drain: EngineDrain?
     /// Called after anything a status line shows changed (runs started, ended, progress).
     public var onChange: (() -> Void)?
+    /// Told of every group configured, first attempt started and record journaled.
+    public var metrics: JobMetrics?
 
     public init(context: JobContext, maxJobs: Int) {
         self.queue = context.queue
@@ -116,6 +118,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
         groups[group.key] = group
+        metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
     }
@@ -266,6 +269,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
         startedTotal += 1
+        if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
         let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
                          onLeftovers: { [weak self] child, grace in self?.linger(child, key: key, grace: grace) }) { [weak self] record in
             self?.ended(item.runID, record: record)
@@ -387,6 +391,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
     private func log(_ record: RunRecord, key: JobKey, subject: JobSubject) {
         totals[key, default: [:]][record.outcome, default: 0] += 1
+        metrics?.recorded(record, key: key)
         record.journal(to: context.sink, key: key, subject: subject)
     }
 

@@ -43,12 +43,16 @@ public struct FileSubject: Sendable {
     public let rootLength: Int
     public let event: WatchEvent
     public let identity: FileIdentity?
+    /// When its last event came, or a scan found it (monotonic nanoseconds): where its
+    /// event-to-start latency is measured from.
+    public let eventAt: UInt64?
 
-    public init(path: [UInt8], rootLength: Int, event: WatchEvent, identity: FileIdentity?) {
+    public init(path: [UInt8], rootLength: Int, event: WatchEvent, identity: FileIdentity?, eventAt: UInt64? = nil) {
         self.path = path
         self.rootLength = rootLength
         self.event = event
         self.identity = identity
+        self.eventAt = eventAt
     }
 
     public var relative: ArraySlice<UInt8> {

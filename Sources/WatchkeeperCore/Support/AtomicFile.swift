@@ -16,7 +16,7 @@ struct FileWriteError: Error, Equatable, CustomStringConvertible {
 
 /// Replaces `path` with `contents` so that a reader sees the previous file or the new one,
 /// never half of one, and so that nobody else who can write to the directory can make the
-/// daemon (root) write somewhere else.
+/// daemon (root) write somewhere else. The file gets exactly `mode`, whatever the umask.
 ///
 /// - The directory must belong to the effective uid and must not be writable by group or
 ///   others unless it has the sticky bit; otherwise the call is refused. Anyone else who
@@ -70,6 +70,14 @@ func writeFileAtomically(
         if fileDescriptor >= 0 || errno != EEXIST { break }
     }
     guard fileDescriptor >= 0 else { throw failure("open \(directory)/\(temporary)", errno) }
+    // The mode asked for, not what the umask leaves of it: the unit's UMask=0027 would make
+    // a 0644 metrics file unreadable to node_exporter, which runs as a user of its own.
+    if fchmod(fileDescriptor, mode) != 0 {
+        let code = errno
+        close(fileDescriptor)
+        _ = unlinkat(directoryDescriptor, temporary, 0)
+        throw failure("fchmod \(directory)/\(temporary)", code)
+    }
 
     func removeTemporary() {
         // The file is ours and unfinished; if even unlink fails, it is left as a hidden

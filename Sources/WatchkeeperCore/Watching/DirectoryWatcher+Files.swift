@@ -13,14 +13,19 @@ extension DirectoryWatcher {
 
     func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false) {
         guard accepting else { return }
-        let window = fromScan ? max(rule.settings.settle, Self.scanSettle) : rule.settings.settle
+        let window = settleWindow(rule, fromScan: fromScan)
+        let now = DispatchTime.now().uptimeNanoseconds
         if window == .zero && rule.settle.item(for: relative) == nil {
-            if let subject = admit(rule, relative: relative, event: event, fromScan: false) { submit([.file(subject)], rule: rule) }
+            if let subject = admit(rule, relative: relative, event: event, fromScan: false, eventAt: now) { submit([.file(subject)], rule: rule) }
             return
         }
-        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(window.nanosecondsClamped)
+        let deadline = now + UInt64(window.nanosecondsClamped)
         rule.settle.add(path: relative, event: event, deadline: deadline, fromScan: fromScan)
         armSettleTimer(rule)
+    }
+
+    private func settleWindow(_ rule: WatchRule, fromScan: Bool) -> Duration {
+        fromScan ? max(rule.settings.settle, Self.scanSettle) : rule.settings.settle
     }
 
     private func armSettleTimer(_ rule: WatchRule) {
@@ -40,7 +45,11 @@ extension DirectoryWatcher {
         // together settle microseconds apart), up to a quarter of the window or 250 ms.
         let lookahead = rule.settings.batch ? UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped) : 0
         let due = rule.settle.takeDue(now: DispatchTime.now().uptimeNanoseconds, lookahead: lookahead)
-        let admitted = due.compactMap { admit(rule, relative: $0.path, event: $0.event, fromScan: $0.fromScan) }
+        // A window ends its length after the last event (or the scan that found the file).
+        let admitted = due.compactMap { item in
+            admit(rule, relative: item.path, event: item.event, fromScan: item.fromScan,
+                  eventAt: item.deadline &- UInt64(settleWindow(rule, fromScan: item.fromScan).nanosecondsClamped))
+        }
         if let input = rule.settings.batchInput {
             submit(WatchRule.batches(admitted, input: input, budget: batchBudget(input)), rule: rule)
         } else {
@@ -53,11 +62,11 @@ extension DirectoryWatcher {
     /// is a regular file (a FIFO would block the job, a planted link would lead a root job
     /// elsewhere), and was not handled before in this exact form, at this path or another
     /// one it was moved from.
-    func admit(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool) -> FileSubject? {
+    func admit(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool, eventAt: UInt64) -> FileSubject? {
         let absolute = rule.absolute(relative)
         let rootLength = absolute.count - relative.count - (relative.isEmpty ? 0 : 1)
         guard event != .deleted && event != .movedOut else {
-            return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil)
+            return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt)
         }
         var info = stat()
         let found = TreeScanner.withCString(absolute) { rule.settings.followSymlinks ? stat($0, &info) : lstat($0, &info) } == 0
@@ -78,7 +87,7 @@ extension DirectoryWatcher {
             return nil
         }
         rule.remember(identity, at: relative)
-        return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity)
+        return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt)
     }
 
     /// Handled successfully in this exact form in an earlier life of the daemon (this life's

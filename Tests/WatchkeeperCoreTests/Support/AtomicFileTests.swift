@@ -47,6 +47,16 @@ final class AtomicFileTests: XCTestCase {
         XCTAssertEqual(try entries(directory), ["state.json"])
     }
 
+    func testWrittenFile_hasTheModeAskedFor_whateverTheUmask() throws {
+        let directory = try makeScratchDirectory()
+        let previous = umask(0o027)
+        defer { umask(previous) }
+        try writeFileAtomically(directory + "/watchkeeper.prom", contents: "x 1\n", mode: 0o644)
+        var status = stat()
+        XCTAssertEqual(stat(directory + "/watchkeeper.prom", &status), 0)
+        XCTAssertEqual(status.st_mode & 0o7777, 0o644)
+    }
+
     func testTemporaryNames_areHiddenAndUnpredictable() {
         let names = (0..<64).map { _ in randomTemporaryName("state.json") }
         XCTAssertEqual(Set(names).count, names.count)

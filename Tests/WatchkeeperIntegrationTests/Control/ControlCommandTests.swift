@@ -134,6 +134,19 @@ final class ControlCommandTests: ControlTestCase {
         XCTAssertNotNil(object["control"])
     }
 
+    func testMetrics_printsTheCurrentPrometheusText_withTheRunJustFinished() throws {
+        try startDaemon(Self.tasks)
+        XCTAssertEqual(try cli(["trigger", "by-hand"]).status, 0)
+        var metrics = try cli(["metrics"])
+        XCTAssertTrue(waitFor(10) {
+            metrics = (try? self.cli(["metrics"])) ?? metrics
+            return metrics.stdout.contains(#"watchkeeper_jobs_total{kind="task",name="by-hand",outcome="ok"} 1"#)
+        }, metrics.stdout + metrics.stderr)
+        XCTAssertEqual(metrics.status, 0)
+        XCTAssertTrue(metrics.stdout.contains("# HELP watchkeeper_build_info"), metrics.stdout)
+        XCTAssertTrue(metrics.stdout.contains(#"watchkeeper_jobs_total{kind="task",name="slow",outcome="failed"} 0"#), "every series from the start")
+    }
+
     func testTasksAndWatches_listEveryEntry() throws {
         try startDaemon(Self.tasks)
         let tasks = try cli(["tasks"])

@@ -1,0 +1,104 @@
+import CoreMetrics
+import Dispatch
+
+/// The job engine's instruments, through the swift-metrics API: the engine calls them at
+/// the places it already keeps its own account (a group configured, a run started, a
+/// record journaled next to `totals`), so the exported counts are the dump's counts and
+/// there is no second tally to drift from it. Confined to the engine's queue.
+///
+/// Series of a task or rule are made when the engine is told about it, at start and on
+/// every reload, so they are exported at 0 before its first run: `increase()` and alerts
+/// see the first failure. A removed task's series stay until the daemon restarts, as its
+/// totals stay in the dump.
+public final class JobMetrics: @unchecked Sendable {
+    private struct Instruments {
+        let outcomes: [RunOutcome: Counter]
+        let expirations: [ExpiryReason: Counter]
+        let lastSuccess: Gauge
+        let lastFailure: Gauge
+        let duration: Timer
+        let startLatency: Timer
+    }
+
+    static let expiryReasons: [ExpiryReason] = [.budget, .shutdown, .replaced]
+
+    private let factory: any MetricsFactory
+    private var instruments: [JobKey: Instruments] = [:]
+
+    public init(factory: any MetricsFactory) {
+        self.factory = factory
+    }
+
+    /// Every series of the task or rule, at 0 if it has none yet.
+    public func prepare(_ key: JobKey) {
+        _ = instruments(for: key)
+    }
+
+    /// A run's record, at the moment the engine journals it and adds it to its totals.
+    public func recorded(_ record: RunRecord, key: JobKey) {
+        let instruments = instruments(for: key)
+        instruments.outcomes[record.outcome]?.increment()
+        let finished = record.finishedAt.epochSeconds
+        switch record.outcome {
+        case .ok:
+            instruments.lastSuccess.record(finished)
+        case .failed, .expired:
+            instruments.lastFailure.record(finished)
+        case .skippedOverlap, .missed, .cancelled:
+            break
+        }
+        if record.outcome == .expired, let reason = record.expiry {
+            instruments.expirations[reason]?.increment()
+        }
+        // Records of work that never started have no duration worth a bucket.
+        if record.startedAt != nil {
+            instruments.duration.recordNanoseconds(max(0, record.duration.nanosecondsClamped))
+        }
+    }
+
+    /// A first attempt starts (a retry's wait is its backoff, not latency).
+    public func started(_ key: JobKey, subject: JobSubject) {
+        guard let latency = Self.startLatency(of: subject, now: DispatchTime.now().uptimeNanoseconds, wallNow: .now()) else { return }
+        instruments(for: key).startLatency.recordNanoseconds(latency)
+    }
+
+    /// Nanoseconds from what made the job due to `now`: a file's last event (monotonic), the
+    /// oldest of a batch's, or a task's scheduled instant (wall clock; the schedule is one).
+    /// nil when the subject carries no such instant (a run asked for "now").
+    static func startLatency(of subject: JobSubject, now: UInt64, wallNow: WallTime) -> Int64? {
+        switch subject {
+        case .schedule(let scheduledAt):
+            guard let scheduledAt else { return nil }
+            let seconds = wallNow.secondsSinceEpoch - scheduledAt.secondsSinceEpoch
+            let nanoseconds = Int64(wallNow.nanoseconds) - Int64(scheduledAt.nanoseconds)
+            return max(0, seconds * 1_000_000_000 + nanoseconds)
+        case .file(let file):
+            return file.eventAt.map { Int64(clamping: now >= $0 ? now - $0 : 0) }
+        case .batch(let files, _):
+            return files.compactMap(\.eventAt).min().map { Int64(clamping: now >= $0 ? now - $0 : 0) }
+        }
+    }
+
+    private func instruments(for key: JobKey) -> Instruments {
+        if let existing = instruments[key] { return existing }
+        let dimensions = [("kind", key.kind.rawValue), ("name", key.name)]
+        var outcomes: [RunOutcome: Counter] = [:]
+        for outcome in RunOutcome.allCases {
+            outcomes[outcome] = Counter(label: MetricCatalog.jobs.name, dimensions: dimensions + [("outcome", outcome.rawValue)], factory: factory)
+        }
+        var expirations: [ExpiryReason: Counter] = [:]
+        for reason in Self.expiryReasons {
+            expirations[reason] = Counter(label: MetricCatalog.expirations.name, dimensions: dimensions + [("reason", reason.rawValue)], factory: factory)
+        }
+        let made = Instruments(
+            outcomes: outcomes,
+            expirations: expirations,
+            lastSuccess: Gauge(label: MetricCatalog.lastSuccess.name, dimensions: dimensions, factory: factory),
+            lastFailure: Gauge(label: MetricCatalog.lastFailure.name, dimensions: dimensions, factory: factory),
+            duration: Timer(label: MetricCatalog.duration.name, dimensions: dimensions, factory: factory),
+            startLatency: Timer(label: MetricCatalog.startLatency.name, dimensions: dimensions, factory: factory)
+        )
+        instruments[key] = made
+        return made
+    }
+}
