@@ -81,6 +81,22 @@ final class ControlCommandTests: ControlTestCase {
         XCTAssertTrue(ascii.stdout.contains("progress [##########"), ascii.stdout)
     }
 
+    /// Piped, --follow prints a snapshot a second, one after the other, until interrupted.
+    func testStatusFollow_printsASnapshotEverySecond_untilInterrupted() throws {
+        try startDaemon(Self.tasks)
+        let output = sandbox.root + "/follow.out"
+        let follow = try DaemonProcess(arguments: ["status", "--follow", "--socket", socketPath],
+                                       environment: ["PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"],
+                                       stderrPath: sandbox.root + "/follow.err", stdoutPath: output)
+        func snapshots() -> Int {
+            ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").components(separatedBy: "● watchkeeper").count - 1
+        }
+        XCTAssertTrue(waitFor(15) { snapshots() >= 3 }, "snapshots so far: \(snapshots())")
+        XCTAssertFalse(((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").contains("\u{1B}"), "no screen clearing when piped")
+        follow.send(SIGINT)
+        XCTAssertEqual(follow.waitForExit(timeout: 10), 128 + SIGINT, "Ctrl-C ends it")
+    }
+
     func testCancel_expiresARunningRunThroughOnExpire_withReasonCancelled() throws {
         try startDaemon(Self.tasks)
         XCTAssertEqual(try cli(["trigger", "slow"]).status, 0)
