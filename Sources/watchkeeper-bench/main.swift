@@ -10,6 +10,7 @@ let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("progress", "daemon CPU per update while a job floods its progress fd for 10 s", runProgressCostBenchmark),
     ("timer", "start jitter of a 1 s task over 60 s (WATCHKEEPER_BENCH_TIMER_S)", runTimerJitterBenchmark),
     ("spawn", "job spawn cost: ProcessSpawner (fork/exec shim) vs posix_spawn, to exec and to reaped (µs)", runSpawnOverheadBenchmark),
+    ("dump", "SIGUSR1 dump with 1,000 tasks and 10,000 watched directories: build time and to state.json", runDumpBenchmark),
     ("control", "control socket: Status latency with 200 tasks and 8 running jobs, RSS of serving it", runControlBenchmark),
     ("metrics", "idle RSS on the demo configuration with and without metrics_file (WATCHKEEPER_BENCH_BASELINE: a binary to compare)", runMetricsMemoryBenchmark),
     ("watch", "watch rules vs a C inotify loop, inotifywait, incrond: event-to-job latency, 100k-file burst, idle 10k dirs", runWatchBenchmarks),

@@ -71,7 +71,7 @@ final class ControlAccessTests: ControlTestCase {
         }
         try startDaemon(ControlCommandTests.tasks)
         XCTAssertEqual(try cli(["trigger", "slow"]).status, 0)
-        XCTAssertTrue(waitFor(10) { (try? self.cli(["status"]).stdout.contains("42%")) ?? false })
+        XCTAssertTrue(waitFor(10) { (try? self.cli(["status"]).stdout.contains("copying part 3")) ?? false })
         let session = "wk-\(getpid())-\(Int.random(in: 0 ..< 1_000_000))"
         let command = "\(DaemonProcess.binaryPath) status --socket \(socketPath); sleep 30"
         XCTAssertEqual(try tmux(["new-session", "-d", "-s", session, "-x", "160", "-y", "50",

@@ -66,7 +66,8 @@ final class ControlCommandTests: ControlTestCase {
         var status = try cli(["status"])
         XCTAssertTrue(waitFor(10) {
             status = (try? self.cli(["status"])) ?? status
-            return status.stdout.contains("42%")
+            // PROGRESS= and STATUS= are two lines: they may be applied in two updates.
+            return status.stdout.contains("42%") && status.stdout.contains("copying part 3")
         }, status.stdout + status.stderr)
         XCTAssertEqual(status.status, 0)
         XCTAssertTrue(status.stdout.contains("● watchkeeper"), status.stdout)
