@@ -1,3 +1,6 @@
+import CSQLite
+import CWatchkeeperSystem
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,6 +13,13 @@ public struct ResourceUsage: Sendable, Equatable {
     public var openFileDescriptors: Int?
     public var userCPUSeconds: Double
     public var systemCPUSeconds: Double
+    /// Where resident memory goes: anonymous pages (the heap and stacks, not the binary's
+    /// pages), what malloc has handed out and what it keeps free without returning, and
+    /// SQLite's share (page caches and statements of both connections).
+    public var anonymousBytes: Int64? = nil
+    public var mallocInUseBytes: Int64 = 0
+    public var mallocFreeBytes: Int64 = 0
+    public var sqliteBytes: Int64 = 0
 
     public static func current() -> ResourceUsage {
         let status = (try? readSmallFile("/proc/self/status")) ?? ""
@@ -20,13 +30,19 @@ public struct ResourceUsage: Sendable, Equatable {
         let threadLine = status.split(separator: "\n").first { $0.hasPrefix("Threads:") }
         var usage = rusage()
         getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        // mallinfo2 walks every arena under its lock: cheap next to building a dump.
+        let heap = mallinfo2()
         return ResourceUsage(
             residentBytes: kilobytes("VmRSS"),
             peakResidentBytes: kilobytes("VmHWM"),
             threads: threadLine.flatMap { Int($0.split(separator: "\t").last?.trimmingSpaces ?? "") },
             openFileDescriptors: countOpenFileDescriptors(),
             userCPUSeconds: Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6,
-            systemCPUSeconds: Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+            systemCPUSeconds: Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6,
+            anonymousBytes: kilobytes("RssAnon"),
+            mallocInUseBytes: Int64(heap.uordblks) + Int64(heap.hblkhd),
+            mallocFreeBytes: Int64(heap.fordblks),
+            sqliteBytes: sqlite3_memory_used()
         )
     }
 
@@ -50,6 +66,10 @@ public struct ResourceUsage: Sendable, Equatable {
             .init("open_fds", optional(openFileDescriptors.map(Int64.init))),
             .init("cpu_user_s", .double(userCPUSeconds)),
             .init("cpu_system_s", .double(systemCPUSeconds)),
+            .init("rss_anonymous_bytes", optional(anonymousBytes)),
+            .init("malloc_in_use_bytes", .int(mallocInUseBytes)),
+            .init("malloc_free_kept_bytes", .int(mallocFreeBytes)),
+            .init("sqlite_bytes", .int(sqliteBytes)),
         ])
     }
 }
