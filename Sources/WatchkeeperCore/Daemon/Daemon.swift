@@ -143,6 +143,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         watchdog.start()
         checkFileLimit(maxJobs: configuration.daemon.maxJobs)
+        engine.onBurstOver = { [unowned self] in
+            self.watchingQueue.async { self.watcher.releaseMemoryAfterBurst() }
+        }
         engine.onChange = { [unowned self] in
             // On the jobs queue: take the figures here, show them from the lifecycle queue.
             let summary = (self.engine.runningCount, self.engine.runningSummary)

@@ -90,6 +90,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     var drain: EngineDrain?
     /// Called after anything a status line shows changed (runs started, ended, progress).
     public var onChange: (() -> Void)?
+    /// Called on the jobs queue a moment after a burst is over, for the owners of other
+    /// caches (the file ledger) to give their memory back too.
+    public var onBurstOver: (() -> Void)?
     /// Told of every group configured, first attempt started and record journaled.
     public var metrics: JobMetrics?
 
@@ -247,8 +250,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             // the system, instead of keeping the peak for the daemon's life.
             peakWaiting = 0
             if trimTimer == nil {
-                trimTimer = context.sources.makeTimer(owner: "jobs", target: "give memory back after a burst of \(Self.burstSize)+ waiting jobs", on: queue) {
+                trimTimer = context.sources.makeTimer(owner: "jobs", target: "give memory back after a burst of \(Self.burstSize)+ waiting jobs", on: queue) { [weak self] in
                     _ = malloc_trim(0)
+                    self?.onBurstOver?()
                 }
             }
             trimTimer?.schedule(after: Self.trimDelay)

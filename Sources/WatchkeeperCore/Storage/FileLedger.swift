@@ -320,6 +320,13 @@ public final class FileLedger {
         return found
     }
 
+    /// After a burst: the page cache goes back (see SQLiteConnection.releaseMemory).
+    public func releaseMemory() {
+        connection.releaseMemory()
+    }
+
+    public var cacheBytes: Int { connection.cacheBytes }
+
     public func count(rule: String) throws(SQLiteError) -> Int {
         var count = 0
         try connection.execute("SELECT count(*) FROM file_ledger WHERE rule = ?1", [.text(rule)],

@@ -179,6 +179,22 @@ public final class SQLiteConnection {
 
     public var isOpen: Bool { database != nil }
 
+    /// Gives back the page cache this connection holds (it refills as pages are read
+    /// again): after a burst, so the pages it touched are not kept for the daemon's life.
+    public func releaseMemory() {
+        guard let database else { return }
+        sqlite3_db_release_memory(database)
+    }
+
+    /// Bytes of page cache the connection holds now.
+    public var cacheBytes: Int {
+        guard let database else { return 0 }
+        var current: Int32 = 0
+        var highWater: Int32 = 0
+        sqlite3_db_status(database, SQLITE_DBSTATUS_CACHE_USED, &current, &highWater, 0)
+        return Int(current)
+    }
+
     /// Transactions committed through `transaction`, for the dump (and to see group commit).
     public private(set) var commits: UInt64 = 0
 

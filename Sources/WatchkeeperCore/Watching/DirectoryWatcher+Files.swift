@@ -1,3 +1,4 @@
+import CWatchkeeperSystem
 import Dispatch
 
 #if canImport(Glibc)
@@ -203,6 +204,15 @@ extension DirectoryWatcher {
         } catch {
             return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))]))
         }
+    }
+
+    /// After a burst (the engine says when): what is still waiting goes into the ledger, the
+    /// ledger's page cache is given back, then malloc's free memory.
+    public func releaseMemoryAfterBurst() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        flushLedger()
+        ledger?.releaseMemory()
+        _ = malloc_trim(0)
     }
 
     func flushLedger() {

@@ -83,6 +83,19 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try ledger.recent(rule: "inbox", limit: 1).count, 1)
     }
 
+    /// After a burst the daemon gives the ledger's page cache back rather than keep the pages
+    /// the burst touched for its whole life.
+    func testReleaseMemory_givesBackThePageCacheABurstFilled_andTheLedgerStillReads() throws {
+        let ledger = try open()
+        defer { ledger.close() }
+        try ledger.record((0 ..< 10_000).map { record("inbox", "file-\($0)", inode: UInt64($0)) })
+        let filled = ledger.cacheBytes
+        XCTAssertGreaterThan(filled, 256 * 1024, "10,000 entries fill more than a few pages")
+        ledger.releaseMemory()
+        XCTAssertLessThan(ledger.cacheBytes, filled / 4)
+        XCTAssertEqual(try ledger.count(rule: "inbox"), 10_000)
+    }
+
     func testRecord_aBurstOfTenThousandFiles_commitsOncePerChunk_notOncePerFile() throws {
         let ledger = try open()
         defer { ledger.close() }
