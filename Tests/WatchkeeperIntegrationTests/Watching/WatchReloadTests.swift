@@ -40,7 +40,12 @@ final class WatchReloadTests: WatchTestCase {
         }, daemon.stderr)
         try reload("")
         XCTAssertTrue(daemon.waitForStderr(containing: "2 file(s) waiting to settle are not started: the watch rule was removed by a reload", timeout: 5), daemon.stderr)
-        let cancelled = daemon.stderr.split(separator: "\n").filter { $0.contains("watch going run") && $0.contains("outcome=cancelled") }
+        // The notice comes first, then one record per file: wait for the records, not the notice.
+        var cancelled: [Substring] = []
+        XCTAssertTrue(waitFor(10) {
+            cancelled = daemon.stderr.split(separator: "\n").filter { $0.contains("watch going run") && $0.contains("outcome=cancelled") }
+            return cancelled.count >= 2
+        }, daemon.stderr)
         XCTAssertEqual(cancelled.count, 2, daemon.stderr)
         XCTAssertTrue(cancelled.contains { $0.contains("path=\(sandbox.root)/in/one") }, daemon.stderr)
         XCTAssertTrue(cancelled.contains { $0.contains("path=\(sandbox.root)/in/two") }, daemon.stderr)
