@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <errno.h>
 #include <unistd.h>
 
 // glibc's memrchr and memmem are vectorised but declared only under _GNU_SOURCE,
@@ -73,5 +74,36 @@ extern int accept4(int fd, struct sockaddr *address, socklen_t *length, int flag
 static inline int wk_accept_nonblocking(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); }
 // The largest socket path sockaddr_un holds (107 bytes and the NUL on Linux).
 enum { WK_SUN_PATH_MAX = sizeof(((struct sockaddr_un *)0)->sun_path) - 1 };
+
+// Job output to journald (Logging/JournalSocket.swift): many entries per syscall. Each
+// entry is one datagram at `arena + spans[2i]`, `spans[2i + 1]` bytes long, on a socket
+// connected to journald's native socket. sendmmsg and struct mmsghdr are _GNU_SOURCE only:
+// the struct is declared here with the kernel's layout and the call made by number.
+struct wk_mmsghdr { struct msghdr msg_hdr; unsigned int msg_len; };
+enum { WK_SEND_BATCH = 64 };
+// Returns how many entries went out (all of them unless an error stopped it), or -errno
+// when the first one failed.
+static inline long wk_send_datagrams(int fd, const unsigned char *arena, const size_t *spans, size_t count) {
+    size_t sent = 0;
+    while (sent < count) {
+        struct wk_mmsghdr messages[WK_SEND_BATCH];
+        struct iovec vectors[WK_SEND_BATCH];
+        size_t batch = count - sent < WK_SEND_BATCH ? count - sent : WK_SEND_BATCH;
+        memset(messages, 0, sizeof(struct wk_mmsghdr) * batch);
+        for (size_t i = 0; i < batch; i++) {
+            vectors[i].iov_base = (void *)(arena + spans[2 * (sent + i)]);
+            vectors[i].iov_len = spans[2 * (sent + i) + 1];
+            messages[i].msg_hdr.msg_iov = &vectors[i];
+            messages[i].msg_hdr.msg_iovlen = 1;
+        }
+        long done = syscall(SYS_sendmmsg, fd, messages, (unsigned int)batch, MSG_NOSIGNAL);
+        if (done < 0) {
+            if (errno == EINTR) continue;
+            return sent > 0 ? (long)sent : -errno;
+        }
+        sent += (size_t)done;
+    }
+    return (long)sent;
+}
 
 #endif

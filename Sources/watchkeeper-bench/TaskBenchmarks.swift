@@ -14,7 +14,9 @@ final class BenchDaemon {
     let stderrPath: String
     private var stopped = false
 
-    init(binary: String, config: (String) -> String) throws {
+    /// `stderr`: an open descriptor to give the daemon as its stderr (a pipe the bench
+    /// reads), instead of the file `stderrPath`.
+    init(binary: String, config: (String) -> String, stderr: Int32? = nil, environment extra: [String] = []) throws {
         var template = Array("/tmp/wk-bench-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw BenchFailure(description: "mkdtemp failed") }
         directory = String(cString: made)
@@ -25,10 +27,14 @@ final class BenchDaemon {
         posix_spawn_file_actions_init(&actions)
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        if let stderr {
+            posix_spawn_file_actions_adddup2(&actions, stderr, 2)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        }
         let argv: [UnsafeMutablePointer<CChar>?] = ([binary, "run", "--config", directory + "/watchkeeper.toml"] as [String]).map { strdup($0) } + [nil]
         let variables: [String] = ["PATH=/usr/bin:/bin", "NOTIFY_SOCKET=\(notify.path)", "RUNTIME_DIRECTORY=\(directory)/run",
-                                   "STATE_DIRECTORY=\(directory)/state"]
+                                   "STATE_DIRECTORY=\(directory)/state"] + extra
         let environment: [UnsafeMutablePointer<CChar>?] = variables.map { strdup($0) } + [nil]
         var child: pid_t = 0
         let result = posix_spawn(&child, binary, &actions, nil, argv, environment)

@@ -13,6 +13,7 @@ let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("dump", "SIGUSR1 dump with 1,000 tasks and 10,000 watched directories: build time and to state.json", runDumpBenchmark),
     ("control", "control socket: Status latency with 200 tasks and 8 running jobs, RSS of serving it", runControlBenchmark),
     ("metrics", "idle RSS on the demo configuration with and without metrics_file (WATCHKEEPER_BENCH_BASELINE: a binary to compare)", runMetricsMemoryBenchmark),
+    ("output", "a job's 1 GiB of output through the daemon: CPU per GiB, throughput, peak RSS (WATCHKEEPER_BENCH_OUTPUT_MIB, _READ_MIBS, _CASES=lines,flat)", runOutputBenchmark),
     ("watch", "watch rules vs a C inotify loop, inotifywait, incrond: event-to-job latency, 100k-file burst, idle 10k dirs", runWatchBenchmarks),
 ]
 

@@ -138,13 +138,9 @@ final class ChildProcess: @unchecked Sendable {
 /// writes: one read buffer and at most one partial line.
 final class OutputChannel: @unchecked Sendable {
     let stream: String
-    private let kind: JobKind
-    private let name: String
-    private let runID: String
-    private let pid: pid_t
-    private let context: JobContext
     private var source: FileDescriptorReadSource?
     private var splitter = LineSplitter()
+    private let writer: JobOutputWriter
     private let fd: Int32
     private(set) var lines: UInt64 = 0
     private(set) var bytes: UInt64 = 0
@@ -154,11 +150,7 @@ final class OutputChannel: @unchecked Sendable {
 
     init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
         self.stream = stream
-        self.kind = kind
-        self.name = name
-        self.runID = runID
-        self.pid = pid
-        self.context = context
+        writer = JobOutputWriter(sink: context.sink, name: name, kind: kind, runID: runID, pid: pid, stream: stream)
         let stats = context.sources.register(.read, owner: "\(kind.rawValue) \(name) run \(runID)", target: "\(stream) of pid \(pid)", on: context.queue)
         let source = pipe.makeReadSourceKeepingWriteEnd(queue: context.queue.queue) { [sources = context.sources] in
             sources.unregister(stats)
@@ -174,13 +166,19 @@ final class OutputChannel: @unchecked Sendable {
     }
 
     private func readAvailable(fd: Int32, final: Bool = false) {
-        var buffer = [UInt8](repeating: 0, count: Self.readSize)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readSize, alignment: 16)
+        defer {
+            writer.flush()
+            buffer.deallocate()
+        }
         for _ in 0..<(final ? Int.max : Self.readsPerEvent) {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let count = read(fd, buffer.baseAddress, buffer.count)
             if count > 0 {
                 bytes += UInt64(count)
-                buffer.withUnsafeBytes { raw in
-                    splitter.feed(UnsafeRawBufferPointer(rebasing: raw[0..<count])) { line in emit(line) }
+                writer.beginRead()
+                splitter.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { line, continues in
+                    lines += 1
+                    writer.line(line, continues: continues)
                 }
                 continue
             }
@@ -190,28 +188,15 @@ final class OutputChannel: @unchecked Sendable {
         }
     }
 
-    private func emit(_ line: LineSplitter.Line) {
-        lines += 1
-        let (priority, message) = LineSplitter.priorityPrefix(line.bytes)
-        var text = Array(message)
-        if line.continues { text += Array(" […]".utf8) }
-        let level = priority ?? 6
-        context.sink.emit(bytes: [
-            ("MESSAGE", text),
-            ("PRIORITY", Array(String(level).utf8)),
-            ("SYSLOG_IDENTIFIER", Array(name.utf8)),
-            ("SYSLOG_PID", Array(String(pid).utf8)),
-            (kind.fieldName, Array(name.utf8)),
-            ("WATCHKEEPER_RUN_ID", Array(runID.utf8)),
-            ("WATCHKEEPER_STREAM", Array(stream.utf8)),
-        ], stderrText: "\(WallTime.now().iso8601) \(self.name)[\(self.pid)] \(self.stream): \(String(decoding: text, as: UTF8.self))")
-    }
-
     /// Reads what is left (the read end is non-blocking), then stops.
     func close() {
         guard let source else { return }
         readAvailable(fd: fd, final: true)
-        splitter.finish { line in emit(line) }
+        splitter.finish { line, continues in
+            lines += 1
+            writer.line(line, continues: continues)
+        }
+        writer.flush()
         source.cancel()
         self.source = nil
     }

@@ -34,11 +34,36 @@ public enum LineEscaping {
         if bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && ($0 != backslash || !escapingBackslashes) }) {
             return String(decoding: bytes, as: UTF8.self)
         }
-        let input = Array(bytes)
         var output: [UInt8] = []
-        output.reserveCapacity(input.count + 16)
+        Array(bytes).withUnsafeBufferPointer { input in
+            append(input, to: &output, keepingNewlines: keepingNewlines, escapingBackslashes: escapingBackslashes)
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    /// A job's output line as stderr shows it, appended to `output`: controls escaped,
+    /// backslashes kept (as `controlsEscaped(inFormatted:)`), without making a String.
+    static func appendControlsEscaped(_ line: UnsafeBufferPointer<UInt8>, to output: inout [UInt8]) {
+        append(line, to: &output, keepingNewlines: false, escapingBackslashes: false)
+    }
+
+    /// Runs of bytes that need no escape are copied whole: output lines are mostly plain.
+    private static func append(_ input: UnsafeBufferPointer<UInt8>, to output: inout [UInt8], keepingNewlines: Bool, escapingBackslashes: Bool) {
+        let backslash = UInt8(ascii: "\\")
+        output.reserveCapacity(output.count + input.count + 16)
         var index = 0
         while index < input.count {
+            var plainEnd = index
+            while plainEnd < input.count {
+                let byte = input[plainEnd]
+                if byte < 0x20 || byte >= 0x7F || (byte == backslash && escapingBackslashes) { break }
+                plainEnd += 1
+            }
+            if plainEnd > index {
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: input[index..<plainEnd]))
+                index = plainEnd
+                continue
+            }
             let byte = input[index]
             if byte < 0x80 {
                 switch byte {
@@ -47,8 +72,7 @@ public enum LineEscaping {
                 case UInt8(ascii: "\r"): output += Array("\\r".utf8)
                 case UInt8(ascii: "\t"): output += Array("\\t".utf8)
                 case backslash where escapingBackslashes: output += [backslash, backslash]
-                case 0x00..<0x20, 0x7F: appendByteEscape(byte, to: &output)
-                default: output.append(byte)
+                default: appendByteEscape(byte, to: &output)
                 }
                 index += 1
                 continue
@@ -64,11 +88,10 @@ public enum LineEscaping {
                 let hex = String(scalar, radix: 16)
                 output += Array(("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).utf8)
             } else {
-                output += input[index..<index + length]
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: input[index..<index + length]))
             }
             index += length
         }
-        return String(decoding: output, as: UTF8.self)
     }
 
     private static func appendByteEscape(_ byte: UInt8, to output: inout [UInt8]) {

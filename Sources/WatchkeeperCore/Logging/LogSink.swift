@@ -18,10 +18,13 @@ public final class LogSink: Sendable {
 
     public let target: Target
     public let problems: ProblemRing
+    /// Job output's way to the journal, when that is the target.
+    let journalSocket: JournalSocket?
     private let levelIndex: Atomic<Int>
 
     public init(target: Target, level: Logger.Level, problemCapacity: Int) {
         self.target = target
+        self.journalSocket = target == .journal ? JournalSocket() : nil
         self.problems = ProblemRing(capacity: problemCapacity)
         self.levelIndex = Atomic(Logger.Level.allCases.firstIndex(of: level) ?? 2)
     }
@@ -137,15 +140,21 @@ enum Journal {
 
 public enum StandardError {
     public static func write(_ text: String) {
-        var bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress! + offset, $0.count - offset) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                return
+        write(bytes: Array(text.utf8))
+    }
+
+    /// All of `bytes`, however many writes it takes; an error (stderr closed) drops them.
+    public static func write(bytes: [UInt8]) {
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let written = Glibc.write(2, raw.baseAddress! + offset, raw.count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
+                offset += written
             }
-            offset += written
         }
     }
 }

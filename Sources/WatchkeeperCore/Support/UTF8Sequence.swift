@@ -4,7 +4,8 @@ enum UTF8Sequence {
     /// The character starting at `index`: a well-formed UTF-8 sequence (RFC 3629: no
     /// overlongs, surrogates or values past U+10FFFF) with its scalar value, or else the
     /// single byte there with no scalar.
-    static func decode(_ bytes: [UInt8], at index: Int, end: Int) -> (scalar: UInt32?, length: Int) {
+    static func decode<Bytes: RandomAccessCollection<UInt8>>(_ bytes: Bytes, at index: Int, end: Int) -> (scalar: UInt32?, length: Int)
+    where Bytes.Index == Int {
         let lead = bytes[index]
         if lead < 0x80 { return (UInt32(lead), 1) }
         let length: Int

@@ -7,13 +7,11 @@ import Glibc
 /// Splits a job's output stream into lines with bounded memory: a line longer than
 /// `maxLineBytes` is emitted in pieces, so a job that prints a gigabyte without a
 /// newline costs the daemon `maxLineBytes`, not a gigabyte.
+///
+/// Lines are lent, not copied: a line that lies whole in the chunk is handed out as a
+/// pointer into it, and only a line that spans chunks is gathered in `partial`. Output
+/// is the daemon's hottest path (a job can write a gigabyte), so no line allocates.
 public struct LineSplitter: Sendable {
-    public struct Line: Equatable, Sendable {
-        public var bytes: [UInt8]
-        /// This piece was cut at `maxLineBytes`; the line goes on in the next piece.
-        public var continues: Bool
-    }
-
     public let maxLineBytes: Int
     private var partial: [UInt8] = []
 
@@ -24,51 +22,60 @@ public struct LineSplitter: Sendable {
 
     public var bufferedBytes: Int { partial.count }
 
-    public mutating func feed(_ chunk: UnsafeRawBufferPointer, emit: (Line) -> Void) {
-        var start = 0
+    /// `emit(line, continues)`: the line without its newline (and without a CR before it);
+    /// `continues` when it was cut at `maxLineBytes` and goes on in the next piece. The
+    /// pointer is valid only during the call.
+    public mutating func feed(_ chunk: UnsafeRawBufferPointer, emit: (UnsafeBufferPointer<UInt8>, _ continues: Bool) -> Void) {
         let bytes = chunk.bindMemory(to: UInt8.self)
+        guard let base = bytes.baseAddress else { return }
+        var start = 0
         while start < bytes.count {
             let room = maxLineBytes - partial.count
             let end = min(bytes.count, start + room)
-            if let newline = bytes[start..<end].firstIndex(of: UInt8(ascii: "\n")) {
-                partial.append(contentsOf: bytes[start..<newline])
-                emit(Line(bytes: stripCarriageReturn(partial), continues: false))
-                partial.removeAll(keepingCapacity: true)
+            if let found = memchr(base + start, Int32(UInt8(ascii: "\n")), end - start) {
+                let newline = base.distance(to: found.assumingMemoryBound(to: UInt8.self))
+                if partial.isEmpty {
+                    emit(Self.strippingCarriageReturn(UnsafeBufferPointer(start: base + start, count: newline - start)), false)
+                } else {
+                    partial.append(contentsOf: UnsafeBufferPointer(start: base + start, count: newline - start))
+                    partial.withUnsafeBufferPointer { emit(Self.strippingCarriageReturn($0), false) }
+                    partial.removeAll(keepingCapacity: true)
+                }
                 start = newline + 1
+            } else if partial.isEmpty && end - start == maxLineBytes {
+                emit(UnsafeBufferPointer(start: base + start, count: maxLineBytes), true)
+                start = end
             } else {
-                partial.append(contentsOf: bytes[start..<end])
+                partial.append(contentsOf: UnsafeBufferPointer(start: base + start, count: end - start))
                 start = end
                 if partial.count >= maxLineBytes {
-                    emit(Line(bytes: partial, continues: true))
+                    partial.withUnsafeBufferPointer { emit($0, true) }
                     partial.removeAll(keepingCapacity: true)
                 }
             }
         }
     }
 
-    public mutating func feed(_ bytes: [UInt8], emit: (Line) -> Void) {
-        bytes.withUnsafeBytes { feed($0, emit: emit) }
-    }
-
     /// At end of stream: the last line, if it had no newline.
-    public mutating func finish(emit: (Line) -> Void) {
+    public mutating func finish(emit: (UnsafeBufferPointer<UInt8>, _ continues: Bool) -> Void) {
         if !partial.isEmpty {
-            emit(Line(bytes: stripCarriageReturn(partial), continues: false))
+            partial.withUnsafeBufferPointer { emit(Self.strippingCarriageReturn($0), false) }
             partial.removeAll()
         }
     }
 
-    private func stripCarriageReturn(_ bytes: [UInt8]) -> [UInt8] {
-        bytes.last == UInt8(ascii: "\r") ? Array(bytes.dropLast()) : bytes
+    private static func strippingCarriageReturn(_ line: UnsafeBufferPointer<UInt8>) -> UnsafeBufferPointer<UInt8> {
+        line.last == UInt8(ascii: "\r") ? UnsafeBufferPointer(rebasing: line.dropLast()) : line
     }
 
-    /// sd-daemon(3) style `<N>` prefix: a job can set a line's syslog priority.
-    public static func priorityPrefix(_ bytes: [UInt8]) -> (priority: Int?, message: ArraySlice<UInt8>) {
+    /// sd-daemon(3) style `<N>` prefix: a job can set a line's syslog priority. Returns
+    /// the priority and where the message starts.
+    public static func priorityPrefix(_ bytes: UnsafeBufferPointer<UInt8>) -> (priority: Int?, messageStart: Int) {
         if bytes.count >= 3, bytes[0] == UInt8(ascii: "<"), bytes[2] == UInt8(ascii: ">"),
            (UInt8(ascii: "0")...UInt8(ascii: "7")).contains(bytes[1]) {
-            return (Int(bytes[1] - UInt8(ascii: "0")), bytes[3...])
+            return (Int(bytes[1] - UInt8(ascii: "0")), 3)
         }
-        return (nil, bytes[...])
+        return (nil, 0)
     }
 }
 

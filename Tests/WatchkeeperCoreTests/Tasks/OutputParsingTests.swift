@@ -4,12 +4,30 @@ import XCTest
 
 /// How a job's output and progress bytes become lines and updates, whatever the chunking.
 final class OutputParsingTests: XCTestCase {
-    private func split(_ chunks: [String], max: Int = 16_384) -> [LineSplitter.Line] {
+    private struct Line {
+        var bytes: [UInt8]
+        var continues: Bool
+    }
+
+    private func feed(_ splitter: inout LineSplitter, _ bytes: [UInt8], into lines: inout [Line]) {
+        bytes.withUnsafeBytes { chunk in
+            splitter.feed(chunk) { line, continues in lines.append(Line(bytes: Array(line), continues: continues)) }
+        }
+    }
+
+    private func split(_ chunks: [String], max: Int = 16_384) -> [Line] {
         var splitter = LineSplitter(maxLineBytes: max)
-        var lines: [LineSplitter.Line] = []
-        for chunk in chunks { splitter.feed(Array(chunk.utf8)) { lines.append($0) } }
-        splitter.finish { lines.append($0) }
+        var lines: [Line] = []
+        for chunk in chunks { feed(&splitter, Array(chunk.utf8), into: &lines) }
+        splitter.finish { line, continues in lines.append(Line(bytes: Array(line), continues: continues)) }
         return lines
+    }
+
+    private func priority(_ text: String) -> (priority: Int?, message: String) {
+        Array(text.utf8).withUnsafeBufferPointer { bytes in
+            let (priority, start) = LineSplitter.priorityPrefix(bytes)
+            return (priority, String(decoding: bytes[start...], as: UTF8.self))
+        }
     }
 
     func testLines_spanningChunks_areJoined_andCRLFIsStripped() {
@@ -20,12 +38,12 @@ final class OutputParsingTests: XCTestCase {
 
     func testALineLongerThanTheLimit_isCutIntoMarkedPieces_andMemoryStaysBounded() {
         var splitter = LineSplitter(maxLineBytes: 10)
-        var lines: [LineSplitter.Line] = []
+        var lines: [Line] = []
         for _ in 0..<1_000 {
-            splitter.feed(Array("xxxxxxx".utf8)) { lines.append($0) }
+            feed(&splitter, Array("xxxxxxx".utf8), into: &lines)
             XCTAssertLessThan(splitter.bufferedBytes, 10)
         }
-        splitter.feed(Array("end\n".utf8)) { lines.append($0) }
+        feed(&splitter, Array("end\n".utf8), into: &lines)
         XCTAssertEqual(lines.dropLast().count, 700)
         XCTAssertTrue(lines.dropLast().allSatisfy { $0.continues && $0.bytes.count == 10 })
         XCTAssertEqual(String(decoding: lines.last!.bytes, as: UTF8.self), "end")
@@ -34,17 +52,18 @@ final class OutputParsingTests: XCTestCase {
 
     func testInvalidUTF8AndEmptyLines_passThroughAsBytes() {
         var splitter = LineSplitter()
-        var lines: [[UInt8]] = []
-        splitter.feed([0xff, 0xfe, 0x0a, 0x0a, 0x41, 0x0a]) { lines.append($0.bytes) }
-        XCTAssertEqual(lines, [[0xff, 0xfe], [], [0x41]])
+        var lines: [Line] = []
+        feed(&splitter, [0xff, 0xfe, 0x0a, 0x0a, 0x41, 0x0a], into: &lines)
+        XCTAssertEqual(lines.map(\.bytes), [[0xff, 0xfe], [], [0x41]])
     }
 
     func testPriorityPrefix_isReadOnlyInTheSdDaemonForm() {
-        XCTAssertEqual(LineSplitter.priorityPrefix(Array("<3>disk failed".utf8)).priority, 3)
-        XCTAssertEqual(Array(LineSplitter.priorityPrefix(Array("<3>disk failed".utf8)).message), Array("disk failed".utf8))
-        XCTAssertNil(LineSplitter.priorityPrefix(Array("<8>not a level".utf8)).priority)
-        XCTAssertNil(LineSplitter.priorityPrefix(Array("<12>no".utf8)).priority)
-        XCTAssertNil(LineSplitter.priorityPrefix(Array("plain".utf8)).priority)
+        XCTAssertEqual(priority("<3>disk failed").priority, 3)
+        XCTAssertEqual(priority("<3>disk failed").message, "disk failed")
+        XCTAssertNil(priority("<8>not a level").priority)
+        XCTAssertEqual(priority("<8>not a level").message, "<8>not a level")
+        XCTAssertNil(priority("<12>no").priority)
+        XCTAssertNil(priority("plain").priority)
     }
 
     private func feed(_ parser: inout ProgressParser, _ text: String) -> Bool {
