@@ -95,9 +95,14 @@ func outputCases(bytes: Int, environment: [String: String]) -> [OutputCase] {
     }
 }
 
+/// `output` routes to measure (WATCHKEEPER_BENCH_OUTPUT_ROUTES, default both).
+func outputRoutes(_ environment: [String: String]) -> [String] {
+    (environment["WATCHKEEPER_BENCH_OUTPUT_ROUTES"] ?? "daemon,direct").split(separator: ",").map(String.init)
+}
+
 /// The flood task's configuration.
-func floodConfig(_ outputCase: OutputCase) -> String {
-    ["[daemon]", "[[task]]", "name = \"flood\"", "every = \"1h\"", "run_on_start = true", "budget = \"1h\"",
+func floodConfig(_ outputCase: OutputCase, route: String) -> String {
+    ["[daemon]", "[[task]]", "name = \"flood\"", "every = \"1h\"", "run_on_start = true", "budget = \"1h\"", "output = \"\(route)\"",
      "command = [\"/bin/sh\", \"-c\", \"\(outputCase.command)\"]"].joined(separator: "\n") + "\n"
 }
 
@@ -118,12 +123,13 @@ func runOutputBenchmark() {
     let cases = outputCases(bytes: bytes, environment: environment)
     print("job output through the daemon: \(mebibytes) MiB to stdout, the daemon's stderr a pipe read by the bench"
           + (readRate.map { String(format: " at %.1f MiB/s", $0 / 1_048_576) } ?? " as fast as it comes"))
-    print("| output | wall | MiB/s | daemon CPU | CPU per GiB | lines seen | daemon peak RSS |")
-    print("|---|---|---|---|---|---|---|")
+    print("| route | output | wall | MiB/s | daemon CPU | CPU per GiB | lines seen | daemon peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for route in outputRoutes(environment) {
     for outputCase in cases {
         do {
             let collector = try StderrCollector(needle: "(task=flood, run_id=", bytesPerSecond: readRate)
-            let daemon = try BenchDaemon(binary: releaseBinary(), config: { _ in floodConfig(outputCase) }, stderr: collector.writeFD)
+            let daemon = try BenchDaemon(binary: releaseBinary(), config: { _ in floodConfig(outputCase, route: route) }, stderr: collector.writeFD)
             close(collector.writeFD)
             defer { daemon.stop() }
             let cpuBefore = daemon.cpuSeconds
@@ -139,11 +145,12 @@ func runOutputBenchmark() {
             let seen = collector.snapshot
             let wall = Double(finishedAt! - started) / 1e9
             let gib = Double(bytes) / Double(1 << 30)
-            print(String(format: "| %@ | %.1f s | %.1f | %.2f s | %.2f s | %llu | %.1f MiB |",
-                         outputCase.title, wall, Double(bytes) / 1_048_576 / wall, cpu, cpu / gib, seen.newlines, peak))
+            print(String(format: "| %@ | %@ | %.1f s | %.1f | %.2f s | %.2f s | %llu | %.1f MiB |",
+                         route, outputCase.title, wall, Double(bytes) / 1_048_576 / wall, cpu, cpu / gib, seen.newlines, peak))
         } catch {
-            print("| \(outputCase.title) | failed: \(error) |")
+            print("| \(route) | \(outputCase.title) | failed: \(error) |")
         }
+    }
     }
     if sinks.contains("journal") { runJournalOutputBenchmarkInNamespace() }
 }

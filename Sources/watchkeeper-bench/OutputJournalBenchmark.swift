@@ -45,13 +45,14 @@ func runJournalOutputBenchmark(bytes: Int, environment: [String: String]) {
         let journald = try PrivateJournald()
         defer { journald.stop() }
         print("job output to the journal: \(bytes / 1_048_576) MiB to stdout, the daemon's stderr a stream to a private journald")
-        print("| output | wall | MiB/s | daemon CPU | CPU per GiB | journald CPU | entries | daemon peak RSS |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| route | output | wall | MiB/s | daemon CPU | CPU per GiB | journald CPU | entries | daemon peak RSS |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for route in outputRoutes(environment) {
         for outputCase in outputCases(bytes: bytes, environment: environment) {
             let stream = try journalStream(identifier: "watchkeeper")
             var info = stat()
             fstat(stream, &info)
-            let daemon = try BenchDaemon(binary: releaseBinary(), config: { _ in floodConfig(outputCase) }, stderr: stream,
+            let daemon = try BenchDaemon(binary: releaseBinary(), config: { _ in floodConfig(outputCase, route: route) }, stderr: stream,
                                          environment: ["JOURNAL_STREAM=\(info.st_dev):\(info.st_ino)"])
             close(stream)
             defer { daemon.stop() }
@@ -66,10 +67,12 @@ func runJournalOutputBenchmark(bytes: Int, environment: [String: String]) {
             let wall = Double(now() - started) / 1e9
             let cpu = daemon.cpuSeconds - cpuBefore
             let journaldCPU = journald.cpuSeconds - journaldBefore
-            let entries = try journald.count(["_PID=\(daemon.pid)", "WATCHKEEPER_STREAM=stdout"])
+            // Direct lines come on the job's own stream, not as the daemon's entries.
+            let entries = try journald.count(route == "direct" ? ["_PID=\(daemon.pid)", "SYSLOG_IDENTIFIER=flood"] : ["_PID=\(daemon.pid)", "WATCHKEEPER_STREAM=stdout"])
             let gib = Double(bytes) / Double(1 << 30)
-            print(String(format: "| %@ | %.1f s | %.1f | %.2f s | %.2f s | %.2f s | %d | %.1f MiB |", outputCase.title, wall,
+            print(String(format: "| %@ | %@ | %.1f s | %.1f | %.2f s | %.2f s | %.2f s | %d | %.1f MiB |", route, outputCase.title, wall,
                          Double(bytes) / 1_048_576 / wall, cpu, cpu / gib, journaldCPU, entries, daemonPeakMiB(daemon.pid)))
+        }
         }
     } catch {
         print("job output to the journal: failed: \(error)")

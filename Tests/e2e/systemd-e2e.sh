@@ -550,6 +550,41 @@ print("%d output lines, %d run records" % (len(lines), len(records)))
     return 1
 }
 
+# A task with output = "direct": its lines go to journald on a stream of its own, never
+# through the daemon: SYSLOG_IDENTIFIER is the task, a <N> prefix still sets PRIORITY,
+# the job sees JOURNAL_STREAM, and the run's own fields are not there (the documented cost).
+check_direct_output() {
+    printf '%s\n' '' '[[task]]' 'name = "e2e-direct"' 'every = "1s"' 'output = "direct"' \
+        'command = ["/bin/sh", "-c", "echo \"<3>direct failure\"; echo \"stream=$JOURNAL_STREAM\""]' |
+        ns sh -c "cat >> $CONF" || { WHY="unable to add a task to $CONF"; return 1; }
+    check_reload || return 1
+    local i out=""
+    for i in $(seq 50); do
+        ns journalctl --sync 2>/dev/null
+        out=$(ns journalctl -t e2e-direct -o json --no-pager 2>/dev/null | python3 -c '
+import json, sys
+lines = [json.loads(raw) for raw in sys.stdin if raw.strip()]
+failure = [e for e in lines if e.get("MESSAGE") == "direct failure"]
+stream = [e for e in lines if e.get("MESSAGE", "").startswith("stream=")]
+if not failure or not stream: sys.exit("waiting")
+problems = []
+if failure[0].get("PRIORITY") != "3": problems.append("the <3> line has PRIORITY=%s" % failure[0].get("PRIORITY"))
+if not failure[0].get("_STREAM_ID"): problems.append("no _STREAM_ID: not a journal stream")
+if "WATCHKEEPER_RUN_ID" in failure[0]: problems.append("a direct line carries WATCHKEEPER_RUN_ID: it went through the daemon")
+if not stream[0]["MESSAGE"][len("stream="):]: problems.append("the job saw no JOURNAL_STREAM")
+if problems: print("; ".join(problems)); sys.exit(2)
+print("%d direct lines, %s" % (len(lines), stream[0]["MESSAGE"]))
+' 2>&1)
+        case $? in
+            0) WHY=$out; return 0 ;;
+            2) WHY=$out; return 1 ;;
+        esac
+        sleep 0.2
+    done
+    WHY="no direct output in the journal within 10 s ($out)"
+    return 1
+}
+
 # A watch rule added by reload; a file whose name is not UTF-8 arrives. Its run record is
 # found with journalctl FIELD=value by the rule and by the path's bytes, and carries the
 # rule's field and not the task's.
@@ -664,6 +699,7 @@ check check_reload
 check check_broken_reload
 check check_restored_reload
 check check_task_journal
+check check_direct_output
 check check_watch_journal
 # Informational, for the docs: systemd's view of the unit's sandboxing.
 # E2E_SECURITY_REPORT=FILE keeps the whole table (docs/measurements/systemd-security.md).

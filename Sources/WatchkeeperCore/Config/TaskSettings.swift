@@ -27,10 +27,23 @@ public struct JobSettings: Equatable, Sendable {
     public var workingDirectory: String?
     public var environment: [String: String] = [:]
     public var priority: JobPriority = .default
+    public var output: JobOutputRoute = .daemon
 
     public init(command: Command) {
         self.command = command
     }
+}
+
+/// Where a job's stdout and stderr go.
+public enum JobOutputRoute: String, Sendable, CaseIterable {
+    /// Through the daemon: each line its own journal entry with the run's fields
+    /// (WATCHKEEPER_RUN_ID, the stream, SYSLOG_PID of the job), escaped on stderr.
+    case daemon
+    /// Straight to where the daemon's own output goes, never read by the daemon: a journal
+    /// stream named after the job when the daemon logs to the journal (so the lines carry
+    /// SYSLOG_IDENTIFIER and PRIORITY but not the run's fields), else the daemon's stderr
+    /// as it is. For jobs that write a lot: it costs the daemon nothing per line.
+    case direct
 }
 
 public enum JobPriority: String, Sendable, CaseIterable, Comparable {
@@ -247,6 +260,9 @@ public struct TaskSettings: Equatable, Sendable {
         }
         if let priority = reader.oneOf("priority", allowed: JobPriority.allCases.map(\.rawValue)) {
             job.priority = JobPriority(rawValue: priority) ?? .default
+        }
+        if let output = reader.oneOf("output", allowed: JobOutputRoute.allCases.map(\.rawValue)) {
+            job.output = JobOutputRoute(rawValue: output) ?? .daemon
         }
         return command == nil || shell == nil ? nil : job
     }

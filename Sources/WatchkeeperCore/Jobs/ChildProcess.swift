@@ -50,11 +50,11 @@ final class ChildProcess: @unchecked Sendable {
     private var onExit: ((ProcessExit) -> Void)?
     private(set) var exit: ProcessExit?
 
-    /// `outputs`: the child's stdout and stderr pipes, with the stream names its lines are
-    /// journaled under. `killAfter`: a budget of the child's own (the expiration handler's),
+    /// `output`: the child's stdout and stderr, with the stream names its lines are
+    /// journaled under when they pass through the daemon. `killAfter`: a budget of the child's own (the expiration handler's),
     /// enforced here so it holds even if the job that started it has already finished.
     init(name: String, kind: JobKind, runID: String, spawned: consuming SpawnedProcess,
-         stdout: consuming OwnedPipe, stderr: consuming OwnedPipe, streams: (stdout: String, stderr: String), context: JobContext,
+         output: consuming JobOutputPlan, streams: (stdout: String, stderr: String), context: JobContext,
          killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         let pid = spawned.pid
         self.name = name
@@ -62,10 +62,7 @@ final class ChildProcess: @unchecked Sendable {
         self.pid = pid
         self.context = context
         self.onExit = onExit
-        outputs = [
-            OutputChannel(stream: streams.stdout, pipe: stdout, name: name, kind: kind, runID: runID, pid: pid, context: context),
-            OutputChannel(stream: streams.stderr, pipe: stderr, name: name, kind: kind, runID: runID, pid: pid, context: context),
-        ]
+        outputs = output.channels(name: name, kind: kind, runID: runID, pid: pid, streams: streams, context: context)
         let owner = "\(kind.rawValue) \(name) run \(runID)"
         let stats = context.sources.register(.read, owner: owner, target: "pidfd of pid \(pid)", on: context.queue)
         // The handlers hold `self` strongly on purpose: a child's owner lives as long as

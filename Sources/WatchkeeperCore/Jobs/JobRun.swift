@@ -73,14 +73,13 @@ final class JobRun: @unchecked Sendable {
     /// Every pipe end and the pidfd are owned values: on a failed spawn they close as they
     /// go out of scope; on success they pass to the read sources that close them.
     private func spawnMain() throws(SpawnError) -> (pid: pid_t, spawnToExecNanoseconds: UInt64) {
-        let stdout = try OwnedPipe.forJobOutput()
-        let stderr = try OwnedPipe.forJobOutput()
+        let output = try outputPlan()
         let progressPipe = try OwnedPipe.forJobOutput()
         // Room for bursts between two progress reads.
         _ = progressPipe.enlarge(to: 1 << 20)
         var request = try spawnRequest(command: self.request.settings.command, extra: [
             ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
-        ], stdout: stdout.writeEnd.rawValue, stderr: stderr.writeEnd.rawValue, progress: progressPipe.writeEnd.rawValue)
+        ] + output.environment, stdout: output.stdout, stderr: output.stderr, progress: progressPipe.writeEnd.rawValue)
         // The child has its own copy of stdin once spawned; ours closes at the end of this scope.
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
@@ -89,11 +88,15 @@ final class JobRun: @unchecked Sendable {
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
-                             stdout: stdout, stderr: stderr, streams: ("stdout", "stderr"), context: context) { [weak self] status in
+                             output: output, streams: ("stdout", "stderr"), context: context) { [weak self] status in
             self?.perform(self?.machine.handle(.exited(status)) ?? [])
         }
         watchProgress(progressPipe, pid: started.pid)
         return started
+    }
+
+    private func outputPlan() throws(SpawnError) -> JobOutputPlan {
+        try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink) { [logger] in logger.warning("\($0)") }
     }
 
     /// argv with placeholders expanded inside single elements, and an environment built
@@ -244,20 +247,19 @@ final class JobRun: @unchecked Sendable {
             return
         }
         do {
-            let stdout = try OwnedPipe.forJobOutput()
-            let stderr = try OwnedPipe.forJobOutput()
+            let output = try outputPlan()
             let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
             let spawnRequest = try self.spawnRequest(command: command, extra: [
                 ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
                 ("WATCHKEEPER_PID", Array(String(pid).utf8)),
                 ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
-            ], stdout: stdout.writeEnd.rawValue, stderr: stderr.writeEnd.rawValue, progress: nil)
+            ] + output.environment, stdout: output.stdout, stderr: output.stderr, progress: nil)
             let spawned = try ProcessSpawner.spawn(spawnRequest)
             let handlerBudget = request.settings.onExpireBudget
             let logger = self.logger
             let label = self.label
             expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned,
-                                         stdout: stdout, stderr: stderr, streams: ("on_expire stdout", "on_expire stderr"), context: context,
+                                         output: output, streams: ("on_expire stdout", "on_expire stderr"), context: context,
                                          killAfter: handlerBudget, onKill: { budget in
                                              logger.warning("\(label): on_expire handler exceeded its \(budget.compactDescription) budget; SIGKILL")
                                          }) { [weak self] status in

@@ -22,6 +22,7 @@ final class ConfigOneErrorPerMistakeTests: XCTestCase {
             working_directory = "/tmp"
             environment = { A = "b" }
             priority = "low"
+            output = "direct"
             """
         assertSingleConfigError(source, at: (3, 11),
                                 #"task.command must be an array of arguments, like ["/usr/bin/rsync", "-a", "{task}"]; set shell = true to run a string through /bin/sh -c"#)
@@ -37,6 +38,11 @@ final class ConfigOneErrorPerMistakeTests: XCTestCase {
             priority = "high"
             """
         assertSingleConfigError(source, at: (4, 25), "watch.command must be an array of strings; element 2 is an integer")
+    }
+
+    func testParse_anUnknownOutputRoute_isOneErrorAtTheValue() {
+        assertSingleConfigError("[[task]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nevery = \"1h\"\noutput = \"syslog\"\n", at: (5, 10),
+                                #"task.output = "syslog" is not one of: daemon, direct"#)
     }
 
     func testParse_badEvery_isOneError_notAlsoNoSchedule() {
