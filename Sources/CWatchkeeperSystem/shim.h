@@ -81,9 +81,9 @@ enum { WK_SUN_PATH_MAX = sizeof(((struct sockaddr_un *)0)->sun_path) - 1 };
 // the struct is declared here with the kernel's layout and the call made by number.
 struct wk_mmsghdr { struct msghdr msg_hdr; unsigned int msg_len; };
 enum { WK_SEND_BATCH = 64 };
-// Returns how many entries went out (all of them unless an error stopped it), or -errno
-// when the first one failed.
-static inline long wk_send_datagrams(int fd, const unsigned char *arena, const size_t *spans, size_t count) {
+// Returns how many entries went out (all of them unless an error stopped it, EAGAIN with
+// MSG_DONTWAIT included), or -errno when the first one failed.
+static inline long wk_send_datagrams(int fd, const unsigned char *arena, const size_t *spans, size_t count, int flags) {
     size_t sent = 0;
     while (sent < count) {
         struct wk_mmsghdr messages[WK_SEND_BATCH];
@@ -96,7 +96,7 @@ static inline long wk_send_datagrams(int fd, const unsigned char *arena, const s
             messages[i].msg_hdr.msg_iov = &vectors[i];
             messages[i].msg_hdr.msg_iovlen = 1;
         }
-        long done = syscall(SYS_sendmmsg, fd, messages, (unsigned int)batch, MSG_NOSIGNAL);
+        long done = syscall(SYS_sendmmsg, fd, messages, (unsigned int)batch, MSG_NOSIGNAL | flags);
         if (done < 0) {
             if (errno == EINTR) continue;
             return sent > 0 ? (long)sent : -errno;

@@ -49,6 +49,7 @@ func runJournalOutputBenchmark(bytes: Int, environment: [String: String]) {
         print("|---|---|---|---|---|---|---|---|---|")
         for route in outputRoutes(environment) {
         for outputCase in outputCases(bytes: bytes, environment: environment) {
+            let caseStartedWall = time(nil)
             let stream = try journalStream(identifier: "watchkeeper")
             var info = stat()
             fstat(stream, &info)
@@ -67,8 +68,10 @@ func runJournalOutputBenchmark(bytes: Int, environment: [String: String]) {
             let wall = Double(now() - started) / 1e9
             let cpu = daemon.cpuSeconds - cpuBefore
             let journaldCPU = journald.cpuSeconds - journaldBefore
-            // Direct lines come on the job's own stream, not as the daemon's entries.
-            let entries = try journald.count(route == "direct" ? ["_PID=\(daemon.pid)", "SYSLOG_IDENTIFIER=flood"] : ["_PID=\(daemon.pid)", "WATCHKEEPER_STREAM=stdout"])
+            // Direct lines come on the job's own stream, not as the daemon's entries: counted
+            // by name since this case began.
+            let entries = try journald.count(route == "direct" ? ["--since=@\(caseStartedWall)", "SYSLOG_IDENTIFIER=flood"]
+                                                               : ["_PID=\(daemon.pid)", "WATCHKEEPER_STREAM=stdout"])
             let gib = Double(bytes) / Double(1 << 30)
             print(String(format: "| %@ | %@ | %.1f s | %.1f | %.2f s | %.2f s | %.2f s | %d | %.1f MiB |", route, outputCase.title, wall,
                          Double(bytes) / 1_048_576 / wall, cpu, cpu / gib, journaldCPU, entries, daemonPeakMiB(daemon.pid)))
@@ -148,7 +151,7 @@ private final class PrivateJournald {
     /// (popen, not Foundation's Process: its CFSocket needs loopback, down in a new
     /// network namespace.)
     func count(_ matches: [String], limit: Int? = nil) throws -> Int {
-        let command = (["/usr/bin/journalctl", "-D", "/run/log/journal", "-q", "-o", "cat", "--output-fields=WATCHKEEPER_RUN_ID"]
+        let command = (["/usr/bin/journalctl", "-D", "/run/log/journal", "-q", "-o", "cat", "--output-fields=SYSLOG_IDENTIFIER"]
             + (limit.map { ["-n", String($0)] } ?? []) + matches).joined(separator: " ") + " | wc -l"
         guard let stream = popen(command, "r") else { throw BenchFailure(description: "unable to run journalctl") }
         var buffer = [CChar](repeating: 0, count: 64)

@@ -139,16 +139,28 @@ final class OutputChannel: @unchecked Sendable {
     private var splitter = LineSplitter()
     private let writer: JobOutputWriter
     private let fd: Int32
+    private let context: JobContext
+    private let owner: String
+    /// While journald is behind: the read source is suspended and this retries the send.
+    private var retry: RegisteredTimer?
+    private var suspended = false
     private(set) var lines: UInt64 = 0
     private(set) var bytes: UInt64 = 0
     private static let readSize = 65_536
     /// Reads per event before yielding the queue to other jobs; the source fires again.
     private static let readsPerEvent = 16
+    /// journald behind: how soon to try again. Polling rather than a writable source:
+    /// one timer per waiting channel, not a source shared by all jobs and woken per slot.
+    private static let retryInterval: Duration = .milliseconds(2)
+    /// At the job's end, how long its last lines may wait for journald before stderr.
+    private static let finalFlushTimeout: Duration = .seconds(10)
 
     init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
         self.stream = stream
+        self.context = context
+        owner = "\(kind.rawValue) \(name) run \(runID)"
         writer = JobOutputWriter(sink: context.sink, name: name, kind: kind, runID: runID, pid: pid, stream: stream)
-        let stats = context.sources.register(.read, owner: "\(kind.rawValue) \(name) run \(runID)", target: "\(stream) of pid \(pid)", on: context.queue)
+        let stats = context.sources.register(.read, owner: owner, target: "\(stream) of pid \(pid)", on: context.queue)
         let source = pipe.makeReadSourceKeepingWriteEnd(queue: context.queue.queue) { [sources = context.sources] in
             sources.unregister(stats)
         }
@@ -164,10 +176,7 @@ final class OutputChannel: @unchecked Sendable {
 
     private func readAvailable(fd: Int32, final: Bool = false) {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readSize, alignment: 16)
-        defer {
-            writer.flush()
-            buffer.deallocate()
-        }
+        defer { buffer.deallocate() }
         for _ in 0..<(final ? Int.max : Self.readsPerEvent) {
             let count = read(fd, buffer.baseAddress, buffer.count)
             if count > 0 {
@@ -177,7 +186,14 @@ final class OutputChannel: @unchecked Sendable {
                     lines += 1
                     writer.line(line, continues: continues)
                 }
-                continue
+                if writer.flush() { continue }
+                // journald is behind: read no more until it has taken this read's lines.
+                if final {
+                    writer.flushWaiting(timeout: Self.finalFlushTimeout)
+                    continue
+                }
+                waitForJournal()
+                return
             }
             if count < 0 && errno == EINTR { continue }
             // EAGAIN: all read. (EOF cannot happen while we hold the write end.)
@@ -185,15 +201,45 @@ final class OutputChannel: @unchecked Sendable {
         }
     }
 
-    /// Reads what is left (the read end is non-blocking), then stops.
+    private func waitForJournal() {
+        guard let source, !suspended else { return }
+        source.source.suspend()
+        suspended = true
+        if retry == nil {
+            retry = context.sources.makeTimer(owner: owner, target: "\(stream): journald behind, retry", on: context.queue) { [weak self] in
+                self?.retrySend()
+            }
+        }
+        retry?.schedule(after: Self.retryInterval)
+    }
+
+    private func retrySend() {
+        guard suspended, let source else { return }
+        guard writer.flush() else {
+            retry?.schedule(after: Self.retryInterval)
+            return
+        }
+        suspended = false
+        source.source.resume()
+    }
+
+    /// Reads what is left (the read end is non-blocking), then stops. The last lines wait
+    /// for journald, so they are in before the run record.
     func close() {
         guard let source else { return }
+        if suspended {
+            suspended = false
+            source.source.resume()
+        }
+        writer.flushWaiting(timeout: Self.finalFlushTimeout)
         readAvailable(fd: fd, final: true)
         splitter.finish { line, continues in
             lines += 1
             writer.line(line, continues: continues)
         }
-        writer.flush()
+        writer.flushWaiting(timeout: Self.finalFlushTimeout)
+        retry?.cancel()
+        retry = nil
         source.cancel()
         self.source = nil
     }

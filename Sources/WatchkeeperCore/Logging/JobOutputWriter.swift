@@ -10,10 +10,11 @@ import Glibc
 /// go out together: to the journal as up to 64 entries per syscall (`JournalSocket`),
 /// to stderr as one write.
 ///
-/// A sink that cannot keep up (journald or a stderr reader that is slow) blocks the write,
-/// the daemon stops reading the job's pipe, and the job blocks on its next write: the job
-/// is slowed, no line is lost, and memory stays one read buffer, one partial line and one
-/// batch. The job's budget still runs meanwhile.
+/// A sink that cannot keep up slows the job: while journald's queue is full the entries
+/// wait here (`isBehind`), the channel stops reading the job's pipe, and the job blocks on
+/// its next write (a stderr reader that is slow blocks the write itself). No line is lost,
+/// and memory stays one read buffer, one partial line and one read's batch. The job's
+/// budget still runs meanwhile.
 final class JobOutputWriter {
     private let sink: LogSink
     /// stderr: " NAME[PID] STREAM: ", after each line's time stamp.
@@ -30,6 +31,8 @@ final class JobOutputWriter {
     private static let priorityFields = (0...7).map { Array("PRIORITY=\($0)\n".utf8) }
     private static let messageKey = Array("MESSAGE=".utf8)
     private var batch = JournalBatch()
+    /// How many of the batch's entries journald has taken.
+    private var sent = 0
     /// Where each entry's MESSAGE value lies in the batch, to show it on stderr instead
     /// when the journal cannot take it.
     private var messages: [(start: Int, length: Int)] = []
@@ -59,26 +62,61 @@ final class JobOutputWriter {
             batch.appendField(prefix: Self.messageKey, value: text, suffix: continues ? Self.cutMark : [])
             messages.append((messageStart, batch.bytes - 1 - messageStart))
             batch.endEntry()
-            if batch.bytes >= 4 * Self.batchBytes { flush() }
+            if batch.bytes >= 4 * Self.batchBytes && !isBehind { flush() }
         } else {
             appendStderrLine(text, continues: continues)
         }
     }
 
-    /// What is gathered goes out: called after each read, so no line waits for the next.
-    func flush() {
+    /// Entries wait for room in journald's queue.
+    var isBehind: Bool { sent < batch.count }
+
+    /// What is gathered goes out, as far as the sink takes it now: called after each read,
+    /// so no line waits for the next. False: journald is behind, try again later.
+    @discardableResult
+    func flush() -> Bool {
         if let journal = sink.journalSocket, batch.count > 0 {
-            let sent = journal.send(batch)
-            // The journal is gone: the rest is shown on stderr rather than lost.
-            for index in sent..<batch.count {
-                batch.arena.withUnsafeBufferPointer { arena in
-                    let message = messages[index]
-                    appendStderrLine(UnsafeBufferPointer(rebasing: arena[message.start..<(message.start + message.length)]), continues: false)
-                }
+            let result = journal.send(batch, from: sent)
+            sent = result.sent
+            if result.behind {
+                flushStderr()
+                return false
             }
-            batch.removeAll()
-            messages.removeAll(keepingCapacity: true)
+            // The journal is gone: the rest is shown on stderr rather than lost.
+            showUnsentOnStderr()
         }
+        flushStderr()
+        return true
+    }
+
+    private func showUnsentOnStderr() {
+        for index in sent..<batch.count {
+            batch.arena.withUnsafeBufferPointer { arena in
+                let message = messages[index]
+                appendStderrLine(UnsafeBufferPointer(rebasing: arena[message.start..<(message.start + message.length)]), continues: false)
+            }
+        }
+        batch.removeAll()
+        messages.removeAll(keepingCapacity: true)
+        sent = 0
+    }
+
+    /// The job's last lines: waits for journald (up to `timeout`) so they are in before its
+    /// run record; what still does not fit then goes to stderr.
+    func flushWaiting(timeout: Duration) {
+        let deadline = MonotonicInstant.now + timeout
+        while !flush() {
+            guard MonotonicInstant.now < deadline, let journal = sink.journalSocket else {
+                // journald did not take them in time: shown on stderr rather than lost.
+                showUnsentOnStderr()
+                flushStderr()
+                return
+            }
+            journal.waitUntilWritable(timeout: .milliseconds(100))
+        }
+    }
+
+    private func flushStderr() {
         guard !pending.isEmpty else { return }
         StandardError.write(bytes: pending)
         pending.removeAll(keepingCapacity: pending.count <= 4 * Self.batchBytes)
@@ -91,6 +129,6 @@ final class JobOutputWriter {
         LineEscaping.appendControlsEscaped(text, to: &pending)
         if continues { pending += Self.cutMark }
         pending.append(UInt8(ascii: "\n"))
-        if pending.count >= Self.batchBytes { flush() }
+        if pending.count >= Self.batchBytes { flushStderr() }
     }
 }

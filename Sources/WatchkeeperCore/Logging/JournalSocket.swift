@@ -7,8 +7,9 @@ import Glibc
 
 /// journald's native protocol on one datagram socket connected once, for the volume a
 /// job's output makes: sd_journal_sendv resolves the socket's path at every call (it
-/// sends to an address, unconnected) and takes one syscall per entry; this sends up to
-/// 64 entries per sendmmsg. Measured: 99 s of daemon CPU per GiB of 80-byte lines through
+/// sends to an address, unconnected), takes one syscall per entry and blocks while
+/// journald is behind; this sends up to 64 entries per sendmmsg and never blocks, so a
+/// slow journald holds back the job whose output waits, not the queue all jobs share. Measured: 99 s of daemon CPU per GiB of 80-byte lines through
 /// sd_journal_sendv (docs/measurements/performance.md). The daemon's own messages stay
 /// on sd_journal_sendv: they are few, and it handles entries of any size.
 final class JournalSocket: Sendable {
@@ -21,34 +22,51 @@ final class JournalSocket: Sendable {
         self.path = path
     }
 
-    /// Sends the batch's entries; returns how many went out. Fewer than all: the journal
-    /// is not there (the caller shows the rest on stderr). A journald that restarted
-    /// (ECONNREFUSED on the old socket) is reconnected once.
-    func send(_ batch: JournalBatch) -> Int {
-        guard batch.count > 0 else { return 0 }
-        return descriptor.withLock { fd -> Int in
-            var sent = 0
-            for attempt in 0..<2 {
+    /// Sends the batch's entries from `start` without waiting: `sent` is how many of the
+    /// batch are out now. `behind`: journald's queue is full and the rest must wait (see
+    /// `waitUntilWritable`); otherwise fewer than all sent means the journal is not there
+    /// (the caller shows the rest on stderr). A journald that restarted (ECONNREFUSED on
+    /// the old socket) is reconnected once.
+    func send(_ batch: JournalBatch, from start: Int = 0) -> (sent: Int, behind: Bool) {
+        descriptor.withLock { fd -> (Int, Bool) in
+            var sent = start
+            for _ in 0..<2 {
                 if fd < 0 { fd = connectSocket() }
-                guard fd >= 0 else { return sent }
-                let result = batch.arena.withUnsafeBufferPointer { arena in
-                    batch.spans.withUnsafeBufferPointer { spans in
-                        wk_send_datagrams(fd, arena.baseAddress, spans.baseAddress! + 2 * sent, batch.count - sent)
+                guard fd >= 0 else { return (sent, false) }
+                while sent < batch.count {
+                    let result = batch.arena.withUnsafeBufferPointer { arena in
+                        batch.spans.withUnsafeBufferPointer { spans in
+                            wk_send_datagrams(fd, arena.baseAddress, spans.baseAddress! + 2 * sent, batch.count - sent, Int32(MSG_DONTWAIT))
+                        }
+                    }
+                    if result > 0 {
+                        sent += result
+                    } else if result == -Int(EAGAIN) {
+                        return (sent, true)
+                    } else {
+                        break
                     }
                 }
-                if result > 0 { sent += result }
-                if sent == batch.count { return sent }
-                // Not all sent: the socket is stale or journald is gone. Try a new one once.
+                if sent == batch.count { return (sent, false) }
+                // The socket is stale or journald is gone: a new one, once.
                 close(fd)
                 fd = -1
-                if attempt == 1 { break }
             }
-            return sent
+            return (sent, false)
         }
     }
 
+    /// Waits up to `timeout` for room in journald's queue: for the last lines of a job,
+    /// which go out before its run record.
+    func waitUntilWritable(timeout: Duration) {
+        let fd = descriptor.withLock { $0 }
+        guard fd >= 0 else { return }
+        var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        _ = poll(&poller, 1, Int32(timeout.components.seconds * 1_000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+    }
+
     private func connectSocket() -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return -1 }
         do {
             try socketCall(fd, path: path, connecting: true)
