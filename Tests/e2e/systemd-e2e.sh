@@ -219,6 +219,7 @@ CHECKS=(
     "reload of a broken configuration is rejected and the daemon keeps running"
     "reload of the restored configuration succeeds"
     "a task's output lines and run record are journal entries with their fields"
+    "output = \"direct\" sends a job's lines straight to its own journald stream"
     "a watch job's record names its rule and the file's exact bytes, never a task"
     "stop is clean, and the control socket is gone"
 )
@@ -234,7 +235,9 @@ show_unit() {
 
 # record OK|FAIL: reports the next check in CHECKS (WHY says why it failed).
 record() {
-    local name=${CHECKS[$NEXT]}
+    # A check run without a line in CHECKS fails by name instead of aborting the script.
+    local name=${CHECKS[$NEXT]-"check $((NEXT + 1)) (missing from CHECKS)"}
+    [ "$NEXT" -lt "${#CHECKS[@]}" ] || set -- FAIL "${2-}"
     NEXT=$((NEXT + 1))
     if [ "$1" = OK ]; then
         PASSED=$((PASSED + 1))
