@@ -71,7 +71,7 @@ let package = Package(
         // build is not compiled for `@testable import`.
         .target(
             name: "WatchkeeperTestSupport",
-            dependencies: ["WatchkeeperCore"],
+            dependencies: ["WatchkeeperCore", "CWatchkeeperSystem"],
             path: "Tests/WatchkeeperTestSupport"
         ),
         .testTarget(

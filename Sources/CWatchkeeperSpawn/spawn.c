@@ -72,6 +72,7 @@ static const char *const step_names[] = {
     [WK_STEP_FORK] = "fork",  // also clone: the same failure (EAGAIN, ENOMEM) to a reader
     [WK_STEP_PIDFD] = "pidfd_open",
     [WK_STEP_REPORT] = "read",
+    [WK_STEP_CGROUP] = "write cgroup.procs",
     [WK_STEP_SIGNALS] = "rt_sigaction",
     [WK_STEP_SETSID] = "setsid",
     [WK_STEP_STDIN] = "open /dev/null",
@@ -146,6 +147,19 @@ __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
     const struct wk_spawn_request *req = plan->req;
 
     int report_fd = plan->report_fd;  // -1 for the shared-memory child
+
+    // First, and before the credentials change (moving a process needs write access to
+    // the target's cgroup.procs): "0" moves the writer, so no process the job ever
+    // forks starts outside its cgroup, setsid or not.
+    if (req->cgroup_procs_fd >= 0) {
+        ssize_t written;
+        do {
+            written = write(req->cgroup_procs_fd, "0", 1);
+        } while (written < 0 && errno == EINTR);
+        if (written != 1) {
+            report_and_exit(plan, WK_STEP_CGROUP);
+        }
+    }
     int stdin_fd = req->stdin_fd >= 0 ? move_above_targets(req->stdin_fd) : -1;
     int stdout_fd = move_above_targets(req->stdout_fd);
     int stderr_fd = move_above_targets(req->stderr_fd);

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <errno.h>
 #include <unistd.h>
+#include <sys/xattr.h>
 
 // glibc's memrchr and memmem are vectorised but declared only under _GNU_SOURCE,
 // which the Glibc module does not define; declare them here.

@@ -22,7 +22,10 @@ public final class DaemonProcess {
         return root.appendingPathComponent(".build/debug/watchkeeper").path
     }
 
-    public init(arguments: [String], environment: [String: String], stderrPath: String, stdoutPath: String = "/dev/null") throws {
+    /// `cgroup`: a cgroup v2 directory the daemon starts in, as systemd would start it in
+    /// its unit's (a shell moves itself there, then execs the daemon under the same pid).
+    public init(arguments: [String], environment: [String: String], stderrPath: String, stdoutPath: String = "/dev/null",
+                cgroup: String? = nil) throws {
         self.stderrPath = stderrPath
         let binary = Self.binaryPath
         guard access(binary, X_OK) == 0 else {
@@ -47,14 +50,20 @@ public final class DaemonProcess {
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
 
-        let argv = ([binary] + arguments).map { strdup($0) } + [nil]
+        var program = binary
+        var fullArguments = [binary] + arguments
+        if let cgroup {
+            program = "/bin/sh"
+            fullArguments = ["/bin/sh", "-c", #"echo $$ > "$0/cgroup.procs" && exec "$@""#, cgroup] + fullArguments
+        }
+        let argv = fullArguments.map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
         var child: pid_t = 0
-        let result = posix_spawn(&child, binary, &actions, &attributes, argv, envp)
+        let result = posix_spawn(&child, program, &actions, &attributes, argv, envp)
         guard result == 0 else {
             throw NSError(domain: "posix_spawn", code: Int(result), userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(result))])
         }
@@ -162,10 +171,11 @@ public final class DaemonSandbox {
         return environment
     }
 
-    public func start(notifySocket: NotifySocket?, extra: [String: String] = [:], arguments: [String]? = nil) throws -> DaemonProcess {
+    public func start(notifySocket: NotifySocket?, extra: [String: String] = [:], arguments: [String]? = nil,
+                      cgroup: String? = nil) throws -> DaemonProcess {
         try DaemonProcess(arguments: arguments ?? ["run", "--config", configPath],
                           environment: environment(notifySocket: notifySocket, extra: extra),
-                          stderrPath: root + "/stderr.log")
+                          stderrPath: root + "/stderr.log", cgroup: cgroup)
     }
 
     /// The daemon started on the configuration written, once it has said READY=1. One that

@@ -220,6 +220,7 @@ CHECKS=(
     "reload of the restored configuration succeeds"
     "a task's output lines and run record are journal entries with their fields"
     "output = \"direct\" sends a job's lines straight to its own journald stream"
+    "with Delegate=yes each job has a cgroup, and expiry ends a process that left the job's session"
     "a watch job's record names its rule and the file's exact bytes, never a task"
     "stop is clean, and the control socket is gone"
 )
@@ -588,6 +589,52 @@ print("%d direct lines, %s" % (len(lines), stream[0]["MESSAGE"]))
     return 1
 }
 
+# Under systemd with Delegate=yes: the daemon sits in the leaf "daemon" of its unit's
+# cgroup, a job in its own run-<id> beside it. The job starts a grandchild in a new session
+# (out of reach of kill(-pgid)) and overruns its budget: the expiry's cgroup.kill ends it.
+check_cgroup_containment() {
+    local pidfile=/var/lib/watchkeeper/e2e-escapee.pid
+    ns rm -f "$pidfile"
+    printf '%s\n' '' '[[task]]' 'name = "e2e-escaper"' 'every = "1h"' 'budget = "1s"' 'kill_grace = "200ms"' 'shell = true' \
+        "command = \"setsid sh -c 'echo \$\$ > $pidfile; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 300\"" |
+        ns sh -c "cat >> $CONF" || { WHY="unable to add a task to $CONF"; return 1; }
+    check_reload || return 1
+    local own cgroup i escapee="" state
+    own=$(ns grep '^0::' "/proc/$MAIN_PID/cgroup")
+    case $own in
+        0::/system.slice/watchkeeper.service/daemon) ;;
+        *) WHY="the daemon is in $own, not in its unit's leaf cgroup"; return 1 ;;
+    esac
+    ns timeout 10 watchkeeper trigger e2e-escaper >/dev/null 2>&1 || { WHY="watchkeeper trigger e2e-escaper failed"; return 1; }
+    for i in $(seq 50); do
+        escapee=$(ns cat "$pidfile" 2>/dev/null) && [ -n "$escapee" ] && break
+        sleep 0.1
+    done
+    [ -n "$escapee" ] || { WHY="the job never wrote $pidfile"; return 1; }
+    cgroup=$(ns grep '^0::' "/proc/$escapee/cgroup" 2>/dev/null)
+    case $cgroup in
+        0::/system.slice/watchkeeper.service/run-*) ;;
+        *) WHY="the job's grandchild is in ${cgroup:-no cgroup}, not a run-<id> cgroup"; return 1 ;;
+    esac
+    for i in $(seq 50); do
+        state=$(ns sh -c "sed 's/.*) //' /proc/$escapee/stat 2>/dev/null | cut -c1")
+        [ -z "$state" ] || [ "$state" = Z ] && break
+        sleep 0.2
+    done
+    if [ -n "$state" ] && [ "$state" != Z ]; then
+        WHY="pid $escapee (setsid, in ${cgroup#0::}) still runs 10 s after the job's 1 s budget"
+        return 1
+    fi
+    local left=""
+    for i in $(seq 50); do
+        left=$(ns sh -c 'ls -d /sys/fs/cgroup/system.slice/watchkeeper.service/run-* 2>/dev/null || true')
+        [ -z "$left" ] && break
+        sleep 0.1
+    done
+    [ -z "$left" ] || { WHY="job cgroups not removed 5 s after the run: $left"; return 1; }
+    WHY="grandchild in ${cgroup#0::/system.slice/watchkeeper.service/} ended at expiry; its cgroup removed"
+}
+
 # A watch rule added by reload; a file whose name is not UTF-8 arrives. Its run record is
 # found with journalctl FIELD=value by the rule and by the path's bytes, and carries the
 # rule's field and not the task's.
@@ -703,6 +750,7 @@ check check_broken_reload
 check check_restored_reload
 check check_task_journal
 check check_direct_output
+check check_cgroup_containment
 check check_watch_journal
 # Informational, for the docs: systemd's view of the unit's sandboxing.
 # E2E_SECURITY_REPORT=FILE keeps the whole table (docs/measurements/systemd-security.md).

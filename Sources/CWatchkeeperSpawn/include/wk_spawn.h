@@ -16,6 +16,7 @@ enum wk_spawn_step {
     WK_STEP_FORK,       // parent: fork or clone (or the clone's stack)
     WK_STEP_PIDFD,      // parent: pidfd_open
     WK_STEP_REPORT,     // parent: reading the child's report
+    WK_STEP_CGROUP,     // child: joining the job's cgroup (write to its cgroup.procs)
     WK_STEP_SIGNALS,    // child: default dispositions
     WK_STEP_SETSID,     // child: setsid
     WK_STEP_STDIN,      // child: open /dev/null
@@ -46,6 +47,9 @@ struct wk_spawn_request {
     int stderr_fd;                // installed as fd 2
     int extra_fd;                 // installed as fd 3, or -1 for none
     int force_fork;               // nonzero: fork even without credentials (tests, benchmarks)
+    int cgroup_procs_fd;          // the job's cgroup.procs opened for writing, or -1: the child
+                                  // moves itself there before anything else, so all it forks
+                                  // later is in the job's cgroup too
 };
 
 struct wk_spawn_result {

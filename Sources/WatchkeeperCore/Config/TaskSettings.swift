@@ -28,6 +28,7 @@ public struct JobSettings: Equatable, Sendable {
     public var environment: [String: String] = [:]
     public var priority: JobPriority = .default
     public var output: JobOutputRoute = .daemon
+    public var limits = JobLimits()
 
     public init(command: Command) {
         self.command = command
@@ -264,6 +265,7 @@ public struct TaskSettings: Equatable, Sendable {
         if let output = reader.oneOf("output", allowed: JobOutputRoute.allCases.map(\.rawValue)) {
             job.output = JobOutputRoute(rawValue: output) ?? .daemon
         }
+        job.limits = JobLimits.read(&reader)
         return command == nil || shell == nil ? nil : job
     }
 

@@ -102,6 +102,7 @@ extension Daemon {
         metrics.apply(settings)
         let tasks = new.tasks
         if settings.maxJobs != configuration.daemon.maxJobs { checkFileLimit(maxJobs: settings.maxJobs) }
+        reportContainment(new, atStart: false)
         jobsQueue.queue.sync {
             engine.setMaxJobs(settings.maxJobs)
             scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)

@@ -40,6 +40,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     let sink: LogSink
     let logger: Logger
     let notifier: SystemdNotifier
+    /// How jobs are held together and limited: decided once at start.
+    let containment: JobContainment
     private let sources = SourceRegistry()
     // Internal, not private: Daemon+Control answers the control socket's calls with them.
     var engine: JobEngine!
@@ -108,7 +110,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, metricsQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
-        let jobContext = JobContext(queue: jobsQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment)
+        // Before any job exists: under systemd this moves the daemon into its own leaf cgroup.
+        containment = JobContainment.setUp()
+        let jobContext = JobContext(queue: jobsQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment,
+                                    containment: containment)
         engine = JobEngine(context: jobContext, maxJobs: configuration.daemon.maxJobs)
         scheduler = TaskScheduler(engine: engine)
         watcher = DirectoryWatcher(queue: watchingQueue, engine: engine)
@@ -143,6 +148,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         watchdog.start()
         checkFileLimit(maxJobs: configuration.daemon.maxJobs)
+        reportContainment(configuration, atStart: true)
         engine.onBurstOver = { [unowned self] in
             self.watchingQueue.async { self.watcher.releaseMemoryAfterBurst() }
         }
@@ -377,6 +383,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
                 .init("state_dir", .string(settings.stateDirectory)),
                 .init("dump_component_timeout", .string(settings.dumpComponentTimeout.compactDescription)),
                 .init("max_jobs", .int(Int64(settings.maxJobs))),
+                .init("job_containment", .string(containment.description)),
                 .init("tasks", .int(Int64(configuration.tasks.count))),
             ])),
         ])

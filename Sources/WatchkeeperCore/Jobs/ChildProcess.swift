@@ -16,14 +16,30 @@ public struct JobContext: Sendable {
     /// The daemon's own passwd entry, read once rather than at every spawn: jobs without
     /// `user` get its HOME, USER, LOGNAME and SHELL.
     let daemonAccount: Account?
+    /// A cgroup per job where one is delegated to the daemon, process groups otherwise.
+    public let containment: JobContainment
 
-    public init(queue: SubsystemQueue, sink: LogSink, logger: Logger, sources: SourceRegistry, daemonEnvironment: [String: String]) {
+    public init(queue: SubsystemQueue, sink: LogSink, logger: Logger, sources: SourceRegistry, daemonEnvironment: [String: String],
+                containment: JobContainment = .processGroups(reason: "not set up")) {
         self.queue = queue
         self.sink = sink
         self.logger = logger
         self.sources = sources
         self.daemonEnvironment = daemonEnvironment
         self.daemonAccount = Account.lookup(uid: geteuid())
+        self.containment = containment
+    }
+
+    /// A cgroup for one process of a run, when the daemon has cgroups; released by the
+    /// ChildProcess it is handed to, or by the caller if the spawn fails.
+    func makeCgroup(runID: String, suffix: String = "", limits: JobLimits) throws(SpawnError) -> JobCgroup? {
+        guard case .cgroups(let tree) = containment else { return nil }
+        return try tree.create(JobCgroup.prefix + runID + suffix, limits: limits)
+    }
+
+    func release(_ cgroup: JobCgroup) {
+        guard case .cgroups(let tree) = containment else { return }
+        tree.release(cgroup, context: self)
     }
 }
 
@@ -49,14 +65,20 @@ final class ChildProcess: @unchecked Sendable {
     private var outputs: [OutputChannel] = []
     private var onExit: ((ProcessExit) -> Void)?
     private(set) var exit: ProcessExit?
+    /// Its cgroup, or nil: its process group is all that holds it together.
+    private var cgroup: JobCgroup?
+    /// Read from memory.events when the process exited, before the cgroup goes.
+    private(set) var oomKills = 0
 
     /// `output`: the child's stdout and stderr, with the stream names its lines are
     /// journaled under when they pass through the daemon. `killAfter`: a budget of the child's own (the expiration handler's),
     /// enforced here so it holds even if the job that started it has already finished.
     init(name: String, kind: JobKind, runID: String, spawned: consuming SpawnedProcess,
-         output: consuming JobOutputPlan, streams: (stdout: String, stderr: String), context: JobContext,
+         output: consuming JobOutputPlan, streams: (stdout: String, stderr: String), context: JobContext, cgroup: JobCgroup?,
          killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         let pid = spawned.pid
+        cgroup?.closeProcs()
+        self.cgroup = cgroup
         self.name = name
         self.runID = runID
         self.pid = pid
@@ -94,6 +116,7 @@ final class ChildProcess: @unchecked Sendable {
     private func exited(_ status: ProcessExit) {
         guard exit == nil else { return }
         exit = status
+        oomKills = cgroup?.oomKills ?? 0
         exitSource = nil
         budgetTimer?.cancel()
         budgetTimer = nil
@@ -104,18 +127,32 @@ final class ChildProcess: @unchecked Sendable {
         closeOutputs()
     }
 
-    /// The whole process group: the child is a session leader, so its pid is the pgid,
-    /// and grandchildren it forked go with it.
+    /// Every process of the job: its cgroup's (SIGKILL through cgroup.kill), or its
+    /// process group's (the child is a session leader, so its pid is the pgid).
     @discardableResult
     func signalGroup(_ signal: Int32) -> Bool {
-        kill(-pid, signal) == 0
+        guard let cgroup else { return kill(-pid, signal) == 0 }
+        if signal == SIGKILL { return cgroup.directory.killAll() > 0 }
+        return cgroup.directory.signalAll(signal) > 0
     }
 
-    /// True while any process of the group is alive. The group id stays reserved (no
-    /// new process can get it) for as long as one member lives, so this cannot hit a
-    /// stranger.
+    /// True while any process of the job is alive. A process group's id stays reserved
+    /// (no new process can get it) while one member lives, so this cannot hit a stranger.
     var groupHasMembers: Bool {
-        kill(-pid, 0) == 0
+        guard let cgroup else { return kill(-pid, 0) == 0 }
+        return cgroup.directory.isPopulated
+    }
+
+    /// "its cgroup /sys/fs/…/run-x" or "its process group 1234", for messages.
+    var containerDescription: String {
+        cgroup.map { "its cgroup \($0.directory.path)" } ?? "its process group \(pid)"
+    }
+
+    /// After the exit and its leftovers: kills what is still in the cgroup and removes it.
+    func releaseContainment() {
+        guard let cgroup else { return }
+        self.cgroup = nil
+        context.release(cgroup)
     }
 
     /// After the exit: what is still in the pipes is read, then the pipes are closed.

@@ -75,7 +75,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private var active: [RunID: Active] = [:]
     private var retrying: [RunID: Retrying] = [:]
     /// Processes a finished job left in its group, until the kill that ends them.
-    private var lingering: [pid_t: (key: JobKey, timer: RegisteredTimer)] = [:]
+    private var lingering: [pid_t: (key: JobKey, child: ChildProcess, timer: RegisteredTimer)] = [:]
     private(set) var accepting = true
     private var pumping = false
     private var totals: [JobKey: [RunOutcome: UInt64]] = [:]
@@ -324,20 +324,22 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private func linger(_ child: ChildProcess, key: JobKey, grace: Duration) {
         let pid = child.pid
         lingering[pid]?.timer.cancel()
-        let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): kill leftovers of process group \(pid)", on: queue) { [weak self] in
+        let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): kill leftovers in \(child.containerDescription)", on: queue) { [weak self] in
             if child.groupHasMembers { child.signalGroup(SIGKILL) }
+            child.releaseContainment()
             guard let self, let entry = self.lingering.removeValue(forKey: pid) else { return }
             entry.timer.cancel()
             self.drain?.jobEnded(self)
         }
-        lingering[pid] = (key, timer)
+        lingering[pid] = (key, child, timer)
         timer.schedule(after: grace)
     }
 
     /// Ends every leftover group now (the drain's last resort).
     func killLingering() {
-        for (pid, entry) in lingering {
-            kill(-pid, SIGKILL)
+        for entry in lingering.values {
+            entry.child.signalGroup(SIGKILL)
+            entry.child.releaseContainment()
             entry.timer.cancel()
         }
         lingering.removeAll()

@@ -84,11 +84,20 @@ final class JobRun: @unchecked Sendable {
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
         request.standardInput = stdin?.rawValue
-        let spawned = try ProcessSpawner.spawn(request)
+        let cgroup = try context.makeCgroup(runID: self.request.runID, limits: self.request.settings.limits)
+        request.cgroupProcsDescriptor = cgroup?.procs
+        request.cgroupPath = cgroup?.directory.path
+        let spawned: SpawnedProcess
+        do {
+            spawned = try ProcessSpawner.spawn(request)
+        } catch {
+            if let cgroup { context.release(cgroup) }
+            throw error
+        }
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
-                             output: output, streams: ("stdout", "stderr"), context: context) { [weak self] status in
+                             output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup) { [weak self] status in
             self?.perform(self?.machine.handle(.exited(status)) ?? [])
         }
         watchProgress(progressPipe, pid: started.pid)
@@ -214,14 +223,19 @@ final class JobRun: @unchecked Sendable {
                 killTimer = addTimer(after: request.settings.killGrace, target: "\(request.name) kill_grace") { [weak self] in
                     guard let self else { return }
                     if self.machine.phase != .finished {
-                        self.logger.warning("\(self.label) did not stop within kill_grace \(self.request.settings.killGrace.compactDescription): SIGKILL to its process group")
+                        self.logger.warning("\(self.label) did not stop within kill_grace \(self.request.settings.killGrace.compactDescription): SIGKILL to \(self.child?.containerDescription ?? "its process group")")
                     }
                     self.perform(self.machine.handle(.killGraceElapsed))
                 }
             case .reapLeftovers(let expired):
                 reapLeftovers(expired: expired)
             case .record(let outcome, let status, let reason):
-                finish(outcome: outcome, exit: status, expiry: reason, detail: nil)
+                var detail: String?
+                if let kills = child?.oomKills, kills > 0 {
+                    let limit = request.settings.limits.memoryMax.map { " at its memory_max \(JobLimits.sizeText($0))" } ?? ""
+                    detail = "the OOM killer ended \(kills) of its processes\(limit)"
+                }
+                finish(outcome: outcome, exit: status, expiry: reason, detail: detail)
             }
         }
     }
@@ -229,12 +243,15 @@ final class JobRun: @unchecked Sendable {
     private func reapLeftovers(expired: Bool) {
         guard let child, child.groupHasMembers else {
             self.child?.closeOutputs()
+            self.child?.releaseContainment()
             return
         }
         if expired {
+            // The cgroup's SIGKILL reaches a setsid escapee too; the cgroup goes once empty.
             child.signalGroup(SIGKILL)
+            child.releaseContainment()
         } else {
-            logger.warning("\(label) exited but left processes in its group \(child.pid): sending \(HandledSignals.name(request.settings.stopSignal)), SIGKILL after \(request.settings.killGrace.compactDescription)")
+            logger.warning("\(label) exited but left processes in \(child.containerDescription): sending \(HandledSignals.name(request.settings.stopSignal)), SIGKILL after \(request.settings.killGrace.compactDescription)")
             child.signalGroup(request.settings.stopSignal)
             onLeftovers(child, request.settings.killGrace)
         }
@@ -249,22 +266,33 @@ final class JobRun: @unchecked Sendable {
         do {
             let output = try outputPlan()
             let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
-            let spawnRequest = try self.spawnRequest(command: command, extra: [
+            var spawnRequest = try self.spawnRequest(command: command, extra: [
                 ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
                 ("WATCHKEEPER_PID", Array(String(pid).utf8)),
                 ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
             ] + output.environment, stdout: output.stdout, stderr: output.stderr, progress: nil)
-            let spawned = try ProcessSpawner.spawn(spawnRequest)
+            // Its own cgroup: the job's is killed while the handler may still run.
+            let cgroup = try context.makeCgroup(runID: request.runID, suffix: "-on-expire", limits: JobLimits())
+            spawnRequest.cgroupProcsDescriptor = cgroup?.procs
+            spawnRequest.cgroupPath = cgroup?.directory.path
+            let spawned: SpawnedProcess
+            do {
+                spawned = try ProcessSpawner.spawn(spawnRequest)
+            } catch {
+                if let cgroup { context.release(cgroup) }
+                throw error
+            }
             let handlerBudget = request.settings.onExpireBudget
             let logger = self.logger
             let label = self.label
             expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned,
-                                         output: output, streams: ("on_expire stdout", "on_expire stderr"), context: context,
+                                         output: output, streams: ("on_expire stdout", "on_expire stderr"), context: context, cgroup: cgroup,
                                          killAfter: handlerBudget, onKill: { budget in
                                              logger.warning("\(label): on_expire handler exceeded its \(budget.compactDescription) budget; SIGKILL")
                                          }) { [weak self] status in
                 logger.info("\(label): on_expire handler ended (\(status))")
                 guard let self else { return }
+                self.expireHandler?.releaseContainment()
                 self.perform(self.machine.handle(.expireHandlerEnded))
             }
         } catch {

@@ -22,7 +22,7 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
         /// User or group lookup.
         case lookup
         case pipe, fork, pidfd, report
-        case signals, setsid, stdin, dup, closeDescriptors
+        case cgroup, signals, setsid, stdin, dup, closeDescriptors
         case setpriority
         case setgroups, setgid, setuid, chdir, execve
     }
@@ -64,6 +64,11 @@ public struct SpawnRequest: Sendable {
     /// Fork even without credentials, instead of the cheaper shared-memory clone; for
     /// tests that compare the two and for the spawn benchmark.
     public var forceFork = false
+    /// The job's cgroup.procs, open for writing: the child moves itself there first.
+    /// nil: the child stays in the daemon's cgroup (process-group containment).
+    public var cgroupProcsDescriptor: Int32?
+    /// For the error message when joining fails.
+    public var cgroupPath: String?
 
     public init(
         arguments: [[UInt8]], environment: [[UInt8]], workingDirectory: String? = nil,
@@ -180,6 +185,7 @@ public enum ProcessSpawner {
         spec.stderr_fd = request.standardError
         spec.extra_fd = request.progressDescriptor ?? -1
         spec.force_fork = request.forceFork ? 1 : 0
+        spec.cgroup_procs_fd = request.cgroupProcsDescriptor ?? -1
 
         var result = wk_spawn_result()
         let start = monotonicNanoseconds()
@@ -238,6 +244,9 @@ public enum ProcessSpawner {
         case WK_STEP_PIPE.rawValue: step = .pipe
         case WK_STEP_FORK.rawValue: step = .fork
         case WK_STEP_PIDFD.rawValue: step = .pidfd
+        case WK_STEP_CGROUP.rawValue:
+            step = .cgroup
+            object = request.cgroupPath.map { "\($0)/cgroup.procs" }
         case WK_STEP_SIGNALS.rawValue, WK_STEP_SIGMASK.rawValue: step = .signals
         case WK_STEP_SETSID.rawValue: step = .setsid
         case WK_STEP_STDIN.rawValue: step = .stdin

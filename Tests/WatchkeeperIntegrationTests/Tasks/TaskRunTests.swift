@@ -106,7 +106,7 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue(waitFor(3) { !processExists(grandchild) }, "grandchild \(grandchild) survived its job's expiry")
         let leftover = try XCTUnwrap(pid_t(lines(sandbox.root + "/leftover").first ?? ""))
         XCTAssertTrue(waitFor(3) { !processExists(leftover) }, "process \(leftover) left behind by a finished job survived")
-        XCTAssertTrue(daemon.stderr.contains("left processes in its group"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("left processes in its process group"), daemon.stderr)
         daemon.stop(within: 20)
     }
 
