@@ -166,7 +166,9 @@ func startBatchPeer(_ kind: BatchPeer, _ settings: WatchBenchSettings, _ batch: 
         }
         try writeFile(run.directory + "/.probe-\(attempt)")
         attempt += 1
-        let retry = now() + 200_000_000
+        // Watchman waits for the whole root to be quiet for its settle: a new probe sooner
+        // would put it off for good.
+        let retry = now() + 200_000_000 + 2 * UInt64(batch.settleMilliseconds) * 1_000_000
         while now() < retry && run.lists.scan(counting: { $0.hasPrefix(".probe-") }) == 0 { usleep(10_000) }
     }
     if let child = run.child {
