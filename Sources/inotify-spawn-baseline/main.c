@@ -4,6 +4,10 @@
 //
 //   inotify-spawn-baseline --record FILE [PATH]
 //       appends "<CLOCK_MONOTONIC ns> <PATH>\n" to FILE, the clock read first thing in main.
+//   inotify-spawn-baseline --record-stdin DIR
+//       reads stdin to its end (a batch job's list of files), then writes it unchanged to
+//       DIR/<CLOCK_MONOTONIC ns at the end of stdin>-<pid>, through a dot file and rename(2)
+//       so that a reader never sees half a list.
 //   inotify-spawn-baseline --watch DIR [--recursive] --run PROGRAM [ARG...]
 //       one inotify watch on DIR (IN_CLOSE_WRITE | IN_MOVED_TO), and for every file event
 //       posix_spawnp(PROGRAM, ARGS) with "{path}" in any argument replaced by DIR/NAME.
@@ -54,6 +58,61 @@ static int record(const char *file, const char *path) {
     ssize_t written = write(fd, line, (size_t)length);
     close(fd);
     return written == length ? 0 : 111;
+}
+
+static int record_stdin(const char *directory) {
+    size_t size = 0, capacity = 1 << 16;
+    char *data = malloc(capacity);
+    for (;;) {
+        if (data == NULL) {
+            fprintf(stderr, "inotify-spawn-baseline: unable to read stdin: out of memory at %zu bytes\n", size);
+            return 111;
+        }
+        if (size == capacity) {
+            capacity *= 2;
+            char *grown = realloc(data, capacity);
+            if (grown == NULL) free(data);
+            data = grown;
+            continue;
+        }
+        ssize_t got = read(0, data + size, capacity - size);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            fprintf(stderr, "inotify-spawn-baseline: unable to read stdin: %s\n", strerror(errno));
+            return 111;
+        }
+        if (got == 0) break;
+        size += (size_t)got;
+    }
+    // Delivered: the whole list has been read.
+    struct timespec ended;
+    clock_gettime(CLOCK_MONOTONIC, &ended);
+    unsigned long long ns = (unsigned long long)ended.tv_sec * 1000000000ULL + (unsigned long long)ended.tv_nsec;
+    char temporary[PATH_MAX], final[PATH_MAX];
+    snprintf(temporary, sizeof temporary, "%s/.%llu-%d", directory, ns, (int)getpid());
+    snprintf(final, sizeof final, "%s/%llu-%d", directory, ns, (int)getpid());
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "inotify-spawn-baseline: unable to create %s: %s\n", temporary, strerror(errno));
+        return 111;
+    }
+    for (size_t done = 0; done < size;) {
+        ssize_t put = write(fd, data + done, size - done);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) {
+            fprintf(stderr, "inotify-spawn-baseline: unable to write %s: %s\n", temporary, strerror(errno));
+            close(fd);
+            return 111;
+        }
+        done += (size_t)put;
+    }
+    close(fd);
+    if (rename(temporary, final) != 0) {
+        fprintf(stderr, "inotify-spawn-baseline: unable to rename %s to %s: %s\n", temporary, final, strerror(errno));
+        return 111;
+    }
+    free(data);
+    return 0;
 }
 
 static volatile sig_atomic_t stopping = 0;
@@ -178,12 +237,14 @@ static int watch(const char *dir, int recursive, char **program) {
 
 static int usage(void) {
     fprintf(stderr, "usage: inotify-spawn-baseline --record FILE [PATH]\n"
+                    "       inotify-spawn-baseline --record-stdin DIR\n"
                     "       inotify-spawn-baseline --watch DIR [--recursive] --run PROGRAM [ARG...]\n");
     return 100;
 }
 
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "--record") == 0) return record(argv[2], argc >= 4 ? argv[3] : "");
+    if (argc == 3 && strcmp(argv[1], "--record-stdin") == 0) return record_stdin(argv[2]);
     if (argc >= 5 && strcmp(argv[1], "--watch") == 0) {
         int next = 3, recursive = 0;
         if (strcmp(argv[next], "--recursive") == 0) {

@@ -38,6 +38,8 @@ struct WatchBenchSettings {
     let latencySpacingNanoseconds, burstQuietNanoseconds, burstTimeoutNanoseconds: UInt64
     let peers, burstPeers: [WatchPeer]
     let parts: Set<String>
+    /// The watchkeeper rule's `output` key (WATCHKEEPER_BENCH_WATCH_OUTPUT), absent if nil.
+    let output: String?
 
     init() {
         let environment = ProcessInfo.processInfo.environment
@@ -58,7 +60,8 @@ struct WatchBenchSettings {
         }
         peers = peerList("WATCHKEEPER_BENCH_WATCH_PEERS", default: WatchPeer.allCases)
         burstPeers = peerList("WATCHKEEPER_BENCH_BURST_PEERS", default: WatchPeer.allCases).filter(peers.contains)
-        parts = Set((environment["WATCHKEEPER_BENCH_WATCH_PARTS"] ?? "latency,burst,idle").split(separator: ",").map(String.init))
+        parts = Set((environment["WATCHKEEPER_BENCH_WATCH_PARTS"] ?? "latency,burst,idle,batch").split(separator: ",").map(String.init))
+        output = environment["WATCHKEEPER_BENCH_WATCH_OUTPUT"]
     }
 }
 
@@ -348,8 +351,19 @@ final class PeerLauncher {
         return peer
     }
 
-    private func startWatchkeeper(_ peer: RunningPeer, recursive: Bool, readyTimeout: Duration) throws {
+    /// `job`: the rule's keys that say what runs (the batch part's); by default one
+    /// recording job per file.
+    func startWatchkeeper(_ peer: RunningPeer, recursive: Bool, readyTimeout: Duration, job: String? = nil) throws {
         let config = peer.scratch + "/watchkeeper.toml"
+        // Left out unless asked for: `direct` takes the jobs' output off the daemon's CPU.
+        var output = ""
+        if let value = settings.output {
+            guard value == "daemon" || value == "direct" else {
+                throw BenchFailure(description: "WATCHKEEPER_BENCH_WATCH_OUTPUT=\(value): expected daemon or direct")
+            }
+            output = "output = \"\(value)\"\n"
+        }
+        let command = job ?? "command = [\"\(settings.baseline)\", \"--record\", \"\(peer.records)\", \"{path}\"]"
         try """
         [daemon]
         max_jobs = 8
@@ -358,8 +372,8 @@ final class PeerLauncher {
         name = "bench"
         path = "\(peer.directory)"
         recursive = \(recursive)
-        command = ["\(settings.baseline)", "--record", "\(peer.records)", "{path}"]
-
+        \(command)
+        \(output)
         """.write(toFile: config, atomically: true, encoding: .utf8)
         // Closed once READY=1 has arrived: later notifications then fail at once instead of
         // filling a socket nobody reads.

@@ -314,10 +314,12 @@ func runWatchBenchmarks() {
     let root = String(cString: made)
     teardown.add { try? FileManager.default.removeItem(atPath: root) }
     // Interrupted (Ctrl-C in `make bench`): the peers get the terminal's SIGINT too; what
-    // would outlive us is incrond's system table, so it goes. The scratch directory stays.
+    // would outlive us is incrond's system table and a watchman server (when not on the
+    // terminal), so they go. The scratch directory stays.
     for signo in [SIGINT, SIGTERM] {
         signal(signo) { received in
             unlink("/etc/incron.d/watchkeeper-bench")
+            if batchWatchmanPid > 0 { kill(batchWatchmanPid, SIGTERM) }
             _exit(128 + received)
         }
     }
@@ -370,6 +372,12 @@ func runWatchBenchmarks() {
         report("idle: a tree of \(settings.idleDirectories) directories below the root, watched recursively, \(settings.idleSeconds) s without events (WATCHKEEPER_BENCH_IDLE_S)")
         idle = measureIdle(settings, launcher: launcher, teardown: teardown, root: root)
     }
+
+    if settings.parts.contains("batch") {
+        runBatchBenchmark(settings, launcher: launcher, teardown: teardown, root: root)
+    }
+    // The table is the three per-file parts'; the batch part printed its own lines.
+    guard !settings.parts.isDisjoint(with: ["latency", "burst", "idle"]) else { return }
 
     func cell(_ text: String, _ width: Int) -> String {
         text.count >= width ? text : String(repeating: " ", count: width - text.count) + text
