@@ -56,6 +56,32 @@ def status_fields(pid):
     return {"rss_kib": kib("VmRSS"), "anon_kib": kib("RssAnon"), "threads": int(fields.get("Threads", "0"))}
 
 
+def daemon_pid(launched):
+    """The daemon itself: `launched`, or its descendant when a wrapper (heaptrack, valgrind)
+    started it, so signals and samples reach the daemon and not the wrapper."""
+    for _ in range(100):
+        children = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    with open(f"/proc/{entry}/comm") as f:
+                        comm = f.read().strip()
+                    children.setdefault(int(fields[1]), []).append((int(entry), comm))
+                except OSError:
+                    pass
+        queue = [launched]
+        while queue:
+            pid = queue.pop()
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "watchkeeper":
+                    return pid
+            queue += [child for child, _ in children.get(pid, [])]
+        time.sleep(0.1)
+    raise SystemExit(f"no watchkeeper process under pid {launched}")
+
+
 def main():
     args = parse()
     root = tempfile.mkdtemp(prefix="wk-soak-")
@@ -67,6 +93,7 @@ def main():
     env = {"PATH": "/usr/bin:/bin", "RUNTIME_DIRECTORY": f"{root}/run", "STATE_DIRECTORY": f"{root}/state"}
     log = open(f"{root}/stderr.log", "wb")
     daemon = subprocess.Popen([args.binary, "run", "--config", conf], env=env, stderr=log, stdout=subprocess.DEVNULL)
+    pid = daemon_pid(daemon.pid)
     state = f"{root}/run/state.json"
     samples, failures = [], []
     start = time.monotonic()
@@ -89,13 +116,13 @@ def main():
                 if r.returncode != 0:
                     failures.append(f"status failed at {tick} s: {r.stderr.decode(errors='replace').strip()}")
             if tick % 10 == 0:
-                daemon.send_signal(signal.SIGUSR1)
+                os.kill(pid, signal.SIGUSR1)
             if tick % 60 == 0:
                 generation += 1
                 with open(conf + ".new", "w") as f:
                     f.write(config(root, args.tasks, generation))
                 os.rename(conf + ".new", conf)
-                daemon.send_signal(signal.SIGHUP)
+                os.kill(pid, signal.SIGHUP)
             if tick % 10 == 5:
                 try:
                     with open(state) as f:
@@ -103,7 +130,7 @@ def main():
                 except (OSError, ValueError):
                     pass
             if tick % int(args.sample) == 0:
-                sample = {"t": tick, **status_fields(daemon.pid), "fds": len(os.listdir(f"/proc/{daemon.pid}/fd"))}
+                sample = {"t": tick, **status_fields(pid), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
                 resources = last_dump.get("resources", {})
                 sample["malloc_kib"] = resources.get("malloc_in_use_bytes", 0) // 1024
                 sample["sqlite_kib"] = resources.get("sqlite_bytes", 0) // 1024
@@ -115,7 +142,7 @@ def main():
                       f"threads={sample['threads']}", flush=True)
     finally:
         if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
             try:
                 daemon.wait(30)
             except subprocess.TimeoutExpired:
