@@ -1,4 +1,4 @@
-#if os(Linux)
+#if os(Linux) && canImport(XCTest)
 import Foundation
 import XCTest
 import CWatchkeeperSystem
