@@ -77,6 +77,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var drainExtender: RegisteredTimer?
     /// The tasks subsystem's view for STATUS=, pushed from its queue.
     private var jobSummary: (running: Int, text: String) = (0, "")
+    private var statusThrottle = StatusThrottle(intervalNanoseconds: 500_000_000)
 
     /// Loads the configuration, starts every subsystem, and never returns: the
     /// process ends in `finishStopping` (exit 0) or on a fatal start-up error.
@@ -158,7 +159,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             self.lifecycleQueue.async {
                 guard summary != self.jobSummary else { return }
                 self.jobSummary = summary
-                if case .running = self.machine.state { self.notifier.setStatus(self.statusLine()) }
+                self.jobSummaryChanged()
             }
         }
         let tasks = configuration.tasks
@@ -264,6 +265,23 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         // Logged before READY=1 so the journal shows it before systemd's "Started".
         notifier.send([("READY", "1"), ("STATUS", statusLine())])
         scheduleTestStallIfAsked()
+    }
+
+    private func jobSummaryChanged() {
+        switch statusThrottle.changed(now: DispatchTime.now().uptimeNanoseconds) {
+        case .send:
+            sendRunningStatus()
+        case .sendAt(let deadline):
+            lifecycleQueue.queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: deadline)) { [unowned self] in
+                if self.statusThrottle.timerFired(now: DispatchTime.now().uptimeNanoseconds) == .send { self.sendRunningStatus() }
+            }
+        case .none:
+            break
+        }
+    }
+
+    private func sendRunningStatus() {
+        if case .running = machine.state { notifier.setStatus(statusLine()) }
     }
 
     /// One line for `systemctl status`: what runs, and what went wrong last.
