@@ -12,6 +12,8 @@ or RSS grew by more than --max-rss-growth-kib.
 usage: soak.py BINARY [--minutes M] [--sample S] [--tasks N] [--max-rss-growth-kib K]
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wk import daemon_pid
 
 
 def parse():
@@ -54,32 +56,6 @@ def status_fields(pid):
             fields[key] = value.strip()
     kib = lambda k: int(fields.get(k, "0 kB").split()[0])
     return {"rss_kib": kib("VmRSS"), "anon_kib": kib("RssAnon"), "threads": int(fields.get("Threads", "0"))}
-
-
-def daemon_pid(launched):
-    """The daemon itself: `launched`, or its descendant when a wrapper (heaptrack, valgrind)
-    started it, so signals and samples reach the daemon and not the wrapper."""
-    for _ in range(100):
-        children = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                    with open(f"/proc/{entry}/comm") as f:
-                        comm = f.read().strip()
-                    children.setdefault(int(fields[1]), []).append((int(entry), comm))
-                except OSError:
-                    pass
-        queue = [launched]
-        while queue:
-            pid = queue.pop()
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == "watchkeeper":
-                    return pid
-            queue += [child for child, _ in children.get(pid, [])]
-        time.sleep(0.1)
-    raise SystemExit(f"no watchkeeper process under pid {launched}")
 
 
 def main():

@@ -1,0 +1,209 @@
+"""What the reliability scenarios share: a daemon started as systemd would start it (its own
+runtime and state directories, a notify socket read for READY=1), the daemon's pid behind a
+wrapper, its children, and small waits with deadlines (never counts in a time window)."""
+import os, signal, socket, sqlite3, subprocess, tempfile, threading, time
+
+
+def proc_children():
+    """pid -> [(child pid, comm)] for every process on the machine."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry}/comm") as f:
+                    comm = f.read().strip()
+                children.setdefault(int(fields[1]), []).append((int(entry), comm))
+            except OSError:
+                pass
+    return children
+
+
+def daemon_pid(launched):
+    """The daemon itself: `launched`, or its descendant when a wrapper (heaptrack, valgrind)
+    started it, so signals and samples reach the daemon and not the wrapper."""
+    for _ in range(100):
+        children = proc_children()
+        queue = [launched]
+        while queue:
+            pid = queue.pop()
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() == "watchkeeper":
+                        return pid
+            except OSError:
+                pass
+            queue += [child for child, _ in children.get(pid, [])]
+        time.sleep(0.1)
+    raise SystemExit(f"no watchkeeper process under pid {launched}")
+
+
+def direct_children(pid):
+    """The pids whose parent is `pid`, zombies included, from every thread's children list."""
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def processes_with(marker):
+    """Pids whose argv holds `marker`."""
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and marker in cmdline(int(e))]
+
+
+def wait_for(seconds, predicate, step=0.05):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+class NotifySocket:
+    """The NOTIFY_SOCKET a supervisor listens on, read all the time as systemd reads it (a
+    socket nobody reads fills up, and then the daemon's sd_notify blocks); READY=1 sets
+    `ready`, and every message is kept in `messages`."""
+
+    def __init__(self, directory):
+        self.path = os.path.join(directory, f"notify-{os.getpid()}-{time.monotonic_ns()}")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.ready = threading.Event()
+        self.messages = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        while True:
+            try:
+                message = self.sock.recv(65536)
+            except OSError:
+                return
+            self.messages.append(message)
+            if b"READY=1" in message.split(b"\n"):
+                self.ready.set()
+
+    def wait_ready(self, seconds):
+        return self.ready.wait(seconds)
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class Daemon:
+    """`watchkeeper run` on CONF with RUNTIME_DIRECTORY and STATE_DIRECTORY under ROOT, stderr
+    appended to ROOT/stderr.log (across restarts)."""
+
+    def __init__(self, binary, root, conf, wrapper=()):
+        self.binary, self.root, self.conf, self.wrapper = binary, root, conf, list(wrapper)
+        self.env = {"PATH": "/usr/bin:/bin", "RUNTIME_DIRECTORY": f"{root}/run",
+                    "STATE_DIRECTORY": f"{root}/state"}
+        self.process, self.pid, self.notify = None, None, None
+
+    @property
+    def database(self):
+        return f"{self.root}/state/watchkeeper.sqlite3"
+
+    def start(self, ready_within=None):
+        """Starts the daemon; with ready_within, waits that long for READY=1 (False if none)."""
+        self.notify = NotifySocket(self.root)
+        env = dict(self.env, NOTIFY_SOCKET=self.notify.path)
+        with open(f"{self.root}/stderr.log", "ab") as log:
+            self.process = subprocess.Popen(self.wrapper + [self.binary, "run", "--config", self.conf],
+                                            env=env, stderr=log, stdout=subprocess.DEVNULL)
+        self.pid = daemon_pid(self.process.pid) if self.wrapper else self.process.pid
+        if ready_within is None:
+            return True
+        return self.notify.wait_ready(ready_within)
+
+    def signal(self, number):
+        os.kill(self.pid, number)
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    def kill_counting_children(self, marker):
+        """SIGSTOP (nothing more starts), count the children whose argv holds `marker` (the
+        jobs in flight, finished but unreaped ones included), then SIGKILL. Returns the count."""
+        os.kill(self.pid, signal.SIGSTOP)
+        in_flight = sum(1 for child in direct_children(self.pid) if marker in cmdline(child)
+                        or not cmdline(child))  # a zombie's argv is gone; it was a job all the same
+        os.kill(self.pid, signal.SIGKILL)
+        self.process.wait(10)
+        self.notify.close()
+        return in_flight
+
+    def stop(self, within=30):
+        if not self.alive():
+            return self.process.returncode if self.process else None
+        os.kill(self.pid, signal.SIGTERM)
+        try:
+            return self.process.wait(within)
+        except subprocess.TimeoutExpired:
+            self.save_stacks("stop-timeout")
+            self.process.kill()
+            self.process.wait()
+            return None
+        finally:
+            self.notify.close()
+
+    def save_stacks(self, why):
+        """Every thread's backtrace into ROOT/stacks-WHY.txt (gdb, when installed): what a hang
+        was waiting for, kept before the process is killed."""
+        path = f"{self.root}/stacks-{why}.txt"
+        try:
+            with open(path, "wb") as out:
+                subprocess.run(["gdb", "-p", str(self.pid), "-batch", "-ex", "thread apply all bt"],
+                               stdout=out, stderr=subprocess.STDOUT, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        return path
+
+    def stderr_tail(self, lines=20):
+        try:
+            with open(f"{self.root}/stderr.log", "rb") as f:
+                return b"".join(f.readlines()[-lines:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+
+def integrity(database):
+    """SQLite's own verdict on the file ("ok" or its complaints), read-only, with the
+    write-ahead log as the daemon left it."""
+    if not os.path.exists(database):
+        return "missing"
+    try:
+        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = connection.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        return f"unreadable: {error}"
+    return "; ".join(str(row[0]) for row in rows)
+
+
+def scratch(prefix):
+    return tempfile.mkdtemp(prefix=prefix)
