@@ -13,7 +13,7 @@ usage: soak.py BINARY [--minutes M] [--sample S] [--tasks N] [--max-rss-growth-k
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wk import daemon_pid
+from wk import daemon_pid, status_fields
 
 
 def parse():
@@ -24,6 +24,11 @@ def parse():
     p.add_argument("--tasks", type=int, default=50)
     p.add_argument("--warmup", type=float, default=60)
     p.add_argument("--max-rss-growth-kib", type=int, default=1024)
+    p.add_argument("--reload-every", type=int, default=60, help="seconds between SIGHUPs (0: never)")
+    p.add_argument("--dump-every", type=int, default=10, help="seconds between SIGUSR1s (0: never)")
+    p.add_argument("--status-every", type=int, default=5, help="seconds between `status` calls (0: never)")
+    p.add_argument("--wrapper", default="", help="a command the daemon runs under, e.g. heaptrack -o FILE")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the daemon's environment")
     p.add_argument("--json", help="write the samples here")
     return p.parse_args()
 
@@ -48,16 +53,6 @@ def config(root, tasks, generation):
     return "\n".join(lines)
 
 
-def status_fields(pid):
-    fields = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    kib = lambda k: int(fields.get(k, "0 kB").split()[0])
-    return {"rss_kib": kib("VmRSS"), "anon_kib": kib("RssAnon"), "threads": int(fields.get("Threads", "0"))}
-
-
 def main():
     args = parse()
     root = tempfile.mkdtemp(prefix="wk-soak-")
@@ -67,8 +62,9 @@ def main():
     with open(conf, "w") as f:
         f.write(config(root, args.tasks, generation))
     env = {"PATH": "/usr/bin:/bin", "RUNTIME_DIRECTORY": f"{root}/run", "STATE_DIRECTORY": f"{root}/state"}
+    env.update(item.split("=", 1) for item in args.env)
     log = open(f"{root}/stderr.log", "wb")
-    daemon = subprocess.Popen([args.binary, "run", "--config", conf], env=env, stderr=log, stdout=subprocess.DEVNULL)
+    daemon = subprocess.Popen(args.wrapper.split() + [args.binary, "run", "--config", conf], env=env, stderr=log, stdout=subprocess.DEVNULL)
     pid = daemon_pid(daemon.pid)
     state = f"{root}/run/state.json"
     samples, failures = [], []
@@ -86,14 +82,14 @@ def main():
                 break
             with open(f"{root}/inbox/file-{tick}", "w") as f:
                 f.write("x")
-            if tick % 5 == 0:
+            if args.status_every and tick % args.status_every == 0:
                 r = subprocess.run([args.binary, "status", "--json", "--config", conf], env=env,
                                    capture_output=True, timeout=30)
                 if r.returncode != 0:
                     failures.append(f"status failed at {tick} s: {r.stderr.decode(errors='replace').strip()}")
-            if tick % 10 == 0:
+            if args.dump_every and tick % args.dump_every == 0:
                 os.kill(pid, signal.SIGUSR1)
-            if tick % 60 == 0:
+            if args.reload_every and tick % args.reload_every == 0:
                 generation += 1
                 with open(conf + ".new", "w") as f:
                     f.write(config(root, args.tasks, generation))
@@ -158,7 +154,7 @@ def main():
     print(f"runs recorded: {runs}; reloads: {generation}; log {os.path.getsize(root + '/stderr.log') // 1024} KiB")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"samples": samples, "failures": failures, "runs": runs}, f, indent=1)
+            json.dump({"samples": samples, "failures": failures, "runs": runs, "warmup": args.warmup}, f, indent=1)
     shutil.rmtree(root, ignore_errors=True)
     for failure in failures:
         print(f"soak: FAIL {failure}")

@@ -20,6 +20,17 @@ def proc_children():
     return children
 
 
+def status_fields(pid):
+    """VmRSS and RssAnon in KiB and the thread count, from /proc/PID/status."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    kib = lambda k: int(fields.get(k, "0 kB").split()[0])
+    return {"rss_kib": kib("VmRSS"), "anon_kib": kib("RssAnon"), "threads": int(fields.get("Threads", "0"))}
+
+
 def daemon_pid(launched):
     """The daemon itself: `launched`, or its descendant when a wrapper (heaptrack, valgrind)
     started it, so signals and samples reach the daemon and not the wrapper."""
@@ -121,6 +132,8 @@ class Daemon:
         self.env = {"PATH": "/usr/bin:/bin", "RUNTIME_DIRECTORY": f"{root}/run",
                     "STATE_DIRECTORY": f"{root}/state"}
         self.process, self.pid, self.notify = None, None, None
+        # Where the daemon's stderr goes: ROOT/stderr.log unless a scenario sets a pipe.
+        self.stderr_target = None
 
     @property
     def database(self):
@@ -132,7 +145,7 @@ class Daemon:
         env = dict(self.env, NOTIFY_SOCKET=self.notify.path)
         with open(f"{self.root}/stderr.log", "ab") as log:
             self.process = subprocess.Popen(self.wrapper + [self.binary, "run", "--config", self.conf],
-                                            env=env, stderr=log, stdout=subprocess.DEVNULL)
+                                            env=env, stderr=self.stderr_target or log, stdout=subprocess.DEVNULL)
         self.pid = daemon_pid(self.process.pid) if self.wrapper else self.process.pid
         if ready_within is None:
             return True

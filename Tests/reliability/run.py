@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The reliability suite (issue 11): every scenario with its command, run in turn, a line each.
+
+  run.py --long  --binary .build/release/watchkeeper --doc docs/reliability.md
+        `make reliability`: the full sizes (50 kills, 30 min soak, 1 GiB outputs, 10,000-file
+        bursts against the peers, fuzzing, sanitizers); rewrites the table in the doc.
+  run.py --short --binary .build/debug/watchkeeper
+        inside `make test`: the same scenarios at sizes that fit in about two minutes.
+
+Each scenario prints its own detail; this prints the summary table and exits 1 if any failed.
+"""
+import argparse, datetime, json, os, platform, re, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--long", action="store_true")
+    mode.add_argument("--short", action="store_true")
+    p.add_argument("--binary", required=True)
+    p.add_argument("--doc", help="rewrite the results table of this Markdown file")
+    p.add_argument("--only", help="comma-separated scenario ids")
+    return p.parse_args()
+
+
+def script(name):
+    return [sys.executable, os.path.join(HERE, name)]
+
+
+def summarise_swift_test(output, _):
+    match = re.findall(r"Executed (\d+) tests?, with (\d+) failures?", output)
+    if not match:
+        return "no test summary", False
+    tests, failures = map(int, match[-1])
+    return f"{tests} tests, {failures} failures", failures == 0 and tests > 0
+
+
+def summarise_crash(_, data):
+    t = data["totals"]
+    return (f"{t['kills']} SIGKILLs, {t['files']} files: {t['lost']} lost, {t['duplicates']} run twice "
+            f"(bound: {t['unrecorded_at_kills']} jobs without a ledger record at the kills, {t['in_flight_at_kills']} "
+            f"of them running); integrity_check failed {t['integrity_failures']} times; READY after restart ≤ {t['ready_s_max']} s"), not data["failures"]
+
+
+def summarise_peers(_, data):
+    cells = []
+    for scenario in dict.fromkeys(r["scenario"] for r in data):
+        row = [f"{r['peer']} {r['lost']} lost/{r['duplicates']} dup" for r in data if r["scenario"] == scenario]
+        cells.append(f"{scenario} ({data[0]['files']} files): " + ", ".join(row))
+    ours = [r for r in data if r["peer"] == "watchkeeper"]
+    ok = all(r["lost"] == 0 and r["duplicates"] <= (8 if r["scenario"] == "crash-restart" else 0) for r in ours)
+    return "; ".join(cells), ok
+
+
+def summarise_hostile(_, data):
+    t = data["totals"]
+    rows = ", ".join(f"{r['job']} {r['outcome']} in {r['duration_ms'] / 1000:.1f} s" for r in data["rows"])
+    return (f"{rows}; daemon peak RSS {t['peak_rss_mib']} MiB with {t['output_mib_per_job']} MiB of output from each of two jobs; "
+            f"retries ≤ {t['retry_attempts_per_second_max']}/s; setsid processes that escaped expiry (no delegated cgroup): "
+            f"{t['escaped_setsid_processes']}"), not data["failures"]
+
+
+def summarise_soak(_, data):
+    samples = [s for s in data["samples"] if s["t"] >= data.get("warmup", 60)]
+    if len(samples) < 3:
+        return "too few samples", False
+    first, last = samples[0], samples[-1]
+    return (f"{data['runs']} runs, {len(data['samples'])} samples: RSS {first['rss_kib'] / 1024:.1f} → {last['rss_kib'] / 1024:.1f} MiB, "
+            f"malloc {first['malloc_kib'] / 1024:.1f} → {last['malloc_kib'] / 1024:.1f} MiB, fds {first['fds']} → {last['fds']}, "
+            f"threads {first['threads']} → {last['threads']}"), not data["failures"]
+
+
+def scenarios(long, binary):
+    """(id, issue part, what, command, summariser, wants a --json file)."""
+    swift_test = ["swift", "test", "--disable-swift-testing", "--skip-build", "--filter"]
+    kills, files, output, soak = (50, 10000, 1024, 30) if long else (8, 500, 8, 1)
+    return [
+        ("names", "2", "hostile file names: every byte, 255-byte names, shell syntax, forged log lines",
+         swift_test + ["HostileName"], summarise_swift_test, False),
+        ("faults", "4", "faults in the world: root deleted, renamed, a symlink, mounted over; watch limit; "
+         "damaged ledger; unwatchable directories; overflow",
+         swift_test + ["WatchEdgeCaseTests|testQueueOverflow|testRootDeleted|testWatchLimit"], summarise_swift_test, False),
+        ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
+         summarise_crash, True),
+        ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "
+         "a FIFO argument, instant failure with retries", script("hostile.py") + [binary, "--output-mib", str(output)] + ([] if long else ["--slack", "2"]),
+         summarise_hostile, True),
+        ("peers", "8", "side by side with an inotifywait loop and incrond: burst, overflow, crash-restart",
+         script("peers.py") + [binary, "--files", str(files)] + ([] if long else ["--peers", "watchkeeper"]),
+         summarise_peers, True),
+        ("soak", "7", f"soak, {soak} min: 50 tasks every second, a file a second, dump every 10 s, status every 5 s, reload every minute",
+         script("soak.py") + [binary, "--minutes", str(soak)] + ([] if long else ["--sample", "5", "--warmup", "20", "--max-rss-growth-kib", "8192"]),
+         summarise_soak, True),
+    ]
+
+
+def main():
+    args = parse()
+    binary = os.path.abspath(args.binary)
+    chosen = set(args.only.split(",")) if args.only else None
+    results = []
+    for sid, part, what, command, summarise, wants_json in scenarios(args.long, binary):
+        if chosen and sid not in chosen:
+            continue
+        out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+        full = command + (["--json", out] if wants_json else [])
+        print(f"== {sid}: {' '.join(full)}", flush=True)
+        began = time.monotonic()
+        run = subprocess.run(full, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        seconds = time.monotonic() - began
+        print(run.stdout[-4000:], flush=True)
+        data = None
+        if wants_json:
+            try:
+                with open(out) as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                data = None
+        os.unlink(out)
+        if wants_json and data is None:
+            summary, ok = f"no result (exit {run.returncode})", False
+        else:
+            summary, ok = summarise(run.stdout, data)
+        ok = ok and run.returncode == 0
+        results.append({"id": sid, "part": part, "what": what, "command": " ".join(c.replace(ROOT + "/", "") for c in full if c != out and c != "--json"),
+                        "summary": summary, "ok": ok, "seconds": round(seconds)})
+    print("\nreliability:")
+    for r in results:
+        print(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['id']:13s} {r['seconds']:5d} s  {r['summary']}")
+    if args.doc:
+        write_doc(args.doc, results, args.binary)
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def write_doc(path, results, binary):
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    machine = f"{os.cpu_count()} CPU, {platform.release()}, {platform.freedesktop_os_release().get('PRETTY_NAME', 'Linux')}"
+    lines = [f"Last run: {datetime.date.today().isoformat()}, commit {commit}{' with local changes' if dirty else ''}, "
+             f"{binary}, {machine}.", "",
+             "| part | scenario | command | result | pass | time |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['part']} | {r['what']} | `{r['command']}` | {r['summary']} | {'yes' if r['ok'] else '**no**'} | {r['seconds']} s |")
+    table = "\n".join(lines) + "\n"
+    text = open(path).read() if os.path.exists(path) else ""
+    begin, end = "<!-- results: written by Tests/reliability/run.py -->\n", "<!-- end of results -->\n"
+    if begin in text and end in text:
+        text = text[:text.index(begin) + len(begin)] + table + text[text.index(end):]
+    else:
+        text += "\n" + begin + table + end
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
