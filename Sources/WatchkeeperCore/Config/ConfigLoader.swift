@@ -399,6 +399,11 @@ struct TableReader {
             context.error(at: valuePosition(key), "\(dotted(key)) must be an absolute path, not the relative \"\(text)\"")
             return nil
         }
+        // Where "/srv/in/../../etc" leads depends on symlinks met on the way: ask for the place itself.
+        guard !text.split(separator: "/").contains("..") else {
+            context.error(at: valuePosition(key), "\(dotted(key)) = \"\(text)\" must not contain \"..\": write the directory it should lead to")
+            return nil
+        }
         return text
     }
 
@@ -418,7 +423,8 @@ struct TableReader {
             if let suggestion = closestMatch(to: key, among: knownKeys) {
                 message += "; did you mean \"\(suggestion)\"?"
             } else if !knownKeys.isEmpty {
-                message += " (known keys: \(knownKeys.joined(separator: ", ")))"
+                var seen = Set<String>()
+                message += " (known keys: \(knownKeys.filter { seen.insert($0).inserted }.joined(separator: ", ")))"
             }
             context.error(at: keyPosition(key), message)
         }

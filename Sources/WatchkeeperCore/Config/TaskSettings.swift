@@ -199,7 +199,12 @@ public struct TaskSettings: Equatable, Sendable {
         var retryReader = TableReader(table: retry, path: reader.path + [.key("retry")], displayName: "\(reader.dotted("retry"))", context: reader.context)
         let attempts = retryReader.integer("attempts", range: 1 ... 100) ?? 3
         let backoff = retryReader.duration("backoff", range: .milliseconds(100) ... .seconds(86_400)) ?? .seconds(10)
-        let maxBackoff = retryReader.duration("max_backoff", range: .milliseconds(100) ... .seconds(7 * 86_400)) ?? .seconds(300)
+        let givenMaximum = retryReader.duration("max_backoff", range: .milliseconds(100) ... .seconds(7 * 86_400))
+        if let givenMaximum, givenMaximum < backoff {
+            reader.context.error(at: retryReader.valuePosition("max_backoff"),
+                                 "\(retryReader.dotted("max_backoff")) = \"\(givenMaximum.compactDescription)\" is shorter than backoff = \"\(backoff.compactDescription)\": the longest wait must be at least the first")
+        }
+        let maxBackoff = givenMaximum ?? .seconds(300)
         retryReader.reportUnknownKeys()
         return RetryPolicy(attempts: attempts, backoff: backoff, maxBackoff: max(backoff, maxBackoff))
     }

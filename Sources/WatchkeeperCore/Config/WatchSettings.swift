@@ -87,6 +87,10 @@ public struct WatchSettings: Equatable, Sendable {
         }
         let job = TaskSettings.readJob(&reader, placeholders: known)
         let path = reader.absolutePath("path")
+        if let path, let pseudo = ["/proc", "/sys"].first(where: { path == $0 || path.hasPrefix($0 + "/") }) {
+            reader.context.error(at: reader.valuePosition("path"),
+                                 "watch.path = \"\(path)\" is under \(pseudo), a kernel pseudo-filesystem whose changes inotify never reports: nothing would ever be handled")
+        }
         if path == nil && reader.table["path"] == nil {
             context.error(at: reader.headerPosition, "missing required key \"path\" in \(reader.displayName)")
         }
