@@ -11,7 +11,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
-        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        // TOMLKit 0.6.0 with its leaks fixed (Vendor/TOMLKit/PATCHES.md).
+        .package(path: "Vendor/TOMLKit"),
         // Errno and FileDescriptor: one typed error for every syscall (System/).
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         // Prometheus metrics (Metrics/): the engine records through the swift-metrics API,
