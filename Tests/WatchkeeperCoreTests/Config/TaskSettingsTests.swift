@@ -166,7 +166,7 @@ final class TaskSettingsTests: XCTestCase {
         XCTAssertEqual(configuration.tasks.first?.maxConcurrent, 1_024)
     }
 
-    func testParse_emptyRetryTable_takesTheDefaultPolicy_andMaxBackoffIsAtLeastBackoff() throws {
+    func testParse_emptyRetryTable_takesTheDefaultPolicy_andABackoffOverTheDefaultMaximumRaisesIt() throws {
         let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]
             name = "a"
@@ -178,12 +178,24 @@ final class TaskSettingsTests: XCTestCase {
             name = "b"
             command = ["/bin/true"]
             every = "1m"
-            retry = { backoff = "1h", max_backoff = "1m" }
+            retry = { backoff = "1h" }
             """))
         XCTAssertEqual(configuration.tasks.map(\.retry), [
             RetryPolicy(attempts: 3, backoff: .seconds(10), maxBackoff: .seconds(300)),
             RetryPolicy(attempts: 3, backoff: .seconds(3_600), maxBackoff: .seconds(3_600)),
         ])
+    }
+
+    func testParse_maxBackoffShorterThanBackoff_isRefusedAtItsValue() {
+        let diagnostics = configErrors("""
+            [[task]]
+            name = "b"
+            command = ["/bin/true"]
+            every = "1m"
+            retry = { backoff = "1h", max_backoff = "1m" }
+            """)
+        assertSingleDiagnostic(diagnostics, at: (5, 41),
+                               "task.retry.max_backoff = \"1m\" is shorter than backoff = \"1h\": the longest wait must be at least the first")
     }
 
     func testParse_dependencyChainWithoutCycle_isAccepted() throws {

@@ -164,6 +164,15 @@ extension TaskRunTests {
             ($0["owner"] as? String)?.hasPrefix("task chatty run") == true && ($0["target"] as? String)?.hasPrefix("progress pipe") == true
         })
         XCTAssertLessThan(progressSource["events"] as? Int ?? .max, 2_000, "200,000 updates must not mean 200,000 wake-ups")
+        // STATUS= goes out at most every 500 ms, the latest line at the end of the window:
+        // dump again until the line systemd was sent has caught up.
+        var sequence = state["sequence"] as? Int ?? 0
+        for _ in 0..<20 where (state["status"] as? String)?.contains("chatty 77% (almost done)") != true {
+            usleep(100_000)
+            sequence += 1
+            daemon.send(SIGUSR1)
+            state = try XCTUnwrap(sandbox.waitForState(sequence: sequence, timeout: 5))
+        }
         XCTAssertTrue((state["status"] as? String)?.contains("chatty 77% (almost done)") ?? false, "\(state["status"] ?? "")")
         let resources = try XCTUnwrap(state["resources"] as? [String: Any])
         XCTAssertLessThan(resources["rss_peak_bytes"] as? Int ?? .max, 80_000_000, "200,000 updates must not grow the daemon")
