@@ -6,6 +6,7 @@ import WatchkeeperCore
 // are registered (see HandledSignals).
 HandledSignals.blockInCallingThread()
 ProcessStart.mark()
+MallocArenas.restrict()
 // Nice is per thread on Linux: jobs start at the main thread's value, read before any
 // worker thread exists.
 ProcessSpawner.captureBaseNiceness()

@@ -113,6 +113,7 @@ def main():
         full = command + (["--json", out] if wants_json else [])
         print(f"== {sid}: {' '.join(full)}", flush=True)
         began = time.monotonic()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         run = subprocess.run(full, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         seconds = time.monotonic() - began
         print(run.stdout[-4000:], flush=True)
@@ -129,32 +130,40 @@ def main():
         else:
             summary, ok = summarise(run.stdout, data)
         ok = ok and run.returncode == 0
-        results.append({"id": sid, "part": part, "what": what, "command": " ".join(c.replace(ROOT + "/", "") for c in full if c != out and c != "--json"),
+        shown = ["python3" if c == sys.executable else c.replace(ROOT + "/", "") for c in full if c not in (out, "--json")]
+        results.append({"id": sid, "part": part, "what": what, "command": " ".join(shown), "commit": commit,
+                        "date": datetime.date.today().isoformat(),
                         "summary": summary, "ok": ok, "seconds": round(seconds)})
     print("\nreliability:")
     for r in results:
         print(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['id']:13s} {r['seconds']:5d} s  {r['summary']}")
     if args.doc:
-        write_doc(args.doc, results, args.binary)
+        write_doc(args.doc, results, args.binary, [sid for sid, *_ in scenarios(args.long, binary)])
     return 0 if all(r["ok"] for r in results) else 1
 
 
-def write_doc(path, results, binary):
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    machine = f"{os.cpu_count()} CPU, {platform.release()}, {platform.freedesktop_os_release().get('PRETTY_NAME', 'Linux')}"
-    lines = [f"Last run: {datetime.date.today().isoformat()}, commit {commit}{' with local changes' if dirty else ''}, "
-             f"{binary}, {machine}.", "",
-             "| part | scenario | command | result | pass | time |", "|---|---|---|---|---|---|"]
-    for r in results:
-        lines.append(f"| {r['part']} | {r['what']} | `{r['command']}` | {r['summary']} | {'yes' if r['ok'] else '**no**'} | {r['seconds']} s |")
-    table = "\n".join(lines) + "\n"
-    text = open(path).read() if os.path.exists(path) else ""
+def write_doc(path, results, binary, order):
+    """Rewrites the rows of the scenarios that ran, each with its commit and date; rows of
+    scenarios that did not run this time (--only) stay as they were."""
+    machine = f"{os.cpu_count()} CPU, Linux {platform.release()}, {platform.freedesktop_os_release().get('PRETTY_NAME', 'Linux')}"
     begin, end = "<!-- results: written by Tests/reliability/run.py -->\n", "<!-- end of results -->\n"
-    if begin in text and end in text:
-        text = text[:text.index(begin) + len(begin)] + table + text[text.index(end):]
-    else:
-        text += "\n" + begin + table + end
+    text = open(path).read() if os.path.exists(path) else ""
+    if begin not in text or end not in text:
+        text += "\n" + begin + end
+    old = text[text.index(begin) + len(begin):text.index(end)]
+    rows = {}
+    for line in old.splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| ") and len(cells) > 2 and cells[1].startswith("`") is False and cells[0][2:].strip() not in ("part", "---"):
+            rows[cells[1].strip()] = line
+    for r in results:
+        rows[r["id"]] = (f"| {r['part']} | {r['id']} | {r['what']} | `{r['command']}` | {r['summary']} | "
+                         f"{'yes' if r['ok'] else '**no**'} | {r['seconds']} s | {r['commit']}, {r['date']} |")
+    lines = [f"Machine: {machine}; binary {binary} (release build, static runtime).", "",
+             "| part | id | scenario | command | result of the last run | pass | time | commit, date |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [rows[sid] for sid in order if sid in rows]
+    text = text[:text.index(begin) + len(begin)] + "\n".join(lines) + "\n" + text[text.index(end):]
     with open(path, "w") as f:
         f.write(text)
 
