@@ -167,6 +167,10 @@ public final class DaemonSandbox {
             "STATE_DIRECTORY": root + "/state",
         ]
         if let notifySocket { environment["NOTIFY_SOCKET"] = notifySocket.path }
+        // A daemon built with a sanitizer takes its options from the test run's environment.
+        for key in ["ASAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS"] {
+            if let value = ProcessInfo.processInfo.environment[key] { environment[key] = value }
+        }
         environment.merge(extra) { _, new in new }
         return environment
     }
