@@ -324,28 +324,48 @@ public struct TaskSettings: Equatable, Sendable {
                 context.error(at: afterPosition(task), "task \"\(task.name)\": after = \"\(dependency)\": \(reason)")
             }
         }
-        // Depth-first search for a cycle; report it once, naming the whole loop.
-        let edges = Dictionary(uniqueKeysWithValues: tasks.map { ($0.name, $0.after.filter { names.contains($0) && $0 != "" }) })
-        var state: [String: Int] = [:] // 1 visiting, 2 done
-        var stack: [String] = []
-        var reported = false
-        func visit(_ name: String) {
-            guard !reported else { return }
-            if state[name] == 2 { return }
-            if state[name] == 1 {
-                let loop = stack[(stack.firstIndex(of: name) ?? 0)...] + [name]
-                if let task = tasks.first(where: { $0.name == name }) {
-                    context.error(at: afterPosition(task), "tasks depend on each other in a cycle: \(loop.joined(separator: " → "))")
+        // Depth-first search for a cycle; report it once, naming the loop. The path is an
+        // explicit stack: recursing once per task overflowed the thread's stack on a chain
+        // of a few thousand tasks, each after the next, and a reload with it killed the daemon.
+        let edges = Dictionary(uniqueKeysWithValues: tasks.map { task in
+            (task.name, task.after.filter { names.contains($0) && $0 != task.name })
+        })
+        enum Mark { case onPath, finished }
+        var marks: [String: Mark] = [:]
+        for root in tasks where marks[root.name] == nil {
+            // The tasks from root to the current one, each with its next dependency to follow.
+            var path: [(name: String, next: Int)] = [(root.name, 0)]
+            marks[root.name] = .onPath
+            while let (name, next) = path.last {
+                let dependencies = edges[name] ?? []
+                guard next < dependencies.count else {
+                    marks[name] = .finished
+                    path.removeLast()
+                    continue
                 }
-                reported = true
-                return
+                path[path.count - 1].next += 1
+                let dependency = dependencies[next]
+                switch marks[dependency] {
+                case .finished?:
+                    continue
+                case .onPath?:
+                    let loop = path[(path.firstIndex { $0.name == dependency } ?? 0)...].map(\.name) + [dependency]
+                    if let task = tasks.first(where: { $0.name == dependency }) {
+                        context.error(at: afterPosition(task), "tasks depend on each other in a cycle: \(describeCycle(loop))")
+                    }
+                    return
+                case nil:
+                    marks[dependency] = .onPath
+                    path.append((dependency, 0))
+                }
             }
-            state[name] = 1
-            stack.append(name)
-            for next in edges[name] ?? [] where next != name { visit(next) }
-            stack.removeLast()
-            state[name] = 2
         }
-        for task in tasks { visit(task.name) }
+    }
+
+    /// "a → b → a"; a loop through more than a dozen tasks is shortened to its first few
+    /// and its last, with the count, so the message stays one readable line.
+    static func describeCycle(_ loop: [String]) -> String {
+        guard loop.count > 12 else { return loop.joined(separator: " → ") }
+        return (loop.prefix(5) + ["…"] + loop.suffix(2)).joined(separator: " → ") + " (\(loop.count - 1) tasks)"
     }
 }

@@ -280,6 +280,31 @@ extension TaskSettingsTests {
         assertSingleConfigError(source, at: (5, 9), "tasks depend on each other in a cycle: a → b → c → a")
     }
 
+    /// `count` tasks, each after the next; with `closed`, the last is after the first.
+    private static func chainOfTasks(_ count: Int, closed: Bool) -> String {
+        (0..<count).map { index in
+            let next = index + 1 < count ? "t\(index + 1)" : (closed ? "t0" : nil)
+            return """
+                [[task]]
+                name = "t\(index)"
+                command = ["/bin/true"]
+                manual = true
+                after = [\(next.map { "\"\($0)\"" } ?? "")]
+
+                """
+        }.joined()
+    }
+
+    func testParse_aChainOfTenThousandTasksEachAfterTheNext_loadsWithoutExhaustingTheStack() {
+        // The cycle search recursed once per task: a few thousand overflowed the stack.
+        XCTAssertEqual(parsedConfiguration(Self.chainOfTasks(10_000, closed: false))?.tasks.count, 10_000)
+    }
+
+    func testParse_aCycleThroughTenThousandTasks_isOneErrorNamingItsEnds() {
+        assertSingleConfigError(Self.chainOfTasks(10_000, closed: true), at: (5, 9),
+                                "tasks depend on each other in a cycle: t0 → t1 → t2 → t3 → t4 → … → t9999 → t0 (10000 tasks)")
+    }
+
     func testParse_afterErrorInATaskBehindARefusedOne_isReportedAtItsOwnAfter() {
         // The first task is refused (no command), so it never reaches the dependency
         // check; the second task's error must still point at the second task's `after`.
