@@ -89,29 +89,84 @@ final class BadConfigCorpusTests: XCTestCase {
         XCTAssertTrue(daemon.isRunning)
     }
 
+    /// What git cannot hold or should not: a directory, a FIFO, a symbolic link loop, a
+    /// file over the size limit, no file at all, and a cycle through 10,000 tasks. Each is
+    /// made at `path` by `make`; `expected` is what follows the path in the diagnostic.
+    private struct MadeCase: Sendable {
+        let name: String
+        let make: @Sendable (String) throws -> Void
+        let expected: String
+    }
+
+    private static let madeCases: [MadeCase] = [
+        MadeCase(name: "directory", make: { XCTAssertEqual(mkdir($0, 0o755), 0) },
+                 expected: ": unable to read the configuration: Is a directory"),
+        // A FIFO opened for reading would wait for a writer: the refusal must come at once.
+        MadeCase(name: "fifo", make: { XCTAssertEqual(mkfifo($0, 0o644), 0) },
+                 expected: ": unable to read the configuration: Is a FIFO (named pipe), not a regular file"),
+        MadeCase(name: "symlink loop", make: { path in
+            XCTAssertEqual(symlink(path + ".loop", path), 0)
+            XCTAssertEqual(symlink(path, path + ".loop"), 0)
+        }, expected: ": unable to read the configuration: Too many levels of symbolic links (a symbolic link loop?)"),
+        MadeCase(name: "17 MiB", make: { try Data(repeating: UInt8(ascii: "#"), count: 17 << 20).write(to: URL(fileURLWithPath: $0)) },
+                 expected: ": unable to read the configuration: file is larger than 16 MiB"),
+        MadeCase(name: "missing", make: { _ in }, expected: ": unable to read the configuration: No such file or directory"),
+        // The cycle search recursed once per task, and this overflowed its stack.
+        MadeCase(name: "cycle through 10,000 tasks", make: { path in
+            let tasks = (0..<10_000).map { "[[task]]\nname = \"t\($0)\"\nmanual = true\ncommand = [\"/bin/true\"]\nafter = [\"t\(($0 + 1) % 10_000)\"]\n" }
+            try tasks.joined().write(toFile: path, atomically: false, encoding: .utf8)
+        }, expected: ":5:9: tasks depend on each other in a cycle: t0 → t1 → t2 → t3 → t4 → … → t9999 → t0 (10000 tasks)"),
+    ]
+
+    /// Removes whatever `make` left at `path`, so the next case starts from nothing.
+    private static func removeMade(_ path: String) {
+        for each in [path, path + ".loop"] {
+            // unlink refuses a directory, with EISDIR.
+            if unlink(each) != 0 && errno == EISDIR { XCTAssertEqual(rmdir(each), 0, each) }
+        }
+    }
+
     func testFilesThatAreNotReadableConfigurations_areRefusedWithTheCause_andAFIFOIsNeverOpened() throws {
         let sandbox = try DaemonSandbox()
-        let root = sandbox.root
-        XCTAssertEqual(mkdir(root + "/directory.toml", 0o755), 0)
-        XCTAssertEqual(mkfifo(root + "/fifo.toml", 0o644), 0)
-        XCTAssertEqual(symlink(root + "/loop-b.toml", root + "/loop-a.toml"), 0)
-        XCTAssertEqual(symlink(root + "/loop-a.toml", root + "/loop-b.toml"), 0)
-        try Data(repeating: UInt8(ascii: "#"), count: 17 << 20).write(to: URL(fileURLWithPath: root + "/large.toml"))
-        let expected = [
-            "directory.toml": "unable to read the configuration: Is a directory",
-            "fifo.toml": "unable to read the configuration: Is a FIFO (named pipe), not a regular file",
-            "loop-a.toml": "unable to read the configuration: Too many levels of symbolic links (a symbolic link loop?)",
-            "large.toml": "unable to read the configuration: file is larger than 16 MiB",
-            "missing.toml": "unable to read the configuration: No such file or directory",
-        ]
-        for (name, message) in expected.sorted(by: { $0.key < $1.key }) {
-            for arguments in [["check-config", root + "/" + name], ["run", "--config", root + "/" + name]] {
+        for each in Self.madeCases {
+            let path = sandbox.root + "/made.toml"
+            try each.make(path)
+            defer { Self.removeMade(path) }
+            for arguments in [["check-config", path], ["run", "--config", path]] {
                 let process = try sandbox.start(notifySocket: nil, arguments: arguments)
-                // A FIFO opened for reading would wait for a writer: the exit must come at once.
-                XCTAssertEqual(process.waitForExit(timeout: 10), 78, "\(arguments[0]) \(name): \(process.stderr)")
-                XCTAssertTrue(process.stderr.contains("\(root)/\(name): \(message)"), "\(arguments[0]) \(name): \(process.stderr)")
+                XCTAssertEqual(process.waitForExit(timeout: 10), 78, "\(arguments[0]) \(each.name): \(process.stderr)")
+                XCTAssertTrue(process.stderr.contains(path + each.expected), "\(arguments[0]) \(each.name): \(process.stderr)")
             }
         }
+    }
+
+    func testAReloadWithAFileThatIsNotAReadableConfiguration_isRefused_andTheOldConfigurationKeepsRunning() throws {
+        let sandbox = try DaemonSandbox()
+        try sandbox.writeConfig(DaemonSandbox.basicConfig + """
+
+            [[task]]
+            name = "heartbeat"
+            every = "200ms"
+            command = ["/bin/true"]
+            """)
+        let notify = try NotifySocket()
+        let daemon = try sandbox.startReady(notifySocket: notify)
+        defer { daemon.stop(within: 10) }
+        var refusals = 0
+        for each in Self.madeCases {
+            Self.removeMade(sandbox.configPath)
+            try each.make(sandbox.configPath)
+            daemon.send(SIGHUP)
+            refusals += 1
+            XCTAssertTrue(waitFor(10) { daemon.stderr.components(separatedBy: "unable to reload ").count - 1 >= refusals },
+                          "\(each.name): no refusal logged\n\(daemon.stderrTail)")
+            let log = daemon.stderr
+            XCTAssertTrue(log.contains("error: " + sandbox.configPath + each.expected), "\(each.name): not logged\n\(daemon.stderrTail)")
+            let offset = log.utf8.count
+            XCTAssertTrue(waitFor(10) { String(daemon.stderr.utf8.dropFirst(offset))?.contains("task heartbeat run") == true },
+                          "\(each.name): the old configuration's task did not run after the refused reload\n\(daemon.stderrTail)")
+        }
+        XCTAssertTrue(daemon.isRunning)
     }
 
     func testAnUnreadableFile_isRefusedForAUserWhoCannotReadIt() throws {
