@@ -15180,7 +15180,12 @@ TOML_IMPL_NAMESPACE_START
 						advance_and_return_if_error({});
 						advance_count++;
 
-						scan();
+						// watchkeeper: scan() asserts that a value character comes next, and in
+						// "2024-01-01 1" the value ends after the digit: the assertion aborted the
+						// process (see PATCHES.md). Not scanning leaves char_count at 12, so the
+						// date stands alone, as in "2024-01-01 x".
+						if (!is_eof() && !is_value_terminator(*cp))
+							scan();
 						return_if_error({});
 
 						if (char_count == 12u)
@@ -15594,6 +15599,14 @@ TOML_IMPL_NAMESPACE_START
 				// check for a premature closing ']'
 				if (*cp == U']')
 					set_error_and_return_default("tables with blank bare keys are explicitly prohibited"sv);
+
+				// watchkeeper: parse_key() asserts that a key starts here, and "[,a]" or "[[[a]]]"
+				// reached it with another character: the assertion aborted the process, so a
+				// typo in a table header killed the daemon on reload (see PATCHES.md).
+				if (!is_bare_key_character(*cp) && !is_string_delimiter(*cp))
+					set_error_and_return_default("expected bare key starting character or string delimiter, saw '"sv,
+												 to_sv(*cp),
+												 "'"sv);
 
 				// get the actual key
 				start_recording();
@@ -16064,6 +16077,11 @@ TOML_IMPL_NAMESPACE_START
 					continue;
 				}
 				prev = parse_type::val;
+
+				// watchkeeper: parse_value() asserts that a value starts here, and "[}" reached
+				// it with a '}': the assertion aborted the process (see PATCHES.md).
+				if (is_value_terminator(*cp))
+					set_error_and_return_default("expected value or closing ']', saw '"sv, to_sv(*cp), "'"sv);
 
 				auto val = parse_value();
 				return_if_error({});
