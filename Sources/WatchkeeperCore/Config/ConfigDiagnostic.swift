@@ -5,13 +5,19 @@ public struct ConfigDiagnostic: Error, Equatable, Sendable, CustomStringConverti
     public let position: SourcePosition?
     public let message: String
 
+    /// Messages quote what the file says (keys, values, the parser's view of the text),
+    /// and a key such as `"a\nb"` holds a newline: printed raw it began a second line, one
+    /// that could pass for another diagnostic, and an ESC could drive the terminal. Controls
+    /// are escaped here, once, for every place a diagnostic goes (check-config, the log,
+    /// STATUS=, the dump, the control socket).
     public init(file: String, position: SourcePosition?, message: String) {
         self.file = file
         self.position = position
-        self.message = message
+        self.message = LineEscaping.controlsEscaped(message)
     }
 
     public var description: String {
+        let file = LineEscaping.controlsEscaped(file)
         guard let position else { return "\(file): \(message)" }
         return "\(file):\(position.line):\(position.column): \(message)"
     }

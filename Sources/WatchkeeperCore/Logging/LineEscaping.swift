@@ -20,6 +20,13 @@ public enum LineEscaping {
         escaped(text.utf8)
     }
 
+    /// One line, with backslashes kept as they are: for messages that quote what a file
+    /// says, such as a configuration diagnostic, whose own text may hold backslashes
+    /// (`unknown escape sequence '\q'`) that doubling would make harder to read.
+    public static func controlsEscaped(_ text: String) -> String {
+        escape(text.utf8, keepingNewlines: false, escapingBackslashes: false)
+    }
+
     /// Text that is already formatted for reading, and may span lines on purpose (the
     /// text state dump), or that carries a job's output: newlines stay, every other
     /// control character is escaped. Backslashes stay as they are, since such text may
