@@ -256,7 +256,8 @@ private struct JSONParser {
         }
         let text = String(decoding: bytes[start ..< index], as: UTF8.self)
         if isInteger, let value = Int64(text) { return .int(value) }
-        guard let value = Double(text) else { throw DumpValue.ParseError(offset: start, reason: "number out of range") }
+        // Double("1e400") is infinity, which JSON cannot carry back (it is written as null).
+        guard let value = Double(text), value.isFinite else { throw DumpValue.ParseError(offset: start, reason: "number out of range") }
         return .double(value)
     }
 

@@ -26,6 +26,17 @@ final class DumpValueParsingTests: XCTestCase {
         XCTAssertEqual(try DumpValue.parse(json: " -0.5 "), .double(-0.5))
     }
 
+    func testNumbersBeyondADouble_areRefused_notReadAsInfinity() {
+        // Found by fuzzing the control socket: infinity was written back as null, so a
+        // request meant something else when relayed.
+        for text in ["1e400", "-2.5e388888", "[0,-1e309]"] {
+            XCTAssertThrowsError(try DumpValue.parse(json: text), text) { error in
+                XCTAssertTrue("\(error)".contains("number out of range"), "\(error)")
+            }
+        }
+        XCTAssertEqual(try DumpValue.parse(json: "1e-400"), .double(0))
+    }
+
     func testRefusesWhatRFC8259Refuses() {
         for text in ["", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", "'x'", "\"\u{1}\"", "\"\\x\"", "\"\\ud800\"", "nul", "{} {}", "[1] x", "{\"a\" 1}"] {
             XCTAssertThrowsError(try DumpValue.parse(json: text), "accepted \(text.debugDescription)")
