@@ -168,6 +168,9 @@ public struct TimeZoneRules: Sendable, Equatable, CustomStringConvertible {
     /// The last transition listed in the file, after which the footer's rule applies;
     /// nil when the file lists none.
     let footerTakesOverAt: Int64?
+    /// The first transition computed from the footer, if any. Between `footerTakesOverAt`
+    /// and this instant the footer is evaluated directly (see `footerPrecomputedFrom`).
+    let footerPrecomputedStart: Int64?
 
     public var description: String { identifier }
 
@@ -175,6 +178,10 @@ public struct TimeZoneRules: Sendable, Equatable, CustomStringConvertible {
     /// a schedule asks for many lookups, so the footer's transitions until then are
     /// computed once at load (two a year: a few kilobytes) and found by binary search.
     static let footerPrecomputedUntil: Int64 = CivilCalendar.days(year: 2200, month: 1, day: 1) * 86_400
+    /// And from no earlier than 1900: a damaged file whose table ends millions of years ago
+    /// would otherwise have loading count its way through every year since (found by
+    /// fuzzing: loading never finished).
+    static let footerPrecomputedFrom: Int64 = CivilCalendar.days(year: 1900, month: 1, day: 1) * 86_400
 
     init(identifier: String, types: [LocalTimeType], transitionTimes: [Int64], transitionTypeIndices: [Int], footer: PosixTimeZone?) {
         self.identifier = identifier
@@ -184,15 +191,26 @@ public struct TimeZoneRules: Sendable, Equatable, CustomStringConvertible {
         var typesAtTransitions = transitionTypeIndices.map { types[$0] }
         footerTakesOverAt = transitionTimes.last
         // Without a table the footer describes all of time and is evaluated directly.
-        if let footer, var cursor = transitionTimes.last {
+        if let footer, let last = transitionTimes.last {
+            var cursor = max(last, Self.footerPrecomputedFrom)
             while let transition = footer.nextTransition(after: cursor), transition.at < Self.footerPrecomputedUntil {
                 times.append(transition.at)
                 typesAtTransitions.append(transition.after)
                 cursor = transition.at
             }
         }
+        footerPrecomputedStart = times.count > transitionTimes.count ? times[transitionTimes.count] : nil
         self.transitionTimes = times
         self.transitionTypes = typesAtTransitions
+    }
+
+    /// Whether the footer, not the table, answers for the instant: after the table, and
+    /// between the file's last transition and the first precomputed one.
+    private func footerGoverns(_ utcSeconds: Int64) -> Bool {
+        guard footer != nil else { return false }
+        guard let last = transitionTimes.last, utcSeconds < last else { return true }
+        guard let takesOver = footerTakesOverAt, let start = footerPrecomputedStart else { return false }
+        return utcSeconds >= takesOver && utcSeconds < start
     }
 
     /// A zone defined only by a POSIX TZ string such as `CET-1CEST,M3.5.0,M10.5.0/3`.
@@ -226,7 +244,7 @@ public struct TimeZoneRules: Sendable, Equatable, CustomStringConvertible {
     static let supportedRange: Int64 = 1 << 47
 
     func localTimeType(at utcSeconds: Int64) -> LocalTimeType {
-        if let footer, transitionTimes.last.map({ utcSeconds >= $0 }) ?? true {
+        if let footer, footerGoverns(utcSeconds) {
             return footer.localTimeType(at: utcSeconds)
         }
         // RFC 8536 §3.2: before the first transition, time type 0 applies.
@@ -248,6 +266,10 @@ public struct TimeZoneRules: Sendable, Equatable, CustomStringConvertible {
     /// The first change of local time type strictly after the instant, or nil if the
     /// zone never changes again.
     func nextTransition(after utcSeconds: Int64) -> ZoneTransition? {
+        if let footer, footerGoverns(utcSeconds) {
+            // Up to the table's next entry, which is the footer's own next transition.
+            return footer.nextTransition(after: utcSeconds)
+        }
         if let last = transitionTimes.last, utcSeconds < last {
             let index = utcSeconds < transitionTimes[0] ? 0 : lastTransitionIndex(atOrBefore: utcSeconds) + 1
             let before = index == 0 ? types[0] : transitionTypes[index - 1]
@@ -537,13 +559,13 @@ struct PosixTimeZone: Sendable, Equatable {
 // MARK: - TZif files
 
 extension TimeZoneRules {
-    struct FormatError: Error, Equatable {
-        let reason: String
+    @_spi(Fuzzing) public struct FormatError: Error, Equatable {
+        public let reason: String
     }
 
     /// Parses a TZif file (RFC 8536, versions 1 to 4). With version 2 and later the 64-bit
     /// block and the footer are used; the 32-bit block only exists for old readers.
-    init(tzif bytes: [UInt8], identifier: String) throws(FormatError) {
+    @_spi(Fuzzing) public init(tzif bytes: [UInt8], identifier: String) throws(FormatError) {
         var reader = ByteReader(bytes: bytes)
         guard bytes.count >= 44, bytes[0..<4].elementsEqual("TZif".utf8) else {
             throw FormatError(reason: "is not a TZif time zone file")

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import XCTest
 
-@testable import WatchkeeperCore
+@_spi(Fuzzing) @testable import WatchkeeperCore
 import WatchkeeperTestSupport
 
 /// Pins how zones are read from the system tzdata: offsets around real transitions, the
@@ -276,6 +276,24 @@ final class TimeZoneDatabaseTests: XCTestCase {
             )
             XCTAssertNoThrow(try TimeZoneRules(tzif: later, identifier: "test"), "version \(version)")
         }
+    }
+
+    func testTZif_tableEndingAgesAgo_loadsAtOnce_andTheFooterGovernsAfterIt() throws {
+        // Found by fuzzing: the footer's transitions were computed year by year from the
+        // table's end, here 3 billion years ago, so loading never finished.
+        let ancient: Int64 = -100_000_000_000_000_000
+        let bytes = tzif(
+            version: UInt8(ascii: "2"), transitions: [ancient], indices: [0],
+            types: [(3_600, false, "CET")], footer: "CET-1CEST,M3.5.0,M10.5.0/3", v1Transitions: []
+        )
+        let rules = try TimeZoneRules(tzif: bytes, identifier: "test")
+        let footer = try TimeZoneRules(identifier: "rule", posixRule: "CET-1CEST,M3.5.0,M10.5.0/3")
+        // 1850 (before the precomputed years), 2026, and 2300 (after them).
+        for instant: Int64 in [-3_786_825_600 + 200 * 86_400, 1_782_864_000, 10_413_792_000 + 100 * 86_400] {
+            XCTAssertEqual(rules.offset(at: instant).abbreviation, footer.offset(at: instant).abbreviation, "\(instant)")
+            XCTAssertEqual(rules.nextTransition(after: instant), footer.nextTransition(after: instant), "\(instant)")
+        }
+        XCTAssertEqual(rules.offset(at: ancient - 1).abbreviation, "CET")
     }
 
     func testTZif_damagedOrUnsupportedFiles_areRefusedWithAReason() {
