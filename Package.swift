@@ -64,6 +64,12 @@ let package = Package(
             dependencies: ["WatchkeeperCore"]
         ),
         .executableTarget(name: "inotify-spawn-baseline", path: "Sources/inotify-spawn-baseline"),
+        // libFuzzer harnesses for the parsers of outside input (`make fuzz`); in an ordinary
+        // build, a tool that replays the kept seeds and crashes (Tests/fuzz/).
+        .executableTarget(
+            name: "watchkeeper-fuzz",
+            dependencies: ["WatchkeeperCore"]
+        ),
         // What both test targets share: scratch directories, polling with a deadline, a
         // recorder for events delivered on another queue, configuration and time zone
         // fixtures. A regular target, so `swift build` compiles it too: its files are wrapped

@@ -40,7 +40,7 @@ public enum ConfigLoader {
 
     /// The bytes are checked before TOMLKit sees them (see ConfigPreflight): a file that
     /// fails those checks gets only their diagnostics.
-    static func parse(bytes: [UInt8], path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
+    @_spi(Fuzzing) public static func parse(bytes: [UInt8], path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
         let problems = ConfigPreflight.check(bytes)
         guard problems.isEmpty else {
             return .failure(ConfigErrors(problems.map { ConfigDiagnostic(file: path, position: $0.position, message: $0.message) }))

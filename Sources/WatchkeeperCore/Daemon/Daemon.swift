@@ -376,7 +376,6 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     }
 
     public func describeForDump() -> DumpValue {
-        let now = DispatchTime.now().uptimeNanoseconds
         let settings = configuration.daemon
         var reload: DumpValue = .null
         if let lastReload {

@@ -135,7 +135,7 @@ public struct InotifyEvent: Hashable, Sendable, CustomStringConvertible {
     /// bug or a buffer we got wrong) ends decoding instead of reading past the data.
     /// Returns the number of bytes decoded.
     @discardableResult
-    static func decode(_ bytes: UnsafeRawBufferPointer, into events: inout [InotifyEvent]) -> Int {
+    @_spi(Fuzzing) public static func decode(_ bytes: UnsafeRawBufferPointer, into events: inout [InotifyEvent]) -> Int {
         var offset = 0
         while bytes.count - offset >= headerSize {
             let wd = bytes.loadUnaligned(fromByteOffset: offset, as: Int32.self)

@@ -3,7 +3,7 @@ import Foundation
 import SystemPackage
 import XCTest
 
-@testable import WatchkeeperCore
+@_spi(Fuzzing) @testable import WatchkeeperCore
 import WatchkeeperTestSupport
 
 /// Real inotify on real temporary directories: what the kernel reports and how it is decoded.
