@@ -59,10 +59,8 @@ public enum ConfigLoader {
             return .failure(ConfigErrors([ConfigDiagnostic(file: path, position: nil, message: "syntax error: \(error)")]))
         }
 
-        // TOMLKit 0.6's TOMLTable has no deinit: the parsed toml++ tree would outlive it,
-        // ~0.5 KiB per key on every reload (found by heaptrack in the soak). Everything read
-        // from it is a Swift copy, so the tree is emptied once read; only its empty root stays.
-        defer { root.clear() }
+        // The parsed toml++ tree is freed with `root` (vendored TOMLKit; upstream's leaked
+        // it, ~0.5 KiB per key on every reload): everything read from it is a Swift copy.
         let context = ValidationContext(file: path, sourceMap: TOMLSourceMap(source: source))
         let configuration = read(root, path: path, environment: environment, context: context)
         if context.diagnostics.isEmpty {
@@ -92,7 +90,6 @@ public enum ConfigLoader {
         } catch {
             preconditionFailure("the key probe is not valid TOML: \(error)")
         }
-        defer { root.clear() }
         let context = ValidationContext(file: "", sourceMap: TOMLSourceMap(source: probe), collectingKeys: true)
         _ = read(root, path: "", environment: [:], context: context)
         return context.keysReadByTable

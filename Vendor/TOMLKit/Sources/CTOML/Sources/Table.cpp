@@ -17,6 +17,9 @@ extern "C" {
 	/// Initializes a new \c toml::table .
 	CTOMLTable * tableCreate() { return reinterpret_cast<CTOMLTable *>(new toml::table()); }
 
+	/// watchkeeper: frees a table made by \c tableCreateFromString , with everything in it.
+	void tableDelete(CTOMLTable * table) { delete reinterpret_cast<toml::table *>(table); }
+
 	/// Creates a \c toml::table from a string containing a TOML document.
 	/// @param tomlStr The string containing the TOML document.
 	/// @param errorPointer Te pointer that will contain the \c CTOMLParseError if an error occurs

@@ -217,6 +217,7 @@ extern "C" {
 	// MARK: - Table - Creation and Deletion
 	/// Initializes a new \c toml::table .
 	CTOMLTable * tableCreate();
+	void tableDelete(CTOMLTable * table);
 
 	/// Creates a \c toml::table from a string containing a TOML document.
 	/// @param tomlStr The string containing the TOML document.

@@ -190,6 +190,13 @@ public final class TOMLTable:
 
 	/// A pointer to the underlying `toml::table`.
 	var tablePointer: OpaquePointer
+	/// watchkeeper: whether this object made the tree (by parsing) and so frees it. Tables
+	/// reached through a subscript are views into their parent's tree and free nothing.
+	private var ownsTree = false
+
+	deinit {
+		if ownsTree { tableDelete(tablePointer) }
+	}
 
 	/// The amount of elements in the table.
 	public var count: Int { tableSize(self.tablePointer) }
@@ -232,6 +239,7 @@ public final class TOMLTable:
 		}
 
 		self.tablePointer = table
+		self.ownsTree = true
 	}
 
 	/// Creates a `TOMLTable` by encoding `value` using ``TOMLEncoder``.
