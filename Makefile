@@ -34,7 +34,7 @@ SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper
 
-.PHONY: all deps pydeps build release run test unit-test e2e-test reliability bench install install-files uninstall clean
+.PHONY: all deps pydeps build release run test unit-test e2e-test reliability fuzz bench install install-files uninstall clean
 
 all: build
 
@@ -84,7 +84,7 @@ test: build pydeps
 	python3 Tests/reliability/run.py --short --binary $(DEBUG_BIN)
 
 # The long reliability suite (issue 11; up to an hour): crash-restarts, hostile jobs, the
-# peers side by side, a 30-minute soak; rewrites the table in docs/reliability.md.
+# peers side by side, fuzzing, a 30-minute soak; rewrites the table in docs/reliability.md.
 # inotify-tools and incron are the peers; gdb saves a hung daemon's stacks.
 RELIABILITY_PACKAGES = inotify-tools incron gdb
 reliability: release build pydeps
@@ -94,6 +94,12 @@ reliability: release build pydeps
 	@if pgrep -x incrond >/dev/null; then systemctl stop incron 2>/dev/null || pkill -x incrond; fi
 	swift build --build-tests $(SWIFT_FLAGS)
 	python3 Tests/reliability/run.py --long --binary $(RELEASE_BIN) --doc docs/reliability.md
+
+# libFuzzer (with ASan) on each parser of outside input for FUZZ_RUNS executions, from the
+# seeds and kept crashes under Tests/fuzz; the binary is built apart, in .build-fuzz.
+FUZZ_RUNS ?= 200000
+fuzz: deps
+	python3 Tests/fuzz/fuzz.py --build --runs $(FUZZ_RUNS)
 
 unit-test: build pydeps
 	swift test --disable-swift-testing $(SWIFT_FLAGS)

@@ -3,7 +3,7 @@
 
   run.py --long  --binary .build/release/watchkeeper --doc docs/reliability.md
         `make reliability`: the full sizes (50 kills, 30 min soak, 1 GiB outputs, 10,000-file
-        bursts against the peers, fuzzing, sanitizers); rewrites the table in the doc.
+        bursts against the peers, 200,000 fuzzing executions per parser); rewrites the table in the doc.
   run.py --short --binary .build/debug/watchkeeper
         inside `make test`: the same scenarios at sizes that fit in about two minutes.
 
@@ -73,6 +73,16 @@ def summarise_soak(_, data):
             f"threads {first['threads']} → {last['threads']}"), not data["failures"]
 
 
+def summarise_fuzz(_, data):
+    rows = data["rows"]
+    if rows and rows[0]["mode"] == "replay":
+        text = ", ".join(f"{r['target']} {r['inputs']}" for r in rows)
+        return f"seeds and kept crashes replayed: {text} inputs", all(r["ok"] for r in rows)
+    text = ", ".join(f"{r['target']} {r['executions'] or 0:,} ({r['coverage']} edges)" for r in rows)
+    found = sum(len(r.get("artifacts", [])) for r in rows)
+    return f"executions: {text}; crashes, leaks or timeouts found: {found}", all(r["ok"] for r in rows)
+
+
 def scenarios(long, binary):
     """(id, issue part, what, command, summariser, wants a --json file)."""
     swift_test = ["swift", "test", "--disable-swift-testing", "--skip-build", "--filter"]
@@ -95,6 +105,11 @@ def scenarios(long, binary):
         ("peers", "8", "side by side with an inotifywait loop and incrond: burst, overflow, crash-restart",
          script("peers.py") + [binary, "--files", str(files)] + ([] if long else ["--peers", "watchkeeper"]),
          summarise_peers, True),
+        ("fuzz", "5", "libFuzzer with ASan on the six parsers of outside input (configuration, cron, glob, inotify records, "
+         "Varlink requests, TZif), each with a property check; the short run replays seeds and kept crashes",
+         [sys.executable, os.path.join(ROOT, "Tests", "fuzz", "fuzz.py")] + (["--build", "--runs", "200000"] if long else
+                                     ["--replay", os.path.join(os.path.dirname(binary), "watchkeeper-fuzz")]),
+         summarise_fuzz, True),
         ("soak", "7", f"soak, {soak} min: 50 tasks every second, a file a second, dump every 10 s, status every 5 s, reload every minute",
          script("soak.py") + [binary, "--minutes", str(soak)] + ([] if long else ["--sample", "5", "--warmup", "20", "--max-rss-growth-kib", "8192"]),
          summarise_soak, True),
