@@ -46,6 +46,19 @@
 // posix_spawn sizes its own from argv, which the child here never copies.
 #define WK_CHILD_STACK_SIZE (64 * 1024)
 
+// The child's code runs on that borrowed stack (or in a forked copy), where AddressSanitizer's
+// bookkeeping does not apply: its check before each noreturn call (_exit, execve failing)
+// printed "ASan is ignoring requested __asan_handle_no_return" on the job's stderr in a
+// sanitizer build. The child makes only syscalls, so nothing is lost by not instrumenting it.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WK_CHILD_CODE __attribute__((no_sanitize("address")))
+#endif
+#endif
+#ifndef WK_CHILD_CODE
+#define WK_CHILD_CODE
+#endif
+
 // The child installs fds 0..3; everything it still needs is first moved at or above this.
 #define WK_FIRST_SPARE_FD 4
 
@@ -94,7 +107,7 @@ const char *wk_spawn_step_name(int step) {
     return step_names[step];
 }
 
-__attribute__((noreturn)) static void report_and_exit(struct child_plan *plan, int step) {
+WK_CHILD_CODE __attribute__((noreturn)) static void report_and_exit(struct child_plan *plan, int step) {
     struct child_report report = {step, errno};
     if (plan->report_fd < 0) {
         plan->report = report;
@@ -111,7 +124,7 @@ __attribute__((noreturn)) static void report_and_exit(struct child_plan *plan, i
 
 // Returns a copy of fd at or above WK_FIRST_SPARE_FD (close-on-exec), so that installing
 // fds 0..3 cannot overwrite a source that has not been installed yet.
-static int move_above_targets(int fd) {
+WK_CHILD_CODE static int move_above_targets(int fd) {
     if (fd < 0 || fd >= WK_FIRST_SPARE_FD) {
         return fd;
     }
@@ -119,7 +132,7 @@ static int move_above_targets(int fd) {
 }
 
 // dup2 clears close-on-exec on the target; sources are never equal to targets here.
-static int install(int fd, int target) {
+WK_CHILD_CODE static int install(int fd, int target) {
     int rc;
     do {
         rc = dup2(fd, target);
@@ -127,7 +140,7 @@ static int install(int fd, int target) {
     return rc;
 }
 
-static int close_range_or_loop(unsigned first, unsigned last, int highest_fd) {
+WK_CHILD_CODE static int close_range_or_loop(unsigned first, unsigned last, int highest_fd) {
     if (first > last) {
         return 0;
     }
@@ -143,7 +156,7 @@ static int close_range_or_loop(unsigned first, unsigned last, int highest_fd) {
     return 0;
 }
 
-__attribute__((noreturn)) static void run_child(struct child_plan *plan) {
+WK_CHILD_CODE __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
     const struct wk_spawn_request *req = plan->req;
 
     int report_fd = plan->report_fd;  // -1 for the shared-memory child
@@ -344,7 +357,7 @@ static void give_back_stack(void *stack) {
     }
 }
 
-static int child_entry(void *arg) {
+WK_CHILD_CODE static int child_entry(void *arg) {
     run_child((struct child_plan *)arg);
 }
 
