@@ -179,8 +179,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
 
     /// A running job holds 7 fds (its stdout, stderr and progress pipes, both ends each
     /// until their sources are cancelled, and its pidfd); the daemon itself about 64
-    /// (inotify, the databases, signalfds, epoll, the mount table). EMFILE in the middle of
-    /// a burst is a lost job: say so at start, with the numbers, while it is cheap to fix.
+    /// (inotify, the databases, signalfds, epoll, the mount table). At EMFILE jobs wait in
+    /// line (StartHold) and start as others end, so fewer run at once than max_jobs says:
+    /// say so at start, with the numbers, while it is cheap to fix.
     static let descriptorsPerJob = 7
     static let descriptorsForTheDaemon = 64
 
@@ -195,7 +196,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         let needed = UInt64(maxJobs * Self.descriptorsPerJob + Self.descriptorsForTheDaemon)
         if UInt64(limit.rlim_cur) < needed {
-            logger.warning("open file limit RLIMIT_NOFILE=\(limit.rlim_cur) (hard \(limit.rlim_max)) is below what max_jobs = \(maxJobs) needs: \(Self.descriptorsPerJob) per job + \(Self.descriptorsForTheDaemon) = \(needed); raise LimitNOFILE= in the unit (or ulimit -n) or lower max_jobs, or jobs will fail to start with EMFILE")
+            logger.warning("open file limit RLIMIT_NOFILE=\(limit.rlim_cur) (hard \(limit.rlim_max)) is below what max_jobs = \(maxJobs) needs: \(Self.descriptorsPerJob) per job + \(Self.descriptorsForTheDaemon) = \(needed); raise LimitNOFILE= in the unit (or ulimit -n) or lower max_jobs; until then jobs wait for descriptors and fewer run at once")
         }
     }
 

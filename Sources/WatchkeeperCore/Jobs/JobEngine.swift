@@ -71,7 +71,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     // Confined to `queue`.
     public private(set) var maxJobs: Int
     private var groups: [JobKey: JobGroup] = [:]
-    private var line = JobLine<Waiting>()
+    var line = JobLine<Waiting>()
     private var active: [RunID: Active] = [:]
     private var retrying: [RunID: Retrying] = [:]
     /// Processes a finished job left in its group, until the kill that ends them.
@@ -86,6 +86,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// Gives memory back a moment after a burst, once the callers have taken their
     /// completions (the watcher frees its per-file state only then).
     private var trimTimer: RegisteredTimer?
+    /// Starts held back while descriptors or processes are short (StartHold.swift).
+    var hold = StartHold()
+    var holdTimer: RegisteredTimer?
     static let trimDelay = Duration.seconds(2)
     var drain: EngineDrain?
     /// Called after anything a status line shows changed (runs started, ended, progress).
@@ -237,11 +240,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
     // MARK: Running
 
-    private func pump() {
+    func pump() {
         guard !pumping else { return }
         pumping = true
         defer { pumping = false }
-        while accepting, line.runningCount < maxJobs, let (key, item) = line.startNext() {
+        while accepting, hold.allowsStarts, line.runningCount < maxJobs, let (key, item) = line.startNext() {
             start(key, item)
         }
         peakWaiting = max(peakWaiting, line.waitingCount)
@@ -272,14 +275,21 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
                                  standardInput: inputs.standardInput, attempt: item.attempt, submittedAt: item.submittedAt)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
-        startedTotal += 1
-        if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
         let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
                          onLeftovers: { [weak self] child, grace in self?.linger(child, key: key, grace: grace) }) { [weak self] record in
             self?.ended(item.runID, record: record)
         }
         entry.run = run
-        run.start()
+        switch run.start() {
+        case .started, .failed:
+            startedTotal += 1
+            if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
+            perform(hold.started(now: DispatchTime.now().uptimeNanoseconds))
+        case .shortOfResources(let cause):
+            active.removeValue(forKey: item.runID)
+            line.putBack(item, to: key)
+            perform(hold.shortage(cause, now: DispatchTime.now().uptimeNanoseconds))
+        }
     }
 
     private func ended(_ runID: RunID, record: RunRecord) {
@@ -295,6 +305,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             deliver(entry.key, item, records: records)
         }
         drain?.jobEnded(self)
+        // Its descriptors are free again: a held start may try.
+        hold.release()
         pump()
     }
 
@@ -415,6 +427,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("retrying_total", .int(Int64(retrying.count))),
             .init("lingering_groups", .int(Int64(lingering.count))),
             .init("started_since_start", .int(Int64(startedTotal))),
+            .init("starts_held", .bool(!hold.allowsStarts)),
+            .init("start_holds_since_start", .int(Int64(hold.holds))),
+            .init("jobs_put_back_since_start", .int(Int64(hold.totalPutBack))),
             .init("running", .array(running.compactMap { describe($0, now: now) })),
             .init("waiting", .array(line.ordered(limit: 50).map { describe(waiting: $0.element, key: $0.key, now: now) })),
             .init("retrying", .array(retrying.values.sorted { $0.dueAt < $1.dueAt }.prefix(50).map { describe(retry: $0, now: now) })),

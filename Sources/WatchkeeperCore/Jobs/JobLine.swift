@@ -17,6 +17,8 @@ struct JobLine<Element> {
     /// Per priority lane (0 high, 1 default, 2 low): groups with work waiting and room to run.
     private var ready: [Set<JobKey>] = [[], [], []]
     private var sequence: UInt64 = 0
+    /// The place in line of what `startNext` last returned, for `putBack`.
+    private var lastStartedPlace: UInt64 = 0
     private(set) var waitingCount = 0
     private(set) var runningCount = 0
 
@@ -53,12 +55,28 @@ struct JobLine<Element> {
             // A drained group gives its buffer back: a burst's capacity is not kept for the daemon's life.
             if groups[key]!.waiting.isEmpty { groups[key]!.waiting = [] }
             groups[key]!.running += 1
+            lastStartedPlace = entry.sequence
             waitingCount -= 1
             runningCount += 1
             updateReadiness(key)
             return (key, entry.element)
         }
         return nil
+    }
+
+    /// The job the last `startNext` returned could not start after all: it goes back to
+    /// its place in line (ahead of everything that came after it), no longer running.
+    /// Call it before the next `startNext`.
+    mutating func putBack(_ element: Element, to key: JobKey) {
+        guard var group = groups[key], group.running > 0 else {
+            preconditionFailure("job line: \(key) put back a job it never started")
+        }
+        group.running -= 1
+        runningCount -= 1
+        group.waiting.prepend((lastStartedPlace, element))
+        waitingCount += 1
+        groups[key] = group
+        updateReadiness(key)
     }
 
     /// A job of `key` that `startNext` returned has ended.

@@ -55,7 +55,16 @@ final class JobRun: @unchecked Sendable {
 
     // MARK: Start
 
-    func start() {
+    enum StartResult {
+        case started
+        /// Ended before it began; its record went to `onFinish`.
+        case failed
+        /// Nothing started and nothing was recorded: the daemon is short of descriptors or
+        /// processes, not the job at fault. The engine puts the job back in line.
+        case shortOfResources(SpawnError)
+    }
+
+    func start() -> StartResult {
         dispatchPrecondition(condition: .onQueue(context.queue.queue))
         startedAt = DispatchTime.now().uptimeNanoseconds
         startedWall = .now()
@@ -65,8 +74,12 @@ final class JobRun: @unchecked Sendable {
             let spawned = try spawnMain()
             scheduleBudget()
             logger.debug("started \(label) as pid \(spawned.pid) in \(Duration.nanoseconds(Int64(spawned.spawnToExecNanoseconds)).compactDescription)")
+            return .started
+        } catch where error.isResourceShortage {
+            return .shortOfResources(error)
         } catch {
             finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)")
+            return .failed
         }
     }
 

@@ -32,6 +32,14 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
     public let errorNumber: Int32
     public let description: String
 
+    /// The daemon ran out of something that comes back when other jobs end: descriptors
+    /// (EMFILE for RLIMIT_NOFILE, ENFILE for fs.file-max) or processes (EAGAIN from
+    /// clone/fork at RLIMIT_NPROC or the cgroup's pids.max). Such a job never started, so
+    /// it waits instead of failing: a burst under a low LimitNOFILE= loses no file.
+    public var isResourceShortage: Bool {
+        errorNumber == EMFILE || errorNumber == ENFILE || (step == .fork && errorNumber == EAGAIN)
+    }
+
 }
 
 func errorText(_ code: Int32) -> String {

@@ -24,6 +24,21 @@ final class JobLineTests: XCTestCase {
         XCTAssertEqual(line.waitingCount, 0)
     }
 
+    func testAJobPutBack_isNextAgain_aheadOfLaterArrivals_andNoLongerRunning() {
+        var line = JobLine<String>()
+        line.configure(inbox, limit: 10, lane: JobPriority.default.rank)
+        line.configure(backup, limit: 10, lane: JobPriority.default.rank)
+        line.append("a", to: inbox)
+        line.append("b", to: backup)
+        line.append("c", to: inbox)
+        let first = line.startNext()
+        XCTAssertEqual(first?.element, "a")
+        line.putBack("a", to: inbox)
+        XCTAssertEqual(line.runningCount, 0)
+        XCTAssertEqual(line.waitingCount, 3)
+        XCTAssertEqual((0..<3).compactMap { _ in line.startNext()?.element }, ["a", "b", "c"])
+    }
+
     func testStartNext_withinOneLane_isFirstComeFirstServedAcrossGroups() {
         var line = JobLine<String>()
         line.configure(backup, limit: 10, lane: 1)
