@@ -73,6 +73,18 @@ def summarise_soak(_, data):
             f"threads {first['threads']} → {last['threads']}"), not data["failures"]
 
 
+def summarise_faults(_, data):
+    cells = []
+    for r in data["rows"]:
+        if r.get("skipped"):
+            cells.append(f"{r['scenario']} skipped ({r['skipped']})")
+        else:
+            cells.append(f"{r['scenario']} {r['files']} files: {r['lost']} lost, {r['duplicates']} run twice"
+                         + (", reported" if r.get("reported") else "")
+                         + (f", integrity {r['integrity']}" if "integrity" in r else ""))
+    return "; ".join(cells), not data["failures"]
+
+
 def summarise_fuzz(_, data):
     rows = data["rows"]
     if rows and rows[0]["mode"] == "replay":
@@ -97,6 +109,10 @@ def scenarios(long, binary):
         ("faults", "4", "faults in the world: root deleted, renamed, a symlink, mounted over; watch limit; "
          "damaged ledger; unwatchable directories; overflow",
          swift_test + ["WatchEdgeCaseTests|testQueueOverflow|testRootDeleted|testWatchLimit"], summarise_swift_test, False),
+        ("faults-daemon", "4", "the daemon's own limits: RLIMIT_NOFILE 40 under max_jobs = 8, the state directory's file system "
+         "full (1 MiB tmpfs) while files arrive" + (", a watched root unreadable to the daemon (as nobody) until its mode changes" if long else ""),
+         script("faults.py") + [binary, "--files", "300" if long else "150"] + ([] if long else ["--only", "nofile,state-full"]),
+         summarise_faults, True),
         ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
          summarise_crash, True),
         ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "
