@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/syscall.h>
@@ -106,5 +107,8 @@ static inline long wk_send_datagrams(int fd, const unsigned char *arena, const s
     }
     return (long)sent;
 }
+
+// TFD_TIMER_CANCEL_ON_SET is a macro over an enum value, which Swift does not import.
+static const int WK_TFD_TIMER_CANCEL_ON_SET = (1 << 1);
 
 #endif

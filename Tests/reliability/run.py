@@ -85,6 +85,15 @@ def summarise_faults(_, data):
     return "; ".join(cells), not data["failures"]
 
 
+def summarise_clock(_, data):
+    if data.get("skipped"):
+        return f"skipped ({data['skipped']})", True
+    steps = {s["step"]: s for s in data["steps"]}
+    back, forward = steps.get("back", {}), steps.get("forward", {})
+    return (f"set back 2 h: ran again after {back.get('ran_again_after_s')} s; forward 2 h: the overdue run started after "
+            f"{forward.get('ran_after_s')} s, {forward.get('runs')} run(s)"), not data["failures"]
+
+
 def summarise_fuzz(_, data):
     rows = data["rows"]
     if rows and rows[0]["mode"] == "replay":
@@ -113,6 +122,8 @@ def scenarios(long, binary):
          "full (1 MiB tmpfs) while files arrive" + (", a watched root unreadable to the daemon (as nobody) until its mode changes" if long else ""),
          script("faults.py") + [binary, "--files", "300" if long else "150"] + ([] if long else ["--only", "nofile,state-full"]),
          summarise_faults, True),
+        ] + ([("clock", "4", "the system clock set back two hours, then forward again, under a cron task due every minute "
+               "(sets the machine's real clock: long run only)", script("clock.py") + [binary], summarise_clock, True)] if long else []) + [
         ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
          summarise_crash, True),
         ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "

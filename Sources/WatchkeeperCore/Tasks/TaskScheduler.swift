@@ -26,6 +26,9 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         /// A run that is due but waits for the tasks in `after` (see `dependenciesUnmet`).
         var held: (runID: RunID, subject: JobSubject, waitingFor: Set<String>)?
         var lastOutcome: RunOutcome?
+        /// The wall-clock second of the last cron fire: after the clock is set back, the
+        /// same instant does not fire twice (TaskScheduler+ClockChanges.swift).
+        var lastCronFire: Int64?
         /// What the timer does when it fires: the schedule's next step.
         var onFire: (() -> Void)?
         var history: [RunRecord] = []
@@ -56,6 +59,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// Task state and history in <state_dir>/watchkeeper.sqlite3; nil when it could not be
     /// opened (the daemon runs on, without catch-up, and says so in the dump).
     var store: TaskStore?
+    var clockWatcher: ClockChangeWatcher?
     var storeProblem: String?
     var lastPersistenceWarning: String?
     static let historyLength = 10
@@ -77,7 +81,10 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// finishes on its own), new ones are armed.
     public func apply(_ settings: [TaskSettings], isStart: Bool, stateDirectory: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        if isStart { openStore(directory: stateDirectory) }
+        if isStart {
+            openStore(directory: stateDirectory)
+            watchClockChanges()
+        }
         let names = Set(settings.map(\.name))
         for (name, task) in tasks where !names.contains(name) {
             disarm(task)
@@ -229,7 +236,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         task.timer?.schedule(at: DispatchTime(uptimeNanoseconds: next))
     }
 
-    private func scheduleCron(_ task: ScheduledTask, after: WallTime) {
+    func scheduleCron(_ task: ScheduledTask, after: WallTime) {
         guard case .cron(let expression, _) = task.settings.schedule, let zone = task.zone else { return }
         guard let fireSeconds = expression.nextFire(after: after.secondsSinceEpoch, in: zone) else {
             logger.warning("task \(task.settings.name): cron \"\(expression.description)\" never matches; the task will not run")
@@ -247,6 +254,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                 self.scheduleCron(task, after: WallTime(secondsSinceEpoch: now.secondsSinceEpoch - 1, nanoseconds: 0))
                 return
             }
+            task.lastCronFire = fireSeconds
             self.fire(task, scheduledAt: target, reason: "schedule")
             self.scheduleCron(task, after: WallTime(secondsSinceEpoch: max(fireSeconds, now.secondsSinceEpoch), nanoseconds: 0))
         }

@@ -243,4 +243,37 @@ final class TaskSchedulerPolicyTests: XCTestCase {
         XCTAssertEqual(onQueue { engine.groups[JobKey(.task, "b")] }, before[JobKey(.task, "b")])
         XCTAssertTrue(engine.removed.isEmpty)
     }
+
+    // MARK: The system clock set back
+
+    private func cronTask(_ name: String, _ expression: String) throws -> TaskSettings {
+        TaskSettings(name: name, schedule: .cron(try CronExpression(parsing: expression), timezone: "UTC"),
+                     job: JobSettings(command: .arguments(["/bin/true"])))
+    }
+
+    /// As if the task had fired at `instant` and the clock then went back before it.
+    private func clockSetBack(after firing: String, at instant: Int64) -> WallTime? {
+        onQueue {
+            let task = scheduler.tasks[firing]!
+            task.lastCronFire = instant
+            scheduler.clockWasSet(movedBySeconds: -7_200)
+            return task.nextFire?.wall
+        }
+    }
+
+    func testClockSetBack_aFixedTimeTask_doesNotFireAgainAtAnInstantItFiredAt() throws {
+        apply([try cronTask("backup", "0 3 * * *")])
+        let now = WallTime.now().secondsSinceEpoch
+        let firedAt = try XCTUnwrap(try CronExpression(parsing: "0 3 * * *").nextFire(after: now, in: .utc))
+        XCTAssertEqual(clockSetBack(after: "backup", at: firedAt)?.secondsSinceEpoch, firedAt + 86_400,
+                       "the 03:00 it already ran is not run again; the next day's is next")
+    }
+
+    func testClockSetBack_anIntervalTask_goesOnFromTheNewTime() throws {
+        apply([try cronTask("poll", "*/5 * * * *")])
+        let now = WallTime.now().secondsSinceEpoch
+        let next = try XCTUnwrap(clockSetBack(after: "poll", at: now + 7_200)?.secondsSinceEpoch)
+        XCTAssertLessThanOrEqual(next, now + 300, "every five minutes from the clock's new time, not two hours later")
+        XCTAssertGreaterThan(next, now - 1)
+    }
 }
