@@ -1,7 +1,12 @@
 import Dispatch
 import Foundation
 import Logging
+// A ThreadSanitizer build (make sanitize) brings its own Mutex from WatchkeeperCore.
+#if WATCHKEEPER_TSAN
+import struct Synchronization.Atomic
+#else
 import Synchronization
+#endif
 import XCTest
 
 @testable import WatchkeeperCore
