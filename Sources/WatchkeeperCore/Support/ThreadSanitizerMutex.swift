@@ -9,7 +9,7 @@ import Glibc
 /// calls it intercepts; `Mutex` takes its contended path inside libswiftSynchronization,
 /// which is not instrumented, so every contended `withLock` was reported as a data race
 /// on the value it protects (SourceRegistry's list, first). A pthread mutex is intercepted.
-/// Ordinary builds keep `Mutex`: measured in docs/measurements (SyncPrimitives).
+/// Ordinary builds keep `Mutex` (docs/measurements/sync-primitives.md).
 final class Mutex<Value>: @unchecked Sendable {
     private var value: Value
     private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
