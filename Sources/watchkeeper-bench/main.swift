@@ -8,6 +8,7 @@ let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("daemon", "the release daemon: exec to READY, SIGUSR1 to dump, SIGTERM to exit, idle RSS", runDaemonLifecycleBenchmark),
     ("tasks", "idle RSS with 100 tasks configured (WATCHKEEPER_BENCH_TASKS)", runManyTasksBenchmark),
     ("progress", "daemon CPU per update while a job floods its progress fd for 10 s", runProgressCostBenchmark),
+    ("cron", "the next fire of rare and common cron expressions in Europe/Berlin (µs)", runCronBenchmark),
     ("timer", "start jitter of a 1 s task over 60 s (WATCHKEEPER_BENCH_TIMER_S)", runTimerJitterBenchmark),
     ("spawn", "job spawn cost: ProcessSpawner (fork/exec shim) vs posix_spawn, to exec and to reaped (µs)", runSpawnOverheadBenchmark),
     ("dump", "SIGUSR1 dump with 1,000 tasks and 10,000 watched directories: build time and to state.json", runDumpBenchmark),

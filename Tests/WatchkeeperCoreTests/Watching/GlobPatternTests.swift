@@ -265,15 +265,12 @@ final class GlobPatternTests: XCTestCase {
             let glob = try GlobPattern(testCase.pattern)
             let path = Array(testCase.path.utf8)
             var steps = 0
-            let started = ContinuousClock.now
             XCTAssertEqual(glob.matches(path, steps: &steps), testCase.matches, line: testCase.line)
-            let elapsed = ContinuousClock.now - started
             let pathComponents = PathComponents.ranges(of: path)
             let longestComponent = pathComponents.map(\.count).max() ?? 0
             let bound = pathComponents.count * glob.segments.count * (longestComponent + 1) * (testCase.pattern.utf8.count + 1)
+            // The work, not the time: a time limit fails under a sanitizer or a loaded CI.
             XCTAssertLessThanOrEqual(steps, bound, "\"\(testCase.pattern)\"", line: testCase.line)
-            // Loose: a debug build on a busy machine still takes well under this.
-            XCTAssertLessThan(elapsed, .milliseconds(50), "\"\(testCase.pattern)\"", line: testCase.line)
         }
     }
 
