@@ -101,15 +101,16 @@ reliability: release build pydeps
 # references' side tables) where it cannot see them, and the daemon exits with its objects
 # alive; leaks are measured by the soak and by LeakSanitizer in `make fuzz` instead
 # (docs/reliability.md, "Sanitizers"). The TSan build swaps Synchronization's Mutex for a
-# pthread mutex that ThreadSanitizer can see (Support/ThreadSanitizerMutex.swift).
+# pthread mutex that ThreadSanitizer can see (Support/ThreadSanitizerMutex.swift). Test
+# deadlines stretch (WATCHKEEPER_TEST_DEADLINE_SCALE): the builds run 2-10 times slower.
 ASAN_TEST_OPTIONS ?= detect_leaks=0
 TSAN_TEST_OPTIONS ?= halt_on_error=0
 sanitize: deps pydeps
 	swift build --build-tests --sanitize=address --scratch-path .build-asan $(SWIFT_FLAGS)
-	WATCHKEEPER_BIN=$(CURDIR)/.build-asan/debug/watchkeeper ASAN_OPTIONS=$(ASAN_TEST_OPTIONS) \
+	WATCHKEEPER_BIN=$(CURDIR)/.build-asan/debug/watchkeeper ASAN_OPTIONS=$(ASAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=3 \
 	  swift test --disable-swift-testing --skip-build --scratch-path .build-asan $(SWIFT_FLAGS)
 	swift build --build-tests --sanitize=thread -Xswiftc -DWATCHKEEPER_TSAN --scratch-path .build-tsan $(SWIFT_FLAGS)
-	WATCHKEEPER_BIN=$(CURDIR)/.build-tsan/debug/watchkeeper TSAN_OPTIONS=$(TSAN_TEST_OPTIONS) \
+	WATCHKEEPER_BIN=$(CURDIR)/.build-tsan/debug/watchkeeper TSAN_OPTIONS=$(TSAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=5 \
 	  swift test --disable-swift-testing --skip-build --scratch-path .build-tsan $(SWIFT_FLAGS)
 
 # libFuzzer (with ASan) on each parser of outside input for FUZZ_RUNS executions, from the

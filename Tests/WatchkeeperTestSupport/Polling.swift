@@ -10,12 +10,18 @@ import Glibc
 // dump taken on another queue. The deadline is on the monotonic clock, so a wall clock
 // stepped during a test neither cuts a wait short nor stretches it.
 
+/// How much longer every deadline here is: a sanitizer build runs several times slower, and
+/// `make sanitize` sets WATCHKEEPER_TEST_DEADLINE_SCALE (a deadline is a bound on a wait,
+/// never a measurement, so stretching it changes no verdict but a slow one).
+public let testDeadlineScale: Double = ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_DEADLINE_SCALE"]
+    .flatMap(Double.init).map { max(1, $0) } ?? 1
+
 /// The first value `probe` gives that is not nil, asked at once and then every `interval`,
-/// or nil once `timeout` seconds have passed without one.
+/// or nil once `timeout` seconds (times `testDeadlineScale`) have passed without one.
 public func waitForValue<Value>(
     _ timeout: TimeInterval, every interval: Duration = .milliseconds(20), _ probe: () throws -> Value?
 ) rethrows -> Value? {
-    let deadline = MonotonicInstant.now + .seconds(timeout)
+    let deadline = MonotonicInstant.now + .seconds(timeout * testDeadlineScale)
     let (seconds, attoseconds) = interval.components
     let pause = useconds_t(seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
     while true {
