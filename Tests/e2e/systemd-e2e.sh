@@ -436,8 +436,14 @@ except ValueError as err:
     sys.exit("WATCHKEEPER_DUMP_JSON does not parse: %s" % err)
 print("%d lines of text, %d bytes of JSON" % (msg.count("\n") + 1, len(text(raw))))
 ' 2>&1) || { WHY=$out; return 1; }
-    ns journalctl -u watchkeeper "MESSAGE_ID=$ID_DUMP" -o cat -n 1 --no-pager | grep -q '^watchkeeper state dump' ||
-        { WHY="journalctl -o cat does not show the dump text"; return 1; }
+    # Captured first: `journalctl | grep -q` fails under pipefail when grep, done at the
+    # first line, closes the pipe while journalctl is still writing the dump (SIGPIPE).
+    local shown
+    shown=$(ns journalctl -u watchkeeper "MESSAGE_ID=$ID_DUMP" -o cat -n 1 --no-pager 2>&1)
+    case "$shown" in
+        "watchkeeper state dump"*) ;;
+        *) WHY="journalctl -o cat does not show the dump text: $(printf '%s' "$shown" | head -c 200)"; return 1 ;;
+    esac
     # state.json is written with the dump; give it the same few seconds.
     local i
     for i in $(seq 25); do ns test -s /run/watchkeeper/state.json && break; sleep 0.2; done
