@@ -31,9 +31,12 @@ final class ClockChangeWatcher {
         source.source.setEventHandler { [unowned self] in
             var expirations: UInt64 = 0
             let count = read(raw, &expirations, MemoryLayout<UInt64>.size)
-            // ECANCELED: the clock was set. The timer must be armed again to hear the next.
-            guard count < 0, errno == ECANCELED else { return }
+            // ECANCELED: the clock was set. Either way the timer is armed again: after a
+            // year of uptime it expires, and a timer that is not armed hears no change.
+            let wasSet = count < 0 && errno == ECANCELED
+            guard wasSet || count == MemoryLayout<UInt64>.size else { return }
             _ = Self.arm(raw)
+            guard wasSet else { return }
             stats.fired()
             let now = Self.wallMinusMonotonic()
             let moved = (now - offset) / 1_000_000_000

@@ -39,7 +39,8 @@ extension TaskScheduler {
         }
         let now = WallTime.now()
         for task in cronTasks {
-            guard case .cron(let expression, _) = task.settings.schedule else { continue }
+            // Only tasks armed now: not after the drain's stop(), nor an expression that never fires.
+            guard case .cron(let expression, _) = task.settings.schedule, task.timer != nil, task.nextFire != nil else { continue }
             var after = now
             // An expression whose hour field matches every hour is an interval (see nextFire).
             if !expression.matchesEveryHour, let last = task.lastCronFire, last > now.secondsSinceEpoch {

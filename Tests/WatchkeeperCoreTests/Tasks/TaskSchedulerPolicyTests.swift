@@ -269,6 +269,13 @@ final class TaskSchedulerPolicyTests: XCTestCase {
                        "the 03:00 it already ran is not run again; the next day's is next")
     }
 
+    func testClockSetBack_duringTheDrain_armsNothing() throws {
+        apply([try cronTask("poll", "*/5 * * * *")])
+        onQueue { scheduler.stop() }
+        XCTAssertNil(clockSetBack(after: "poll", at: WallTime.now().secondsSinceEpoch + 7_200))
+        XCTAssertNil(onQueue { scheduler.tasks["poll"]?.timer })
+    }
+
     func testClockSetBack_anIntervalTask_goesOnFromTheNewTime() throws {
         apply([try cronTask("poll", "*/5 * * * *")])
         let now = WallTime.now().secondsSinceEpoch
