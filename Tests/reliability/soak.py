@@ -7,7 +7,7 @@ configuration alternates between two versions so each reload applies a change).
 Samples: VmRSS, RssAnon, malloc in use and SQLite's share (from the dump's resources
 section), open fds, threads. Prints the series and the growth between the first and the
 last third of the run (after WARMUP seconds), per figure; exits 1 if fds other than the
-running jobs' or threads grew, or RSS grew by more than --max-rss-growth-kib.
+running jobs' or pipes at rest or threads grew, or RSS grew by more than --max-rss-growth-kib.
 
 usage: soak.py BINARY [--minutes M] [--sample S] [--tasks N] [--max-rss-growth-kib K]
 """
@@ -156,9 +156,13 @@ def main():
         # pipes each, JobPipes.swift), so it is not judged; what a leak would grow is.
         if mean(last, "other_fds") > max(x["other_fds"] for x in first):
             failures.append("open fds other than the running jobs' grew")
-        spare = lambda x: x["pipes"] - 6 * x["pidfds"]
-        if min(spare(x) for x in last) > max(spare(x) for x in first):
-            failures.append("pipes beyond the running jobs' grew")
+        # Pipes are judged at rest only (no job running at the sample): a job between its
+        # pipes and its pidfd, or draining after exit, holds pipes that are no leak, and a
+        # loaded machine has many of those at once (38-62 spare pipes in one CI run).
+        first_rest = [x["pipes"] for x in first if x["pidfds"] == 0]
+        last_rest = [x["pipes"] for x in last if x["pidfds"] == 0]
+        if first_rest and last_rest and min(last_rest) > max(first_rest):
+            failures.append("pipes at rest grew")
         # libdispatch grows and shrinks its worker pool with load (one per core per QoS
         # class in use, plus the manager): a few threads more is the pool, not a leak.
         if mean(last, "threads") > max(x["threads"] for x in first) + 4:
