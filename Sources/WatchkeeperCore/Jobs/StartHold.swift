@@ -16,7 +16,7 @@ struct StartHold {
     enum State: Equatable {
         case open
         /// `retrying`: a job ended or the delay passed, so the next start is a probe.
-        case held(since: UInt64, cause: SpawnError, retrying: Bool, putBack: Int)
+        case held(since: UInt64, retrying: Bool, putBack: Int)
     }
 
     enum Action: Equatable {
@@ -42,7 +42,7 @@ struct StartHold {
     var allowsStarts: Bool {
         switch state {
         case .open: true
-        case .held(_, _, let retrying, _): retrying
+        case .held(_, let retrying, _): retrying
         }
     }
 
@@ -54,7 +54,7 @@ struct StartHold {
         case .open:
             holds += 1
             delay = Self.firstDelay
-            state = .held(since: now, cause: cause, retrying: false, putBack: 1)
+            state = .held(since: now, retrying: false, putBack: 1)
             if let lastWarning, now &- lastWarning < Self.warningInterval {
                 holdsSinceWarning += 1
             } else {
@@ -62,9 +62,9 @@ struct StartHold {
                 lastWarning = now
                 holdsSinceWarning = 0
             }
-        case .held(let since, _, _, let putBack):
+        case .held(let since, _, let putBack):
             delay = min(delay * 2, Self.longestDelay)
-            state = .held(since: since, cause: cause, retrying: false, putBack: putBack + 1)
+            state = .held(since: since, retrying: false, putBack: putBack + 1)
         }
         actions.append(.retryAfter(delay))
         return actions
@@ -72,17 +72,18 @@ struct StartHold {
 
     /// A job ended or the retry delay passed: the next start may try again.
     mutating func release() {
-        if case .held(let since, let cause, _, let putBack) = state {
-            state = .held(since: since, cause: cause, retrying: true, putBack: putBack)
+        if case .held(let since, _, let putBack) = state {
+            state = .held(since: since, retrying: true, putBack: putBack)
         }
     }
 
-    /// A job started: a hold, if there was one, is over.
-    mutating func started(now: UInt64) -> [Action] {
-        guard case .held(let since, _, _, let putBack) = state else { return [] }
+    /// A job started: a hold, if there was one, is over. `now` is read only then: this
+    /// runs at every job start.
+    mutating func started(now: @autoclosure () -> UInt64) -> [Action] {
+        guard case .held(let since, _, let putBack) = state else { return [] }
         state = .open
         delay = Self.firstDelay
-        let held = Duration.nanoseconds(Int64(clamping: now &- since))
+        let held = Duration.nanoseconds(Int64(clamping: now() &- since))
         return held >= Self.reportedHold ? [.recovered(after: held, putBack: putBack)] : []
     }
 }

@@ -28,7 +28,6 @@ extension TaskScheduler {
 
     func clockWasSet(movedBySeconds moved: Int64) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        let cronTasks = tasks.values.filter { if case .cron = $0.settings.schedule { true } else { false } }
         let amount = "\(moved >= 0 ? "+" : "-")\(Duration.seconds(abs(moved)).compactDescription)"
         guard moved < 0 else {
             // A step of under a second (an NTP correction at boot) is not worth a line.
@@ -38,8 +37,9 @@ extension TaskScheduler {
             return
         }
         let now = WallTime.now()
-        for task in cronTasks {
-            // Only tasks armed now: not after the drain's stop(), nor an expression that never fires.
+        var armed: [String] = []
+        for task in tasks.values {
+            // Only cron tasks armed now: not after the drain's stop(), nor an expression that never fires.
             guard case .cron(let expression, _) = task.settings.schedule, task.timer != nil, task.nextFire != nil else { continue }
             var after = now
             // An expression whose hour field matches every hour is an interval (see nextFire).
@@ -47,8 +47,9 @@ extension TaskScheduler {
                 after = WallTime(secondsSinceEpoch: last, nanoseconds: 0)
             }
             scheduleCron(task, after: after)
+            armed.append(task.settings.name)
         }
-        let names = cronTasks.map(\.settings.name).sorted()
+        let names = armed.sorted()
         logger.notice("the system clock was set back (\(amount)): \(names.count) cron task(s) armed again from the new time\(names.isEmpty ? "" : ": " + names.prefix(10).joined(separator: ", "))")
     }
 }
