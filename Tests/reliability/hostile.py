@@ -20,8 +20,9 @@ def parse():
     p.add_argument("binary")
     p.add_argument("--output-mib", type=int, default=1024)
     p.add_argument("--rss-bound-mib", type=int, default=48)
-    # Timers share the jobs queue with the output floods' reads, and a slow reader of the
-    # daemon's stderr blocks its writes: what an expiry may be late by, on top of kill_grace.
+    # Timers share the jobs queue with the output floods' reads (at most 5 ms per read
+    # event each): what an expiry may be late by, on top of kill_grace and the job's own
+    # 0.1 s sleep.
     p.add_argument("--slack", type=float, default=1.0)
     p.add_argument("--json")
     return p.parse_args()

@@ -126,7 +126,7 @@ def scenarios(long, binary):
         ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
          summarise_crash, True),
         ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "
-         "a FIFO argument, instant failure with retries", script("hostile.py") + [binary, "--output-mib", str(output)] + ([] if long else ["--slack", "4"]),
+         "a FIFO argument, instant failure with retries", script("hostile.py") + [binary, "--output-mib", str(output)],
          summarise_hostile, True),
         ("peers", "8", "side by side with an inotifywait loop and incrond: burst, overflow, crash-restart",
          script("peers.py") + [binary, "--files", str(files)] + ([] if long else ["--peers", "watchkeeper"]),

@@ -91,6 +91,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             StandardError.write("watchkeeper: unable to start: \(options.configPath) has \(errors.diagnostics.count) error(s)\n")
             exit(ExitCode.configuration)
         }
+        HandledSignals.ignoreBrokenPipe()
         let sink = LogSink(
             target: LogSink.detectTarget(environment: options.environment),
             level: options.logLevelOverride ?? configuration.daemon.logLevel,

@@ -178,7 +178,8 @@ final class OutputChannel: @unchecked Sendable {
     private let fd: Int32
     private let context: JobContext
     private let owner: String
-    /// While journald is behind: the read source is suspended and this retries the send.
+    /// While journald or the reader of stderr is behind: the read source is suspended and
+    /// this retries the write.
     private var retry: RegisteredTimer?
     private var suspended = false
     private(set) var lines: UInt64 = 0
@@ -186,10 +187,15 @@ final class OutputChannel: @unchecked Sendable {
     private static let readSize = 65_536
     /// Reads per event before yielding the queue to other jobs; the source fires again.
     private static let readsPerEvent = 16
-    /// journald behind: how soon to try again. Polling rather than a writable source:
+    /// And time per event: every job's timers (budget, kill_grace) share this queue, so a
+    /// flood of output that is slow to format (NUL bytes escaped on stderr, a debug build)
+    /// must not hold them back by more than this per channel.
+    private static let timePerEvent: Duration = .milliseconds(5)
+    /// A sink behind: how soon to try again. Polling rather than a writable source:
     /// one timer per waiting channel, not a source shared by all jobs and woken per slot.
     private static let retryInterval: Duration = .milliseconds(2)
-    /// At the job's end, how long its last lines may wait for journald before stderr.
+    /// At the job's end, how long its last lines may wait for journald before stderr, and
+    /// for stderr before they are dropped.
     private static let finalFlushTimeout: Duration = .seconds(10)
 
     init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
@@ -214,7 +220,9 @@ final class OutputChannel: @unchecked Sendable {
     private func readAvailable(fd: Int32, final: Bool = false) {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readSize, alignment: 16)
         defer { buffer.deallocate() }
+        let yieldAt = MonotonicInstant.now + Self.timePerEvent
         for _ in 0..<(final ? Int.max : Self.readsPerEvent) {
+            if !final && MonotonicInstant.now > yieldAt { return }
             let count = read(fd, buffer.baseAddress, buffer.count)
             if count > 0 {
                 bytes += UInt64(count)
@@ -224,12 +232,12 @@ final class OutputChannel: @unchecked Sendable {
                     writer.line(line, continues: continues)
                 }
                 if writer.flush() { continue }
-                // journald is behind: read no more until it has taken this read's lines.
+                // The sink is behind: read no more until it has taken this read's lines.
                 if final {
                     writer.flushWaiting(timeout: Self.finalFlushTimeout)
                     continue
                 }
-                waitForJournal()
+                waitForSink()
                 return
             }
             if count < 0 && errno == EINTR { continue }
@@ -238,12 +246,12 @@ final class OutputChannel: @unchecked Sendable {
         }
     }
 
-    private func waitForJournal() {
+    private func waitForSink() {
         guard let source, !suspended else { return }
         source.source.suspend()
         suspended = true
         if retry == nil {
-            retry = context.sources.makeTimer(owner: owner, target: "\(stream): journald behind, retry", on: context.queue) { [weak self] in
+            retry = context.sources.makeTimer(owner: owner, target: "\(stream): log sink behind, retry", on: context.queue) { [weak self] in
                 self?.retrySend()
             }
         }
@@ -275,6 +283,9 @@ final class OutputChannel: @unchecked Sendable {
             writer.line(line, continues: continues)
         }
         writer.flushWaiting(timeout: Self.finalFlushTimeout)
+        if writer.droppedBytes > 0 {
+            context.logger.warning("\(owner): dropped the last \(writer.droppedBytes) bytes of its \(stream): stderr's reader took nothing for \(Self.finalFlushTimeout.compactDescription)")
+        }
         retry?.cancel()
         retry = nil
         source.cancel()

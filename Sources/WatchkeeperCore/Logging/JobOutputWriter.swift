@@ -10,17 +10,22 @@ import Glibc
 /// go out together: to the journal as up to 64 entries per syscall (`JournalSocket`),
 /// to stderr as one write.
 ///
-/// A sink that cannot keep up slows the job: while journald's queue is full the entries
-/// wait here (`isBehind`), the channel stops reading the job's pipe, and the job blocks on
-/// its next write (a stderr reader that is slow blocks the write itself). No line is lost,
-/// and memory stays one read buffer, one partial line and one read's batch. The job's
-/// budget still runs meanwhile.
+/// A sink that cannot keep up slows the job: while journald's queue is full, or the
+/// reader of stderr is behind (`StderrStream`), the lines wait here, the channel stops
+/// reading the job's pipe, and the job blocks on its next write. No write blocks the
+/// daemon, no line is lost, and memory stays one read buffer, one partial line and one
+/// read's lines. The job's budget still runs meanwhile.
+///
+/// On stderr a line is at most PIPE_BUF bytes, so it reaches a pipe in one piece: a
+/// longer one goes on in the next line, each piece ending in " […]" as a line cut at
+/// the splitter's limit does.
 final class JobOutputWriter {
     private let sink: LogSink
     /// stderr: " NAME[PID] STREAM: ", after each line's time stamp.
     private let stderrPrefix: [UInt8]
-    /// stderr: lines formatted since the last write.
+    /// stderr: lines formatted and not yet written, from `pendingWritten`.
     private var pending: [UInt8] = []
+    private var pendingWritten = 0
     /// stderr: the time stamp, taken once per read.
     private var stamp: [UInt8] = []
     private static let batchBytes = 65_536
@@ -71,8 +76,12 @@ final class JobOutputWriter {
     /// Entries wait for room in journald's queue.
     var isBehind: Bool { sent < batch.count }
 
+    /// The reader of stderr was behind at the last write: lines wait for the channel's retry.
+    private var stderrBehind = false
+
     /// What is gathered goes out, as far as the sink takes it now: called after each read,
-    /// so no line waits for the next. False: journald is behind, try again later.
+    /// so no line waits for the next. False: journald or the reader of stderr is behind,
+    /// try again later.
     @discardableResult
     func flush() -> Bool {
         if let journal = sink.journalSocket, batch.count > 0 {
@@ -85,8 +94,7 @@ final class JobOutputWriter {
             // The journal is gone: the rest is shown on stderr rather than lost.
             showUnsentOnStderr()
         }
-        flushStderr()
-        return true
+        return flushStderr()
     }
 
     private func showUnsentOnStderr() {
@@ -101,34 +109,98 @@ final class JobOutputWriter {
         sent = 0
     }
 
-    /// The job's last lines: waits for journald (up to `timeout`) so they are in before its
-    /// run record; what still does not fit then goes to stderr.
+    /// The job's last lines: waits for journald and the reader of stderr (up to `timeout`
+    /// in all) so they are out before its run record. What journald does not take then
+    /// goes to stderr; what stderr does not take then is dropped and counted, rather than
+    /// hold every job behind a reader that stopped.
     func flushWaiting(timeout: Duration) {
         let deadline = MonotonicInstant.now + timeout
         while !flush() {
-            guard MonotonicInstant.now < deadline, let journal = sink.journalSocket else {
-                // journald did not take them in time: shown on stderr rather than lost.
-                showUnsentOnStderr()
-                flushStderr()
+            guard MonotonicInstant.now < deadline else {
+                if isBehind {
+                    // journald did not take them in time: shown on stderr rather than lost.
+                    showUnsentOnStderr()
+                    if flushStderr() { return }
+                    // stderr gets the same time again for them.
+                    return flushWaiting(timeout: timeout)
+                }
+                droppedBytes += UInt64(pending.count - pendingWritten)
+                pending.removeAll(keepingCapacity: false)
+                pendingWritten = 0
                 return
             }
-            journal.waitUntilWritable(timeout: .milliseconds(100))
+            if isBehind, let journal = sink.journalSocket {
+                journal.waitUntilWritable(timeout: .milliseconds(100))
+            } else {
+                sink.stderrStream.waitUntilWritable(timeout: .milliseconds(100))
+            }
         }
     }
 
-    private func flushStderr() {
-        guard !pending.isEmpty else { return }
-        StandardError.write(bytes: pending)
+    /// Bytes of formatted lines stderr did not take within a job's final wait.
+    private(set) var droppedBytes: UInt64 = 0
+
+    /// True when everything formatted is out.
+    @discardableResult
+    private func flushStderr() -> Bool {
+        guard pendingWritten < pending.count else { return true }
+        let result = pending.withUnsafeBufferPointer { sink.stderrStream.write($0, from: pendingWritten) }
+        pendingWritten = result.offset
+        stderrBehind = result.behind
+        guard !result.behind else { return false }
         pending.removeAll(keepingCapacity: pending.count <= 4 * Self.batchBytes)
+        pendingWritten = 0
+        return true
     }
 
+    /// One line of the job's, as one or more stderr lines of at most PIPE_BUF bytes.
     private func appendStderrLine(_ text: UnsafeBufferPointer<UInt8>, continues: Bool) {
         if stamp.isEmpty { stamp = Array(WallTime.now().iso8601.utf8) }
-        pending += stamp
-        pending += stderrPrefix
-        LineEscaping.appendControlsEscaped(text, to: &pending)
-        if continues { pending += Self.cutMark }
-        pending.append(UInt8(ascii: "\n"))
-        if pending.count >= Self.batchBytes { flushStderr() }
+        let room = StderrStream.maxLineBytes - stamp.count - stderrPrefix.count - Self.cutMark.count - 1
+        var rest = text
+        while true {
+            if rest.count <= room {
+                let lineStart = pending.count
+                pending += stamp
+                pending += stderrPrefix
+                let textStart = pending.count
+                LineEscaping.appendControlsEscaped(rest, to: &pending)
+                if pending.count - textStart <= room {
+                    if continues { pending += Self.cutMark }
+                    pending.append(UInt8(ascii: "\n"))
+                    break
+                }
+                pending.removeSubrange(lineStart...)
+            }
+            // Too long: cut where the escaped piece fits, at a character's start. Only the
+            // piece is escaped here, so a long line costs once its length, not once per piece.
+            let piece = Self.pieceFitting(rest, escapedRoom: room)
+            pending += stamp
+            pending += stderrPrefix
+            LineEscaping.appendControlsEscaped(UnsafeBufferPointer(rebasing: rest[..<piece]), to: &pending)
+            pending += Self.cutMark
+            pending.append(UInt8(ascii: "\n"))
+            rest = UnsafeBufferPointer(rebasing: rest[piece...])
+        }
+        if pending.count - pendingWritten >= Self.batchBytes && !stderrBehind { flushStderr() }
+    }
+
+    /// How many of `text`'s bytes, escaped, fit in `escapedRoom`: never splits a UTF-8
+    /// sequence, always at least one character.
+    static func pieceFitting(_ text: UnsafeBufferPointer<UInt8>, escapedRoom: Int) -> Int {
+        var end = min(text.count, escapedRoom)
+        var scratch: [UInt8] = []
+        while true {
+            var steps = 0
+            while steps < 3 && end > 1 && end < text.count && text[end] & 0xC0 == 0x80 {
+                end -= 1
+                steps += 1
+            }
+            scratch.removeAll(keepingCapacity: true)
+            LineEscaping.appendControlsEscaped(UnsafeBufferPointer(rebasing: text[..<end]), to: &scratch)
+            if scratch.count <= escapedRoom || end <= 4 { return max(1, end) }
+            // Each byte escapes to at most 4 (\xNN): shrink in proportion, then check again.
+            end = max(1, end * escapedRoom / scratch.count)
+        }
     }
 }

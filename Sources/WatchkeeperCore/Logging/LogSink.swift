@@ -20,11 +20,14 @@ public final class LogSink: Sendable {
     public let problems: ProblemRing
     /// Job output's way to the journal, when that is the target.
     let journalSocket: JournalSocket?
+    /// Job output's way to stderr, never blocking (the daemon's own lines use fd 2 as is).
+    let stderrStream: StderrStream
     private let levelIndex: Atomic<Int>
 
-    public init(target: Target, level: Logger.Level, problemCapacity: Int) {
+    public init(target: Target, level: Logger.Level, problemCapacity: Int, stderrStream: StderrStream = .shared) {
         self.target = target
         self.journalSocket = target == .journal ? JournalSocket() : nil
+        self.stderrStream = stderrStream
         self.problems = ProblemRing(capacity: problemCapacity)
         self.levelIndex = Atomic(Logger.Level.allCases.firstIndex(of: level) ?? 2)
     }
@@ -145,16 +148,24 @@ public enum StandardError {
 
     /// All of `bytes`, however many writes it takes; an error (stderr closed) drops them.
     public static func write(bytes: [UInt8]) {
-        bytes.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let written = Glibc.write(2, raw.baseAddress! + offset, raw.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    return
+        bytes.withUnsafeBytes { write(bytes: $0, fd: 2) }
+    }
+
+    /// A descriptor someone left non-blocking is waited on rather than dropping the rest.
+    static func write(bytes raw: UnsafeRawBufferPointer, fd: Int32) {
+        var offset = 0
+        while offset < raw.count {
+            let written = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN {
+                    var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                    _ = poll(&poller, 1, -1)
+                    continue
                 }
-                offset += written
+                return
             }
+            offset += written
         }
     }
 }

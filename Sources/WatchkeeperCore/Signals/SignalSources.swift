@@ -30,6 +30,14 @@ public enum HandledSignals {
         pthread_sigmask(SIG_UNBLOCK, &set, nil)
     }
 
+    /// A reader of the daemon's stderr that goes away (`run | logger`, a collector being
+    /// restarted) must not kill it: its writes fail with EPIPE instead, and job output goes
+    /// on to the journal or nowhere. SIGPIPE is not a handled signal, so ignoring it is
+    /// safe; jobs get it back at its default (the spawn resets every disposition).
+    public static func ignoreBrokenPipe() {
+        signal(SIGPIPE, SIG_IGN)
+    }
+
     public static func name(_ signal: Int32) -> String {
         switch signal {
         case SIGUSR1: return "SIGUSR1"
