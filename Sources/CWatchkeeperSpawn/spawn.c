@@ -104,6 +104,7 @@ static const char *const step_names[] = {
     [WK_STEP_DUP] = "dup2",
     [WK_STEP_CLOSE_FDS] = "close_range",
     [WK_STEP_NICE] = "setpriority",
+    [WK_STEP_NICE_LIMIT] = "prlimit RLIMIT_NICE",
     [WK_STEP_SETGROUPS] = "setgroups",
     [WK_STEP_SETGID] = "setgid",
     [WK_STEP_SETUID] = "setuid",
@@ -260,6 +261,13 @@ WK_CHILD_CODE __attribute__((noreturn)) static void run_child(struct child_plan 
     // setpriority is the bare system call, as safe between clone and execve as setsid.
     if (setpriority(PRIO_PROCESS, 0, req->niceness) != 0) {
         report_and_exit(plan, WK_STEP_NICE);
+    }
+    // The unit gives the daemon RLIMIT_NICE (LimitNICE=-4) instead of CAP_SYS_NICE, for
+    // libdispatch's higher-QoS threads; a job gets the kernel's default back, so it cannot
+    // raise its own priority above nice 0. Lowering a limit never needs a privilege.
+    static const struct rlimit no_nice_raise = {0, 0};
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NICE, &no_nice_raise, NULL) != 0) {
+        report_and_exit(plan, WK_STEP_NICE_LIMIT);
     }
 
     // setgroups first (needs CAP_SETGID), setgid before setuid (setuid drops the

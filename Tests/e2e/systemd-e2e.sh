@@ -222,6 +222,7 @@ CHECKS=(
     "output = \"direct\" sends a job's lines straight to its own journald stream"
     "with Delegate=yes each job has a cgroup, and expiry ends a process that left the job's session"
     "a watch job's record names its rule and the file's exact bytes, never a task"
+    "systemd-analyze security rates the unit at most 2.0, and the daemon says jobs have no network"
     "stop is clean, and the control socket is gone"
 )
 NEXT=0
@@ -764,5 +765,31 @@ security=$(ns systemd-analyze security "$UNIT" --no-pager 2>/dev/null)
 [ -n "${E2E_SECURITY_REPORT:-}" ] && printf '%s\n' "$security" > "$E2E_SECURITY_REPORT"
 exposure=$(printf '%s\n' "$security" | grep -i 'overall exposure' | sed 's/^[^A-Za-z]*//')
 [ -n "$exposure" ] && say "info $exposure"
+# Issue 11's bound: the shipped unit's exposure stays at most 2.0 while the jobs above
+# (one as another user) ran under it.
+check_security_exposure() {
+    local level
+    level=$(printf '%s\n' "$exposure" | grep -oE '[0-9]+\.[0-9]+' | head -n 1)
+    [ -n "$level" ] || { WHY="no overall exposure in systemd-analyze security's output"; return 1; }
+    awk -v l="$level" 'BEGIN { exit !(l <= 2.0) }' || { WHY="systemd-analyze security: exposure $level, above 2.0"; return 1; }
+    # PrivateNetwork= and RestrictAddressFamilies= take the network from jobs: said at start.
+    local said
+    ns journalctl --sync 2>/dev/null
+    said=$(ns journalctl -u watchkeeper -o cat --no-pager 2>&1 | grep -F "jobs' network: none: only loopback" | head -n 1)
+    [ -n "$said" ] || { WHY="no \"jobs' network: none\" line at start"; return 1; }
+    # Without CAP_SYS_NICE, LimitNICE=-4 is what lets libdispatch give its higher-QoS
+    # threads their nice value: if systemd could apply it, no thread may have failed.
+    local pid nice_limit
+    pid=$(ns systemctl show -p MainPID --value watchkeeper)
+    nice_limit=$(ns cat "/proc/$pid/limits" 2>/dev/null | awk '/^Max nice priority/ { print $4 }')
+    said=$(ns journalctl --no-pager -o cat 2>&1 | grep -F "Failed to set thread priority" | head -n 1)
+    if [ "$nice_limit" = 24 ]; then
+        [ -z "$said" ] || { WHY="libdispatch could not set a thread's priority under LimitNICE=-4: $said"; return 1; }
+    else
+        # A host whose root lacks CAP_SYS_RESOURCE (a container) cannot raise the limit.
+        say "info LimitNICE=-4 not applied here (RLIMIT_NICE ${nice_limit:-unknown}; raising it needs CAP_SYS_RESOURCE), so libdispatch logged: ${said:-nothing}"
+    fi
+}
+check check_security_exposure
 check check_stop
 finish ""

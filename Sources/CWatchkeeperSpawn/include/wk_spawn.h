@@ -23,6 +23,7 @@ enum wk_spawn_step {
     WK_STEP_DUP,        // child: installing fds 0..3
     WK_STEP_CLOSE_FDS,  // child: closing every other fd
     WK_STEP_NICE,       // child: setpriority
+    WK_STEP_NICE_LIMIT, // child: prlimit RLIMIT_NICE to 0
     WK_STEP_SETGROUPS,  // child: setgroups
     WK_STEP_SETGID,     // child: setgid
     WK_STEP_SETUID,     // child: setuid

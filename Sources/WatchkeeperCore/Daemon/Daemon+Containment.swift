@@ -8,6 +8,11 @@ extension Daemon {
         if atStart {
             let text = "jobs are contained by \(containment.description)"
             if case .cgroups = containment { logger.info("\(text)") } else { logger.notice("\(text)") }
+            if jobNetwork.reachable {
+                logger.info("jobs' network: \(jobNetwork.description)")
+            } else {
+                logger.notice("jobs' network: \(jobNetwork.description); jobs that need it: see \"Network\" in docs/operations.md (systemctl edit watchkeeper)")
+            }
         }
         let jobs = configuration.tasks.map { ("task", $0.name, $0.job.limits) } + configuration.watches.map { ("watch", $0.name, $0.job.limits) }
         for (kind, name, limits) in jobs {

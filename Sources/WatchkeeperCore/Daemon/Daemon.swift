@@ -42,6 +42,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     let notifier: SystemdNotifier
     /// How jobs are held together and limited: decided once at start.
     let containment: JobContainment
+    /// The network jobs get, as the unit left it: read once at start.
+    let jobNetwork = JobNetwork.probe()
     private let sources = SourceRegistry()
     // Internal, not private: Daemon+Control answers the control socket's calls with them.
     var engine: JobEngine!
@@ -403,6 +405,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
                 .init("dump_component_timeout", .string(settings.dumpComponentTimeout.compactDescription)),
                 .init("max_jobs", .int(Int64(settings.maxJobs))),
                 .init("job_containment", .string(containment.description)),
+                .init("job_network", .string(jobNetwork.description)),
                 .init("tasks", .int(Int64(configuration.tasks.count))),
             ])),
         ])

@@ -263,6 +263,7 @@ public enum ProcessSpawner {
         case WK_STEP_NICE.rawValue:
             step = .setpriority
             object = String(request.niceness)
+        case WK_STEP_NICE_LIMIT.rawValue: step = .setpriority
         case WK_STEP_SETGROUPS.rawValue:
             step = .setgroups
             object = request.credentials.map { $0.groups.map(String.init).joined(separator: ",") }

@@ -32,6 +32,11 @@ final class ProcessSpawnerNicenessTests: XCTestCase {
     /// The nice value the spawned process itself sees: cat is the exec'd child, so
     /// /proc/self/stat is its own, read after setup and exec.
     private func niceOfChild(_ request: (Int32) -> SpawnRequest) throws -> Int32 {
+        try niceField(ofStatLine: outputOfChild(request))
+    }
+
+    /// What the spawned process writes to stdout, up to its exit.
+    private func outputOfChild(_ request: (Int32) -> SpawnRequest) throws -> String {
         let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd) }
         // The child has its copy of the write end once spawned; ours closes either way.
@@ -53,15 +58,15 @@ final class ProcessSpawnerNicenessTests: XCTestCase {
         var entry = pollfd(fd: spawned.pidfd.rawValue, events: Int16(POLLIN), revents: 0)
         while poll(&entry, 1, -1) < 0 && errno == EINTR {}
         XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue), .exited(0))
-        return try niceField(ofStatLine: String(decoding: stat, as: UTF8.self))
+        return String(decoding: stat, as: UTF8.self)
     }
 
     private func catOwnStat(
-        niceness: Int32?, forceFork: Bool, credentials: Credentials? = nil
+        niceness: Int32?, forceFork: Bool, credentials: Credentials? = nil, file: String = "/proc/self/stat"
     ) -> (Int32) -> SpawnRequest {
         { output in
             var request = SpawnRequest(
-                arguments: [self.bytes("/bin/cat"), self.bytes("/proc/self/stat")], environment: [],
+                arguments: [self.bytes("/bin/cat"), self.bytes(file)], environment: [],
                 credentials: credentials, standardOutput: output, standardError: output
             )
             if let niceness { request.niceness = niceness }
@@ -84,6 +89,23 @@ final class ProcessSpawnerNicenessTests: XCTestCase {
     func testNegativeNiceness_isApplied_beforeTheCredentialsChange() throws {
         let nobody = Credentials(uid: 65534, gid: 65534, groups: [])
         XCTAssertEqual(try niceOfChild(catOwnStat(niceness: -5, forceFork: false, credentials: nobody)), -5)
+    }
+
+    /// The unit gives the daemon LimitNICE=-4 (RLIMIT_NICE 24) in place of CAP_SYS_NICE;
+    /// a job, of any user, must not inherit the right to raise its priority with it.
+    func testJobsStartWithRLIMIT_NICEAtZero_whateverTheDaemonHas() throws {
+        var saved = rlimit()
+        XCTAssertEqual(getrlimit(__rlimit_resource_t(__RLIMIT_NICE.rawValue), &saved), 0)
+        var daemonLike = rlimit(rlim_cur: 24, rlim_max: 24)
+        guard setrlimit(__rlimit_resource_t(__RLIMIT_NICE.rawValue), &daemonLike) == 0 else {
+            throw XCTSkip("raising RLIMIT_NICE needs root: \(String(cString: strerror(errno)))")
+        }
+        defer { _ = setrlimit(__rlimit_resource_t(__RLIMIT_NICE.rawValue), &saved) }
+        for forceFork in [false, true] {
+            let limits = try outputOfChild(catOwnStat(niceness: nil, forceFork: forceFork, file: "/proc/self/limits"))
+            let line = try XCTUnwrap(limits.split(separator: "\n").first { $0.hasPrefix("Max nice priority") }, limits)
+            XCTAssertEqual(line.split(separator: " ", omittingEmptySubsequences: true).suffix(2), ["0", "0"], "forceFork \(forceFork): \(line)")
+        }
     }
 
     func testLowPriority_isTenAboveTheBase_andOthersRunAtTheBase() throws {

@@ -1,0 +1,58 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The network jobs inherit from the daemon. The shipped unit gives them none
+/// (PrivateNetwork=yes leaves only loopback; RestrictAddressFamilies=AF_UNIX refuses
+/// Internet sockets): an administrator whose job uploads what arrives should learn that
+/// from the daemon at start and in the dump, not from the job's first failure.
+public struct JobNetwork: Sendable, Equatable {
+    /// Interfaces of the daemon's network namespace other than loopback.
+    public let interfaces: [String]
+    public let internetSockets: Bool
+
+    public var reachable: Bool { !interfaces.isEmpty && internetSockets }
+
+    /// Both read now: /proc/self/net/dev shows the namespace the daemon is in (ProtectProc
+    /// does not hide it), and an AF_INET socket is refused with EAFNOSUPPORT under
+    /// RestrictAddressFamilies.
+    public static func probe() -> JobNetwork {
+        let listing = (try? readSmallFile("/proc/self/net/dev")) ?? ""
+        let socketFD = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let refused = socketFD < 0 && (errno == EAFNOSUPPORT || errno == EPERM)
+        if socketFD >= 0 { close(socketFD) }
+        return JobNetwork(interfaces: interfaces(procNetDev: listing), internetSockets: !refused)
+    }
+
+    public init(interfaces: [String], internetSockets: Bool) {
+        self.interfaces = interfaces
+        self.internetSockets = internetSockets
+    }
+
+    /// /proc/net/dev: two header lines, then "  NAME: counters" per interface.
+    static func interfaces(procNetDev: String) -> [String] {
+        procNetDev.split(separator: "\n").dropFirst(2).compactMap { line in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            let name = line[..<colon].trimmingCharacters(in: " ")
+            return name.isEmpty || name == "lo" ? nil : String(name)
+        }
+    }
+
+    /// For the dump and the start-up line.
+    public var description: String {
+        if reachable { return "the host's (\(interfaces.joined(separator: ", ")))" }
+        var causes: [String] = []
+        if interfaces.isEmpty { causes.append("only loopback is present (PrivateNetwork=yes in the unit)") }
+        if !internetSockets { causes.append("Internet sockets are refused (RestrictAddressFamilies= in the unit)") }
+        return "none: " + causes.joined(separator: " and ")
+    }
+}
+
+extension Substring {
+    fileprivate func trimmingCharacters(in set: Character) -> Substring {
+        var text = self
+        while text.first == set { text = text.dropFirst() }
+        while text.last == set { text = text.dropLast() }
+        return text
+    }
+}
