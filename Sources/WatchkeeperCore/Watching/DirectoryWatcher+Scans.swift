@@ -1,4 +1,5 @@
 import Dispatch
+import CWatchkeeperSystem
 import SystemPackage
 
 #if canImport(Glibc)
@@ -42,6 +43,9 @@ extension DirectoryWatcher {
 
     /// What a scan skipped is counted; what it could not list is said, one line per cause.
     private func account(_ rule: WatchRule, _ summary: TreeScanner.Summary) {
+        // A big walk leaves its levels' path lists freed in pieces all over the heap (and
+        // in both arenas, since levels are listed in parallel): give them back.
+        if summary.directoriesListed >= Self.trimAfterDirectories { _ = malloc_trim(0) }
         var skipped = summary.types
         skipped[.regular] = 0
         skipped[.directory] = 0
@@ -63,6 +67,9 @@ extension DirectoryWatcher {
         rule.matched += 1
         enqueue(rule, relative: relative, event: event, fromScan: true)
     }
+
+    /// Directories listed by one walk beyond which its garbage is handed back to the kernel.
+    static let trimAfterDirectories = 1_000
 
     /// One inotify watch; false (and a report) when it could not be added.
     func addWatch(_ rule: WatchRule, relative: [UInt8]) -> Bool {
