@@ -66,42 +66,46 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
         case unattributed(InotifyEvent)
     }
 
-    private struct Entry: Sendable {
-        var locations: [Location]
-        /// After IN_MOVE_SELF or IN_DELETE_SELF: the locations are kept (to tell owners
-        /// on IN_IGNORED and to let them remove the watch) but no longer receive events.
-        var detached = false
-    }
-
-    private var entries: [WatchDescriptor: Entry] = [:]
-    private var descriptors: [Location: WatchDescriptor] = [:]
+    /// Every location is a node of the tree (its name and its parent's index, not its path);
+    /// a descriptor's locations are a chain of nodes from `heads`.
+    private var tree = DirectoryTree()
+    private var owners: [Owner] = []
+    private var ownerIndexes: [Owner: Int32] = [:]
+    /// Each live descriptor's first location.
+    private var heads: [WatchDescriptor: Int32] = [:]
+    public private(set) var locationCount = 0
 
     public init() {}
 
     /// Number of live descriptors (the kernel's watches), not locations.
-    public var descriptorCount: Int { entries.count }
-    public var locationCount: Int { descriptors.count }
+    public var descriptorCount: Int { heads.count }
 
     public func descriptor(for location: Location) -> WatchDescriptor? {
-        descriptors[location]
+        guard let node = node(of: location), tree[node].wd >= 0 else { return nil }
+        return WatchDescriptor(rawValue: tree[node].wd)
     }
 
     public func descriptor(owner: Owner, relative: [UInt8]) -> WatchDescriptor? {
-        descriptors[Location(owner: owner, relative: relative)]
+        descriptor(for: Location(owner: owner, relative: relative))
     }
 
     /// Every location `wd` stands for, attached or not.
     public func locations(of wd: WatchDescriptor) -> [Location] {
-        entries[wd]?.locations ?? []
+        chain(of: wd).map(location)
     }
 
     public func isDetached(_ wd: WatchDescriptor) -> Bool {
-        entries[wd]?.detached ?? false
+        heads[wd].map { tree[$0].detached } ?? false
     }
 
     /// Every location of `owner`, for rescans and for the dump.
     public func locations(ofOwner owner: Owner) -> [Location] {
-        descriptors.keys.filter { $0.owner == owner }
+        guard let index = ownerIndexes[owner] else { return [] }
+        return tree.nodes.indices.compactMap { position in
+            let node = Int32(position)
+            guard tree.isLive(node), tree[node].owner == index, tree[node].wd >= 0 else { return nil }
+            return location(node)
+        }
     }
 
     public enum Insertion: Equatable, Sendable {
@@ -121,40 +125,61 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
     /// again, so the kernel returned the same descriptor) is attached again.
     @discardableResult
     public mutating func insert(_ wd: WatchDescriptor, for location: Location) -> (insertion: Insertion, replaced: WatchDescriptor?) {
+        let node = tree.ensure(owner: ownerIndex(location.owner), relative: location.relative)
         var replaced: WatchDescriptor?
-        if let previous = descriptors[location] {
-            if previous == wd, entries[wd]?.detached == false { return (.unchanged, nil) }
-            if previous != wd { replaced = detachLocation(location, from: previous) }
+        if tree[node].wd >= 0 {
+            let previous = WatchDescriptor(rawValue: tree[node].wd)
+            if previous == wd, !tree[node].detached { return (.unchanged, nil) }
+            if previous != wd { replaced = detach(node, from: previous) }
         }
-        descriptors[location] = wd
-        if var entry = entries[wd] {
-            if entry.detached {
-                // Back from a move: the old locations are stale, the new one is the truth.
-                for stale in entry.locations where stale != location && descriptors[stale] == wd { descriptors[stale] = nil }
-                entry = Entry(locations: [location])
-                entries[wd] = entry
-                return (.newWatch, replaced)
+        guard let head = heads[wd] else {
+            attach(node, to: wd, after: nil)
+            return (.newWatch, replaced)
+        }
+        if tree[head].detached {
+            // Back from a move: the old locations are stale, the new one is the truth.
+            let stale = chain(of: wd).filter { $0 != node }
+            for old in stale {
+                tree[old].wd = -1
+                tree[old].nextOfDescriptor = -1
+                tree[old].detached = false
+                locationCount -= 1
             }
-            if !entry.locations.contains(location) { entry.locations.append(location) }
-            entries[wd] = entry
-            return (.sharedWatch, replaced)
+            heads[wd] = nil
+            attach(node, to: wd, after: nil)
+            // Only now: a stale location may be the new one's only child, which must stay.
+            for old in stale { tree.pruneIfUnused(old) }
+            return (.newWatch, replaced)
         }
-        entries[wd] = Entry(locations: [location])
-        return (.newWatch, replaced)
+        let existing = chain(of: wd)
+        if !existing.contains(node) { attach(node, to: wd, after: existing.last) }
+        return (.sharedWatch, replaced)
     }
 
     /// Forgets `location`; returns its descriptor if no other location uses it, which the
     /// caller then removes with `InotifyWatcher.removeWatch`.
     public mutating func remove(_ location: Location) -> WatchDescriptor? {
-        guard let wd = descriptors[location] else { return nil }
-        return detachLocation(location, from: wd)
+        guard let node = node(of: location), tree[node].wd >= 0 else { return nil }
+        let unused = detach(node, from: WatchDescriptor(rawValue: tree[node].wd))
+        tree.pruneIfUnused(node)
+        return unused
     }
 
     /// Forgets `owner`'s directory `prefix` and everything under it (a deleted or moved
     /// subtree, or a whole rule with ""); returns the descriptors nobody uses any more.
     public mutating func removeSubtree(owner: Owner, under prefix: [UInt8]) -> [WatchDescriptor] {
-        let doomed = descriptors.keys.filter { $0.owner == owner && $0.isWithin(prefix) }
-        return doomed.compactMap { remove($0) }.sorted()
+        guard let index = ownerIndexes[owner], let top = tree.find(owner: index, relative: prefix) else { return [] }
+        // A leaf is the common case (one directory deleted); otherwise one pass over all.
+        let doomed = tree[top].children == 0
+            ? [top]
+            : tree.nodes.indices.map { Int32($0) }.filter { tree.isLive($0) && tree[$0].owner == index && tree.isWithin($0, top) }
+        var unused: [WatchDescriptor] = []
+        for node in doomed where tree[node].wd >= 0 {
+            if let wd = detach(node, from: WatchDescriptor(rawValue: tree[node].wd)) { unused.append(wd) }
+        }
+        // A prune walks up through every ancestor left empty, so the order does not matter.
+        for node in doomed.reversed() where tree.isLive(node) { tree.pruneIfUnused(node) }
+        return unused.sorted()
     }
 
     public mutating func removeOwner(_ owner: Owner) -> [WatchDescriptor] {
@@ -167,54 +192,102 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
         let mask = event.mask
         if mask.contains(.queueOverflow) { return .overflow }
         if mask.contains(.ignored) {
-            let entry = entries.removeValue(forKey: event.wd)
-            for location in entry?.locations ?? [] where descriptors[location] == event.wd {
-                descriptors[location] = nil
+            let nodes = chain(of: event.wd)
+            let locations = nodes.map(location)
+            heads[event.wd] = nil
+            for node in nodes {
+                tree[node].wd = -1
+                tree[node].nextOfDescriptor = -1
+                tree[node].detached = false
+                locationCount -= 1
+                tree.pruneIfUnused(node)
             }
-            return .watchGone(event.wd, locations: entry?.locations ?? [])
+            return .watchGone(event.wd, locations: locations)
         }
-        guard var entry = entries[event.wd], !entry.detached else { return .unattributed(event) }
-        if mask.contains(.unmount) {
-            // Detached too: nothing more will arrive but IN_IGNORED.
-            entry.detached = true
-            entries[event.wd] = entry
-            return .unmounted(event.wd, locations: entry.locations)
+        guard let head = heads[event.wd], !tree[head].detached else { return .unattributed(event) }
+        let nodes = chain(of: event.wd)
+        // IN_UNMOUNT, IN_DELETE_SELF, IN_MOVE_SELF are about the watch itself: detached,
+        // nothing more will be attributed to these paths (IN_IGNORED follows the first two).
+        let detaching = mask.contains(.unmount) || mask.contains(.deleteSelf) || mask.contains(.moveSelf)
+        if detaching {
+            for node in nodes { tree[node].detached = true }
         }
-        // IN_MOVE_SELF and IN_DELETE_SELF carry no name: they are about the watch itself.
-        if mask.contains(.deleteSelf) {
-            entry.detached = true
-            entries[event.wd] = entry
-            return .deleted(event.wd, locations: entry.locations)
-        }
-        if mask.contains(.moveSelf) {
-            entry.detached = true
-            entries[event.wd] = entry
-            return .movedAway(event.wd, locations: entry.locations)
-        }
-        return .entry(event, locations: entry.locations)
+        let locations = nodes.map(location)
+        if mask.contains(.unmount) { return .unmounted(event.wd, locations: locations) }
+        if mask.contains(.deleteSelf) { return .deleted(event.wd, locations: locations) }
+        if mask.contains(.moveSelf) { return .movedAway(event.wd, locations: locations) }
+        return .entry(event, locations: locations)
     }
 
-    /// Drops `location` from `wd`'s entry; returns `wd` when that was its last location.
-    private mutating func detachLocation(_ location: Location, from wd: WatchDescriptor) -> WatchDescriptor? {
-        descriptors[location] = nil
-        guard var entry = entries[wd] else { return nil }
-        entry.locations.removeAll { $0 == location }
-        if entry.locations.isEmpty {
-            entries[wd] = nil
+    // MARK: - Nodes
+
+    private mutating func ownerIndex(_ owner: Owner) -> Int32 {
+        if let index = ownerIndexes[owner] { return index }
+        owners.append(owner)
+        let index = Int32(owners.count - 1)
+        ownerIndexes[owner] = index
+        return index
+    }
+
+    private func node(of location: Location) -> Int32? {
+        guard let index = ownerIndexes[location.owner] else { return nil }
+        return tree.find(owner: index, relative: location.relative)
+    }
+
+    private func location(_ node: Int32) -> Location {
+        Location(owner: owners[Int(tree[node].owner)], relative: tree.path(of: node))
+    }
+
+    /// `wd`'s locations, in the order they were added.
+    private func chain(of wd: WatchDescriptor) -> [Int32] {
+        var nodes: [Int32] = []
+        var current = heads[wd] ?? -1
+        while current >= 0 {
+            nodes.append(current)
+            current = tree[current].nextOfDescriptor
+        }
+        return nodes
+    }
+
+    private mutating func attach(_ node: Int32, to wd: WatchDescriptor, after last: Int32?) {
+        if tree[node].wd < 0 { locationCount += 1 }
+        tree[node].wd = wd.rawValue
+        tree[node].nextOfDescriptor = -1
+        tree[node].detached = false
+        if let last { tree[last].nextOfDescriptor = node } else { heads[wd] = node }
+    }
+
+    /// Takes `node` out of `wd`'s chain; returns `wd` when that was its last location. The
+    /// node itself stays (the caller prunes it, or gives it another descriptor).
+    private mutating func detach(_ node: Int32, from wd: WatchDescriptor) -> WatchDescriptor? {
+        let nodes = chain(of: wd)
+        let remaining = nodes.filter { $0 != node }
+        tree[node].wd = -1
+        tree[node].nextOfDescriptor = -1
+        tree[node].detached = false
+        locationCount -= 1
+        guard let first = remaining.first else {
+            heads[wd] = nil
             return wd
         }
-        entries[wd] = entry
+        heads[wd] = first
+        for (index, member) in remaining.enumerated() {
+            tree[member].nextOfDescriptor = index + 1 < remaining.count ? remaining[index + 1] : -1
+        }
         return nil
     }
 
     /// Per owner: how many directories it watches; plus the instance's descriptor count.
     public func describe(ownerName: (Owner) -> String) -> DumpValue {
-        var perOwner: [String: Int] = [:]
-        for location in descriptors.keys { perOwner[ownerName(location.owner), default: 0] += 1 }
+        var perOwner = [Int](repeating: 0, count: owners.count)
+        for node in tree.nodes where node.parent != -2 && node.wd >= 0 { perOwner[Int(node.owner)] += 1 }
+        var byName: [String: Int] = [:]
+        for index in owners.indices where perOwner[index] > 0 { byName[ownerName(owners[index]), default: 0] += perOwner[index] }
+        let named = byName.map { ($0.key, $0.value) }
         return .object([
-            .init("descriptors", .int(Int64(entries.count))),
-            .init("detached", .int(Int64(entries.values.filter(\.detached).count))),
-            .init("directories_by_owner", .object(perOwner.sorted { $0.key < $1.key }.map { .init($0.key, .int(Int64($0.value))) })),
+            .init("descriptors", .int(Int64(heads.count))),
+            .init("detached", .int(Int64(heads.values.filter { tree[$0].detached }.count))),
+            .init("directories_by_owner", .object(named.sorted { $0.0 < $1.0 }.map { .init($0.0, .int(Int64($0.1))) })),
         ])
     }
 }
