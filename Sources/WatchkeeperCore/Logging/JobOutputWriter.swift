@@ -157,50 +157,48 @@ final class JobOutputWriter {
     private func appendStderrLine(_ text: UnsafeBufferPointer<UInt8>, continues: Bool) {
         if stamp.isEmpty { stamp = Array(WallTime.now().iso8601.utf8) }
         let room = StderrStream.maxLineBytes - stamp.count - stderrPrefix.count - Self.cutMark.count - 1
-        var rest = text
-        while true {
-            if rest.count <= room {
-                let lineStart = pending.count
+        let lineStart = pending.count
+        pending += stamp
+        pending += stderrPrefix
+        let textStart = pending.count
+        LineEscaping.appendControlsEscaped(text, to: &pending)
+        if pending.count - textStart > room {
+            // Too long once escaped: cut the escaped text into pieces that fit, each marked
+            // as going on. The text is escaped once, whatever its length.
+            let escaped = Array(pending[textStart...])
+            pending.removeSubrange(lineStart...)
+            var offset = 0
+            while escaped.count - offset > room {
+                let end = Self.safeCut(escaped, from: offset, limit: offset + room)
                 pending += stamp
                 pending += stderrPrefix
-                let textStart = pending.count
-                LineEscaping.appendControlsEscaped(rest, to: &pending)
-                if pending.count - textStart <= room {
-                    if continues { pending += Self.cutMark }
-                    pending.append(UInt8(ascii: "\n"))
-                    break
-                }
-                pending.removeSubrange(lineStart...)
+                pending += escaped[offset..<end]
+                pending += Self.cutMark
+                pending.append(UInt8(ascii: "\n"))
+                offset = end
             }
-            // Too long: cut where the escaped piece fits, at a character's start. Only the
-            // piece is escaped here, so a long line costs once its length, not once per piece.
-            let piece = Self.pieceFitting(rest, escapedRoom: room)
             pending += stamp
             pending += stderrPrefix
-            LineEscaping.appendControlsEscaped(UnsafeBufferPointer(rebasing: rest[..<piece]), to: &pending)
-            pending += Self.cutMark
-            pending.append(UInt8(ascii: "\n"))
-            rest = UnsafeBufferPointer(rebasing: rest[piece...])
+            pending += escaped[offset...]
         }
+        if continues { pending += Self.cutMark }
+        pending.append(UInt8(ascii: "\n"))
         if pending.count - pendingWritten >= Self.batchBytes && !stderrBehind { flushStderr() }
     }
 
-    /// How many of `text`'s bytes, escaped, fit in `escapedRoom`: never splits a UTF-8
-    /// sequence, always at least one character.
-    static func pieceFitting(_ text: UnsafeBufferPointer<UInt8>, escapedRoom: Int) -> Int {
-        var end = min(text.count, escapedRoom)
-        var scratch: [UInt8] = []
-        while true {
-            var steps = 0
-            while steps < 3 && end > 1 && end < text.count && text[end] & 0xC0 == 0x80 {
-                end -= 1
-                steps += 1
-            }
-            scratch.removeAll(keepingCapacity: true)
-            LineEscaping.appendControlsEscaped(UnsafeBufferPointer(rebasing: text[..<end]), to: &scratch)
-            if scratch.count <= escapedRoom || end <= 4 { return max(1, end) }
-            // Each byte escapes to at most 4 (\xNN): shrink in proportion, then check again.
-            end = max(1, end * escapedRoom / scratch.count)
+    /// Where to end a piece of escaped text, at most `limit`: never inside a UTF-8
+    /// sequence, nor inside an escape (`\xNN`, `\uNNNN`: a backslash in the 5 bytes before
+    /// the cut moves the cut before it; a literal backslash only makes the piece shorter).
+    static func safeCut(_ escaped: [UInt8], from start: Int, limit: Int) -> Int {
+        var cut = limit
+        var steps = 0
+        while steps < 3 && cut > start + 1 && escaped[cut] & 0xC0 == 0x80 {
+            cut -= 1
+            steps += 1
         }
+        for position in max(start + 1, cut - 5)..<cut where escaped[position] == UInt8(ascii: "\\") {
+            return position
+        }
+        return cut
     }
 }

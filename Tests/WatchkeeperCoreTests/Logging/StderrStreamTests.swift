@@ -122,6 +122,9 @@ final class StderrStreamTests: XCTestCase {
             let text = String(decoding: piece, as: UTF8.self)
             XCTAssertFalse(text.contains("\u{FFFD}"), "piece \(index) splits a character")
             let body = text.components(separatedBy: " flood[42] stdout: ")[1]
+            // No escape cut in two: with every whole \xNN taken out, no backslash is left.
+            XCTAssertFalse(body.replacingOccurrences(of: #"\\x[0-9a-f]{2}"#, with: "", options: .regularExpression).contains("\\"),
+                           "piece \(index) cuts an escape: …\(body.suffix(8))")
             if index < got.count - 1 {
                 XCTAssertTrue(body.hasSuffix(" […]"), "piece \(index) does not say it goes on")
                 joined += String(body.dropLast(4))
@@ -131,6 +134,24 @@ final class StderrStreamTests: XCTestCase {
             }
         }
         XCTAssertEqual(joined, String(decoding: line, as: UTF8.self).replacingOccurrences(of: "\u{1}", with: "\\x01"))
+    }
+
+    /// Control bytes escape to four bytes each: whatever the offset, a cut never falls inside one.
+    func testALongLineOfControlBytes_isNeverCutInsideAnEscape() {
+        for lead in 0..<4 {
+            let writer = writer(StderrStream(fd: writeEnd))
+            feed(writer, [UInt8](repeating: UInt8(ascii: "a"), count: lead) + [UInt8](repeating: 1, count: 3_000))
+            XCTAssertTrue(writer.flush())
+            var joined = ""
+            for piece in lines(drain()) {
+                var body = String(decoding: piece, as: UTF8.self).components(separatedBy: " flood[42] stdout: ")[1]
+                if body.hasSuffix(" […]") { body = String(body.dropLast(4)) }
+                XCTAssertTrue(body.replacingOccurrences(of: "a", with: "").replacingOccurrences(of: #"\x01"#, with: "").isEmpty,
+                              "lead \(lead): a piece cuts an escape: …\(body.suffix(8))")
+                joined += body
+            }
+            XCTAssertEqual(joined, String(repeating: "a", count: lead) + String(repeating: #"\x01"#, count: 3_000))
+        }
     }
 
     func testLastLinesAreDroppedAndCountedWhenTheReaderTakesNothing() {
