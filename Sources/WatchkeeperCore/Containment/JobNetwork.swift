@@ -10,31 +10,40 @@ public struct JobNetwork: Sendable, Equatable {
     /// Interfaces of the daemon's network namespace other than loopback.
     public let interfaces: [String]
     public let internetSockets: Bool
+    /// Why /proc/self/net/dev could not be read: the interfaces are then unknown, not absent.
+    public let unreadable: String?
 
-    public var reachable: Bool { !interfaces.isEmpty && internetSockets }
+    public var reachable: Bool { unreadable == nil && !interfaces.isEmpty && internetSockets }
 
     /// Both read now: /proc/self/net/dev shows the namespace the daemon is in (ProtectProc
     /// does not hide it), and an AF_INET socket is refused with EAFNOSUPPORT under
     /// RestrictAddressFamilies.
     public static func probe() -> JobNetwork {
-        let listing = (try? readSmallFile("/proc/self/net/dev")) ?? ""
+        var listing = ""
+        var unreadable: String?
+        do {
+            listing = try readSmallFile("/proc/self/net/dev")
+        } catch {
+            unreadable = "\(error)"
+        }
         let socketFD = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         let refused = socketFD < 0 && (errno == EAFNOSUPPORT || errno == EPERM)
         if socketFD >= 0 { close(socketFD) }
-        return JobNetwork(interfaces: interfaces(procNetDev: listing), internetSockets: !refused)
+        return JobNetwork(interfaces: interfaces(procNetDev: listing), internetSockets: !refused, unreadable: unreadable)
     }
 
-    public init(interfaces: [String], internetSockets: Bool) {
+    public init(interfaces: [String], internetSockets: Bool, unreadable: String? = nil) {
         self.interfaces = interfaces
         self.internetSockets = internetSockets
+        self.unreadable = unreadable
     }
 
     /// /proc/net/dev: two header lines, then "  NAME: counters" per interface.
     static func interfaces(procNetDev: String) -> [String] {
         procNetDev.split(separator: "\n").dropFirst(2).compactMap { line in
             guard let colon = line.firstIndex(of: ":") else { return nil }
-            let name = line[..<colon].trimmingCharacters(in: " ")
-            return name.isEmpty || name == "lo" ? nil : String(name)
+            let name = String(line[..<colon]).trimmingCharacters(in: " ")
+            return name.isEmpty || name == "lo" ? nil : name
         }
     }
 
@@ -42,17 +51,10 @@ public struct JobNetwork: Sendable, Equatable {
     public var description: String {
         if reachable { return "the host's (\(interfaces.joined(separator: ", ")))" }
         var causes: [String] = []
-        if interfaces.isEmpty { causes.append("only loopback is present (PrivateNetwork=yes in the unit)") }
+        if let unreadable {
+            causes.append("unknown: unable to read /proc/self/net/dev (\(unreadable))")
+        } else if interfaces.isEmpty { causes.append("only loopback is present (PrivateNetwork=yes in the unit)") }
         if !internetSockets { causes.append("Internet sockets are refused (RestrictAddressFamilies= in the unit)") }
-        return "none: " + causes.joined(separator: " and ")
-    }
-}
-
-extension Substring {
-    fileprivate func trimmingCharacters(in set: Character) -> Substring {
-        var text = self
-        while text.first == set { text = text.dropFirst() }
-        while text.last == set { text = text.dropLast() }
-        return text
+        return unreadable == nil ? "none: " + causes.joined(separator: " and ") : causes.joined(separator: "; ")
     }
 }

@@ -1,5 +1,4 @@
 import CWatchkeeperSystem
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -25,15 +24,15 @@ public final class StderrStream: Sendable {
     enum Mode: Equatable {
         /// Regular file, /dev/null, or a reopen that failed: plain blocking writes.
         case direct
-        /// A description of our own with O_NONBLOCK.
-        case nonBlocking(Int32)
+        /// A description of our own with O_NONBLOCK, `fd`, closed with the stream.
+        case nonBlocking
         case socket
     }
 
     /// The longest line a job's output may make on stderr, newline included: PIPE_BUF.
     static let maxLineBytes = Int(PIPE_BUF)
     let mode: Mode
-    private let fd: Int32
+    let fd: Int32
 
     public static let shared = StderrStream(fd: 2)
 
@@ -48,14 +47,14 @@ public final class StderrStream: Sendable {
             (mode, self.fd) = (.socket, fd)
         } else if type == S_IFIFO || (type == S_IFCHR && isatty(fd) == 1) {
             let own = open("/proc/self/fd/\(fd)", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
-            (mode, self.fd) = own >= 0 ? (.nonBlocking(own), own) : (.direct, fd)
+            (mode, self.fd) = own >= 0 ? (.nonBlocking, own) : (.direct, fd)
         } else {
             (mode, self.fd) = (.direct, fd)
         }
     }
 
     deinit {
-        if case .nonBlocking(let own) = mode { close(own) }
+        if mode == .nonBlocking { close(fd) }
     }
 
     /// Writes whole lines from `bytes[offset...]` (which holds only whole lines of at most

@@ -139,12 +139,7 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
         if tree[head].detached {
             // Back from a move: the old locations are stale, the new one is the truth.
             let stale = chain(of: wd).filter { $0 != node }
-            for old in stale {
-                tree[old].wd = -1
-                tree[old].nextOfDescriptor = -1
-                tree[old].detached = false
-                locationCount -= 1
-            }
+            for old in stale { unwatch(old) }
             heads[wd] = nil
             attach(node, to: wd, after: nil)
             // Only now: a stale location may be the new one's only child, which must stay.
@@ -196,10 +191,7 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
             let locations = nodes.map(location)
             heads[event.wd] = nil
             for node in nodes {
-                tree[node].wd = -1
-                tree[node].nextOfDescriptor = -1
-                tree[node].detached = false
-                locationCount -= 1
+                unwatch(node)
                 tree.pruneIfUnused(node)
             }
             return .watchGone(event.wd, locations: locations)
@@ -257,15 +249,21 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
         if let last { tree[last].nextOfDescriptor = node } else { heads[wd] = node }
     }
 
+    /// `node` is no longer a location (its chain is the caller's to mend); it stays a node
+    /// until pruned.
+    private mutating func unwatch(_ node: Int32) {
+        tree[node].wd = -1
+        tree[node].nextOfDescriptor = -1
+        tree[node].detached = false
+        locationCount -= 1
+    }
+
     /// Takes `node` out of `wd`'s chain; returns `wd` when that was its last location. The
     /// node itself stays (the caller prunes it, or gives it another descriptor).
     private mutating func detach(_ node: Int32, from wd: WatchDescriptor) -> WatchDescriptor? {
         let nodes = chain(of: wd)
         let remaining = nodes.filter { $0 != node }
-        tree[node].wd = -1
-        tree[node].nextOfDescriptor = -1
-        tree[node].detached = false
-        locationCount -= 1
+        unwatch(node)
         guard let first = remaining.first else {
             heads[wd] = nil
             return wd
