@@ -3,8 +3,8 @@
 every job must end by budget + kill_grace (plus a scheduling slack), the retry loop must not
 become a fork storm, and the daemon's RSS must stay under a bound while 1 GiB of output
 passes through it. Without a delegated cgroup a process that called setsid escapes expiry:
-counted and reported, not hidden. A fork bomb and a job over memory_max need cgroup v2
-controllers: run only where /sys/fs/cgroup has them.
+counted and reported, not hidden. A fork bomb and a job over memory_max need a delegated
+cgroup with its controllers: limits.py.
 
 usage: hostile.py BINARY [--output-mib N] [--rss-bound-mib N] [--json FILE]
 """

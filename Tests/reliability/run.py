@@ -94,6 +94,22 @@ def summarise_clock(_, data):
             f"{forward.get('ran_after_s')} s, {forward.get('runs')} run(s)"), not data["failures"]
 
 
+def summarise_limits(_, data):
+    if data.get("skipped"):
+        return f"skipped ({data['skipped']})", True
+    cells = []
+    for r in data["rows"]:
+        if r["scenario"] == "fork-bomb":
+            cells.append(f"fork bomb under tasks_max {r['tasks_max']}: {r['outcome']} after {r['duration_ms'] / 1000:.1f} s, "
+                         f"at most {r['peak_processes']} processes in its cgroup, {r['forks_refused']:,} forks refused")
+        else:
+            cells.append(f"{r['memory_max_mib']} MiB memory_max, {r['outcome']}"
+                         + (" (recorded as the OOM killer's)" if r["recorded_oom"] else ""))
+    cells += [f"{c} not tested: {why}" for c, why in data.get("skipped_limits", {}).items()]
+    cells.append(f"heartbeat task ran {data['totals'].get('heartbeat_runs')} times beside them")
+    return "; ".join(cells), not data["failures"]
+
+
 def summarise_fuzz(_, data):
     rows = data["rows"]
     if rows and rows[0]["mode"] == "replay":
@@ -128,6 +144,9 @@ def scenarios(long, binary):
         ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "
          "a FIFO argument, instant failure with retries", script("hostile.py") + [binary, "--output-mib", str(output)],
          summarise_hostile, True),
+        ] + ([("limits", "0, 3", "job limits in a delegated cgroup: a fork bomb under tasks_max, a job over memory_max, "
+               "a task every second beside them (moves a free v1 controller to the unified hierarchy for the run: long run only)",
+               script("limits.py") + [binary], summarise_limits, True)] if long else []) + [
         ("peers", "8", "side by side with an inotifywait loop and incrond: burst, overflow, crash-restart",
          script("peers.py") + [binary, "--files", str(files)] + ([] if long else ["--peers", "watchkeeper"]),
          summarise_peers, True),
