@@ -4,7 +4,11 @@
 //
 //  The full text of the license can be found in the file named LICENSE.
 
+#if canImport(FoundationEssentials)
+import struct FoundationEssentials.Data
+#else
 import struct Foundation.Data
+#endif
 
 final class InternalTOMLDecoder: Decoder {
 	var codingPath: [CodingKey] = []

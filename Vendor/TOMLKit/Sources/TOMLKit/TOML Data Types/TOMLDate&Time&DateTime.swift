@@ -16,9 +16,15 @@ import CTOML
 	#error("Unsupported Platform")
 #endif
 
+#if canImport(FoundationEssentials)
+import struct FoundationEssentials.Calendar
+import struct FoundationEssentials.Date
+import struct FoundationEssentials.DateComponents
+#else
 import struct Foundation.Calendar
 import struct Foundation.Date
 import struct Foundation.DateComponents
+#endif
 
 /// A [date](https://toml.io/en/v1.0.0#local-date) in a TOML document.
 public struct TOMLDate: Codable, Equatable, CustomDebugStringConvertible, TOMLValueConvertible {

@@ -15,7 +15,11 @@
 #endif
 
 import CTOML
+#if canImport(FoundationEssentials)
+import struct FoundationEssentials.Data
+#else
 import struct Foundation.Data
+#endif
 
 /// A type that can be converted into a value in a TOML document.
 ///
