@@ -10,6 +10,7 @@ let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("progress", "daemon CPU per update while a job floods its progress fd for 10 s", runProgressCostBenchmark),
     ("cron", "the next fire of rare and common cron expressions in Europe/Berlin (µs)", runCronBenchmark),
     ("timer", "start jitter of a 1 s task over 60 s (WATCHKEEPER_BENCH_TIMER_S)", runTimerJitterBenchmark),
+    ("sources", "watching a job's descriptors: a dispatch source each vs one source on an epoll of our own (CPU µs per job)", runJobSourcesBenchmark),
     ("spawn", "job spawn cost: ProcessSpawner (fork/exec shim) vs posix_spawn, to exec and to reaped (µs)", runSpawnOverheadBenchmark),
     ("dump", "SIGUSR1 dump with 1,000 tasks and 10,000 watched directories: build time and to state.json", runDumpBenchmark),
     ("control", "control socket: Status latency with 200 tasks and 8 running jobs, RSS of serving it", runControlBenchmark),
