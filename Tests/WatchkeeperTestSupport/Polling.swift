@@ -16,6 +16,14 @@ import Glibc
 public let testDeadlineScale: Double = ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_DEADLINE_SCALE"]
     .flatMap(Double.init).map { max(1, $0) } ?? 1
 
+/// What a memory bound in a test allows on top, in bytes: under AddressSanitizer freed memory
+/// waits in a quarantine (to catch a use after free) and stays resident, so a daemon that
+/// streams 30 MB through small buffers peaks at its bound plus the quarantine. `make
+/// sanitize` caps the quarantine (ASAN_OPTIONS quarantine_size_mb) and sets
+/// WATCHKEEPER_TEST_MEMORY_ALLOWANCE_MB to the same size; elsewhere it is 0.
+public let testMemoryAllowanceBytes: Int = ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_MEMORY_ALLOWANCE_MB"]
+    .flatMap(Int.init).map { max(0, $0) * 1_048_576 } ?? 0
+
 /// The first value `probe` gives that is not nil, asked at once and then every `interval`,
 /// or nil once `timeout` seconds (times `testDeadlineScale`) have passed without one.
 public func waitForValue<Value>(
