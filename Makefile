@@ -62,6 +62,10 @@ RELEASE_FLAGS = -c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker -
 
 release: deps
 	swift build $(RELEASE_FLAGS) $(SWIFT_FLAGS)
+	@# A module that imports Foundation links all of it and ICU's data into the static binary:
+	@# 48 MB and 2.4 MiB of idle RSS (docs/measurements/performance.md). FoundationEssentials only.
+	@if llvm-nm $(RELEASE_BIN) | grep -q ' \$$s10Foundation'; then \
+	  echo "release: $(RELEASE_BIN) links Foundation; import FoundationEssentials instead (llvm-nm $(RELEASE_BIN) | grep s10Foundation)"; exit 1; fi
 
 # Foreground daemon on the demo configuration; state and runtime files go under demo/var.
 run: build
