@@ -18,6 +18,7 @@ import wk
 
 TASKS_MAX, BUDGET, KILL_GRACE, SLACK = 32, 3.0, 1.0, 1.0
 MEMORY_MAX_MIB, ALLOCATE_MIB = 64, 256
+SAFETY_PIDS_MAX = 256
 
 
 def parse():
@@ -203,6 +204,10 @@ def main():
             controllers.enable(controller)
         os.mkdir(delegated)
         os.setxattr(delegated, "trusted.delegate", b"1")
+        # A net under the test: should the daemon not contain the bomb, the kernel still
+        # holds everything started below this cgroup (the daemon's threads count too).
+        if "pids" in limits:
+            write(f"{delegated}/pids.max", str(SAFETY_PIDS_MAX))
         conf = f"{root}/watchkeeper.toml"
         write(conf, config(limits))
         # The daemon alone goes into the delegated cgroup (it then moves itself into its
