@@ -110,11 +110,12 @@ reliability: release build pydeps
 # ASan's quarantine of freed memory is capped at 64 MiB and memory bounds in tests allow
 # for it (WATCHKEEPER_TEST_MEMORY_ALLOWANCE_MB): at its default 256 MiB a daemon streaming a
 # 30 MB line peaked at 103 MB, over the test's 80 MB, with nothing of it live.
-ASAN_TEST_OPTIONS ?= detect_leaks=0:quarantine_size_mb=64
+ASAN_QUARANTINE_MB = 64
+ASAN_TEST_OPTIONS ?= detect_leaks=0:quarantine_size_mb=$(ASAN_QUARANTINE_MB)
 TSAN_TEST_OPTIONS ?= halt_on_error=0
 sanitize: deps pydeps
 	swift build --build-tests --sanitize=address --scratch-path .build-asan $(SWIFT_FLAGS)
-	WATCHKEEPER_BIN=$(CURDIR)/.build-asan/debug/watchkeeper ASAN_OPTIONS=$(ASAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=3 WATCHKEEPER_TEST_MEMORY_ALLOWANCE_MB=64 \
+	WATCHKEEPER_BIN=$(CURDIR)/.build-asan/debug/watchkeeper ASAN_OPTIONS=$(ASAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=3 WATCHKEEPER_TEST_MEMORY_ALLOWANCE_MB=$(ASAN_QUARANTINE_MB) \
 	  swift test --disable-swift-testing --skip-build --scratch-path .build-asan $(SWIFT_FLAGS)
 	swift build --build-tests --sanitize=thread -Xswiftc -DWATCHKEEPER_TSAN --scratch-path .build-tsan $(SWIFT_FLAGS)
 	WATCHKEEPER_BIN=$(CURDIR)/.build-tsan/debug/watchkeeper TSAN_OPTIONS=$(TSAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=5 \

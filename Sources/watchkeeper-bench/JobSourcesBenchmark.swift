@@ -11,6 +11,7 @@
 
 import CWatchkeeperSystem
 import Foundation
+import WatchkeeperCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,17 +32,18 @@ private struct Usage {
     }
 }
 
+/// The daemon's own job pipe: O_CLOEXEC, the read end non-blocking.
 private func makePipe() -> (read: Int32, write: Int32) {
-    var fds: [Int32] = [-1, -1]
-    guard pipe(&fds) == 0 else { fatalError("pipe: \(String(cString: strerror(errno)))") }
-    for fd in fds {
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+    do {
+        let ends = try OwnedPipe.forJobOutput().releaseEnds()
+        return (ends.readEnd, ends.writeEnd)
+    } catch {
+        fatalError("\(error)")
     }
-    return (fds[0], fds[1])
 }
 
 /// Runs `jobs` jobs with `start`, eight at a time; `start` calls its argument when a job ended.
+/// Unchecked: every member is touched only on `queue` (`start` is set before `run`).
 private final class JobChain: @unchecked Sendable {
     let queue = DispatchQueue(label: "jobs")
     private var toStart: Int
@@ -103,6 +105,8 @@ private func runWithDispatchSources(jobs: Int) {
 private func runWithOneEpoll(jobs: Int) {
     let chain = JobChain(jobs: jobs)
     let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+    guard epoll >= 0 else { fatalError("epoll_create1: \(String(cString: strerror(errno)))") }
+    // Unchecked: touched only on the chain's queue.
     final class Handlers: @unchecked Sendable { var byDescriptor: [Int32: () -> Void] = [:] }
     let handlers = Handlers()
     let outer = DispatchSource.makeReadSource(fileDescriptor: epoll, queue: chain.queue)
@@ -114,6 +118,7 @@ private func runWithOneEpoll(jobs: Int) {
             for event in events[0..<Int(count)] { handlers.byDescriptor[event.data.fd]?() }
         }
     }
+    outer.setCancelHandler { close(epoll) }
     outer.activate()
     chain.start = { ended in
         let pipes = (0..<descriptorsPerJob).map { _ in makePipe() }
@@ -137,6 +142,7 @@ private func runWithOneEpoll(jobs: Int) {
         _ = write(pipes[0].write, "x", 1)
     }
     chain.run()
+    outer.cancel()
 }
 
 func runJobSourcesBenchmark() {

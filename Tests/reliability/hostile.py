@@ -8,7 +8,7 @@ cgroup with its controllers: limits.py.
 
 usage: hostile.py BINARY [--output-mib N] [--rss-bound-mib N] [--json FILE]
 """
-import argparse, json, os, re, shutil, signal, subprocess, sys, threading, time
+import argparse, json, os, shutil, signal, subprocess, sys, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wk
 
@@ -72,9 +72,6 @@ def keep_daemon_lines(fd, log):
     os.close(fd)
 
 
-RECORD = re.compile(rb"task (\S+) run \S+.*\(task=\S+, run_id=\S+, outcome=([a-z-]+), duration_ms=(\d+)")
-
-
 def main():
     args = parse()
     root = wk.scratch("wk-hostile-")
@@ -112,13 +109,7 @@ def main():
 
     def records():
         log.flush()
-        with open(f"{root}/stderr.log", "rb") as f:
-            found = {}
-            for line in f:
-                match = RECORD.search(line)
-                if match:
-                    found.setdefault(match.group(1).decode(), []).append((match.group(2).decode(), int(match.group(3))))
-            return found
+        return wk.run_records(f"{root}/stderr.log")
 
     # exits-at-once ends after its 100 attempts; the others after one run each.
     done = lambda r: all(n in r for n in names) and len(r.get("exits-at-once", [])) >= 100
@@ -132,7 +123,7 @@ def main():
     limit_ms = (BUDGET + KILL_GRACE + args.slack) * 1000
     for name in names:
         runs = finished.get(name, [])
-        outcome, duration = (runs[-1] if runs else ("none", 0))
+        outcome, duration, _ = (runs[-1] if runs else ("none", 0, ""))
         row = {"job": name, "outcome": outcome, "duration_ms": duration, "runs": len(runs)}
         keys = jobs(root, args.output_mib)[name][0]
         if keys.get("budget") == f"{BUDGET:.0f}s" and duration > limit_ms:

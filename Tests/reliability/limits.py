@@ -146,18 +146,6 @@ def config(limits):
     return "\n".join(lines)
 
 
-RECORD = re.compile(r"task (\S+) run \S+.*\(task=\S+, run_id=\S+, outcome=([a-z-]+), duration_ms=(\d+)")
-
-
-def records(log):
-    found = {}
-    for line in open(log, errors="replace"):
-        match = RECORD.search(line)
-        if match:
-            found.setdefault(match.group(1), []).append((match.group(2), int(match.group(3)), line.strip()))
-    return found
-
-
 class JobCgroupSampler(threading.Thread):
     """Samples the run-* cgroups under the delegated one every 5 ms: the most processes any
     held, and the forks its pids.max refused (pids.events "max")."""
@@ -221,17 +209,17 @@ def main():
             raise SystemExit(f"limits: the daemon never became ready: {daemon.stderr_tail()}")
         log = f"{root}/stderr.log"
         wanted = [{"pids": "fork-bomb", "memory": "over-memory"}[c] for c in limits]
-        wk.wait_for(60, lambda: all(name in records(log) for name in wanted), 0.2)
+        wk.wait_for(60, lambda: all(name in wk.run_records(log) for name in wanted), 0.2)
         bomb_window = time.monotonic() - began
         # The heartbeat must go on beside the bomb: two more runs after the limits' jobs ended.
-        beats_before = len(records(log).get("heartbeat", []))
-        heart_ok = wk.wait_for(10, lambda: len(records(log).get("heartbeat", [])) >= beats_before + 2, 0.2)
+        beats_before = len(wk.run_records(log).get("heartbeat", []))
+        heart_ok = wk.wait_for(10, lambda: len(wk.run_records(log).get("heartbeat", [])) >= beats_before + 2, 0.2)
         leftovers = [n for n in os.listdir(delegated) if n.startswith("run-") and read(f"{delegated}/{n}/cgroup.procs").strip()]
         startup = [l.strip() for l in open(log, errors="replace") if "a cgroup per job" in l or "process groups (" in l]
         daemon.stop()
         sampler.stopping.set()
         sampler.join()
-        found = records(log)
+        found = wk.run_records(log)
         if not startup or "a cgroup per job" not in startup[0]:
             failures.append(f"the daemon did not use the delegated cgroup: {startup[:1]}")
         if "pids" in limits:

@@ -1,7 +1,7 @@
 """What the reliability scenarios share: a daemon started as systemd would start it (its own
 runtime and state directories, a notify socket read for READY=1), the daemon's pid behind a
 wrapper, its children, and small waits with deadlines (never counts in a time window)."""
-import os, signal, socket, sqlite3, subprocess, tempfile, threading, time
+import os, re, signal, socket, sqlite3, subprocess, tempfile, threading, time
 
 
 def proc_children():
@@ -216,6 +216,21 @@ def integrity(database):
     except sqlite3.Error as error:
         return f"unreadable: {error}"
     return "; ".join(str(row[0]) for row in rows)
+
+
+RUN_RECORD = re.compile(rb"task (\S+) run \S+.*\(task=\S+, run_id=\S+, outcome=([a-z-]+), duration_ms=(\d+)")
+
+
+def run_records(log):
+    """The run records in a daemon's stderr log: task name -> [(outcome, duration_ms, line)], in order."""
+    found = {}
+    with open(log, "rb") as f:
+        for line in f:
+            match = RUN_RECORD.search(line)
+            if match:
+                found.setdefault(match.group(1).decode(), []).append(
+                    (match.group(2).decode(), int(match.group(3)), line.decode(errors="replace").strip()))
+    return found
 
 
 def scratch(prefix):
