@@ -18,6 +18,10 @@ public struct JobContext: Sendable {
     let daemonAccount: Account?
     /// A cgroup per job where one is delegated to the daemon, process groups otherwise.
     public let containment: JobContainment
+    /// Every job's pidfd and pipes, in one epoll instance of `queue`.
+    let poller: JobDescriptorPoller
+    /// Every job's budget, warn_at and kill_grace deadline, on one timer of `queue`.
+    let deadlines: JobDeadlines
 
     public init(queue: SubsystemQueue, sink: LogSink, logger: Logger, sources: SourceRegistry, daemonEnvironment: [String: String],
                 containment: JobContainment = .processGroups(reason: "not set up")) {
@@ -28,6 +32,8 @@ public struct JobContext: Sendable {
         self.daemonEnvironment = daemonEnvironment
         self.daemonAccount = Account.lookup(uid: geteuid())
         self.containment = containment
+        self.poller = JobDescriptorPoller(queue: queue, sources: sources, logger: logger)
+        self.deadlines = JobDeadlines(queue: queue, sources: sources)
     }
 
     /// A cgroup for one process of a run, when the daemon has cgroups; released by the
@@ -43,25 +49,23 @@ public struct JobContext: Sendable {
     }
 }
 
-/// One spawned process seen from the daemon: a pidfd read source for its exit (no
-/// SIGCHLD handler, no waitpid(-1)) and a read source per output pipe streaming lines
-/// into the journal. Confined to the tasks queue; every fd is closed only in its
-/// source's cancel handler.
+/// One spawned process seen from the daemon: its pidfd in the jobs' epoll for its exit
+/// (no SIGCHLD handler, no waitpid(-1)) and each output pipe there too, streaming lines
+/// into the journal. Confined to the jobs queue; every fd is closed only by cancelling
+/// its `PolledDescriptor`.
 ///
-/// No registered fd is ever allowed to report EPOLLHUP. libdispatch's epoll backend
-/// unregisters a muxnote on its manager thread when it sees EPOLLHUP, and a cancel
-/// from the source's queue at the same moment unregisters it again: a use-after-free
-/// that crashes in _dispatch_event_loop_drain (swift-corelibs-libdispatch #949; we
-/// hit it in about a third of short jobs). So the daemon keeps each pipe's write end
-/// until it has cancelled the read source, and cancels the pidfd source before it
-/// reaps (a reaped pid's pidfd reports EPOLLHUP).
+/// The pidfd leaves epoll before it is reaped (a reaped pid's pidfd reports EPOLLHUP) and
+/// each pipe's write end stays open until its read end has left (no EOF, no hang-up):
+/// rules from the time each was a dispatch source, when a hang-up raced libdispatch's
+/// manager thread (swift-corelibs-libdispatch #949), and still what keeps a level-triggered
+/// descriptor from firing in a loop.
 final class ChildProcess: @unchecked Sendable {
     let name: String
     let runID: String
     let pid: pid_t
     private let context: JobContext
-    private var exitSource: FileDescriptorReadSource?
-    private var budgetTimer: RegisteredTimer?
+    private var exitSource: PolledDescriptor?
+    private var budgetTimer: JobDeadline?
     private var outputs: [OutputChannel] = []
     private var onExit: ((ProcessExit) -> Void)?
     private(set) var exit: ProcessExit?
@@ -91,25 +95,23 @@ final class ChildProcess: @unchecked Sendable {
         // the child, whoever started it; libdispatch drops the handlers after cancel.
         // Readable means exited (not yet reaped): stop watching first, and reap through the
         // pidfd once it is out of epoll, before it closes.
-        let source = spawned.pidfd.makeReadSource(queue: context.queue.queue, beforeClose: { [sources = context.sources] pidfd in
+        let source = context.poller.watch(spawned.pidfd, owner: owner, target: "pidfd of pid \(pid)", beforeClose: { [sources = context.sources] pidfd in
             let status = reap(pid: pid, pidfd: pidfd.rawValue)
             sources.unregister(stats)
             if let status { self.exited(status) }
-        })
-        source.source.setEventHandler {
+        }, handler: {
             stats.fired()
-            self.exitSource?.cancel()
-        }
+            let source = self.exitSource
+            source?.cancel()
+        })
         exitSource = source
         source.activate()
         if let killAfter {
-            let timer = context.sources.makeTimer(owner: owner, target: "pid \(pid) budget \(killAfter.compactDescription)", on: context.queue) { [weak self] in
+            budgetTimer = context.deadlines.schedule(after: killAfter, owner: owner, target: "pid \(pid) budget \(killAfter.compactDescription)") { [weak self] in
                 guard let self, self.exit == nil else { return }
                 onKill?(killAfter)
                 self.signalGroup(SIGKILL)
             }
-            timer.schedule(after: killAfter)
-            budgetTimer = timer
         }
     }
 
@@ -172,10 +174,10 @@ final class ChildProcess: @unchecked Sendable {
 /// writes: one read buffer and at most one partial line.
 final class OutputChannel: @unchecked Sendable {
     let stream: String
-    private var source: FileDescriptorReadSource?
+    private var source: PolledDescriptor?
     private var splitter = LineSplitter()
     private let writer: JobOutputWriter
-    private let fd: Int32
+    private var fd: Int32 = -1
     private let context: JobContext
     private let owner: String
     /// While journald or the reader of stderr is behind: the read source is suspended and
@@ -204,15 +206,14 @@ final class OutputChannel: @unchecked Sendable {
         owner = "\(kind.rawValue) \(name) run \(runID)"
         writer = JobOutputWriter(sink: context.sink, name: name, kind: kind, runID: runID, pid: pid, stream: stream)
         let stats = context.sources.register(.read, owner: owner, target: "\(stream) of pid \(pid)", on: context.queue)
-        let source = pipe.makeReadSourceKeepingWriteEnd(queue: context.queue.queue) { [sources = context.sources] in
+        let source = context.poller.watch(pipe, owner: owner, target: "\(stream) of pid \(pid)", afterClose: { [sources = context.sources] in
             sources.unregister(stats)
-        }
-        let fd = source.descriptor.rawValue
-        self.fd = fd
-        source.source.setEventHandler { [weak self] in
+        }, handler: { [weak self] in
             stats.fired()
-            self?.readAvailable(fd: fd)
-        }
+            guard let self else { return }
+            self.readAvailable(fd: self.fd)
+        })
+        fd = source.descriptor.rawValue
         self.source = source
         source.activate()
     }
@@ -248,7 +249,7 @@ final class OutputChannel: @unchecked Sendable {
 
     private func waitForSink() {
         guard let source, !suspended else { return }
-        source.source.suspend()
+        source.suspend()
         suspended = true
         if retry == nil {
             retry = context.sources.makeTimer(owner: owner, target: "\(stream): log sink behind, retry", on: context.queue) { [weak self] in
@@ -265,7 +266,7 @@ final class OutputChannel: @unchecked Sendable {
             return
         }
         suspended = false
-        source.source.resume()
+        source.resume()
     }
 
     /// Reads what is left (the read end is non-blocking), then stops. The last lines wait
@@ -274,7 +275,7 @@ final class OutputChannel: @unchecked Sendable {
         guard let source else { return }
         if suspended {
             suspended = false
-            source.source.resume()
+            source.resume()
         }
         writer.flushWaiting(timeout: Self.finalFlushTimeout)
         readAvailable(fd: fd, final: true)

@@ -13,11 +13,9 @@ final class JobRun: @unchecked Sendable {
     private var machine: JobMachine
     private var child: ChildProcess?
     private var expireHandler: ChildProcess?
-    private var timers: [RegisteredTimer] = []
-    private var killTimer: RegisteredTimer?
-    private var progressSource: FileDescriptorReadSource?
-    /// libdispatch traps on releasing or cancelling-then-releasing a suspended source,
-    /// so every path that drops the source resumes it first.
+    private var timers: [JobDeadline] = []
+    private var killTimer: JobDeadline?
+    private var progressSource: PolledDescriptor?
     private var progressSuspended = false
     private var progressFD: Int32 = -1
     /// Re-armed after each read: progress is applied at most every `progressInterval`.
@@ -196,10 +194,9 @@ final class JobRun: @unchecked Sendable {
     }
 
     @discardableResult
-    private func addTimer(after delay: Duration, target: String, _ body: @escaping () -> Void) -> RegisteredTimer {
-        let timer = context.sources.makeTimer(owner: label, target: target, on: context.queue, handler: body)
+    private func addTimer(after delay: Duration, target: String, _ body: @escaping () -> Void) -> JobDeadline {
+        let timer = context.deadlines.schedule(after: delay, owner: label, target: target, handler: body)
         timers.append(timer)
-        timer.schedule(after: delay)
         return timer
     }
 
@@ -318,16 +315,15 @@ final class JobRun: @unchecked Sendable {
 
     private func watchProgress(_ pipe: consuming OwnedPipe, pid: pid_t) {
         let stats = context.sources.register(.read, owner: label, target: "progress pipe of pid \(pid)", on: context.queue)
-        // Both ends close only in the cancel handler, so the read end never hangs up while registered (see ChildProcess).
-        let source = pipe.makeReadSourceKeepingWriteEnd(queue: context.queue.queue) { [sources = context.sources] in
+        // Both ends close only at cancel, so the read end never hangs up while watched (see ChildProcess).
+        let source = context.poller.watch(pipe, owner: label, target: "progress pipe of pid \(pid)", afterClose: { [sources = context.sources] in
             sources.unregister(stats)
-        }
-        let fd = source.descriptor.rawValue
-        progressFD = fd
-        source.source.setEventHandler { [weak self] in
+        }, handler: { [weak self] in
             stats.fired()
-            self?.readProgress(fd: fd)
-        }
+            guard let self else { return }
+            self.readProgress(fd: self.progressFD)
+        })
+        progressFD = source.descriptor.rawValue
         progressSource = source
         source.activate()
     }
@@ -354,7 +350,7 @@ final class JobRun: @unchecked Sendable {
         }
         // Coalesce: leave the pipe alone for a while so many updates arrive in one read.
         if !final, let source = progressSource {
-            source.source.suspend()
+            source.suspend()
             progressSuspended = true
             if progressResume == nil {
                 progressResume = context.sources.makeTimer(owner: label, target: "progress: resume reading after \(Self.progressInterval.compactDescription)",
@@ -362,7 +358,7 @@ final class JobRun: @unchecked Sendable {
                     // progressSource is set once per run, so "still there" means "the same source".
                     guard let self, self.progressSuspended, let current = self.progressSource else { return }
                     self.progressSuspended = false
-                    current.source.resume()
+                    current.resume()
                 }
             }
             progressResume?.schedule(after: Self.progressInterval)
@@ -380,10 +376,7 @@ final class JobRun: @unchecked Sendable {
             // The last updates before the exit, then stop watching.
             readProgress(fd: progressFD, final: true)
             progressSource = nil
-            if progressSuspended {
-                progressSuspended = false
-                source.source.resume()
-            }
+            progressSuspended = false
             source.cancel()
         }
         let now = DispatchTime.now().uptimeNanoseconds

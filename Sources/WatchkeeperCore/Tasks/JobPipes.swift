@@ -41,17 +41,6 @@ extension OwnedPipe {
         (readEnd.release().rawValue, writeEnd.release().rawValue)
     }
 
-    /// Hands the read end to an inactive read source on `queue`. The write end stays open
-    /// until the source's cancel handler closes both, so the read end cannot report
-    /// EPOLLHUP while libdispatch has it registered (see `ChildProcess` for why that matters).
-    consuming func makeReadSourceKeepingWriteEnd(queue: DispatchQueue, afterClose: @escaping @Sendable () -> Void) -> FileDescriptorReadSource {
-        let writer = writeEnd.release()
-        return readEnd.makeReadSource(queue: queue, afterClose: {
-            OwnedFileDescriptor.closeLastReference(writer)
-            afterClose()
-        })
-    }
-
     /// The most a pipe can hold without CAP_SYS_RESOURCE: 1 MiB, or less where
     /// fs.pipe-max-size is lower. Read once: F_SETPIPE_SZ still checks the current limit.
     public static let largestCapacity: Int = {

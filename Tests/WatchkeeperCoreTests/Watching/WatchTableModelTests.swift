@@ -1,6 +1,7 @@
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 /// The watch table against the path-keyed table it replaced (kept here as the reference:
 /// every location's whole path as a map key), over random operations on a small tree:
@@ -144,22 +145,11 @@ final class WatchTableModelTests: XCTestCase {
 
     }
 
-    private struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     func testRandomOperations_agreeWithThePathKeyedTable() {
         let owners = ["a", "b"]
         let names = ["x", "y", "z\u{0}", "\u{FF}"]
         for seed in UInt64(1)...25 {
-            var random = Generator(state: seed)
+            var random = SeededGenerator(seed: seed)
             var table = Table()
             var reference = Reference()
             var paths: [[UInt8]] = [[]]

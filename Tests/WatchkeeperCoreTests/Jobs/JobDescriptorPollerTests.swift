@@ -1,0 +1,152 @@
+import Dispatch
+import Logging
+import XCTest
+
+@testable import WatchkeeperCore
+import WatchkeeperTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The jobs' epoll with real pipes: every wait is for an event with a deadline; counts are
+/// taken after the queue has run everything it had.
+final class JobDescriptorPollerTests: XCTestCase {
+    private let queue = SubsystemQueue(name: "test.poller.\(UUIDLess.next())")
+    private lazy var sources = SourceRegistry()
+    private lazy var poller = JobDescriptorPoller(queue: queue, sources: sources, logger: Logger(label: "test"))
+
+    /// Calls on the jobs queue, counted; `signal` when the first arrives.
+    private final class Calls: @unchecked Sendable {
+        var count = 0
+        let first = DispatchSemaphore(value: 0)
+        func called() {
+            count += 1
+            if count == 1 { first.signal() }
+        }
+    }
+
+    private func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) >= 0 }
+
+    private func write(_ fd: Int32, _ text: String) {
+        let count = text.utf8.count
+        XCTAssertEqual(text.withCString { Glibc.write(fd, $0, count) }, count)
+    }
+
+    /// Lets the queue run whatever is ready now, a few times over.
+    private func settle() {
+        for _ in 0..<5 { queue.queue.sync {} }
+    }
+
+    func testReadablePipe_callsItsHandler_andCancelClosesBothEnds_thenSaysSo() throws {
+        let calls = Calls()
+        let closed = DispatchSemaphore(value: 0)
+        let (entry, writer) = try queue.queue.sync { () throws -> (PolledDescriptor, Int32) in
+            let pipe = try OwnedPipe.forJobOutput()
+            // The daemon's copy of the write end, kept until cancel.
+            let writer = pipe.writeEnd.rawValue
+            let entry = poller.watch(pipe, owner: "test", target: "stdout", afterClose: { closed.signal() }, handler: { calls.called() })
+            entry.activate()
+            XCTAssertEqual(poller.count, 1)
+            return (entry, writer)
+        }
+        let reader = entry.descriptor.rawValue
+        write(writer, "x")
+        XCTAssertEqual(calls.first.wait(timeout: .now() + 10), .success, "a readable pipe must call its handler")
+        queue.queue.sync {
+            var byte: UInt8 = 0
+            XCTAssertEqual(read(reader, &byte, 1), 1)
+            entry.cancel()
+            XCTAssertEqual(poller.count, 0)
+            XCTAssertTrue(entry.isCancelled)
+        }
+        XCTAssertEqual(closed.wait(timeout: .now()), .success, "cancel must close and report before it returns")
+        XCTAssertFalse(isOpen(reader))
+        XCTAssertFalse(isOpen(writer))
+        queue.queue.sync { entry.cancel() }
+    }
+
+    func testSuspendedDescriptor_getsNoEvents_andResumeDeliversWhatArrivedMeanwhile() throws {
+        let calls = Calls()
+        let (entry, writer) = try queue.queue.sync { () throws -> (PolledDescriptor, Int32) in
+            let pipe = try OwnedPipe.forJobOutput()
+            let writer = pipe.writeEnd.release().rawValue
+            let entry = poller.watch(pipe.readEnd, owner: "test", target: "stdout") { calls.called() }
+            entry.suspend()
+            entry.activate()
+            return (entry, writer)
+        }
+        write(writer, "waiting")
+        settle()
+        XCTAssertEqual(queue.queue.sync { calls.count }, 0, "a suspended descriptor must not call its handler")
+        queue.queue.sync { entry.resume() }
+        XCTAssertEqual(calls.first.wait(timeout: .now() + 10), .success, "resume must deliver the data that arrived while suspended")
+        queue.queue.sync { entry.cancel() }
+        close(writer)
+    }
+
+    func testHandlerCancellingAnotherReadyDescriptor_stopsItsEvent_evenWhenANewDescriptorTakesItsNumber() throws {
+        let calls = Calls()
+        let newcomerCalls = Calls()
+        final class Pair: @unchecked Sendable {
+            var entries: [PolledDescriptor] = []
+            var writers: [Int32] = []
+            var newcomer: PolledDescriptor?
+            var newcomerWriter: Int32 = -1
+            var reusedNumber = false
+        }
+        let pair = Pair()
+        try queue.queue.sync {
+            for index in 0..<2 {
+                let pipe = try OwnedPipe.forJobOutput()
+                pair.writers.append(pipe.writeEnd.release().rawValue)
+                pair.entries.append(poller.watch(pipe.readEnd, owner: "test", target: "pipe \(index)") { [unowned self] in
+                    calls.called()
+                    var buffer = [UInt8](repeating: 0, count: 16)
+                    _ = read(pair.entries[index].descriptor.rawValue, &buffer, buffer.count)
+                    // Whichever runs first takes the other out and opens a pipe in its place.
+                    let other = pair.entries[1 - index]
+                    let number = other.descriptor.rawValue
+                    other.cancel()
+                    guard pair.newcomer == nil, let replacement = try? OwnedPipe.forJobOutput() else { return }
+                    pair.newcomerWriter = replacement.writeEnd.release().rawValue
+                    pair.reusedNumber = replacement.readEnd.rawValue == number
+                    let newcomer = self.poller.watch(replacement.readEnd, owner: "test", target: "newcomer") { newcomerCalls.called() }
+                    newcomer.activate()
+                    pair.newcomer = newcomer
+                })
+            }
+        }
+        let writers = pair.writers
+        // Both readable before the queue looks: one epoll_wait returns both.
+        write(writers[0], "a")
+        write(writers[1], "b")
+        queue.queue.sync { for entry in pair.entries { entry.activate() } }
+        XCTAssertEqual(calls.first.wait(timeout: .now() + 10), .success)
+        settle()
+        queue.queue.sync {
+            XCTAssertEqual(calls.count, 1, "the cancelled descriptor's pending event must not be delivered")
+            XCTAssertTrue(pair.reusedNumber, "the test wants the new pipe on the cancelled one's number")
+            XCTAssertEqual(newcomerCalls.count, 0, "an event for the old descriptor must not reach the new one with its number")
+            for entry in pair.entries { entry.cancel() }
+            pair.newcomer?.cancel()
+        }
+        for writer in writers { close(writer) }
+        close(pair.newcomerWriter)
+    }
+
+    func testHangUp_isDeliveredOnce_notInALoop() throws {
+        let calls = Calls()
+        let entry = try queue.queue.sync { () throws -> PolledDescriptor in
+            let pipe = try OwnedPipe.forJobOutput()
+            close(pipe.writeEnd.release().rawValue)
+            let entry = poller.watch(pipe.readEnd, owner: "test", target: "hung up") { calls.called() }
+            entry.activate()
+            return entry
+        }
+        XCTAssertEqual(calls.first.wait(timeout: .now() + 10), .success, "a hang-up must reach the handler")
+        settle()
+        XCTAssertEqual(queue.queue.sync { calls.count }, 1, "a hang-up the owner leaves in place must pause the descriptor, not call it again and again")
+        queue.queue.sync { entry.cancel() }
+    }
+}
