@@ -301,7 +301,9 @@ final class RunningPeer {
 
     func rememberResidentProcesses() {
         guard let child else { return }
-        resident = ([child.pid] + descendants(of: child.pid)).filter { processName($0) != "inotify-spawn-b" }
+        // The C loop is itself inotify-spawn-baseline, like every peer's job: only its
+        // descendants are jobs (the name filter once hid the loop's own CPU, reported as 0).
+        resident = [child.pid] + descendants(of: child.pid).filter { processName($0) != "inotify-spawn-b" }
     }
 
     /// User + system CPU of the resident processes, in clock ticks.
