@@ -186,7 +186,6 @@ final class OutputChannel: @unchecked Sendable {
     private var suspended = false
     private(set) var lines: UInt64 = 0
     private(set) var bytes: UInt64 = 0
-    private static let readSize = 65_536
     /// Reads per event before yielding the queue to other jobs; the source fires again.
     private static let readsPerEvent = 16
     /// And time per event: every job's timers (budget, kill_grace) share this queue, so a
@@ -219,8 +218,10 @@ final class OutputChannel: @unchecked Sendable {
     }
 
     private func readAvailable(fd: Int32, final: Bool = false) {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readSize, alignment: 16)
-        defer { buffer.deallocate() }
+        context.poller.withReadBuffer { buffer in readAvailable(fd: fd, into: buffer, final: final) }
+    }
+
+    private func readAvailable(fd: Int32, into buffer: UnsafeMutableRawBufferPointer, final: Bool) {
         let yieldAt = MonotonicInstant.now + Self.timePerEvent
         for _ in 0..<(final ? Int.max : Self.readsPerEvent) {
             if !final && MonotonicInstant.now > yieldAt { return }

@@ -330,19 +330,18 @@ final class JobRun: @unchecked Sendable {
 
     private func readProgress(fd: Int32, final: Bool = false) {
         guard progressSource != nil else { return }
-        var buffer = [UInt8](repeating: 0, count: 65_536)
         var changed = false
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count > 0 {
-                buffer.withUnsafeBytes { raw in
-                    if progress.feed(UnsafeRawBufferPointer(rebasing: raw[0..<count])) { changed = true }
+        context.poller.withReadBuffer { buffer in
+            while true {
+                let count = read(fd, buffer.baseAddress, buffer.count)
+                if count > 0 {
+                    if progress.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { changed = true }
+                    continue
                 }
-                continue
+                if count < 0 && errno == EINTR { continue }
+                // EAGAIN: all read. EOF cannot happen: we hold the write end.
+                break
             }
-            if count < 0 && errno == EINTR { continue }
-            // EAGAIN: all read. EOF cannot happen: we hold the write end.
-            break
         }
         if changed {
             lastProgressAt = DispatchTime.now().uptimeNanoseconds
