@@ -149,4 +149,29 @@ final class JobDescriptorPollerTests: XCTestCase {
         XCTAssertEqual(queue.queue.sync { calls.count }, 1, "a hang-up the owner leaves in place must pause the descriptor, not call it again and again")
         queue.queue.sync { entry.cancel() }
     }
+
+    func testDescriptorEpollRefuses_isPolledByATimerInstead_andCancelStopsItAndClosesIt() throws {
+        // epoll_ctl refuses a regular file (EPERM); poll() calls it readable at once.
+        let fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        let calls = Calls()
+        let entry = queue.queue.sync { () -> PolledDescriptor in
+            let entry = poller.watch(OwnedFileDescriptor(adopting: fd), owner: "test", target: "plain file") { calls.called() }
+            entry.activate()
+            XCTAssertEqual(poller.count, 0, "epoll must have refused it")
+            return entry
+        }
+        XCTAssertEqual(calls.first.wait(timeout: .now() + 10), .success, "a descriptor epoll refuses must still reach its handler")
+        XCTAssertEqual(sources.all.filter { $0.kind == .timer && $0.target.hasPrefix("plain file: poll every") }.count, 1,
+                       "the polling timer must be listed with the sources")
+        queue.queue.sync { entry.cancel() }
+        let after = queue.queue.sync { calls.count }
+        XCTAssertFalse(isOpen(fd))
+        XCTAssertTrue(waitFor(10) { sources.all.filter { $0.target.hasPrefix("plain file: poll every") }.isEmpty },
+                      "cancel must stop the polling timer")
+        // Two more periods: a timer still running would call the handler again.
+        usleep(50_000)
+        settle()
+        XCTAssertEqual(queue.queue.sync { calls.count }, after, "no call after cancel")
+    }
 }
