@@ -102,9 +102,9 @@ final class JobDeadlines: @unchecked Sendable {
         var parent = start
         while true {
             var smallest = parent
-            for child in [2 * parent + 1, 2 * parent + 2] where child < heap.count && heap[child].deadline < heap[smallest].deadline {
-                smallest = child
-            }
+            let left = 2 * parent + 1, right = left + 1
+            if left < heap.count && heap[left].deadline < heap[smallest].deadline { smallest = left }
+            if right < heap.count && heap[right].deadline < heap[smallest].deadline { smallest = right }
             guard smallest != parent else { return }
             swapAt(parent, smallest)
             parent = smallest

@@ -33,7 +33,8 @@ final class JobDescriptorPoller: @unchecked Sendable {
     private var lastToken: UInt64 = 0
     private let events = UnsafeMutableBufferPointer<epoll_event>.allocate(capacity: 64)
     private let stats: SourceStats
-    private var fallbackWarned = false
+    /// Descriptors epoll refuses: one warning per cause a minute, with a count.
+    private let refusals: ProblemAggregator
     /// One read buffer for every job's pipes: a 64 KiB allocation per read (two or three
     /// per job at its end alone) sent glibc into malloc_consolidate, ~1.5 % of the daemon's
     /// CPU in a burst. A read nested in another's (never seen) gets a buffer of its own.
@@ -45,12 +46,12 @@ final class JobDescriptorPoller: @unchecked Sendable {
         self.queue = queue
         self.sources = sources
         self.logger = logger
+        refusals = ProblemAggregator(owner: "jobs", queue: queue, sources: sources, logger: logger)
         stats = sources.register(.read, owner: "jobs", target: "epoll of every job's pidfd, output and progress pipes", on: queue)
         let fd = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard fd >= 0 else {
             let code = errno
             logger.warning("unable to create the epoll instance for job descriptors: \(errorText(code)); each job's descriptors will be polled every \(PolledDescriptor.fallbackInterval.compactDescription) instead")
-            fallbackWarned = true
             return
         }
         let source = OwnedFileDescriptor(adopting: fd).makeReadSource(queue: queue.queue, afterClose: { [sources, stats] in
@@ -80,7 +81,7 @@ final class JobDescriptorPoller: @unchecked Sendable {
         return body(readBuffer)
     }
 
-    /// Number of descriptors watched now, for the dump.
+    /// Number of descriptors in epoll now.
     var count: Int { watched.count }
 
     /// Takes `descriptor` into the set, inactive: `activate` starts delivery of `handler`,
@@ -93,19 +94,22 @@ final class JobDescriptorPoller: @unchecked Sendable {
                                 beforeClose: beforeClose, afterClose: afterClose, handler: handler)
     }
 
-    /// EPOLL_CTL_ADD or DEL; the errno on failure.
-    fileprivate func control(_ operation: Int32, _ entry: PolledDescriptor, events mask: UInt32) -> Int32? {
+    /// EPOLL_CTL_ADD; the errno if epoll refuses the descriptor.
+    fileprivate func add(_ entry: PolledDescriptor) -> Int32? {
         guard let epoll else { return ENOSYS }
         var event = epoll_event()
-        event.events = mask
+        event.events = UInt32(EPOLLIN.rawValue)
         event.data.u64 = entry.token
-        guard epoll_ctl(epoll.descriptor.rawValue, operation, entry.descriptor.rawValue, &event) == 0 else { return errno }
-        switch operation {
-        case Int32(EPOLL_CTL_ADD): watched[entry.token] = entry
-        case Int32(EPOLL_CTL_DEL): watched[entry.token] = nil
-        default: break
-        }
+        guard epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_ADD), entry.descriptor.rawValue, &event) == 0 else { return errno }
+        watched[entry.token] = entry
         return nil
+    }
+
+    /// EPOLL_CTL_DEL. Only EBADF or ENOENT could make it fail, and neither can happen to a
+    /// descriptor we own and added; its close would take it out of the set regardless.
+    fileprivate func remove(_ entry: PolledDescriptor) {
+        if let epoll { _ = epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_DEL), entry.descriptor.rawValue, nil) }
+        watched[entry.token] = nil
     }
 
     /// A pipe's read end, its write end kept open until `cancel` closes both, so the read
@@ -119,15 +123,10 @@ final class JobDescriptorPoller: @unchecked Sendable {
         }, handler: handler)
     }
 
-    fileprivate func forget(_ entry: PolledDescriptor) {
-        watched[entry.token] = nil
-    }
-
     fileprivate func fallingBack(_ entry: PolledDescriptor, errorNumber: Int32) {
-        guard !fallbackWarned else { return }
-        fallbackWarned = true
         let limit = (try? readSmallFile("/proc/sys/fs/epoll/max_user_watches"))?.split(whereSeparator: \.isWhitespace).first.map(String.init) ?? "unknown"
-        logger.warning("unable to add the \(entry.target) of \(entry.owner) to the jobs' epoll: \(errorText(errorNumber)) (fs.epoll.max_user_watches=\(limit)); it and any other descriptor epoll refuses is polled every \(PolledDescriptor.fallbackInterval.compactDescription) instead (said once)")
+        refusals.report("unable to add job descriptors to the jobs' epoll: \(errorText(errorNumber)) (fs.epoll.max_user_watches=\(limit)); polling them every \(PolledDescriptor.fallbackInterval.compactDescription) instead",
+                        example: "the \(entry.target) of \(entry.owner)")
     }
 
     fileprivate func makeFallbackTimer(for entry: PolledDescriptor) -> RegisteredTimer {
@@ -211,12 +210,15 @@ final class PolledDescriptor: @unchecked Sendable {
     /// resume undoes any number of suspends.
     func suspend() {
         pausedByOwner = true
-        guard case .polled = state, let poller else { return }
-        _ = poller.control(Int32(EPOLL_CTL_DEL), self, events: 0)
-        poller.forget(self)
+        switch state {
+        case .polled: poller?.remove(self)
+        case .timerPolled(let timer): timer.cancel()
+        default: return
+        }
         state = .paused
     }
 
+    /// Tries epoll again, also for a descriptor it refused before.
     func resume() {
         pausedByOwner = false
         guard case .paused = state else { return }
@@ -225,7 +227,7 @@ final class PolledDescriptor: @unchecked Sendable {
 
     private func enterEpoll() {
         guard let poller else { return }
-        if let failure = poller.control(Int32(EPOLL_CTL_ADD), self, events: UInt32(EPOLLIN.rawValue)) {
+        if let failure = poller.add(self) {
             poller.fallingBack(self, errorNumber: failure)
             let timer = poller.makeFallbackTimer(for: self)
             timer.schedule(at: .now(), repeating: Self.fallbackInterval)
@@ -244,14 +246,10 @@ final class PolledDescriptor: @unchecked Sendable {
         case .cancelled:
             return
         case .polled:
-            // Only EBADF or ENOENT could make the DEL fail, and neither can happen to a
-            // descriptor we own and added; the close below takes it out of the set regardless.
-            if let poller, poller.control(Int32(EPOLL_CTL_DEL), self, events: 0) != nil { poller.forget(self) }
-        case .paused:
-            break
+            poller?.remove(self)
         case .timerPolled(let timer):
             timer.cancel()
-        case .inactive:
+        case .paused, .inactive:
             break
         }
         handler = nil
@@ -274,12 +272,6 @@ final class PolledDescriptor: @unchecked Sendable {
 
     fileprivate func pollFallback() {
         guard case .timerPolled = state else { return }
-        guard !pausedByOwner else {
-            // Out of polling until `resume`, which tries epoll again.
-            if case .timerPolled(let timer) = state { timer.cancel() }
-            state = .paused
-            return
-        }
         var entry = pollfd(fd: descriptor.rawValue, events: Int16(POLLIN), revents: 0)
         guard poll(&entry, 1, 0) > 0, entry.revents != 0 else { return }
         handler?()
