@@ -166,17 +166,22 @@ extension DirectoryWatcher {
         scheduleLedgerFlush()
     }
 
-    /// Group commit without a delay: the flush runs on the queue's next turn, after every
-    /// completion already waiting there, so a burst of completions costs one transaction,
-    /// and a crash loses no more than the jobs that were in flight (a timed flush would
-    /// lose what ended in its window too, and run those files again).
+    /// Group commit, paced (LedgerCommitPacing): after a quiet spell the write runs on the
+    /// queue's next turn, after every completion already waiting there; in a burst, at most
+    /// once per `ledgerCommitInterval`, with everything that ended meanwhile.
     private func scheduleLedgerFlush() {
-        guard !ledgerFlushQueued else { return }
-        ledgerFlushQueued = true
-        queue.async { [weak self] in
-            guard let self else { return }
-            self.ledgerFlushQueued = false
-            self.flushLedger()
+        switch ledgerPacing.recordAdded(now: DispatchTime.now().uptimeNanoseconds) {
+        case .none:
+            break
+        case .writeOnNextTurn:
+            queue.async { [weak self] in self?.flushLedger() }
+        case .writeAt(let deadline):
+            if ledgerCommitTimer == nil {
+                ledgerCommitTimer = context.sources.makeTimer(
+                    owner: "watching", target: "file ledger: write a burst's records together, at most every \(Self.ledgerCommitInterval.compactDescription)",
+                    on: queue) { [weak self] in self?.flushLedger() }
+            }
+            ledgerCommitTimer?.schedule(at: DispatchTime(uptimeNanoseconds: deadline))
         }
     }
 
@@ -219,6 +224,7 @@ extension DirectoryWatcher {
         guard !ledgerPending.isEmpty, let ledger else { return }
         let records = ledgerPending
         ledgerPending = []
+        ledgerPacing.wrote(now: DispatchTime.now().uptimeNanoseconds)
         do {
             try ledger.record(records)
         } catch {
@@ -277,6 +283,8 @@ extension DirectoryWatcher {
     func close() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         flushLedger()
+        ledgerCommitTimer?.cancel()
+        ledgerCommitTimer = nil
         guard let ledger else { return }
         do {
             _ = try ledger.checkpoint()

@@ -1,0 +1,45 @@
+// When the file ledger's pending records are written. A value with no clock and no timer:
+// the caller passes monotonic nanoseconds and does what the transition returns.
+//
+// One transaction per finished job cost the daemon about a seventh of its CPU in a burst
+// (docs/measurements/performance.md, "The file ledger's group commit"): SQLite's WAL
+// frames and lock calls for every file. So writes are paced: a record
+// that comes after a quiet spell is written on the queue's next turn, as before; one that
+// comes within `interval` of the last write waits until `interval` has passed since it,
+// with everything else that ended meanwhile. A crash then runs again at most the jobs in
+// flight plus those that ended in the last `interval`, never loses one.
+
+public struct LedgerCommitPacing: Sendable, Equatable {
+    public enum Action: Sendable, Equatable {
+        /// Nothing to do: a write is already on its way.
+        case none
+        /// Write on the queue's next turn, after every completion already waiting there.
+        case writeOnNextTurn
+        /// Arm the timer for this instant (monotonic nanoseconds) and write then.
+        case writeAt(UInt64)
+    }
+
+    public let interval: UInt64
+    /// The last write's start; nil before the first.
+    public private(set) var lastWriteAt: UInt64?
+    public private(set) var writePending = false
+
+    public init(interval: Duration) {
+        self.interval = UInt64(clamping: interval.nanosecondsClamped)
+    }
+
+    /// A record joined the pending ones at `now`.
+    public mutating func recordAdded(now: UInt64) -> Action {
+        guard !writePending else { return .none }
+        writePending = true
+        guard let last = lastWriteAt, now &- last < interval else { return .writeOnNextTurn }
+        return .writeAt(last + interval)
+    }
+
+    /// Everything pending was written at `now` (by the paced write or by anyone who needed
+    /// the ledger current: a move, a history query, the stop).
+    public mutating func wrote(now: UInt64) {
+        lastWriteAt = now
+        writePending = false
+    }
+}
