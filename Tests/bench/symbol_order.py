@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The link order of the release binary: the functions a daemon runs (start, watching
+1,000 directories, a few jobs, a task, a dump, a reload, the stop) listed for lld's
+--symbol-ordering-file, so they sit together in a few pages of code instead of spread
+over all 10 MB of it. Idle RSS is mostly code pages (docs/measurements/performance.md,
+"Idle memory"), so this is what the release build's link order comes from.
+
+    python3 Tests/bench/symbol_order.py [--binary .build/release/watchkeeper] [--out link/symbol-order.txt]
+
+Runs the daemon under valgrind's callgrind (apt-get install valgrind), which sees every
+function executed, not a sample. A symbol the file names that a later build no longer has
+is skipped by the linker; a new function not in the file is placed after the listed ones,
+so a stale file costs memory, never correctness. Rerun it when the start-up or the job
+path changes much."""
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIG = """\
+[daemon]
+max_jobs = 8
+
+[[watch]]
+name = "inbox"
+path = "{root}/in"
+recursive = true
+command = ["/bin/echo", "{{path}}"]
+
+[[task]]
+name = "tick"
+every = "2s"
+run_on_start = true
+budget = "5s"
+shell = true
+command = 'echo "PROGRESS=50" >&"$WATCHKEEPER_PROGRESS_FD"; echo tick'
+"""
+
+
+def wait_for(path, text, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(path, errors="replace") as f:
+                if text in f.read():
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.5)
+    sys.exit(f"{text!r} did not appear in {path} within {seconds} s")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--binary", default=".build/release/watchkeeper")
+    parser.add_argument("--out", default="link/symbol-order.txt")
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("unable to find valgrind: apt-get install valgrind")
+    scratch = tempfile.mkdtemp(prefix="wk-symbol-order-")
+    try:
+        # valgrind 3.19 cannot read the toolchain's DWARF: a copy without it, same symbols.
+        binary = os.path.join(scratch, "watchkeeper")
+        subprocess.run(["/opt/swift/usr/bin/llvm-objcopy", "--strip-debug", os.path.abspath(args.binary), binary], check=True)
+        for name in ("run", "state"):
+            os.makedirs(os.path.join(scratch, name))
+        for i in range(100):
+            for j in range(10):
+                os.makedirs(os.path.join(scratch, "in", f"d{i}", f"e{j}"))
+        config = os.path.join(scratch, "watchkeeper.toml")
+        with open(config, "w") as f:
+            f.write(CONFIG.format(root=scratch))
+        profile = os.path.join(scratch, "callgrind.out")
+        log = os.path.join(scratch, "stderr.log")
+        env = {"PATH": "/usr/bin:/bin", "RUNTIME_DIRECTORY": scratch + "/run", "STATE_DIRECTORY": scratch + "/state"}
+        with open(log, "w") as stderr:
+            daemon = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}", "--dump-instr=no",
+                                       "--compress-strings=no", "--demangle=no", binary, "run", "--config", config],
+                                      env=env, stdout=stderr, stderr=stderr, cwd=scratch)
+        wait_for(log, "ready in", 120)
+        for i in range(20):
+            with open(os.path.join(scratch, "in", f"d{i}", "e1", f"file-{i}"), "w") as f:
+                f.write("x")
+        time.sleep(5)
+        daemon.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        daemon.send_signal(signal.SIGHUP)
+        time.sleep(3)
+        for i in range(5):
+            os.rename(os.path.join(scratch, "in", f"d{i}", "e1", f"file-{i}"), os.path.join(scratch, "in", f"d{i}", "e2", f"moved-{i}"))
+        time.sleep(5)
+        daemon.send_signal(signal.SIGTERM)
+        if daemon.wait(timeout=120) != 0:
+            sys.exit(f"the daemon exited {daemon.returncode}; its log: {log}")
+        functions, seen, in_binary = [], set(), False
+        with open(profile, errors="replace") as f:
+            for line in f:
+                if line.startswith("ob="):
+                    in_binary = line[3:].strip() == binary
+                elif line.startswith("fn=") and in_binary:
+                    name = line[3:].strip()
+                    if name not in seen:
+                        seen.add(name)
+                        functions.append(name)
+        if len(functions) < 1000:
+            sys.exit(f"only {len(functions)} functions seen in {binary}: is callgrind's output format what this script reads?")
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as out:
+            out.write("# lld --symbol-ordering-file for the release build: written by Tests/bench/symbol_order.py,\n"
+                      "# the functions a daemon ran under callgrind. Do not edit; regenerate.\n")
+            out.write("\n".join(functions) + "\n")
+        print(f"{len(functions)} functions -> {args.out}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
