@@ -147,6 +147,8 @@ func measureBurst(_ kind: WatchPeer, _ settings: WatchBenchSettings, launcher: P
         defer { peer.stop() }
         let prefix = peer.directory + "/b-"
         let ticksBefore = peer.cpuTicks
+        // The same daemon before the burst: what "idle + 2 MiB" after it is measured against.
+        let before = kind == .watchkeeper ? ProcessMemory(pid: peer.watcherPid) : nil
         let first = now()
         for index in 0..<settings.burstFiles { try writeFile(prefix + String(index)) }
         let written = now()
@@ -208,6 +210,11 @@ func measureBurst(_ kind: WatchPeer, _ settings: WatchBenchSettings, launcher: P
             let settled = ProcessMemory(pid: peer.watcherPid)
             result.detail += String(format: "; %d s later VmRSS %.1f MiB, RssAnon %.1f MiB (WATCHKEEPER_BENCH_BURST_SETTLE_S)",
                                     settings.burstSettleSeconds, Double(settled.resident) / 1024, Double(settled.anonymous) / 1024)
+            if let before {
+                result.detail += String(format: "; before the burst VmRSS %.1f MiB, RssAnon %.1f MiB: %+.1f MiB",
+                                        Double(before.resident) / 1024, Double(before.anonymous) / 1024,
+                                        Double(settled.resident - before.resident) / 1024)
+            }
         case .cLoop:
             peer.stop()
             if let line = peer.child?.stderrText.split(separator: "\n").last(where: { $0.hasPrefix("events ") }) {
