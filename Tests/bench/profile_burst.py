@@ -11,10 +11,10 @@ what it does itself; a frame two buckets name goes to the first in the list. Nee
 
 import argparse
 import collections
-import os
 import subprocess
-import sys
 import time
+
+from burst_daemon import BurstDaemon
 
 # (bucket, substrings of a mangled or C symbol).
 BUCKETS = [
@@ -37,15 +37,6 @@ BUCKETS = [
 ]
 
 
-def daemon_pid(binary, deadline):
-    while time.monotonic() < deadline:
-        found = subprocess.run(["pgrep", "-f", f"{binary} run"], capture_output=True, text=True).stdout.split()
-        if found:
-            return int(found[0])
-        time.sleep(0.2)
-    sys.exit("the daemon did not start within 60 s")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", default=".build/release/watchkeeper")
@@ -54,19 +45,11 @@ def main():
     parser.add_argument("--seconds", type=int, default=12)
     parser.add_argument("--data", default="/tmp/watchkeeper-profile.data")
     args = parser.parse_args()
-    binary = os.path.abspath(args.binary)
-    env = dict(os.environ, WATCHKEEPER_BIN=binary, WATCHKEEPER_BENCH_WATCH_PARTS="burst",
-               WATCHKEEPER_BENCH_BURST=str(args.files), WATCHKEEPER_BENCH_BURST_SETTLE_S="1",
-               WATCHKEEPER_BENCH_WATCH_PEERS="watchkeeper", WATCHKEEPER_BENCH_BURST_PEERS="watchkeeper")
-    bench = subprocess.Popen([args.bench, "watch"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    pid = daemon_pid(binary, time.monotonic() + 60)
+    burst = BurstDaemon(args.bench, args.binary, args.files)
     time.sleep(3)  # into the burst
-    subprocess.run(["perf", "record", "--no-inherit", "-F", "1999", "-g", "-p", str(pid), "-o", args.data, "--", "sleep", str(args.seconds)],
+    subprocess.run(["perf", "record", "--no-inherit", "-F", "1999", "-g", "-p", str(burst.pid), "-o", args.data, "--", "sleep", str(args.seconds)],
                    check=True, capture_output=True)
-    output, _ = bench.communicate()
-    for line in output.splitlines():
-        if " handled " in line:
-            print(line.strip()[:200])
+    burst.finish()
     script = subprocess.run(["perf", "script", "-i", args.data, "-F", "ip,sym"], capture_output=True, text=True, check=True).stdout
     counts = collections.Counter()
     total = 0
