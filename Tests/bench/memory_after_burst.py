@@ -4,7 +4,10 @@ directory with a `/bin/true {path}` rule, its VmRSS and RssAnon idle, when the b
 drained (every file in the ledger), and SETTLE seconds later, then its dump's `resources`
 (malloc in use and kept free, SQLite) and /proc/PID/smaps kept beside the scratch directory.
 
-    python3 Tests/bench/memory_after_burst.py [--binary .build/release/watchkeeper] [--files 20000] [--settle 30]
+    python3 Tests/bench/memory_after_burst.py [--binary .build/release/watchkeeper] [--files 20000] [--settle 30] [--rate N]
+
+--rate writes N files a second instead of as fast as one thread can: below what the daemon
+drains, no line of waiting files builds up, which tells the line's share of what stays.
 
 MALLOC_* and GLIBC_TUNABLES in the environment are passed to the daemon, to try glibc's
 settings without a rebuild."""
@@ -30,11 +33,25 @@ def memory(pid):
     return figures
 
 
+def resources(pid, root):
+    """The dump's memory figures: SIGUSR1, then state.json once rewritten."""
+    path = f"{root}/run/state.json"
+    before = os.stat(path).st_mtime_ns if os.path.exists(path) else 0
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (not os.path.exists(path) or os.stat(path).st_mtime_ns == before):
+        time.sleep(0.1)
+    with open(path) as f:
+        figures = json.load(f).get("resources", {})
+    return {key: figures.get(key) for key in ("rss_anonymous_bytes", "malloc_in_use_bytes", "malloc_free_kept_bytes", "sqlite_bytes", "threads")}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", default=".build/release/watchkeeper")
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--settle", type=int, default=30)
+    parser.add_argument("--rate", type=float, default=0, help="files a second; 0: as fast as possible")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="wk-memory-after-burst-")
     for name in ("in", "run", "state"):
@@ -48,7 +65,11 @@ def main():
     try:
         time.sleep(2)
         print("idle   ", memory(daemon.pid))
+        print("resources", resources(daemon.pid, root))
+        started = time.monotonic()
         for index in range(args.files):
+            if args.rate > 0:
+                time.sleep(max(0.0, started + index / args.rate - time.monotonic()))
             with open(f"{root}/in/f{index}", "w") as f:
                 f.write("x")
         while True:
@@ -59,13 +80,10 @@ def main():
                         break
             except sqlite3.Error:
                 pass
-        print("drained", memory(daemon.pid))
+        print("drained", memory(daemon.pid), f"{time.monotonic() - started:.1f} s after the first write")
         time.sleep(args.settle)
         print(f"{args.settle} s later", memory(daemon.pid))
-        os.kill(daemon.pid, signal.SIGUSR1)
-        time.sleep(1)
-        with open(f"{root}/run/state.json") as f:
-            print("resources", json.dumps(json.load(f).get("resources")))
+        print("resources", resources(daemon.pid, root))
         shutil.copy(f"/proc/{daemon.pid}/smaps", root + ".smaps")
         print("smaps in", root + ".smaps")
     finally:
