@@ -141,8 +141,7 @@ unit-test: build pydeps
 e2e-test: build
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 
-bench: deps
-	swift build $(RELEASE_FLAGS) $(SWIFT_FLAGS)
+bench: release
 	.build/release/watchkeeper-bench $(BENCH)
 
 install: release

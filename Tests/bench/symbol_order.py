@@ -66,7 +66,8 @@ def main():
     try:
         # valgrind 3.19 cannot read the toolchain's DWARF: a copy without it, same symbols.
         binary = os.path.join(scratch, "watchkeeper")
-        subprocess.run(["/opt/swift/usr/bin/llvm-objcopy", "--strip-debug", os.path.abspath(args.binary), binary], check=True)
+        objcopy = shutil.which("llvm-objcopy") or "/opt/swift/usr/bin/llvm-objcopy"
+        subprocess.run([objcopy, "--strip-debug", os.path.abspath(args.binary), binary], check=True)
         for name in ("run", "state"):
             os.makedirs(os.path.join(scratch, name))
         for i in range(100):
