@@ -111,4 +111,78 @@ static inline long wk_send_datagrams(int fd, const unsigned char *arena, const s
 // TFD_TIMER_CANCEL_ON_SET is a macro over an enum value, which Swift does not import.
 static const int WK_TFD_TIMER_CANCEL_ON_SET = (1 << 1);
 
+// A file's identity in one statx (what stat gives plus the birth time where the file
+// system keeps one) and, optionally, its inode generation from name_to_handle_at: the
+// handle is the inode's number and generation on ext4, xfs, btrfs and tmpfs, so a hash of
+// it changes when a deleted file's inode number is reused. Both by syscall: glibc declares
+// statx and name_to_handle_at only under _GNU_SOURCE, which the Glibc module lacks.
+#include <linux/stat.h>
+
+struct wk_file_identity {
+    unsigned long long device;
+    unsigned long long inode;
+    long long size;
+    long long modified_ns;
+    long long changed_ns;
+    long long born_ns;
+    unsigned long long generation;
+    unsigned long long links;
+    unsigned int mode;
+    int has_birth;
+    int has_generation;
+};
+
+struct wk_file_handle {
+    unsigned int handle_bytes;
+    int handle_type;
+    unsigned char f_handle[128];
+};
+
+static inline unsigned long long wk_makedev(unsigned int major, unsigned int minor) {
+    // glibc's gnu_dev_makedev, so the number equals stat's st_dev.
+    unsigned long long dev = ((unsigned long long)(major & 0x00000fffu)) << 8;
+    dev |= ((unsigned long long)(major & 0xfffff000u)) << 32;
+    dev |= ((unsigned long long)(minor & 0x000000ffu)) << 0;
+    dev |= ((unsigned long long)(minor & 0xffffff00u)) << 12;
+    return dev;
+}
+
+// 0, or -1 with errno. follow: 1 to follow a final symbolic link. with_generation: also
+// read the inode generation (one more system call).
+static inline int wk_file_identity(const char *path, int follow, int with_generation, struct wk_file_identity *out) {
+    struct statx info;
+    int flags = follow ? 0 : AT_SYMLINK_NOFOLLOW;
+    long done;
+    do {
+        done = syscall(SYS_statx, AT_FDCWD, path, flags, STATX_BASIC_STATS | STATX_BTIME, &info);
+    } while (done < 0 && errno == EINTR);
+    if (done < 0) return -1;
+    out->device = wk_makedev(info.stx_dev_major, info.stx_dev_minor);
+    out->inode = info.stx_ino;
+    out->size = (long long)info.stx_size;
+    out->modified_ns = (long long)info.stx_mtime.tv_sec * 1000000000LL + info.stx_mtime.tv_nsec;
+    out->changed_ns = (long long)info.stx_ctime.tv_sec * 1000000000LL + info.stx_ctime.tv_nsec;
+    out->has_birth = (info.stx_mask & STATX_BTIME) != 0;
+    out->born_ns = out->has_birth ? (long long)info.stx_btime.tv_sec * 1000000000LL + info.stx_btime.tv_nsec : 0;
+    out->links = info.stx_nlink;
+    out->mode = info.stx_mode;
+    out->has_generation = 0;
+    out->generation = 0;
+    if (with_generation) {
+        struct wk_file_handle handle;
+        int mount_id = 0;
+        handle.handle_bytes = sizeof(handle.f_handle);
+        if (syscall(SYS_name_to_handle_at, AT_FDCWD, path, &handle, &mount_id, follow ? AT_SYMLINK_FOLLOW : 0) == 0) {
+            // FNV-1a over the handle's type and bytes.
+            unsigned long long hash = 0xcbf29ce484222325ULL;
+            unsigned char *type = (unsigned char *)&handle.handle_type;
+            for (unsigned i = 0; i < sizeof(handle.handle_type); i++) { hash ^= type[i]; hash *= 0x100000001b3ULL; }
+            for (unsigned i = 0; i < handle.handle_bytes && i < sizeof(handle.f_handle); i++) { hash ^= handle.f_handle[i]; hash *= 0x100000001b3ULL; }
+            out->generation = hash;
+            out->has_generation = 1;
+        }
+    }
+    return 0;
+}
+
 #endif

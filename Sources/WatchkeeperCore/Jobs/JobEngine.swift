@@ -80,6 +80,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private var pumping = false
     private var totals: [JobKey: [RunOutcome: UInt64]] = [:]
     private(set) var startedTotal: UInt64 = 0
+    /// Jobs not started because their file was renamed, removed or replaced while they waited.
+    private(set) var filesGoneBeforeStart: UInt64 = 0
     /// The longest the waiting line was since the last time the engine went idle.
     private var peakWaiting = 0
     static let burstSize = 1_000
@@ -129,6 +131,23 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         pump()
     }
 
+    /// A rule's job shape changed (batching on or off): its waiting work, and work waiting
+    /// for a retry, is taken back without a record and handed to the caller, which
+    /// submits the files again in the new shape. Done in the same turn as `configure`, so
+    /// nothing of the old shape starts with the new settings (a `.file` subject run by a
+    /// batch command would get an empty `{paths}`).
+    public func reshape(_ group: JobGroup) -> [JobSubject] {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        let waiting = line.removeWaiting(of: group.key)
+        let retries = retrying.filter { $0.value.key == group.key }
+        for (runID, retry) in retries {
+            retry.timer.cancel()
+            retrying[runID] = nil
+        }
+        configure(group)
+        return waiting.map(\.subject) + retries.values.sorted { $0.dueAt < $1.dueAt }.map(\.next.subject)
+    }
+
     /// A task or rule was removed (or changed so much that its waiting work no longer
     /// belongs to it): what waits or waits for a retry is cancelled with a record each;
     /// running jobs finish on their own.
@@ -144,7 +163,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(key): \(waiting.count + retries.count) job(s) not started yet are cancelled: \(reason)")
         }
         for item in waiting + retries.values.map(\.next) {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"))
+            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
         }
         groups[key] = nil
         line.forget(key)
@@ -175,8 +194,13 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// missed run, files left in a settle window when their rule went away): journaled
     /// like any other.
     public func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject) {
+        recordNotRun(record, key: key, subject: subject, inBulk: false)
+    }
+
+    /// `inBulk`: one of many ended together, which a line with their count already says.
+    public func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject, inBulk: Bool) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        log(record, key: key, subject: subject)
+        log(record, key: key, subject: subject, inBulk: inBulk)
     }
 
     public static func notRunRecord(_ key: JobKey, runID: RunID, subject: JobSubject, outcome: RunOutcome, detail: String) -> RunRecord {
@@ -267,6 +291,23 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         guard let group = groups[key] else {
             line.finished(key)
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(key) was removed"))
+            return
+        }
+        // A file renamed, removed or replaced since it was admitted is not this job's any
+        // more: running it would fail on a missing path or read another file's content, and
+        // its new name (or the new file) has evidence of its own (docs/architecture.md).
+        var item = item
+        switch item.subject.checkedBeforeStart() {
+        case .unchanged:
+            break
+        case .narrowed(let subject, let gone):
+            logger.notice("\(key) run \(item.runID): \(gone.count) of its files were renamed, removed or replaced before it started and are left out (the first: \(LineEscaping.escaped(gone[0].path)))")
+            item = Waiting(runID: item.runID, subject: subject, attempt: item.attempt, earlier: item.earlier, reply: item.reply,
+                           submittedAt: item.submittedAt)
+        case .gone:
+            line.finished(key)
+            filesGoneBeforeStart += 1
+            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started"))
             return
         }
         let inputs = item.subject.jobInputs()
@@ -375,10 +416,10 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("stopping: \(waiting.count) waiting job(s) and \(retries.count) retry(ies) are cancelled")
         }
         for (key, item) in waiting {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the daemon is stopping"))
+            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the daemon is stopping"), inBulk: true)
         }
         for retry in retries {
-            complete(retry.key, retry.next, adding: cancelledRecord(retry.key, retry.next, detail: "cancelled: the daemon is stopping"))
+            complete(retry.key, retry.next, adding: cancelledRecord(retry.key, retry.next, detail: "cancelled: the daemon is stopping"), inBulk: true)
         }
     }
 
@@ -391,8 +432,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     /// A job that never started: its record is journaled and the caller told.
-    private func complete(_ key: JobKey, _ item: Waiting, adding record: RunRecord) {
-        log(record, key: key, subject: item.subject)
+    private func complete(_ key: JobKey, _ item: Waiting, adding record: RunRecord, inBulk: Bool = false) {
+        log(record, key: key, subject: item.subject, inBulk: inBulk)
         deliver(key, item, records: item.earlier + [record])
     }
 
@@ -407,10 +448,10 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
     }
 
-    private func log(_ record: RunRecord, key: JobKey, subject: JobSubject) {
+    private func log(_ record: RunRecord, key: JobKey, subject: JobSubject, inBulk: Bool = false) {
         totals[key, default: [:]][record.outcome, default: 0] += 1
         metrics?.recorded(record, key: key)
-        record.journal(to: context.sink, key: key, subject: subject)
+        record.journal(to: context.sink, key: key, subject: subject, inBulk: inBulk)
     }
 
     // MARK: Dump
@@ -427,6 +468,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("retrying_total", .int(Int64(retrying.count))),
             .init("lingering_groups", .int(Int64(lingering.count))),
             .init("started_since_start", .int(Int64(startedTotal))),
+            .init("files_gone_before_start", .int(Int64(filesGoneBeforeStart))),
             .init("starts_held", .bool(!hold.allowsStarts)),
             .init("start_holds_since_start", .int(Int64(hold.holds))),
             .init("jobs_put_back_since_start", .int(Int64(hold.totalPutBack))),

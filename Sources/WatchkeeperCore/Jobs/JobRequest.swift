@@ -112,7 +112,10 @@ extension RunRecord {
     /// One structured journal entry per run, for tasks and watch rules alike: the task's or
     /// the rule's own field (never both), and for files the path as bytes, exactly as the
     /// kernel gave it (the journal keeps non-UTF-8 values as they are).
-    func journal(to sink: LogSink, key: JobKey, subject: JobSubject) {
+    /// `inBulk`: one of many cancelled together (a reload, the drain), which one line with
+    /// their count already says: journaled at debug priority, so a reload that cancels 3,000
+    /// waiting files does not write 3,000 lines.
+    func journal(to sink: LogSink, key: JobKey, subject: JobSubject, inBulk: Bool = false) {
         var pairs: [(key: String, value: [UInt8])] = [
             (key.kind.rawValue, Array(name.utf8)),
             ("run_id", Array(runID.utf8)),
@@ -142,7 +145,7 @@ extension RunRecord {
         if let about = subject.summary { message += " (\(LineEscaping.escaped(about)))" }
         message += ": \(summary) in \(duration.compactDescription)"
         if let lateness, lateness > .milliseconds(1) { message += ", started \(lateness.compactDescription) late" }
-        let level: Logger.Level = outcome == .ok ? .info : (outcome == .cancelled ? .notice : .warning)
+        let level: Logger.Level = outcome == .ok ? .info : (outcome == .cancelled ? (inBulk ? .debug : .notice) : .warning)
         guard level >= sink.level else { return }
         if level >= .warning { sink.problems.record(level: level.rawValue, message: message) }
         var fields: [(name: String, value: [UInt8])] = [

@@ -46,13 +46,25 @@ public struct FileSubject: Sendable {
     /// When its last event came, or a scan found it (monotonic nanoseconds): where its
     /// event-to-start latency is measured from.
     public let eventAt: UInt64?
+    /// The rule follows symbolic links: the check before the start does too.
+    public let followsSymlinks: Bool
 
-    public init(path: [UInt8], rootLength: Int, event: WatchEvent, identity: FileIdentity?, eventAt: UInt64? = nil) {
+    public init(path: [UInt8], rootLength: Int, event: WatchEvent, identity: FileIdentity?, eventAt: UInt64? = nil,
+                followsSymlinks: Bool = false) {
         self.path = path
         self.rootLength = rootLength
         self.event = event
         self.identity = identity
         self.eventAt = eventAt
+        self.followsSymlinks = followsSymlinks
+    }
+
+    /// Still the file that was admitted: the same inode at the same path (its content may
+    /// have grown since; that runs, at least once). One statx, no file handle.
+    var isStillThere: Bool {
+        guard let identity else { return true }
+        guard let now = FileStatus.of(path, followSymlinks: followsSymlinks, generation: false) else { return false }
+        return now.identity.sameInode(as: identity)
     }
 
     public var relative: ArraySlice<UInt8> {
@@ -82,6 +94,32 @@ public enum JobSubject: Sendable {
     var scheduledAt: WallTime? {
         if case .schedule(let at) = self { return at }
         return nil
+    }
+
+    public enum StartCheck {
+        case unchanged
+        /// Some of a batch's files are gone: the rest run.
+        case narrowed(JobSubject, gone: [FileSubject])
+        /// Every file is gone: nothing to run.
+        case gone
+    }
+
+    /// Just before the start: are its files still the ones that were admitted?
+    func checkedBeforeStart() -> StartCheck {
+        switch self {
+        case .schedule:
+            return .unchanged
+        case .file(let file):
+            return file.isStillThere ? .unchanged : .gone
+        case .batch(let files, let input):
+            var kept: [FileSubject] = []
+            var gone: [FileSubject] = []
+            for file in files {
+                if file.isStillThere { kept.append(file) } else { gone.append(file) }
+            }
+            if gone.isEmpty { return .unchanged }
+            return kept.isEmpty ? .gone : .narrowed(.batch(kept, input: input), gone: gone)
+        }
     }
 
     /// Every file the job is about (none for a task).

@@ -9,28 +9,6 @@ import CSQLite
 import Glibc
 #endif
 
-/// A file's form: the same bytes in the same place have the same device, inode, size and
-/// modification time. A rewrite in place changes the time; a replacement by rename changes
-/// the inode.
-public struct FileIdentity: Sendable, Hashable {
-    public let device: UInt64
-    public let inode: UInt64
-    public let size: Int64
-    public let modifiedNanoseconds: Int64
-
-    public init(device: UInt64, inode: UInt64, size: Int64, modifiedNanoseconds: Int64) {
-        self.device = device
-        self.inode = inode
-        self.size = size
-        self.modifiedNanoseconds = modifiedNanoseconds
-    }
-
-    public init(_ info: stat) {
-        self.init(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
-                  modifiedNanoseconds: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
-    }
-}
-
 /// One handled file to write to the ledger.
 public struct LedgerRecord: Sendable, Equatable {
     public let rule: String
@@ -205,6 +183,9 @@ public final class FileLedger {
                 run.map { .text($0.runID) } ?? .null, run?.startedAt?.nanosecondsSinceEpoch.map { .integer($0) } ?? .null,
                 run.map { .integer($0.durationNanoseconds) } ?? .null, run?.exitCode.map { .integer(Int64($0)) } ?? .null,
                 run?.signal.map { .integer(Int64($0)) } ?? .null,
+                entry.identity.changedNanoseconds.map { .integer($0) } ?? .null,
+                entry.identity.bornNanoseconds.map { .integer($0) } ?? .null,
+                entry.identity.generation.map { .integer(Int64(bitPattern: $0)) } ?? .null,
             ])
         }
         var start = 0
@@ -215,12 +196,13 @@ public final class FileLedger {
                     try connection.execute(
                         """
                         INSERT INTO file_ledger (rule, path, device, inode, size, modified_ns, outcome, handled_at,
-                            run_id, started_at, duration_ns, exit_code, signal)
-                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                            run_id, started_at, duration_ns, exit_code, signal, changed_ns, born_ns, generation)
+                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                         ON CONFLICT (rule, path) DO UPDATE SET device = excluded.device, inode = excluded.inode,
                             size = excluded.size, modified_ns = excluded.modified_ns, outcome = excluded.outcome,
                             handled_at = excluded.handled_at, run_id = excluded.run_id, started_at = excluded.started_at,
-                            duration_ns = excluded.duration_ns, exit_code = excluded.exit_code, signal = excluded.signal
+                            duration_ns = excluded.duration_ns, exit_code = excluded.exit_code, signal = excluded.signal,
+                            changed_ns = excluded.changed_ns, born_ns = excluded.born_ns, generation = excluded.generation
                         """, row, action: action)
                 }
             }
@@ -270,17 +252,19 @@ public final class FileLedger {
     public func entry(rule: String, path: [UInt8]) throws(SQLiteError) -> LedgerEntry? {
         var found: LedgerEntry?
         try connection.execute(
-            "SELECT path, device, inode, size, modified_ns, outcome, handled_at FROM file_ledger WHERE rule = ?1 AND path = ?2",
+            "SELECT \(Self.entryColumns) FROM file_ledger WHERE rule = ?1 AND path = ?2",
             [.text(rule), .blob(path)], action: "read an entry of watch \"\(rule)\" from"
         ) { row in found = Self.entry(row) }
         return found
     }
 
-    /// The rule's entries for files with this identity, newest handling first: where a file
-    /// that now appears under a new name (its directory moved) was handled before. Hard
-    /// links share an identity, hence a list. INDEXED BY because without ANALYZE statistics
-    /// SQLite prefers the covering primary key's `rule = ?` prefix, which is the rule's whole
-    /// ledger; the identity index finds the row directly.
+    /// The rule's entries for the same file (FileIdentity.sameFile), newest handling first:
+    /// where a file that now appears under a new name (its directory moved) was handled
+    /// before. Hard links share an identity, hence a list. INDEXED BY because without
+    /// ANALYZE statistics SQLite prefers the covering primary key's `rule = ?` prefix, which
+    /// is the rule's whole ledger; the identity index finds the inode's rows directly, and
+    /// the rest of the identity is compared here (which parts count depends on what the
+    /// file system keeps).
     public func entries(rule: String, identity: FileIdentity) throws(SQLiteError) -> [LedgerEntry] {
         var found: [LedgerEntry] = []
         try connection.execute(
@@ -288,12 +272,17 @@ public final class FileLedger {
             [.text(rule), .integer(Int64(bitPattern: identity.inode)), .integer(Int64(bitPattern: identity.device)),
              .integer(identity.size), .integer(identity.modifiedNanoseconds)],
             action: "look up a file by identity in watch \"\(rule)\" of"
-        ) { row in found.append(Self.entry(row)) }
+        ) { row in
+            let entry = Self.entry(row)
+            if entry.identity.sameFile(as: identity) { found.append(entry) }
+        }
         return found
     }
 
+    static let entryColumns = "path, device, inode, size, modified_ns, outcome, handled_at, changed_ns, born_ns, generation"
+
     static let identityLookup = """
-        SELECT path, device, inode, size, modified_ns, outcome, handled_at FROM file_ledger INDEXED BY file_ledger_by_identity
+        SELECT \(entryColumns) FROM file_ledger INDEXED BY file_ledger_by_identity
         WHERE rule = ?1 AND inode = ?2 AND device = ?3 AND size = ?4 AND modified_ns = ?5
         ORDER BY handled_at DESC, path
         """
@@ -305,15 +294,15 @@ public final class FileLedger {
         var found: [(LedgerEntry, LedgerRun?)] = []
         try connection.execute(
             """
-            SELECT path, device, inode, size, modified_ns, outcome, handled_at, run_id, started_at, duration_ns, exit_code, signal
+            SELECT \(Self.entryColumns), run_id, started_at, duration_ns, exit_code, signal
             FROM file_ledger WHERE rule = ?1 ORDER BY handled_at DESC, path LIMIT ?2
             """,
             [.text(rule), .integer(Int64(limit))], action: "read the latest entries of watch \"\(rule)\" from"
         ) { row in
-            let run = row.text(7).map { runID in
-                LedgerRun(runID: runID, startedAt: row.integer(8).map(WallTime.init(nanosecondsSinceEpoch:)),
-                          durationNanoseconds: row.integer(9) ?? 0, exitCode: row.integer(10).map { Int32(clamping: $0) },
-                          signal: row.integer(11).map { Int32(clamping: $0) })
+            let run = row.text(10).map { runID in
+                LedgerRun(runID: runID, startedAt: row.integer(11).map(WallTime.init(nanosecondsSinceEpoch:)),
+                          durationNanoseconds: row.integer(12) ?? 0, exitCode: row.integer(13).map { Int32(clamping: $0) },
+                          signal: row.integer(14).map { Int32(clamping: $0) })
             }
             found.append((Self.entry(row), run))
         }
@@ -404,7 +393,9 @@ public final class FileLedger {
         LedgerEntry(
             path: row.blob(0) ?? [],
             identity: FileIdentity(device: UInt64(bitPattern: row.integer(1) ?? 0), inode: UInt64(bitPattern: row.integer(2) ?? 0),
-                                   size: row.integer(3) ?? 0, modifiedNanoseconds: row.integer(4) ?? 0),
+                                   size: row.integer(3) ?? 0, modifiedNanoseconds: row.integer(4) ?? 0,
+                                   changedNanoseconds: row.integer(7), bornNanoseconds: row.integer(8),
+                                   generation: row.integer(9).map { UInt64(bitPattern: $0) }),
             outcome: row.text(5) ?? "", handledAt: WallTime(nanosecondsSinceEpoch: row.integer(6) ?? 0))
     }
 

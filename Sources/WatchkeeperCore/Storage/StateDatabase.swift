@@ -79,6 +79,14 @@ public enum StateDatabase {
             "ALTER TABLE file_ledger ADD COLUMN exit_code INTEGER",
             "ALTER TABLE file_ledger ADD COLUMN signal INTEGER",
         ],
+        // 5: what tells a file from one that reuses its inode with a preserved mtime (issue
+        // 22; FileIdentity): the change time, the birth time and the inode generation. NULL
+        // in rows written before, which are compared as they were (FileIdentity.sameFile).
+        [
+            "ALTER TABLE file_ledger ADD COLUMN changed_ns INTEGER",
+            "ALTER TABLE file_ledger ADD COLUMN born_ns INTEGER",
+            "ALTER TABLE file_ledger ADD COLUMN generation INTEGER",
+        ],
     ]
 
     /// The `PRAGMA user_version` this build writes and understands.

@@ -14,22 +14,30 @@ extension DirectoryWatcher {
 
     func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false) {
         guard accepting else { return }
-        let window = settleWindow(rule, fromScan: fromScan)
         let now = DispatchTime.now().uptimeNanoseconds
+        // A writer's close (or a move in) is evidence that the file is whole: a wait that only
+        // a scan started (it cannot tell) ends, and the file goes on with the rule's window.
+        if !fromScan, let waiting = rule.settle.item(for: relative), waiting.fromScan {
+            rule.settle.remove(path: relative)
+        }
+        let window = settleWindow(rule, fromScan: fromScan)
         if window == .zero && rule.settle.item(for: relative) == nil {
-            if let subject = admit(rule, relative: relative, event: event, fromScan: false, eventAt: now) { submit([.file(subject)], rule: rule) }
+            switch admit(rule, relative: relative, pending: PendingFile(event: event), fromScan: false, eventAt: now) {
+            case .admitted(let subject): submit([.file(subject)], rule: rule)
+            case .skipped, .stillChanging: break
+            }
             return
         }
         let deadline = now + UInt64(window.nanosecondsClamped)
-        rule.settle.add(path: relative, event: event, deadline: deadline, fromScan: fromScan)
+        rule.settle.add(path: relative, event: PendingFile(event: event), deadline: deadline, fromScan: fromScan)
         armSettleTimer(rule)
     }
 
-    private func settleWindow(_ rule: WatchRule, fromScan: Bool) -> Duration {
+    func settleWindow(_ rule: WatchRule, fromScan: Bool) -> Duration {
         fromScan ? max(rule.settings.settle, Self.scanSettle) : rule.settings.settle
     }
 
-    private func armSettleTimer(_ rule: WatchRule) {
+    func armSettleTimer(_ rule: WatchRule) {
         guard let next = rule.settle.nextDeadline else { return }
         if rule.settleTimer == nil {
             rule.settleTimer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "settle \(rule.settings.settle.compactDescription)",
@@ -45,60 +53,111 @@ extension DirectoryWatcher {
         // A batch also takes the files whose windows end a moment later (files written
         // together settle microseconds apart), up to a quarter of the window or 250 ms.
         let lookahead = rule.settings.batch ? UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped) : 0
-        let due = rule.settle.takeDue(now: DispatchTime.now().uptimeNanoseconds, lookahead: lookahead)
-        // A window ends its length after the last event (or the scan that found the file).
-        let admitted = due.compactMap { item in
-            admit(rule, relative: item.path, event: item.event, fromScan: item.fromScan,
-                  eventAt: item.deadline &- UInt64(settleWindow(rule, fromScan: item.fromScan).nanosecondsClamped))
+        let now = DispatchTime.now().uptimeNanoseconds
+        let due = rule.settle.takeDue(now: now, lookahead: lookahead)
+        var admitted: [FileSubject] = []
+        admitted.reserveCapacity(due.count)
+        for item in due {
+            // A window ends its length after the last event (or the scan that found the file).
+            let window = UInt64(settleWindow(rule, fromScan: item.fromScan).nanosecondsClamped)
+            switch admit(rule, relative: item.path, pending: item.event, fromScan: item.fromScan, eventAt: item.deadline &- window) {
+            case .admitted(let subject):
+                admitted.append(subject)
+            case .skipped:
+                break
+            case .stillChanging(let seen):
+                rule.scanWaitsRestarted += 1
+                rule.settle.add(path: item.path, event: PendingFile(event: item.event.event, seen: seen), deadline: now + window, fromScan: true)
+            }
         }
-        if let input = rule.settings.batchInput {
-            submit(WatchRule.batches(admitted, input: input, budget: batchBudget(input)), rule: rule)
-        } else {
-            submit(admitted.map { .file($0) }, rule: rule)
-        }
+        submit(admitted, rule: rule)
         armSettleTimer(rule)
+    }
+
+    enum Admission {
+        case admitted(FileSubject)
+        /// Gone, not a regular file, handled already, or waiting for its old name's job.
+        case skipped
+        /// Found by a scan and changed within its window: it waits again, from this form.
+        case stillChanging(FileIdentity)
     }
 
     /// Whether a file is to be handled now: it still exists (unless the event says it went),
     /// is a regular file (a FIFO would block the job, a planted link would lead a root job
-    /// elsewhere), and was not handled before in this exact form, at this path or another
-    /// one it was moved from.
-    func admit(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool, eventAt: UInt64) -> FileSubject? {
+    /// elsewhere), and, where it is no evidence of new content (a scan, a move), was not
+    /// handled before in this exact form (docs/architecture.md, "File identity").
+    func admit(_ rule: WatchRule, relative: [UInt8], pending: PendingFile, fromScan: Bool, eventAt: UInt64) -> Admission {
         let absolute = rule.absolute(relative)
         let rootLength = absolute.count - relative.count - (relative.isEmpty ? 0 : 1)
+        let event = pending.event
+        let follows = rule.settings.followSymlinks
         guard event != .deleted && event != .movedOut else {
-            return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt)
+            return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt, followsSymlinks: follows))
         }
-        var info = stat()
-        let found = TreeScanner.withCString(absolute) { rule.settings.followSymlinks ? stat($0, &info) : lstat($0, &info) } == 0
-        guard found else { return nil } // gone already
-        let type = TreeScanner.EntryType(mode: info.st_mode)
-        guard type == .regular else {
-            rule.skipped[type] += 1
-            return nil
+        guard let status = FileStatus.of(absolute, followSymlinks: follows) else { return .skipped } // gone already
+        guard status.type == .regular else {
+            rule.skipped[status.type] += 1
+            return .skipped
         }
-        let identity = FileIdentity(info)
-        if let seenAt = rule.handled[identity] {
-            rule.duplicates += 1
-            if seenAt != relative { rule.handled[identity] = relative }
-            return nil
+        let identity = status.identity
+        if fromScan {
+            // Nobody said the writer is done: it must have stopped changing for the window.
+            let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity)
+            if changing { return .stillChanging(identity) }
+            if let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
+                rule.duplicates += 1
+                return .skipped
+            }
         }
-        if handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: event == .movedIn || fromScan) {
-            rule.duplicates += 1
-            return nil
+        if fromScan || event == .movedIn {
+            // A move (or a scan's find) is evidence of new content only if the file was not
+            // handled in this form: a file moved within the tree after its job is that file.
+            if event == .movedIn, let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
+                // Renamed while its job waits or runs: it is handled here if that job does
+                // not succeed (a `.part` renamed to `.dat` before its job could read it).
+                rule.inFlight[identity.inodeKey]?.followers.append(.init(path: relative, event: event, identity: identity))
+                rule.renamesFollowed += 1
+                return .skipped
+            }
+            if rule.handledInThisLife(identity, at: relative)
+                || handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: true) {
+                rule.duplicates += 1
+                return .skipped
+            }
         }
-        rule.remember(identity, at: relative)
-        return FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt)
+        if !fromScan && event != .movedIn {
+            // A close is evidence of new content unless nothing at all changed since the file
+            // was admitted (the change time included, which every write moves): a program that
+            // renames its file into place and closes it afterwards, or opens it for writing
+            // and writes nothing, does not run its job twice.
+            let key = identity.inodeKey
+            if rule.inFlight[key]?.identity == identity || rule.handled[key]?.identity == identity {
+                rule.duplicates += 1
+                return .skipped
+            }
+        }
+        return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
+                                     followsSymlinks: follows))
     }
 
-    /// Handled successfully in this exact form in an earlier life of the daemon (this life's
-    /// are in `rule.handled`): at this path, or, for a file that may have been moved (found
-    /// by a scan, or moved in), at another path it was moved from; then the ledger follows.
+    /// Neither written nor renamed, chmod'ed or touched for `window` (by the change time,
+    /// which nobody can set back): a scan's find is whole as far as anyone can tell. A change
+    /// time in the future (the clock was set back) is not trusted: the file waits one more
+    /// window and must then be unchanged.
+    static func quietFor(_ window: Duration, _ identity: FileIdentity) -> Bool {
+        guard let now = WallTime.now().nanosecondsSinceEpoch, let changed = identity.changedNanoseconds else { return true }
+        let latest = max(changed, identity.modifiedNanoseconds)
+        return latest <= now && now - latest >= window.nanosecondsClamped
+    }
+
+    /// Handled successfully in this form in an earlier life of the daemon (this life's are in
+    /// `rule.handled`): at this path, or, for a file that may have been moved (found by a
+    /// scan, or moved in), at another path it was moved from; then the ledger follows.
     /// A file just written needs one lookup by path, not two.
     private func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool) -> Bool {
         guard rule.settings.catchUp, let ledger else { return false }
         do {
-            if let entry = try ledger.entry(rule: rule.name, path: relative), entry.identity == identity {
+            if let entry = try ledger.entry(rule: rule.name, path: relative), entry.identity.sameFile(as: identity) {
                 return entry.outcome == RunOutcome.ok.rawValue
             }
             guard mayHaveMoved else { return false }
@@ -127,8 +186,36 @@ extension DirectoryWatcher {
     }
 
     /// Hands jobs to the engine, on its queue; each comes back here once, with its records.
-    func submit(_ subjects: [JobSubject], rule: WatchRule) {
+    func submit(_ files: [FileSubject], rule: WatchRule) {
+        guard !files.isEmpty else { return }
+        if let input = rule.settings.batchInput {
+            submit(WatchRule.batches(files, input: input, budget: batchBudget(input)), rule: rule)
+        } else {
+            submit(files.map { .file($0) }, rule: rule)
+        }
+    }
+
+    /// Jobs the engine handed back after a reload changed the rule's batching: their files
+    /// (still counted in flight) go again in the new shape, never a job without its file.
+    func resubmit(_ withdrawn: [JobSubject], rule: WatchRule) {
+        let files = withdrawn.flatMap(\.files)
+        guard rules[rule.name] === rule else { return } // retired meanwhile: the new rule catches up
+        let shape = rule.settings.batchInput.map { "batches (\($0.rawValue))" } ?? "one job per file"
+        logger.notice("watch \(rule.name): \(files.count) waiting file(s) are submitted again as \(shape), as the reload changed its batching")
+        if let input = rule.settings.batchInput {
+            submit(WatchRule.batches(files, input: input, budget: batchBudget(input)), rule: rule, countedInFlight: true)
+        } else {
+            submit(files.map { .file($0) }, rule: rule, countedInFlight: true)
+        }
+    }
+
+    func submit(_ subjects: [JobSubject], rule: WatchRule, countedInFlight: Bool = false) {
         guard !subjects.isEmpty else { return }
+        if !countedInFlight {
+            for subject in subjects {
+                for file in subject.files { rule.submitted(file) }
+            }
+        }
         rule.jobsSubmitted += UInt64(subjects.count)
         if rule.settings.batch { rule.batchesStarted += UInt64(subjects.count) }
         let key = rule.key
@@ -146,6 +233,20 @@ extension DirectoryWatcher {
     /// next catch-up); the record itself is the engine's.
     private func finished(_ completion: JobCompletion, rule: WatchRule) {
         let outcome = completion.final.outcome
+        var followers: [InFlightFile.Follower] = []
+        for file in completion.subject.files {
+            followers += rule.returned(file)
+            if outcome == .ok, let identity = file.identity { rule.remember(identity, at: Array(file.relative)) }
+        }
+        // Names a file was renamed to while its job waited or ran: if the job succeeded it
+        // read that file (a rename keeps the content); if not, the file is handled there now.
+        for follower in followers {
+            if outcome == .ok && completion.subject.files.contains(where: { $0.identity.map { $0.sameFile(as: follower.identity) } ?? false }) {
+                rule.duplicates += 1
+            } else if rules[rule.name] === rule {
+                enqueue(rule, relative: follower.path, event: follower.event)
+            }
+        }
         guard outcome != .cancelled, rule.settings.catchUp, ledger != nil else { return }
         let now = WallTime.now()
         let final = completion.final
@@ -228,34 +329,63 @@ extension DirectoryWatcher {
         do {
             try ledger.record(records)
         } catch {
-            problems.report("unable to record handled files in the file ledger", example: "\(records.count) file(s): \(error)")
+            // Kept and written again later (a full disk frees up): a record dropped here would
+            // run its file again after a restart. Bounded: past the limit the oldest go, said.
+            ledgerPending = records + ledgerPending
+            if ledgerPending.count > Self.ledgerPendingLimit {
+                let dropped = ledgerPending.count - Self.ledgerPendingLimit
+                ledgerPending.removeFirst(dropped)
+                ledgerRecordsDropped += UInt64(dropped)
+            }
+            ledgerWriteFailures += 1
+            problems.report("unable to record handled files in the file ledger; retrying every \(Self.ledgerRetryInterval.compactDescription) (\(ledgerPending.count) record(s) waiting, \(ledgerRecordsDropped) dropped so far: their files would run again after a restart)",
+                            example: "\(error)")
+            armLedgerRetry()
             return
         }
+        if ledgerWriteFailures > 0 && ledgerRetryTimer != nil {
+            logger.notice("the file ledger is written again: \(records.count) record(s) that waited are in it")
+        }
+        ledgerRetryTimer?.cancel()
+        ledgerRetryTimer = nil
         // A file the ledger now holds as handled is found there: this life's memory of it can
         // go, so a burst's 100,000 files are not kept in memory until the daemon stops.
-        // Failed ones stay, so a rescan in this life does not run them again.
         for record in records where record.outcome == RunOutcome.ok.rawValue {
-            guard let rule = rules[record.rule], rule.handled[record.identity] == record.path else { continue }
-            rule.handled[record.identity] = nil
+            guard let rule = rules[record.rule], let known = rule.handled[record.identity.inodeKey], known.path == record.path,
+                  known.identity == record.identity else { continue }
+            rule.handled[record.identity.inodeKey] = nil
             // Emptied, it also gives back the capacity the burst grew it to.
             if rule.handled.isEmpty { rule.handled = [:] }
         }
+    }
+
+    /// Records that could not be written wait at most this many (a full state file system
+    /// for hours under a steady stream); past it, the oldest are dropped and counted.
+    static let ledgerPendingLimit = 200_000
+    static let ledgerRetryInterval: Duration = .seconds(5)
+
+    private func armLedgerRetry() {
+        guard ledgerRetryTimer == nil else { return }
+        let timer = context.sources.makeTimer(owner: "watching", target: "file ledger: write the records that failed, every \(Self.ledgerRetryInterval.compactDescription)",
+                                              on: queue) { [weak self] in self?.flushLedger() }
+        timer.schedule(at: .now() + Self.ledgerRetryInterval.dispatchInterval, repeating: Self.ledgerRetryInterval)
+        ledgerRetryTimer = timer
     }
 
     /// Files that waited in a settle window and will not become jobs end with a record.
     func cancelSettling(_ rule: WatchRule, detail: String) {
         let items = rule.settle.removeAll()
         guard !items.isEmpty else { return }
-        logger.notice("watch \(rule.name): \(items.count) file(s) waiting to settle are not started: \(detail)")
+        logger.notice("watch \(rule.name): \(items.count) file(s) waiting to settle are not started: \(detail) (the first: \(LineEscaping.escaped(rule.absolute(items[0].path))))")
         let subjects = items.map { item in
             let absolute = rule.absolute(item.path)
-            return JobSubject.file(FileSubject(path: absolute, rootLength: absolute.count - item.path.count - 1, event: item.event, identity: nil))
+            return JobSubject.file(FileSubject(path: absolute, rootLength: absolute.count - item.path.count - 1, event: item.event.event, identity: nil))
         }
         let key = rule.key
         engine.queue.async { [engine] in
             for subject in subjects {
                 engine.recordNotRun(JobEngine.notRunRecord(key, runID: .random(), subject: subject, outcome: .cancelled, detail: "cancelled: \(detail)"),
-                                    key: key, subject: subject)
+                                    key: key, subject: subject, inBulk: true)
             }
         }
     }
@@ -276,6 +406,8 @@ extension DirectoryWatcher {
         recheckTimer = nil
         pruneTimer?.cancel()
         pruneTimer = nil
+        pruneSoonTimer?.cancel()
+        pruneSoonTimer = nil
     }
 
     /// The last step of a clean stop, once every job has its record: the ledger's last
@@ -285,6 +417,11 @@ extension DirectoryWatcher {
         flushLedger()
         ledgerCommitTimer?.cancel()
         ledgerCommitTimer = nil
+        ledgerRetryTimer?.cancel()
+        ledgerRetryTimer = nil
+        if !ledgerPending.isEmpty {
+            logger.warning("unable to record \(ledgerPending.count) handled file(s) in the file ledger before stopping; catch-up will run them again at the next start")
+        }
         guard let ledger else { return }
         do {
             _ = try ledger.checkpoint()
@@ -309,7 +446,29 @@ extension DirectoryWatcher {
         pruneTimer = timer
     }
 
+    /// Files deleted or moved away beyond which the ledger is pruned soon, not at the next hour.
+    static let pruneAfterDeletions = 10_000
+    static let pruneDelayAfterDeletions: Duration = .seconds(10)
+
+    /// A file or directory left a tree: after many, a prune is scheduled (once), so a tree
+    /// emptied by a cleanup does not leave its rows for an hour; the rows of deleted files are
+    /// what an inode reused with a preserved mtime used to match.
+    func noteDeletion() {
+        deletionsSincePrune += 1
+        guard deletionsSincePrune >= Self.pruneAfterDeletions, ledger != nil, accepting, pruneSoonTimer == nil else { return }
+        let timer = context.sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, after \(Self.pruneAfterDeletions) deletions",
+                                              on: queue) { [weak self] in
+            guard let self else { return }
+            self.pruneSoonTimer?.cancel()
+            self.pruneSoonTimer = nil
+            self.pruneLedger()
+        }
+        timer.schedule(after: Self.pruneDelayAfterDeletions)
+        pruneSoonTimer = timer
+    }
+
     func pruneLedger() {
+        deletionsSincePrune = 0
         guard let ledger else { return }
         flushLedger()
         for name in order {
@@ -356,6 +515,9 @@ extension DirectoryWatcher {
             .init("ledger_problem", ledgerProblem.map { .string($0) } ?? .null),
             .init("ledger_rebuilt", ledgerNote.map { .string($0) } ?? .null),
             .init("ledger_commits", ledger.map { .int(Int64($0.commits)) } ?? .null),
+            .init("ledger_records_waiting", .int(Int64(ledgerPending.count))),
+            .init("ledger_write_failures", .int(Int64(ledgerWriteFailures))),
+            .init("ledger_records_dropped", .int(Int64(ledgerRecordsDropped))),
             .init("problems", problems.describe()),
             .init("rules", .array(entries)),
         ])

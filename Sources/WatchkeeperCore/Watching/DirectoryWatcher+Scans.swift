@@ -54,6 +54,10 @@ extension DirectoryWatcher {
             let error = Errno(rawValue: failure.errorNumber)
             // Gone between being seen and being listed: nothing was there to miss.
             guard error != .noSuchFileOrDirectory && error != .notDirectory else { continue }
+            if error == .fileNameTooLong {
+                reportTooDeep(rule, relative: failure.directory)
+                continue
+            }
             problems.report("watch \(rule.name): unable to list directories: \(error) (\(error.symbolicName))",
                             example: LineEscaping.escaped(rule.absolute(failure.directory)))
             if !rule.unwatchable.contains(failure.directory) { rule.unwatchable.append(failure.directory) }
@@ -90,6 +94,9 @@ extension DirectoryWatcher {
         switch error {
         case .noSuchFileOrDirectory, .notDirectory:
             return // gone again before we got to it (or replaced by a file)
+        case .fileNameTooLong:
+            reportTooDeep(rule, relative: relative)
+            return
         case .noSpace:
             let limit = Self.sysctl("max_user_watches") ?? "?"
             problems.report("unable to watch directories: inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(table.descriptorCount) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then they are scanned every \(fallbackInterval.compactDescription)",
@@ -102,13 +109,23 @@ extension DirectoryWatcher {
         armFallbackScan(rule)
     }
 
+    /// A path longer than PATH_MAX can be neither watched nor listed by name, now or by a
+    /// later scan: said as such, with no promise of a fallback scan.
+    private func reportTooDeep(_ rule: WatchRule, relative: [UInt8]) {
+        problems.report("watch \(rule.name): unable to watch or list directories whose path is longer than PATH_MAX (\(PATH_MAX) bytes); files below them are not handled (move them up the tree)",
+                        example: LineEscaping.escaped(rule.absolute(relative).prefix(200)) + "...")
+    }
+
     // MARK: Overflow
 
     /// IN_Q_OVERFLOW: the kernel dropped events. Every tree is scanned again; files not
     /// handled yet in the form they have now get their job, so nothing is lost.
     func overflowed() {
         overflowsTotal += 1
-        logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; fs.inotify.max_queued_events=\(Self.sysctl("max_queued_events") ?? "?")); rescanning every watched tree")
+        // The instance's queue was sized when it was made; the sysctl may have changed since.
+        let now = Self.sysctl("max_queued_events") ?? "?"
+        let size = inotifyQueueSize.map { $0 == now ? $0 : "\($0) when watching started, \(now) now" } ?? now
+        logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.inotify.max_queued_events=\(size)); rescanning every watched tree")
         for name in order {
             guard let rule = rules[name], !rule.isMissing else { continue }
             rule.overflows += 1
@@ -154,6 +171,13 @@ extension DirectoryWatcher {
         let due = rule.unwatchable
         rule.unwatchable = []
         var stillUnwatched: [[UInt8]] = []
+        var watchedAgain: [[UInt8]] = []
+        defer {
+            // One line per pass, not one per directory (451 lines after a watch-limit recovery).
+            if let first = watchedAgain.first {
+                logger.notice("watch \(rule.name): \(watchedAgain.count) director\(watchedAgain.count == 1 ? "y is" : "ies are") watched now (the first: \(LineEscaping.escaped(rule.absolute(first))))")
+            }
+        }
         var index = 0
         while index < due.count, DispatchTime.now().uptimeNanoseconds < deadline {
             let relative = due[index]
@@ -161,7 +185,7 @@ extension DirectoryWatcher {
             if addWatch(rule, relative: relative) {
                 // Watchable again: its files are caught up through a walk that watches below it.
                 rule.unwatchable.removeAll { $0 == relative }
-                logger.notice("watch \(rule.name): \(LineEscaping.escaped(rule.absolute(relative))) is watched now")
+                watchedAgain.append(relative)
                 addTree(rule, from: relative, emitFiles: true)
                 continue
             }

@@ -33,6 +33,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     var logger: Logger { context.logger }
     var inotify: InotifyWatcher?
     var inotifyProblem: String?
+    /// fs.inotify.max_queued_events when the instance was made: its queue's size for life.
+    var inotifyQueueSize: String?
     var table = WatchTable<WatchOwner>()
     var mounts: MountWatcher?
     var mountsProblem: String?
@@ -55,6 +57,12 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     var ledgerPending: [LedgerRecord] = []
     var ledgerPacing = LedgerCommitPacing(interval: ledgerCommitInterval)
     var ledgerCommitTimer: RegisteredTimer?
+    /// Set while records that failed to be written wait for the next try.
+    var ledgerRetryTimer: RegisteredTimer?
+    var ledgerWriteFailures: UInt64 = 0
+    var ledgerRecordsDropped: UInt64 = 0
+    var deletionsSincePrune = 0
+    var pruneSoonTimer: RegisteredTimer?
 
     static let recheckInterval: Duration = .seconds(5)
     static let pruneInterval: Duration = .seconds(3_600)
@@ -90,9 +98,21 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             }
             guard new != rule.settings else { continue }
             if new.selectsTheSameFiles(as: rule.settings) {
+                let reshaped = new.batchInput != rule.settings.batchInput
                 rule.settings = new
                 let group = rule.group
-                engine.queue.async { [engine] in engine.configure(group) }
+                if reshaped {
+                    // Waiting jobs were made for the old shape (one file, or a batch): the
+                    // engine hands them back in the same turn as the new settings, and their
+                    // files go again in the new shape.
+                    engine.queue.async { [engine, queue] in
+                        let withdrawn = engine.reshape(group)
+                        guard !withdrawn.isEmpty else { return }
+                        queue.async { [weak self] in self?.resubmit(withdrawn, rule: rule) }
+                    }
+                } else {
+                    engine.queue.async { [engine] in engine.configure(group) }
+                }
                 logger.info("watch \(name) changed; its files waiting to settle or to run move to the new settings")
                 continue
             }
@@ -110,6 +130,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         order = settings.map(\.name)
         armRecheckIfNeeded()
         armPruneIfNeeded()
+        // At start-up too, after the catch-up listed the trees: a daemon restarted more often
+        // than the hourly prune would otherwise never forget files that are gone.
+        if isStart { pruneLedger() }
     }
 
     private func retire(_ rule: WatchRule, reason: String) {
@@ -132,6 +155,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             })
             watcher.start()
             inotify = watcher
+            inotifyQueueSize = Self.sysctl("max_queued_events")
         } catch {
             var message = "unable to create an inotify instance: \(error)"
             if error == .tooManyOpenFiles {
@@ -328,6 +352,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             guard rule.settings.recursive else { return }
             if event.mask.contains(.movedFrom) {
                 dropSubtree(rule, relative: path)
+                // A move out of every watched tree never gets its IN_MOVED_TO.
+                if pendingMoves.count >= Self.pendingMovesLimit { pendingMoves.removeAll() }
                 pendingMoves[event.cookie] = (rule.name, path)
             } else if event.mask.contains(.movedTo) {
                 if let move = pendingMoves.removeValue(forKey: event.cookie), move.rule == rule.name {
@@ -338,12 +364,63 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
             } else if event.mask.contains(.delete) {
                 dropSubtree(rule, relative: path)
+                noteDeletion()
             }
+            return
+        }
+        if event.mask.contains(.delete) || event.mask.contains(.movedFrom) { noteDeletion() }
+        if event.mask.contains(.movedFrom), let waiting = rule.settle.remove(path: path) {
+            // Renamed while it waits to settle: the wait moves to the new name, whatever the
+            // rule's events (IN_MOVED_FROM and IN_MOVED_TO share a cookie).
+            if rule.renamedWhileSettling.count >= Self.pendingMovesLimit { rule.renamedWhileSettling.removeAll() }
+            rule.renamedWhileSettling[event.cookie] = (path, waiting.event.event)
+        }
+        if event.mask.contains(.movedTo) {
+            if let renamed = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
+                guard rule.selects(path) else { return }
+                rule.renamesFollowed += 1
+                rule.matched += 1
+                enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamed.event)
+                return
+            }
+            if rule.event(for: event.mask) == nil {
+                followRenameOfFileInFlight(rule, relative: path)
+                return
+            }
+        }
+        if event.mask.contains(.create) && !rule.settings.events.contains(.created) {
+            handleCreatedFile(rule, relative: path)
             return
         }
         guard let watchEvent = rule.event(for: event.mask), rule.selects(path) else { return }
         rule.matched += 1
         enqueue(rule, relative: path, event: watchEvent)
+    }
+
+    static let pendingMovesLimit = 4_096
+
+    /// A rule without `moved_in`: a file renamed into its name while its job waits or runs
+    /// still gets that job's outcome followed (a `.part` renamed before its job read it).
+    private func followRenameOfFileInFlight(_ rule: WatchRule, relative: [UInt8]) {
+        guard !rule.inFlight.isEmpty, let event = rule.readyEvent, rule.selects(relative),
+              let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular,
+              let inFlight = rule.inFlight[status.identity.inodeKey], inFlight.identity.sameFile(as: status.identity) else { return }
+        rule.inFlight[status.identity.inodeKey]?.followers.append(.init(path: relative, event: event, identity: status.identity))
+        rule.renamesFollowed += 1
+    }
+
+    /// IN_CREATE of a file is only a name until its writer closes it, except for a hard link
+    /// (`ln`, `cp -l`, maildir's link() into new/), which arrives whole and is never closed
+    /// here. A file that has other links, or already has content (a link whose other name
+    /// was removed at once), waits like a file a scan found: a writer's close ends the wait
+    /// at once, and with none it starts when unchanged for the scan's window.
+    private func handleCreatedFile(_ rule: WatchRule, relative: [UInt8]) {
+        guard rule.readyEvent != nil, rule.selects(relative),
+              let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks, generation: false),
+              status.type == .regular, status.links > 1 || status.identity.size > 0 else { return }
+        rule.linksHandled += 1
+        rule.matched += 1
+        enqueue(rule, relative: relative, event: .created, fromScan: true)
     }
 
     /// A directory moved out of the tree (or within it, to be watched again at its new

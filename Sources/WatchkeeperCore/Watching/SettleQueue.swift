@@ -158,6 +158,15 @@ public struct SettleQueue<Event> {
         return items
     }
 
+    /// Removes one path, if it waits (its slot goes stale): O(1), for an event that ends a
+    /// wait early or moves it to another name.
+    @discardableResult
+    public mutating func remove(path: [UInt8]) -> Item? {
+        guard let entry = waiting.removeValue(forKey: path) else { return nil }
+        skipStale()
+        return Item(path: path, event: entry.event, deadline: entry.deadline, fromScan: entry.fromScan)
+    }
+
     /// Removes the paths `matches` selects (a directory moved out of the tree, a rule
     /// narrowed by a reload) and returns them, earliest window first.
     @discardableResult

@@ -17,11 +17,18 @@ final class WatchRule: @unchecked Sendable {
     var root: [UInt8]?
     /// Said once in the log and kept for the dump: "a symbolic link to /data/in".
     var rootNote: String?
-    var settle = SettleQueue<WatchEvent>()
+    var settle = SettleQueue<PendingFile>()
     var settleTimer: RegisteredTimer?
-    /// Files started in this life, by identity, with the path they had: a rescan, the event
-    /// racing a scan, or the same file in a directory moved within the tree is not run again.
-    var handled: [FileIdentity: [UInt8]] = [:]
+    /// Files whose job succeeded in this life, by inode, with the form and path they had,
+    /// until the ledger holds them: a rescan, or the same file moved within the tree after
+    /// its job, is not run again.
+    var handled: [InodeKey: (identity: FileIdentity, path: [UInt8])] = [:]
+    /// Files handed to the engine and not back yet, by inode: a scan that finds one again
+    /// does not run it twice, and a new name it is renamed to meanwhile waits for its outcome.
+    var inFlight: [InodeKey: InFlightFile] = [:]
+    /// Files waiting to settle that were renamed (IN_MOVED_FROM) by cookie, until the
+    /// IN_MOVED_TO says their new name: their wait moves there.
+    var renamedWhileSettling: [UInt32: (path: [UInt8], event: WatchEvent)] = [:]
     /// Directories that could not be watched (the watch limit, EACCES, ...): scanned by the
     /// fallback scan, which also tries to watch them again.
     var unwatchable: [[UInt8]] = []
@@ -34,6 +41,12 @@ final class WatchRule: @unchecked Sendable {
     var matched: UInt64 = 0
     var duplicates: UInt64 = 0
     var movesFollowed: UInt64 = 0
+    /// New names of files whose job was pending or running when they were renamed.
+    var renamesFollowed: UInt64 = 0
+    /// Files a scan found still changing, whose wait started again.
+    var scanWaitsRestarted: UInt64 = 0
+    /// Hard links (and files that appeared whole) handled from their IN_CREATE.
+    var linksHandled: UInt64 = 0
     var jobsSubmitted: UInt64 = 0
     var batchesStarted: UInt64 = 0
     var overflows: UInt64 = 0
@@ -97,11 +110,45 @@ final class WatchRule: @unchecked Sendable {
         if recentEvents.count > settings.recentEvents { recentEvents.removeFirst(recentEvents.count - settings.recentEvents) }
     }
 
-    /// Remembers a file started in this life; the memory is bounded (the ledger remembers
-    /// the rest across restarts).
+    /// Remembers a file handled successfully in this life; the memory is bounded (the
+    /// ledger remembers the rest across restarts).
     func remember(_ identity: FileIdentity, at relative: [UInt8]) {
         if handled.count >= Self.handledLimit { handled.removeAll(keepingCapacity: true) }
-        handled[identity] = relative
+        handled[identity.inodeKey] = (identity, relative)
+    }
+
+    /// Handled successfully in this life in this exact form (the path follows it).
+    func handledInThisLife(_ identity: FileIdentity, at relative: [UInt8]) -> Bool {
+        guard let known = handled[identity.inodeKey], known.identity.sameFile(as: identity) else { return false }
+        if known.path != relative { handled[identity.inodeKey] = (identity, relative) }
+        return true
+    }
+
+    /// A file went to the engine.
+    func submitted(_ file: FileSubject) {
+        guard let identity = file.identity else { return }
+        let key = identity.inodeKey
+        if var entry = inFlight[key] {
+            entry.submissions += 1
+            entry.identity = identity
+            inFlight[key] = entry
+        } else {
+            inFlight[key] = InFlightFile(identity: identity, submissions: 1, followers: [])
+        }
+    }
+
+    /// A file came back from the engine: when it was its inode's last submission, the
+    /// names it was renamed to meanwhile are returned (to handle unless its job succeeded).
+    func returned(_ file: FileSubject) -> [InFlightFile.Follower] {
+        guard let identity = file.identity, var entry = inFlight[identity.inodeKey] else { return [] }
+        entry.submissions -= 1
+        guard entry.submissions <= 0 else {
+            inFlight[identity.inodeKey] = entry
+            return []
+        }
+        inFlight[identity.inodeKey] = nil
+        if inFlight.isEmpty { inFlight = [:] }
+        return entry.followers
     }
 
     // MARK: Batches
@@ -150,6 +197,10 @@ final class WatchRule: @unchecked Sendable {
             .init("coalesced", .int(Int64(settle.coalesced))),
             .init("duplicates_dropped", .int(Int64(duplicates))),
             .init("moves_followed", .int(Int64(movesFollowed))),
+            .init("renames_followed", .int(Int64(renamesFollowed))),
+            .init("scan_waits_restarted", .int(Int64(scanWaitsRestarted))),
+            .init("links_handled", .int(Int64(linksHandled))),
+            .init("files_in_flight", .int(Int64(inFlight.count))),
             .init("jobs_submitted", .int(Int64(jobsSubmitted))),
             .init("batches_started", .int(Int64(batchesStarted))),
             .init("overflows", .int(Int64(overflows))),
@@ -169,6 +220,30 @@ final class WatchRule: @unchecked Sendable {
             })),
         ])
     }
+}
+
+/// What waits in a rule's settle window for a path.
+struct PendingFile: Sendable, Equatable {
+    /// What the job will be told happened.
+    var event: WatchEvent
+    /// A file only a scan found (no writer's close): its form when last looked at, so the
+    /// wait starts again while it keeps changing. Nil until first looked at.
+    var seen: FileIdentity?
+}
+
+/// A file with a job pending or running.
+struct InFlightFile {
+    /// A name the file was moved to while its job was pending or running: handled only if
+    /// that job does not succeed (it may have run on the old name, or found it gone).
+    struct Follower {
+        let path: [UInt8]
+        let event: WatchEvent
+        let identity: FileIdentity
+    }
+
+    var identity: FileIdentity
+    var submissions: Int
+    var followers: [Follower]
 }
 
 extension WatchSettings {

@@ -136,6 +136,37 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         XCTAssertTrue(plan.joined().contains("USING INDEX file_ledger_by_identity"), plan.joined())
     }
 
+    func testRecord_keepsTheChangeTimeBirthTimeAndGeneration_andAReusedInodeIsNotFoundAsTheHandledFile() throws {
+        let ledger = try open()
+        defer { ledger.close() }
+        let handled = FileIdentity(device: 3, inode: 9, size: 5, modifiedNanoseconds: 1_000, changedNanoseconds: 2_000,
+                                   bornNanoseconds: 1_500, generation: 0xFFFF_0000_1234_5678)
+        try ledger.record([LedgerRecord(rule: "r", path: Array("a".utf8), identity: handled, outcome: "ok", handledAt: noon)])
+        XCTAssertEqual(try ledger.entry(rule: "r", path: Array("a".utf8))?.identity, handled, "every part reads back")
+        // The same inode number, size and mtime in a new incarnation (the old file deleted,
+        // the new one extracted with a preserved mtime).
+        let reused = FileIdentity(device: 3, inode: 9, size: 5, modifiedNanoseconds: 1_000, changedNanoseconds: 9_000,
+                                  bornNanoseconds: 8_500, generation: 0xFFFF_0000_1234_5679)
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: reused), [])
+        // The same file renamed (its change time moved): found.
+        let renamed = FileIdentity(device: 3, inode: 9, size: 5, modifiedNanoseconds: 1_000, changedNanoseconds: 3_000,
+                                   bornNanoseconds: 1_500, generation: 0xFFFF_0000_1234_5678)
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: renamed).count, 1)
+    }
+
+    func testARowWrittenBeforeSchema5_readsWithoutTheNewParts_andMatchesAsItDidBefore() throws {
+        let ledger = try open()
+        defer { ledger.close() }
+        try ledger.record([record("r", "legacy", inode: 12)])
+        _ = try query("UPDATE file_ledger SET changed_ns = NULL, born_ns = NULL, generation = NULL")
+        let entry = try XCTUnwrap(try ledger.entry(rule: "r", path: Array("legacy".utf8)))
+        XCTAssertNil(entry.identity.changedNanoseconds)
+        let now = FileIdentity(device: identity(12).device, inode: 12, size: 7, modifiedNanoseconds: identity(12).modifiedNanoseconds,
+                               changedNanoseconds: 77, bornNanoseconds: 66, generation: 55)
+        XCTAssertTrue(entry.identity.sameFile(as: now))
+        XCTAssertEqual(StateDatabase.schemaVersion, 5)
+    }
+
     // MARK: - Moving a directory
 
     func testMove_rewritesTheDirectoryAndEverythingBelowIt_butNotNamesThatMerelyStartTheSame() throws {

@@ -25,6 +25,16 @@ final class SettleQueueTests: XCTestCase {
         XCTAssertNil(queue.nextDeadline)
     }
 
+    func testRemovePath_takesOnlyThatPath_andTheNextDeadlineMovesOn() {
+        var queue = Queue()
+        queue.add(path: path("a"), event: "scan", deadline: 100, fromScan: true)
+        queue.add(path: path("b"), event: "closed_write", deadline: 200, fromScan: false)
+        XCTAssertEqual(queue.remove(path: path("a"))?.event, "scan")
+        XCTAssertNil(queue.remove(path: path("a")))
+        XCTAssertEqual(queue.nextDeadline, 200)
+        XCTAssertEqual(names(queue.takeDue(now: 1_000)), ["b"])
+    }
+
     func testAdd_aScanFindingAWaitingPath_doesNotPushItsWindowBack_soRescansCannotStarveIt() {
         var queue = Queue()
         queue.add(path: path("a"), event: "closed_write", deadline: 100, fromScan: false)
