@@ -5,11 +5,15 @@
 /// length-delimited and keep the exact bytes.
 ///
 /// The escapes are C's: `\n`, `\r`, `\t`, `\\`, `\xNN` for any other control byte
-/// (0x00-0x1F, 0x7F) and for each byte that is not valid UTF-8, and `\uNNNN` for the
-/// Unicode controls U+0080-U+009F and the line and paragraph separators U+2028 and
-/// U+2029, which some terminals and viewers also treat as line breaks. Everything else,
-/// non-ASCII text included, is kept as it is. A backslash is doubled so that a reader
-/// can always tell an escape from a name that contains one literally.
+/// (0x00-0x1F, 0x7F) and for each byte that is not valid UTF-8, and `\uNNNN` (lower-case
+/// hex) for the scalars that `needsUnicodeEscape` lists: the Unicode controls
+/// U+0080-U+009F, the line and paragraph separators U+2028 and U+2029, which some
+/// terminals and viewers also treat as line breaks, and the invisible and bidirectional
+/// format characters (U+061C, U+200B-U+200F, U+202A-U+202E, U+2060-U+2064,
+/// U+2066-U+2069, U+FEFF), with which a name could hide part of itself or show its
+/// characters in another order (`report\u{202E}txt.exe` reads as `reportexe.txt`).
+/// Everything else, non-ASCII text included, is kept as it is. A backslash is doubled so
+/// that a reader can always tell an escape from a name that contains one literally.
 public enum LineEscaping {
     /// The escaped form of `bytes`: one line, valid UTF-8.
     public static func escaped(_ bytes: some Collection<UInt8>) -> String {
@@ -91,13 +95,31 @@ public enum LineEscaping {
                 index += 1
                 continue
             }
-            if (0x80...0x9F).contains(scalar) || scalar == 0x2028 || scalar == 0x2029 {
+            if needsUnicodeEscape(scalar) {
                 let hex = String(scalar, radix: 16)
                 output += Array(("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).utf8)
             } else {
                 output.append(contentsOf: UnsafeBufferPointer(rebasing: input[index..<index + length]))
             }
             index += length
+        }
+    }
+
+    /// Scalars above ASCII that are shown as `\uNNNN`: C1 controls, line breaks, and the
+    /// characters that are invisible or change the direction of the text around them. All
+    /// are in the Basic Multilingual Plane, so four hex digits always suffice.
+    static func needsUnicodeEscape(_ scalar: UInt32) -> Bool {
+        switch scalar {
+        case 0x80...0x9F,  // C1 controls (U+0085 NEXT LINE, U+009B the 8-bit CSI)
+             0x061C,  // ARABIC LETTER MARK
+             0x200B...0x200F,  // zero width space, non-joiner, joiner; LEFT-TO-RIGHT and RIGHT-TO-LEFT MARK
+             0x2028...0x202E,  // line and paragraph separators; bidirectional embeddings and overrides
+             0x2060...0x2064,  // word joiner and the invisible operators
+             0x2066...0x2069,  // bidirectional isolates
+             0xFEFF:  // zero width no-break space (byte order mark)
+            return true
+        default:
+            return false
         }
     }
 

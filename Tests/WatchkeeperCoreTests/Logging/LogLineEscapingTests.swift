@@ -96,6 +96,32 @@ final class LogLineEscapingTests: XCTestCase {
         XCTAssertEqual(LineEscaping.escaped("a\u{85}b\u{2028}c\u{2029}d\u{9B}e"), "a\\u0085b\\u2028c\\u2029d\\u009be")
     }
 
+    /// A right-to-left override makes `report\u{202E}fdp.exe` read as `reportexe.pdf`; a zero
+    /// width space makes two different names look the same.
+    func testEscaped_bidirectionalAndInvisibleFormatCharacters_areEscaped() {
+        XCTAssertEqual(LineEscaping.escaped("report\u{202E}fdp.exe"), "report\\u202efdp.exe")
+        XCTAssertEqual(LineEscaping.escaped("in\u{200B}box"), "in\\u200bbox")
+        let escapedScalars: [UInt32] = [0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E,
+                                        0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0x2066, 0x2067, 0x2068, 0x2069, 0xFEFF]
+        for value in escapedScalars {
+            let scalar = Unicode.Scalar(value)!
+            let hex = String(value, radix: 16)
+            XCTAssertEqual(LineEscaping.escaped("a\(scalar)b"), "a\\u\(String(repeating: "0", count: 4 - hex.count) + hex)b",
+                           "U+\(hex) is escaped")
+        }
+        // Their neighbours are visible text and stay as they are.
+        for kept: UInt32 in [0x00A0, 0x061B, 0x200A, 0x2010, 0x202F, 0x205F, 0x206A, 0xFEFE, 0xFF01] {
+            let text = "a\(Unicode.Scalar(kept)!)b"
+            XCTAssertEqual(LineEscaping.escaped(text), text, "U+\(String(kept, radix: 16)) is kept")
+        }
+    }
+
+    func testStderrLineAndJobOutput_escapeARightToLeftOverride() {
+        let line = LogSink.line(time: time, level: .info, message: "moved x\u{202E}txt.exe", metadata: [:])
+        XCTAssertEqual(line, "\(time.iso8601) info: moved x\\u202etxt.exe\n")
+        XCTAssertEqual(LineEscaping.controlsEscaped(inFormatted: "out\u{200B}put\n\u{2066}x"), "out\\u200bput\n\\u2066x")
+    }
+
     func testEscaped_backslashIsDoubled_soAnEscapeAndItsLiteralTextDiffer() {
         XCTAssertEqual(LineEscaping.escaped([0x5C, 0x78, 0x66, 0x66]), "\\\\xff")
         XCTAssertEqual(LineEscaping.escaped([0xFF]), "\\xff")
