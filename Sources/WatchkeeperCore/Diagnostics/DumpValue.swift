@@ -75,11 +75,15 @@ extension DumpValue {
         }
     }
 
+    /// RFC 8259's escapes, plus `\uNNNN` for what `LineEscaping` shows that way (C1 controls,
+    /// U+2028/U+2029, the invisible and bidirectional format characters): the same text to
+    /// any JSON reader, but `watchkeeper status --json` on a terminal cannot show a file
+    /// name reordered by a U+202E in it.
     static func writeJSONString(_ text: String, into output: inout String) {
         output += "\""
         // Most names and values need no escape: appended whole, not scalar by scalar (a
-        // Status reply of 200 tasks has thousands of them).
-        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C && $0 != 0x7F }) {
+        // Status reply of 200 tasks has thousands of them). Non-ASCII text takes the loop.
+        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != 0x22 && $0 != 0x5C }) {
             output += text
             output += "\""
             return
@@ -91,7 +95,7 @@ extension DumpValue {
             case "\n": output += "\\n"
             case "\r": output += "\\r"
             case "\t": output += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F || LineEscaping.needsUnicodeEscape(scalar.value):
                 let hex = String(scalar.value, radix: 16)
                 output += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
             default: output.unicodeScalars.append(scalar)

@@ -69,10 +69,20 @@ final class DumpValueTests: XCTestCase {
     }
 
     func testJSON_nonASCIIText_isWrittenAsIs_andParsesBack() throws {
-        let text = "café 漢字 😀 \u{2028}"
+        let text = "café 漢字 😀 ü"
         let json = DumpValue.array([.string(text)]).json
         XCTAssertEqual(json, "[\"\(text)\"]")
         XCTAssertEqual(try XCTUnwrap(parseJSON(json) as? [String]), [text])
+    }
+
+    /// `watchkeeper status --json` on a terminal: a U+202E in a file name must not reorder
+    /// what the operator reads, nor a U+009B start an escape sequence.
+    func testJSON_lineBreaksC1ControlsAndBidirectionalFormatCharacters_areUEscapes_andParseBack() throws {
+        let text = "a\u{2028}b\u{85}c\u{9B}d\u{202E}txt.exe\u{200B}\u{FEFF}"
+        let json = DumpValue.array([.string(text)]).json
+        XCTAssertEqual(json, #"["a\u2028b\u0085c\u009bd\u202etxt.exe\u200b\ufeff"]"#)
+        XCTAssertEqual(try XCTUnwrap(parseJSON(json) as? [String]), [text])
+        XCTAssertEqual(try DumpValue.parse(json: json), .array([.string(text)]), "our own parser reads it back too")
     }
 
     func testJSON_nonFiniteDoubles_becomeNull() throws {
