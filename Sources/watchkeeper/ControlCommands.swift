@@ -266,16 +266,6 @@ struct History: ParsableCommand {
     func run() throws {
         let reply = try control.call(.history, [.init("name", .string(name)), .init("limit", .int(Int64(count)))])
         if json { print(reply.json); return }
-        let runs = reply["runs"]?.arrayValue ?? []
-        // Tasks and watch rules alike: a watch rule's runs name their file last.
-        let isWatch = reply["kind"]?.stringValue == "watch"
-        let rows = runs.map { run -> [String] in
-            let exit = run["exit_code"].flatMap { $0 == .null ? nil : StatusViewText.of($0) }
-                ?? run["signal"].flatMap { $0 == .null ? nil : StatusViewText.of($0) } ?? "-"
-            let started = run["started_at"].flatMap { $0 == .null ? nil : StatusViewText.of($0) } ?? StatusViewText.of(run["finished_at"])
-            return [started, run["duration_s"]?.doubleValue.map { Duration.seconds($0).compactDescription } ?? "-",
-                    StatusViewText.of(run["outcome"]), exit, StatusViewText.of(run["run_id"])] + (isWatch ? [StatusViewText.of(run["path"])] : [])
-        }
-        TableView.render(header: ["STARTED", "DURATION", "OUTCOME", "EXIT", "RUN"] + (isWatch ? ["FILE"] : []), rows: rows).forEach { print($0) }
+        HistoryView.render(reply).forEach { print($0) }
     }
 }

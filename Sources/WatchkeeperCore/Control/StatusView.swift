@@ -95,7 +95,7 @@ public enum StatusView {
         for job in running {
             let kind = job["task"] != nil ? "task" : "watch"
             var head = "  \(style.paint(text(job[kind]), .bold)) (\(kind))  run \(text(job["run_id"]))  pid \(text(job["pid"]))  \(text(job["phase"]))"
-            if let about = job["about"] { head += "  " + text(about) }
+            if let about = job["about"] { head += "  " + path(about) }
             lines.append(head)
             let statusText = job["status"].flatMap { $0 == .null ? nil : text($0) }
             if let progress = job["progress"]?.doubleValue {
@@ -144,12 +144,29 @@ public enum StatusView {
     }
 
     /// A value as one escaped line.
-    static func text(_ value: DumpValue?) -> String {
+    public static func text(_ value: DumpValue?) -> String {
         guard let value else { return "-" }
         if case .object(let fields) = value {
             return fields.map { "\(LineEscaping.escaped($0.key)): \($0.value.scalarText)" }.joined(separator: ", ")
         }
         return value.scalarText
+    }
+
+    /// A file's path (or a batch's summary) as one escaped line. The daemon sends it as
+    /// `.bytes`, which JSON carries as a string when it is UTF-8 and otherwise as the array
+    /// of byte values; the CLI reads that array back, and shows it as the path it is
+    /// (`in/\xff.csv`), not as a list of numbers.
+    public static func path(_ value: DumpValue?) -> String {
+        if let values = value?.arrayValue, !values.isEmpty {
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(values.count)
+            for element in values {
+                guard let number = element.intValue, let byte = UInt8(exactly: number) else { return text(value) }
+                bytes.append(byte)
+            }
+            return LineEscaping.escaped(bytes)
+        }
+        return text(value)
     }
 
     static func pad(_ text: String, _ width: Int) -> String {

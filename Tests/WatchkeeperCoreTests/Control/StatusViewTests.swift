@@ -34,6 +34,54 @@ final class StatusViewTests: XCTestCase {
         XCTAssertTrue(text.contains("generation 3"), text)
     }
 
+    /// What the CLI reads: the daemon's reply after its way through JSON, where a path that
+    /// is not UTF-8 travels as an array of byte values.
+    private func throughTheSocket(_ value: DumpValue) throws -> DumpValue {
+        try DumpValue.parse(json: value.json)
+    }
+
+    func testRunningJob_showsTheFileItRunsOn_escaped_whateverItsBytes() throws {
+        for (about, shown) in [(Array("/srv/in/report\u{202E}fdp.exe".utf8), "/srv/in/report\\u202efdp.exe"),
+                               ([0x2F, 0x61, 0xFF, 0x0A, 0x62], "/a\\xff\\nb")] {
+            let reply = try throughTheSocket(.object([.init("jobs", .object([.init("running", .array([.object([
+                .init("watch", .string("inbox")), .init("run_id", .string("00000000000000bb")), .init("pid", .int(78)),
+                .init("phase", .string("running")), .init("about", .bytes(about)),
+            ])]))]))]))
+            let text = StatusView.render(reply, style: TerminalStyle(colour: false, unicode: false))
+            XCTAssertTrue(text.contains("  inbox (watch)  run 00000000000000bb  pid 78  running  \(shown)\n"), text)
+        }
+    }
+
+    func testHistoryOfAWatchRule_showsEachFileEscaped_evenOneThatIsNotUTF8() throws {
+        let reply = try throughTheSocket(.object([.init("kind", .string("watch")), .init("runs", .array([
+            .object([.init("run_id", .string("00000000000000cc")), .init("outcome", .string("ok")),
+                     .init("started_at", .string("2026-11-23T10:00:00.000Z")), .init("finished_at", .string("2026-11-23T10:00:01.000Z")),
+                     .init("duration_s", .double(1)), .init("exit_code", .int(0)), .init("signal", .null),
+                     .init("path", .bytes(Array("in/report\u{202E}fdp.exe".utf8)))]),
+            .object([.init("run_id", .null), .init("outcome", .string("failed")), .init("started_at", .null),
+                     .init("finished_at", .string("2026-11-23T09:00:00.000Z")), .init("duration_s", .null),
+                     .init("exit_code", .null), .init("signal", .string("SIGKILL")),
+                     .init("path", .bytes([0x69, 0x6E, 0x2F, 0xFF, 0x1B, 0x5B, 0x32, 0x4A]))]),
+        ]))]))
+        XCTAssertEqual(HistoryView.render(reply), [
+            "STARTED                   DURATION  OUTCOME  EXIT     RUN               FILE",
+            "2026-11-23T10:00:00.000Z  1s        ok       0        00000000000000cc  in/report\\u202efdp.exe",
+            "2026-11-23T09:00:00.000Z  -         failed   SIGKILL  -                 in/\\xff\\x1b[2J",
+        ])
+    }
+
+    func testHistoryOfATask_hasNoFileColumn() {
+        let reply: DumpValue = .object([.init("kind", .string("task")), .init("runs", .array([
+            .object([.init("run_id", .string("00000000000000dd")), .init("outcome", .string("expired")),
+                     .init("started_at", .string("2026-11-23T10:00:00.000Z")), .init("duration_s", .double(60)),
+                     .init("signal", .string("SIGTERM"))]),
+        ]))])
+        XCTAssertEqual(HistoryView.render(reply), [
+            "STARTED                   DURATION  OUTCOME  EXIT     RUN",
+            "2026-11-23T10:00:00.000Z  1m        expired  SIGTERM  00000000000000dd",
+        ])
+    }
+
     func testBudgetBar_marksTheWarningPointAheadOfTheElapsedPart() {
         let style = TerminalStyle(colour: false, unicode: false)
         XCTAssertEqual(style.bar(0.25, width: 8, mark: 0.5), "[##..|...]")
