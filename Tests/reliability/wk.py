@@ -218,7 +218,39 @@ def integrity(database):
     return "; ".join(str(row[0]) for row in rows)
 
 
-RUN_RECORD = re.compile(rb"task (\S+) run \S+.*\(task=\S+, run_id=\S+, outcome=([a-z-]+), duration_ms=(\d+)")
+# The " (key=value, ...)" suffix of a stderr log line (LogSink.metadataSuffix): a key or
+# value is a bare word, or a double-quoted string in which a backslash starts an escape
+# (\" \\ \n \r \t \xNN \uNNNN), so a file name such as "a, outcome=ok" stays one value.
+_FIELD = rb'(?:[A-Za-z0-9._/:@+-]+|"(?:[^"\\]|\\.)*")'
+_PAIR = re.compile(rb"(%s)=(%s)" % (_FIELD, _FIELD))
+_SUFFIX = re.compile(rb" \((%s=%s(?:, %s=%s)*)\)\r?\n?$" % (_FIELD, _FIELD, _FIELD, _FIELD))
+_ESCAPE = re.compile(rb'\\(x[0-9a-f]{2}|u[0-9a-f]{4}|.)', re.DOTALL)
+_SIMPLE_ESCAPES = {b'"': b'"', b"\\": b"\\", b"n": b"\n", b"r": b"\r", b"t": b"\t"}
+
+
+def _unquote(field):
+    """A key or value's bytes as they were logged (LineEscaping's escapes decoded)."""
+    if not field.startswith(b'"'):
+        return field
+
+    def decode(match):
+        escape = match.group(1)
+        if escape[:1] == b"x" and len(escape) == 3:
+            return bytes([int(escape[1:], 16)])
+        if escape[:1] == b"u" and len(escape) == 5:
+            return chr(int(escape[1:], 16)).encode()
+        return _SIMPLE_ESCAPES.get(escape, b"\\" + escape)
+    return _ESCAPE.sub(decode, field[1:-1])
+
+
+def metadata(line):
+    """The pairs of a stderr log line's " (key=value, ...)" suffix as {key: value bytes}, or
+    None when the line has none. The suffix is the earliest " (" from which the rest of the
+    line is exactly a list of pairs."""
+    match = _SUFFIX.search(line)
+    if not match:
+        return None
+    return {_unquote(key).decode(errors="replace"): _unquote(value) for key, value in _PAIR.findall(match.group(1))}
 
 
 def run_records(log):
@@ -226,10 +258,10 @@ def run_records(log):
     found = {}
     with open(log, "rb") as f:
         for line in f:
-            match = RUN_RECORD.search(line)
-            if match:
-                found.setdefault(match.group(1).decode(), []).append(
-                    (match.group(2).decode(), int(match.group(3)), line.decode(errors="replace").strip()))
+            fields = metadata(line)
+            if fields and {"task", "run_id", "outcome", "duration_ms"} <= fields.keys():
+                found.setdefault(fields["task"].decode(errors="replace"), []).append(
+                    (fields["outcome"].decode(), int(fields["duration_ms"]), line.decode(errors="replace").strip()))
     return found
 
 

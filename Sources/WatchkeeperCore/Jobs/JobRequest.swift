@@ -154,7 +154,7 @@ extension RunRecord {
             ("MESSAGE_ID", Array(MessageID.runFinished.rawValue.utf8)),
         ]
         for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
-        let shown = pairs.map { "\($0.key)=\(LineEscaping.escaped($0.value))" }.joined(separator: ", ")
-        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LineEscaping.escaped(message)) (\(shown))")
+        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LineEscaping.escaped(message))"
+                      + LogSink.metadataSuffix(pairs))
     }
 }

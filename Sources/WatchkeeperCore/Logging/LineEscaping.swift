@@ -24,6 +24,44 @@ public enum LineEscaping {
         escaped(text.utf8)
     }
 
+    /// A key or a value of the ` (key=value, ...)` suffix of a stderr log line: as
+    /// `escaped(_:)`, and in double quotes, with `"` written as `\"`, unless it is non-empty
+    /// and made only of letters, digits and `._/:@+-`. A file name such as
+    /// `a, outcome=ok, path=/x` then stays one value: a reader splits the pairs at `, `
+    /// outside quotes, and inside them a backslash always starts an escape (`\"`, `\\`,
+    /// `\n`, `\xNN`, `\uNNNN`).
+    public static func field(_ bytes: some Collection<UInt8>) -> String {
+        if !bytes.isEmpty && bytes.allSatisfy(isBareFieldByte) {
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        let text = escaped(bytes)
+        var quoted: [UInt8] = [UInt8(ascii: "\"")]
+        quoted.reserveCapacity(text.utf8.count + 2)
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: "\"") { quoted.append(UInt8(ascii: "\\")) }
+            quoted.append(byte)
+        }
+        quoted.append(UInt8(ascii: "\""))
+        return String(decoding: quoted, as: UTF8.self)
+    }
+
+    public static func field(_ text: String) -> String {
+        field(text.utf8)
+    }
+
+    /// Names, run IDs, numbers, times and most paths: nothing a reader could take for a
+    /// separator, a quote or an escape.
+    private static func isBareFieldByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "/"), UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "+"),
+             UInt8(ascii: "-"):
+            return true
+        default:
+            return false
+        }
+    }
+
     /// One line, with backslashes kept as they are: for messages that quote what a file
     /// says, such as a configuration diagnostic, whose own text may hold backslashes
     /// (`unknown escape sequence '\q'`) that doubling would make harder to read.

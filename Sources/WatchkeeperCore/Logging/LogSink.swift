@@ -98,12 +98,17 @@ public final class LogSink: Sendable {
     /// value are escaped (`LineEscaping`): they carry file names, job names and output,
     /// and a newline in one of them must not start a line that reads as the daemon's own.
     static func line(time: WallTime, level: Logger.Level, message: String, metadata: Logger.Metadata) -> String {
-        var text = "\(time.iso8601) \(level.rawValue): \(LineEscaping.escaped(message))"
         let pairs = JournalFields.flatten(metadata).filter { $0.key != JournalFields.messageIDKey }
-        if !pairs.isEmpty {
-            text += " (" + pairs.map { "\(LineEscaping.escaped($0.key))=\(LineEscaping.escaped($0.value))" }.joined(separator: ", ") + ")"
-        }
-        return text + "\n"
+        return "\(time.iso8601) \(level.rawValue): \(LineEscaping.escaped(message))"
+            + metadataSuffix(pairs.map { ($0.key, $0.value.utf8) }) + "\n"
+    }
+
+    /// ` (key=value, key="value", ...)`, or nothing without pairs: every key and value as
+    /// `LineEscaping.field(_:)` gives it, quoted when it holds more than a plain word, so
+    /// a value can never read as further pairs.
+    static func metadataSuffix<Value: Collection<UInt8>>(_ pairs: [(key: String, value: Value)]) -> String {
+        guard !pairs.isEmpty else { return "" }
+        return " (" + pairs.map { "\(LineEscaping.field($0.key))=\(LineEscaping.field($0.value))" }.joined(separator: ", ") + ")"
     }
 }
 

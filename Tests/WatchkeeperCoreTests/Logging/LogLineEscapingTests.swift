@@ -17,7 +17,7 @@ final class LogLineEscapingTests: XCTestCase {
             metadata: ["path": "/srv/in/a\nFAKE: line", "colour": "\u{1b}[31mred", "job": ["name": "x\ty"]]
         )
         XCTAssertEqual(line, "\(time.iso8601) warning: unable to move report\\nFAKE: line "
-            + "(colour=\\x1b[31mred, job_name=x\\ty, path=/srv/in/a\\nFAKE: line)\n")
+            + #"(colour="\x1b[31mred", job_name="x\ty", path="/srv/in/a\nFAKE: line")"# + "\n")
         XCTAssertEqual(line.utf8.filter { $0 == UInt8(ascii: "\n") }.count, 1, "one call, one line")
         XCTAssertFalse(line.utf8.contains(0x1B), "no raw ESC reaches the terminal")
     }
@@ -29,7 +29,93 @@ final class LogLineEscapingTests: XCTestCase {
 
     func testStderrLine_metadataKeysAreEscapedToo() {
         let line = LogSink.line(time: time, level: .info, message: "m", metadata: ["a\nb": "v"])
-        XCTAssertEqual(line, "\(time.iso8601) info: m (a\\nb=v)\n")
+        XCTAssertEqual(line, "\(time.iso8601) info: m (\"a\\nb\"=v)\n")
+    }
+
+    // MARK: - The metadata suffix
+
+    /// How a reader splits ` (k=v, k="v", ...)` at the end of `line` after `prefix`: a bare
+    /// word, or a double-quoted string in which a backslash escapes the next character
+    /// (`\"` and `\\` are decoded; LineEscaping's other escapes are left as written).
+    /// Nil when the rest of the line is not exactly such a suffix.
+    private func metadataPairs(of line: String, after prefix: String) -> [(key: String, value: String)]? {
+        guard line.hasPrefix(prefix + " ("), line.hasSuffix(")\n") else { return nil }
+        var rest = Substring(line.dropFirst(prefix.count + 2).dropLast(2))
+        func token() -> String? {
+            if rest.first == "\"" {
+                rest.removeFirst()
+                var text = ""
+                while let character = rest.first {
+                    rest.removeFirst()
+                    if character == "\"" { return text }
+                    if character == "\\" {
+                        guard let escaped = rest.first else { return nil }
+                        rest.removeFirst()
+                        text += escaped == "\"" || escaped == "\\" ? String(escaped) : "\\" + String(escaped)
+                    } else {
+                        text.append(character)
+                    }
+                }
+                return nil
+            }
+            let word = rest.prefix { $0.isASCII && ($0.isLetter || $0.isNumber || "._/:@+-".contains($0)) }
+            rest.removeFirst(word.count)
+            return word.isEmpty ? nil : String(word)
+        }
+        var pairs: [(key: String, value: String)] = []
+        while true {
+            guard let key = token(), rest.first == "=" else { return nil }
+            rest.removeFirst()
+            guard let value = token() else { return nil }
+            pairs.append((key, value))
+            if rest.isEmpty { return pairs }
+            guard rest.hasPrefix(", ") else { return nil }
+            rest.removeFirst(2)
+        }
+    }
+
+    func testStderrLine_aValueThatLooksLikeMorePairs_isQuoted_andSplitsAsOneValue() throws {
+        let line = LogSink.line(time: time, level: .warning, message: "m",
+                                metadata: ["outcome": "failed", "path": "/srv/in/a, outcome=ok, path=/x"])
+        XCTAssertEqual(line, "\(time.iso8601) warning: m " + #"(outcome=failed, path="/srv/in/a, outcome=ok, path=/x")"# + "\n")
+        let pairs = try XCTUnwrap(metadataPairs(of: line, after: "\(time.iso8601) warning: m"))
+        XCTAssertEqual(pairs.map(\.key), ["outcome", "path"])
+        XCTAssertEqual(pairs.map(\.value), ["failed", "/srv/in/a, outcome=ok, path=/x"])
+    }
+
+    func testStderrLine_everyValue_splitsBackIntoTheSamePairs() throws {
+        let awkward = ["", "\"", "\\", "a\"b", "a\\\"b", ")", "a)", "(x=y)", ", x=y)", "x=y", " ", "a b", "é", "\u{202E}",
+                       "a\"), b=(\"", "trailing\\", "\"\"", "/srv/in/report.csv", "2026-01-01T00:00:00.000Z", "1.5"]
+        for value in awkward {
+            let line = LogSink.line(time: time, level: .info, message: "m", metadata: ["a": "1", "v": .string(value), "z": "2"])
+            let pairs = try XCTUnwrap(metadataPairs(of: line, after: "\(time.iso8601) info: m"), "unparsable: \(line)")
+            XCTAssertEqual(pairs.map(\.key), ["a", "v", "z"], line)
+            XCTAssertEqual(pairs.map(\.value), ["1", LineEscaping.escaped(value).replacingOccurrences(of: "\\\\", with: "\\"), "2"], line)
+        }
+    }
+
+    func testField_plainWordsStayBare_andEverythingElseIsQuoted() {
+        XCTAssertEqual(LineEscaping.field("run_id"), "run_id")
+        XCTAssertEqual(LineEscaping.field("/srv/in/report-1.csv"), "/srv/in/report-1.csv")
+        XCTAssertEqual(LineEscaping.field("user@host:+1"), "user@host:+1")
+        XCTAssertEqual(LineEscaping.field(""), #""""#)
+        XCTAssertEqual(LineEscaping.field("a b"), #""a b""#)
+        XCTAssertEqual(LineEscaping.field("café"), #""café""#)
+        XCTAssertEqual(LineEscaping.field(#"say "hi""#), #""say \"hi\"""#)
+        XCTAssertEqual(LineEscaping.field(#"C:\dir"#), #""C:\\dir""#, "the backslash doubled once, by LineEscaping")
+        XCTAssertEqual(LineEscaping.field([0x61, 0xFF, 0x0A]), #""a\xff\n""#)
+    }
+
+    func testRunRecordOnStderr_quotesAPathThatLooksLikeMorePairs() throws {
+        let sink = LogSink(target: .stderr, level: .info, problemCapacity: 4)
+        let path = Array("/srv/in/a, outcome=ok, path=/x".utf8)
+        let record = RunRecord(name: "inbox", runID: "00000000000000ab", attempt: 1, outcome: .failed, scheduledAt: nil,
+                               startedAt: nil, finishedAt: time, duration: .milliseconds(5), exit: .exited(1), expiry: nil,
+                               lateness: nil, detail: nil)
+        let subject = JobSubject.file(FileSubject(path: path, rootLength: 7, event: .closedWrite, identity: nil))
+        let written = try capturingStandardError { record.journal(to: sink, key: JobKey(.watch, "inbox"), subject: subject) }
+        XCTAssertTrue(written.hasSuffix(#" (watch=inbox, run_id=00000000000000ab, outcome=failed, duration_ms=5, attempt=1, "#
+                                        + #"path="/srv/in/a, outcome=ok, path=/x", event=closed_write, exit_code=1)"# + "\n"), written)
     }
 
     /// What the sink itself writes to fd 2 while `body` runs, through a pipe put in its place.
@@ -60,7 +146,7 @@ final class LogLineEscapingTests: XCTestCase {
             sink.log(level: .info, message: "moved a\nFAKE: line", metadata: ["path": "b\nFAKE: line\u{1b}[31m"],
                      label: "test", file: #fileID, function: #function, line: #line)
         }
-        XCTAssertTrue(written.hasSuffix(" info: moved a\\nFAKE: line (path=b\\nFAKE: line\\x1b[31m)\n"), written)
+        XCTAssertTrue(written.hasSuffix(#" info: moved a\nFAKE: line (path="b\nFAKE: line\x1b[31m")"# + "\n"), written)
         XCTAssertEqual(written.split(separator: "\n", omittingEmptySubsequences: false).count, 2, written)
     }
 
