@@ -81,16 +81,17 @@ public struct DamagedStateFile: Sendable, Equatable, CustomStringConvertible {
         }
 
         /// Why the file is unusable, when that shows without SQLite: something other than a
-        /// regular file in its place (a symbolic link the open refuses on its own), or a file
-        /// that does not start with SQLite's header. Checked first because SQLite, opening a
-        /// file whose header is garbage, deletes the -wal and -shm beside it on close, and
-        /// those belong with the kept file. Nil when SQLite has to judge.
+        /// regular file in its place (a symbolic link the open refuses on its own), an empty
+        /// file, or a file that does not start with SQLite's header. Checked first because
+        /// SQLite, opening a file whose header is garbage or that is empty, deletes the -wal
+        /// and -shm beside it on close, and those belong with the kept file. Nil when SQLite
+        /// has to judge (or there is no file).
         func unusableBeforeOpening() -> String? {
             var info = stat()
             guard lstat(path, &info) == 0 else { return nil }
             let kind: String
             switch info.st_mode & S_IFMT {
-            case S_IFREG: return headerProblem(size: Int(info.st_size))
+            case S_IFREG: return contentProblem(size: Int(info.st_size))
             case S_IFLNK: return nil
             case S_IFDIR: kind = "a directory"
             case S_IFIFO: kind = "a FIFO"
@@ -101,9 +102,13 @@ public struct DamagedStateFile: Sendable, Equatable, CustomStringConvertible {
             return "\(kind) is in its place"
         }
 
-        /// An empty file is a new database to SQLite; anything else starts with these 16 bytes.
-        private func headerProblem(size: Int) -> String? {
-            guard size > 0 else { return nil }
+        /// An empty file is a new database to SQLite, but not one we leave behind: the open
+        /// that creates the file sets WAL mode, which writes the header at once. So a file
+        /// found empty lost what it held (truncated, or replaced by a tool that failed), and
+        /// taking it as a new ledger would run every file's job again without a word. Any
+        /// other database starts with these 16 bytes.
+        private func contentProblem(size: Int) -> String? {
+            guard size > 0 else { return "it is empty, 0 bytes long: whatever it recorded is lost" }
             let magic = Array("SQLite format 3".utf8) + [0]
             let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
             guard descriptor >= 0 else { return nil } // SQLite's open says why, with the hint

@@ -96,6 +96,47 @@ final class FileLedgerRecoveryTests: ScratchDirectoryTestCase {
         try assertUsable(opened.ledger)
     }
 
+    /// SQLite takes an empty file for a new database; the ledger must not, or catch-up runs
+    /// every file's job again with nothing in the log to say why.
+    func testOpen_anEmptyFileThatWasThere_isMovedAsideAsDamaged_withItsWAL_andSaidSo() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: databasePath, contents: Data()))
+        let wal = randomBytes(4_096)
+        try wal.write(to: URL(fileURLWithPath: databasePath + "-wal"))
+
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        let rebuilt = try XCTUnwrap(opened.rebuilt, "an empty ledger was taken as a new one without a word")
+        XCTAssertEqual(rebuilt.reason, "it is empty, 0 bytes long: whatever it recorded is lost")
+        XCTAssertTrue(rebuilt.description.hasPrefix("file ledger \(databasePath) was damaged (it is empty, 0 bytes long: whatever it recorded is lost); it is kept at \(keptPath)"),
+                      rebuilt.description)
+        XCTAssertEqual(rebuilt.companionsKept, [keptPath + "-wal"])
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keptPath + "-wal")), wal, "the WAL is kept as it was")
+        try assertUsable(opened.ledger)
+        let store = try TaskStore(directory: directory)
+        defer { store.close() }
+        XCTAssertNil(try store.state(task: "nightly"), "the task state opens the new file, empty")
+    }
+
+    /// The other side of the rule above: a file we created is never found empty, whether it
+    /// was closed, left open by a crash, or created by the task state.
+    func testOpen_aFileWeCreated_isNotFoundEmpty_atTheNextOpen() throws {
+        let first = try FileLedger.open(stateDirectory: directory, now: now)
+        var info = stat()
+        XCTAssertEqual(stat(databasePath, &info), 0)
+        XCTAssertGreaterThan(info.st_size, 0, "the header is on disk while the first connection is still open (a crash here)")
+        first.ledger.close()
+        let second = try FileLedger.open(stateDirectory: directory, now: now)
+        second.ledger.close()
+        XCTAssertNil(second.rebuilt)
+
+        let other = directory + "/by-the-task-state"
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: false)
+        try TaskStore(directory: other).close()
+        let third = try FileLedger.open(stateDirectory: other, now: now)
+        third.ledger.close()
+        XCTAssertNil(third.rebuilt)
+    }
+
     func testOpen_damagedTwiceWithinOneSecond_keepsBothDamagedFiles() throws {
         try randomBytes(4_096).write(to: URL(fileURLWithPath: databasePath))
         let first = try FileLedger.open(stateDirectory: directory, now: now)
