@@ -32,6 +32,9 @@ public struct DamagedStateFile: Sendable, Equatable, CustomStringConvertible {
         case SQLITE_NOTADB, SQLITE_CORRUPT:
             return true
         case SQLITE_CANTOPEN where error.code == SQLiteConnection.cantOpenSymlink:
+            // A link in the file's own place is moved aside before opening
+            // (`unusableBeforeOpening`); SQLite says this also for a link among the state
+            // directory's parents, and the file found through them is not damaged.
             return false
         case SQLITE_CANTOPEN, SQLITE_PERM:
             return [EACCES, EPERM, EISDIR].contains(error.systemErrorNumber)
@@ -81,18 +84,21 @@ public struct DamagedStateFile: Sendable, Equatable, CustomStringConvertible {
         }
 
         /// Why the file is unusable, when that shows without SQLite: something other than a
-        /// regular file in its place (a symbolic link the open refuses on its own), an empty
-        /// file, or a file that does not start with SQLite's header. Checked first because
-        /// SQLite, opening a file whose header is garbage or that is empty, deletes the -wal
-        /// and -shm beside it on close, and those belong with the kept file. Nil when SQLite
-        /// has to judge (or there is no file).
+        /// regular file in its place, an empty file, or a file that does not start with
+        /// SQLite's header. Checked first because SQLite, opening a file whose header is
+        /// garbage or that is empty, deletes the -wal and -shm beside it on close, and those
+        /// belong with the kept file. Nil when SQLite has to judge (or there is no file).
+        ///
+        /// A symbolic link is judged by itself (lstat), never followed: SQLite refuses to
+        /// open one (SQLITE_OPEN_NOFOLLOW), and left in place it would keep the state file
+        /// from opening at every start.
         func unusableBeforeOpening() -> String? {
             var info = stat()
             guard lstat(path, &info) == 0 else { return nil }
             let kind: String
             switch info.st_mode & S_IFMT {
             case S_IFREG: return contentProblem(size: Int(info.st_size))
-            case S_IFLNK: return nil
+            case S_IFLNK: kind = "a symbolic link"
             case S_IFDIR: kind = "a directory"
             case S_IFIFO: kind = "a FIFO"
             case S_IFSOCK: kind = "a socket"

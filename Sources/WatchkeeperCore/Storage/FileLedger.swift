@@ -106,14 +106,15 @@ public final class FileLedger {
     /// Opens `<stateDirectory>/watchkeeper.sqlite3` (creating the directory, mode 0750, and
     /// the file if needed) and checks it with `PRAGMA quick_check`. A file that is not a
     /// database, is corrupt, is empty (0 bytes: a file we created never stays so), or
-    /// cannot be opened for what it is (a directory in its place, unreadable) is moved aside
-    /// with its -wal and -shm to `<name>.damaged-<UTC time>`, and a new file takes its
-    /// place: losing the ledger means handling some files again, which is better than never
-    /// catching up again. `Opened.rebuilt` says so, once, for the log.
+    /// cannot be opened for what it is (a symbolic link, which is moved and never followed,
+    /// or a directory in its place, unreadable) is moved aside with its -wal and -shm to
+    /// `<name>.damaged-<UTC time>`, and a new file takes its place: losing the ledger means
+    /// handling some files again, which is better than never catching up again.
+    /// `Opened.rebuilt` says so, once, for the log.
     ///
     /// Not treated as damage, so thrown: a state directory that cannot be created or written,
-    /// a symbolic link in the file's place, a full disk or I/O error, a lock held past the
-    /// busy timeout, and a schema from a newer release (that file is fine, we are too old).
+    /// a full disk or I/O error, a lock held past the busy timeout, and a schema from a newer
+    /// release (that file is fine, we are too old).
     ///
     /// Open this before TaskStore: the task state lives in the same file, and a TaskStore
     /// connection to a file that is then moved aside would go on writing to the kept file.

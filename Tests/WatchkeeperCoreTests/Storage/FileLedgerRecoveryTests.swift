@@ -30,8 +30,8 @@ final class FileLedgerRecoveryTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try ledger.count(rule: "r"), 1, file: file, line: line)
     }
 
-    private func filledLedger(entries: Int) throws {
-        let ledger = try FileLedger.open(stateDirectory: directory, now: now).ledger
+    private func filledLedger(entries: Int, in stateDirectory: String? = nil) throws {
+        let ledger = try FileLedger.open(stateDirectory: stateDirectory ?? directory, now: now).ledger
         try ledger.record((0..<entries).map { index in
             LedgerRecord(rule: "r", path: Array("some/longer/directory/name/file-\(index)".utf8),
                          identity: FileIdentity(device: 1, inode: UInt64(index), size: 3, modifiedNanoseconds: 4), outcome: "ok", handledAt: now)
@@ -190,12 +190,56 @@ final class FileLedgerRecoveryTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try filesInDirectory().filter { $0.contains("damaged") }, [])
     }
 
-    func testOpen_aSymbolicLinkInTheFilesPlace_isRefused_notMovedAside() throws {
-        XCTAssertEqual(symlink(directory + "/elsewhere", databasePath), 0)
-        XCTAssertThrowsError(try FileLedger.open(stateDirectory: directory, now: now)) { error in
+    /// SQLite refuses to open a link (SQLITE_OPEN_NOFOLLOW): left in place it disabled
+    /// catch-up for the daemon's life, at every start.
+    func testOpen_aSymbolicLinkInTheFilesPlace_isMovedAsideUnfollowed_andANewLedgerStarts() throws {
+        let target = directory + "/elsewhere"
+        XCTAssertTrue(FileManager.default.createFile(atPath: target, contents: Data("not the ledger".utf8)))
+        XCTAssertEqual(symlink(target, databasePath), 0)
+
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        let rebuilt = try XCTUnwrap(opened.rebuilt, "a link in the file's place was not moved aside")
+        XCTAssertEqual(rebuilt.reason, "a symbolic link is in its place")
+        XCTAssertEqual(rebuilt.keptAt, keptPath)
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: keptPath), target, "the link itself is kept")
+        XCTAssertEqual(try String(contentsOfFile: target, encoding: .utf8), "not the ledger", "what it points at is untouched")
+        var info = stat()
+        XCTAssertEqual(lstat(databasePath, &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFREG, "a file of our own took the link's place")
+        try assertUsable(opened.ledger)
+        let store = try TaskStore(directory: directory)
+        defer { store.close() }
+        XCTAssertNil(try store.state(task: "nightly"), "the task state opens the new file, empty")
+    }
+
+    /// Only a link in the file's own place is moved aside. SQLite (SQLITE_OPEN_NOFOLLOW)
+    /// also refuses a path through a linked state directory; the file there is not
+    /// damaged, so it stays where it is and the open fails, as it always did.
+    func testOpen_throughALinkedStateDirectory_isRefused_andMovesNothing() throws {
+        let real = directory + "/real"
+        let linked = directory + "/linked"
+        try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: false)
+        try filledLedger(entries: 1, in: real)
+        XCTAssertEqual(symlink(real, linked), 0)
+        XCTAssertThrowsError(try FileLedger.open(stateDirectory: linked, now: now)) { error in
             XCTAssertEqual((error as? SQLiteError)?.code, SQLiteConnection.cantOpenSymlink, "\(error)")
         }
-        XCTAssertEqual(try filesInDirectory(), [StateDatabase.fileName])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: real).filter { $0.contains("damaged") }, [])
+        let reopened = try FileLedger.open(stateDirectory: real, now: now)
+        defer { reopened.ledger.close() }
+        XCTAssertNil(reopened.rebuilt)
+        XCTAssertEqual(try reopened.ledger.count(rule: "r"), 1)
+    }
+
+    func testOpen_aDanglingSymbolicLink_isMovedAside_withoutCreatingItsTarget() throws {
+        let target = directory + "/nowhere/watchkeeper.sqlite3"
+        XCTAssertEqual(symlink(target, databasePath), 0)
+        let opened = try FileLedger.open(stateDirectory: directory, now: now)
+        defer { opened.ledger.close() }
+        XCTAssertEqual(opened.rebuilt?.reason, "a symbolic link is in its place")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory + "/nowhere"))
+        try assertUsable(opened.ledger)
     }
 
     /// Files written by the release before FileLedger (schema version 2) open, migrate to
