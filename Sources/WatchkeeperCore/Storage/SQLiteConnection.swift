@@ -430,7 +430,13 @@ public final class SQLiteConnection {
         let hint: String?
         switch code & 0xff {
         case SQLITE_CANTOPEN where code == SQLiteConnection.cantOpenSymlink:
-            hint = "it is a symbolic link, which watchkeeper does not follow: put the file itself there"
+            // SQLite refuses a link anywhere on the path, not only in the file's place.
+            var info = stat()
+            if lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK {
+                hint = "it is a symbolic link, which watchkeeper does not follow: put the file itself there"
+            } else {
+                hint = "a directory on its path is a symbolic link, which watchkeeper does not follow: name the \(options.directoryRole) by its real path"
+            }
         case SQLITE_CANTOPEN, SQLITE_READONLY, SQLITE_PERM, SQLITE_AUTH:
             if errorNumber == ENOENT || errorNumber == ENOTDIR {
                 hint = "does the \(options.directoryRole) \(directory) exist?"

@@ -43,6 +43,19 @@ final class SQLiteConnectionTests: ScratchDirectoryTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: target))
     }
 
+    func testOpen_throughALinkedDirectory_failsNamingTheDirectoryNotTheFile() throws {
+        let real = directory + "/real"
+        XCTAssertEqual(mkdir(real, 0o700), 0)
+        XCTAssertEqual(symlink(real, directory + "/linked"), 0)
+        let linkedPath = directory + "/linked/state.sqlite3"
+        XCTAssertThrowsError(try SQLiteConnection(path: linkedPath, options: .init(label: "task state", directoryRole: "state directory"))) { error in
+            let error = error as! SQLiteError
+            XCTAssertEqual(error.code, SQLiteConnection.cantOpenSymlink, error.description)
+            XCTAssertTrue(error.description.hasSuffix("(a directory on its path is a symbolic link, which watchkeeper does not follow: name the state directory by its real path)"),
+                          error.description)
+        }
+    }
+
     func testExecute_bindsAndReadsBackEveryKindOfValue_includingInvalidUTF8AndEmptyBlobs() throws {
         let connection = try SQLiteConnection(path: path)
         defer { connection.close() }
