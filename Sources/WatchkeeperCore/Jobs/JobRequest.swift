@@ -154,7 +154,9 @@ extension RunRecord {
             ("MESSAGE_ID", Array(MessageID.runFinished.rawValue.utf8)),
         ]
         for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
-        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LineEscaping.escaped(message))"
+        // The message already holds the path escaped (as the journal's MESSAGE shows it):
+        // escaping its backslashes again would show `\u202e` as `\\u202e` on stderr.
+        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LineEscaping.controlsEscaped(message))"
                       + LogSink.metadataSuffix(pairs))
     }
 }

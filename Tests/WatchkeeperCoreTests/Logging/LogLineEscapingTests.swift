@@ -118,6 +118,19 @@ final class LogLineEscapingTests: XCTestCase {
                                         + #"path="/srv/in/a, outcome=ok, path=/x", event=closed_write, exit_code=1)"# + "\n"), written)
     }
 
+    func testRunRecordOnStderr_showsThePathInItsMessageEscapedOnce_asTheJournalMessageDoes() throws {
+        let sink = LogSink(target: .stderr, level: .info, problemCapacity: 4)
+        let record = RunRecord(name: "inbox", runID: "00000000000000ab", attempt: 1, outcome: .ok, scheduledAt: nil,
+                               startedAt: nil, finishedAt: time, duration: .milliseconds(5), exit: .exited(0), expiry: nil,
+                               lateness: nil, detail: nil)
+        let path = Array(#"/srv/in/a\b"#.utf8) + Array("\u{202E}fdp.exe\n".utf8)
+        let subject = JobSubject.file(FileSubject(path: path, rootLength: 7, event: .closedWrite, identity: nil))
+        let written = try capturingStandardError { record.journal(to: sink, key: JobKey(.watch, "inbox"), subject: subject) }
+        XCTAssertTrue(written.contains(#" info: watch inbox run 00000000000000ab (/srv/in/a\\b\u202efdp.exe\n): ok (exit 0) in 5ms ("#),
+                      written)
+        XCTAssertTrue(written.contains(#"path="/srv/in/a\\b\u202efdp.exe\n""#), written)
+    }
+
     /// What the sink itself writes to fd 2 while `body` runs, through a pipe put in its place.
     private func capturingStandardError(_ body: () -> Void) throws -> String {
         let pipe = try OwnedPipe.forJobOutput().releaseEnds()
