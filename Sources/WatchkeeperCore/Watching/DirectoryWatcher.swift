@@ -11,11 +11,15 @@ import Glibc
 enum WatchOwner: Hashable, Sendable, CustomStringConvertible {
     case rule(String)
     case parentOf(String)
+    /// The directories above a rule's root, and those holding a symbolic link of its path:
+    /// their locations are absolute paths without the leading slash.
+    case ancestorsOf(String)
 
     var description: String {
         switch self {
         case .rule(let name): return name
         case .parentOf(let name): return "parent of \(name)"
+        case .ancestorsOf(let name): return "ancestors of \(name)"
         }
     }
 }
@@ -197,110 +201,6 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
     }
 
-    // MARK: Roots
-
-    /// Watches the rule's root, resolving symbolic links, or notes it missing and watches
-    /// for it to appear. `catchUp`: the files already there are handled (those not in the
-    /// ledger in their current form).
-    func watchRoot(_ rule: WatchRule, catchUp: Bool) {
-        guard inotify != nil else { return }
-        switch Self.resolveDirectory(rule.settings.path) {
-        case .unusable(let why):
-            if !rule.isMissing || rule.rootNote == nil {
-                logger.warning("watch \(rule.name): unable to watch \(rule.settings.path): \(why); watching for it to appear (and checking every \(Self.recheckInterval.compactDescription))")
-            }
-            rule.root = nil
-            rule.rootNote = why
-            watchParent(of: rule)
-            armRecheckIfNeeded()
-        case .directory(let resolved):
-            dropParentWatch(of: rule)
-            let configured = rule.configuredRoot
-            let note = resolved == configured ? nil : "a symbolic link to \(LineEscaping.escaped(resolved)); watching that directory"
-            if note != nil && note != rule.rootNote {
-                logger.notice("watch \(rule.name): \(rule.settings.path) is \(note!)")
-            } else if rule.rootNote != nil && rule.root == nil {
-                logger.notice("watch \(rule.name): \(rule.settings.path) is there (again); watching it\(catchUp ? " and catching up its files" : "")")
-            }
-            rule.root = resolved
-            rule.rootNote = note
-            addTree(rule, from: [], emitFiles: catchUp)
-        }
-    }
-
-    enum ResolvedRoot: Equatable {
-        case directory([UInt8])
-        case unusable(String)
-    }
-
-    /// The real path of a directory (symbolic links resolved), or why there is none.
-    static func resolveDirectory(_ path: String) -> ResolvedRoot {
-        guard let resolved = realpath(path, nil) else {
-            let error = errno
-            return .unusable(error == ENOENT ? "no such directory" : String(cString: strerror(error)))
-        }
-        defer { free(resolved) }
-        var info = stat()
-        guard stat(resolved, &info) == 0 else { return .unusable(String(cString: strerror(errno))) }
-        guard (info.st_mode & S_IFMT) == S_IFDIR else { return .unusable("not a directory") }
-        return .directory(Array(String(cString: resolved).utf8))
-    }
-
-    /// The root was renamed away, deleted or unmounted: its old watches would report the
-    /// moved tree's events under the old path, so all of them go, and the path is watched
-    /// for whatever appears there next.
-    func lose(_ rule: WatchRule, why: String) {
-        guard !rule.isMissing else { return }
-        rule.rootsLost += 1
-        unwatch(rule)
-        logger.warning("watch \(rule.name): \(rule.settings.path) \(why); its old tree is no longer watched, and a new directory at that path will be watched and caught up")
-        rule.root = nil
-        rule.rootNote = why
-        // Something may already be there (rename and mkdir in one breath).
-        watchRoot(rule, catchUp: true)
-    }
-
-    func unwatch(_ rule: WatchRule) {
-        rule.settleTimer?.cancel()
-        rule.settleTimer = nil
-        rule.fallbackTimer?.cancel()
-        rule.fallbackTimer = nil
-        rule.unwatchable.removeAll()
-        for wd in table.removeOwner(.rule(rule.name)) { _ = inotify?.removeWatch(wd) }
-    }
-
-    private func watchParent(of rule: WatchRule) {
-        guard let inotify, let slash = rule.configuredRoot.lastIndex(of: UInt8(ascii: "/")) else { return }
-        let parent = slash == 0 ? [UInt8(ascii: "/")] : Array(rule.configuredRoot[..<slash])
-        // Any new entry: the root may come back as a directory or as a link to one.
-        guard case .success(let wd) = inotify.addWatch(path: parent, mask: [.create, .movedTo], existing: .addToMask) else {
-            return // the parent is missing too: the periodic check remains
-        }
-        let (_, replaced) = table.insert(wd, for: .init(owner: .parentOf(rule.name), relative: []))
-        if let replaced { _ = inotify.removeWatch(replaced) }
-    }
-
-    private func dropParentWatch(of rule: WatchRule) {
-        for wd in table.removeOwner(.parentOf(rule.name)) { _ = inotify?.removeWatch(wd) }
-    }
-
-    private func armRecheckIfNeeded() {
-        guard recheckTimer == nil, accepting, rules.values.contains(where: \.isMissing) else { return }
-        let timer = context.sources.makeTimer(owner: "watching", target: "missing watch roots: check every \(Self.recheckInterval.compactDescription)",
-                                              on: queue) { [unowned self] in
-            for name in self.order {
-                // A root that comes back may already hold files: they are handled.
-                if let rule = self.rules[name], rule.isMissing { self.watchRoot(rule, catchUp: true) }
-            }
-            if !self.rules.values.contains(where: \.isMissing) {
-                self.recheckTimer?.cancel()
-                self.recheckTimer = nil
-            }
-        }
-        timer.schedule(at: .now() + Self.recheckInterval.dispatchInterval, repeating: Self.recheckInterval)
-        recheckTimer = timer
-    }
-
     // MARK: Events
 
     private func handle(_ events: [InotifyEvent]) {
@@ -315,18 +215,30 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                     case .rule(let name):
                         if let rule = rules[name] { handleEntry(event, in: location, rule: rule, now: now) }
                     case .parentOf(let name):
-                        if let rule = rules[name], rule.isMissing, event.name == Self.baseName(rule.configuredRoot) {
+                        if let rule = rules[name], rule.isMissing, event.name == rule.awaitedName {
                             watchRoot(rule, catchUp: true)
                         }
+                    case .ancestorsOf(let name):
+                        if let rule = rules[name] { ancestorChanged(rule, at: location, event: event, why: nil) }
                     }
                 }
             case .movedAway(_, let locations):
                 for case (.rule(let name), true) in locations.map({ ($0.owner, $0.relative.isEmpty) }) {
                     if let rule = rules[name] { lose(rule, why: "was renamed away") }
                 }
+                for location in locations {
+                    if case .ancestorsOf(let name) = location.owner, let rule = rules[name] {
+                        ancestorChanged(rule, at: location, event: nil, why: "was renamed away")
+                    }
+                }
             case .deleted(_, let locations):
                 for case (.rule(let name), true) in locations.map({ ($0.owner, $0.relative.isEmpty) }) {
                     if let rule = rules[name] { lose(rule, why: "was deleted") }
+                }
+                for location in locations {
+                    if case .ancestorsOf(let name) = location.owner, let rule = rules[name] {
+                        ancestorChanged(rule, at: location, event: nil, why: "was deleted")
+                    }
                 }
             case .unmounted(let wd, let locations):
                 _ = wd
@@ -441,10 +353,6 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         } catch {
             problems.report("unable to update the file ledger for a moved directory", example: "\(error)")
         }
-    }
-
-    static func baseName(_ path: [UInt8]) -> [UInt8] {
-        Array(path.split(separator: UInt8(ascii: "/")).last ?? [])
     }
 
     static func sysctl(_ name: String) -> String? {

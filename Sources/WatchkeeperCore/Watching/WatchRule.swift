@@ -17,6 +17,12 @@ final class WatchRule: @unchecked Sendable {
     var root: [UInt8]?
     /// Said once in the log and kept for the dump: "a symbolic link to /data/in".
     var rootNote: String?
+    /// The symbolic links on the configured path (absolute, without the leading slash, under
+    /// their real directory): a change of one of these names is a possible retarget.
+    var rootLinks: Set<[UInt8]> = []
+    /// While the root is missing: the name whose appearance in the watched directory above it
+    /// (the nearest that exists) brings it, or its next missing parent, closer.
+    var awaitedName: [UInt8] = []
     var settle = SettleQueue<PendingFile>()
     var settleTimer: RegisteredTimer?
     /// Files whose job succeeded in this life, by inode, with the form and path they had,

@@ -1,0 +1,194 @@
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Roots: resolving a rule's configured path to the directory watched, noticing when the
+/// path stops leading there (the root or an ancestor renamed or removed, a link on the path
+/// retargeted), and watching for a missing root to appear.
+extension DirectoryWatcher {
+    /// Watches the rule's root, resolving symbolic links, or notes it missing and watches
+    /// for it to appear. `catchUp`: the files already there are handled (those not in the
+    /// ledger in their current form).
+    func watchRoot(_ rule: WatchRule, catchUp: Bool) {
+        guard inotify != nil else { return }
+        switch Self.resolveDirectory(rule.settings.path) {
+        case .unusable(let why):
+            if !rule.isMissing || rule.rootNote == nil {
+                logger.warning("watch \(rule.name): unable to watch \(rule.settings.path): \(why); watching for it to appear (and checking every \(Self.recheckInterval.compactDescription))")
+            }
+            rule.root = nil
+            rule.rootNote = why
+            watchParent(of: rule)
+            armRecheckIfNeeded()
+        case .directory(let resolved):
+            dropParentWatch(of: rule)
+            let configured = rule.configuredRoot
+            let note = resolved == configured ? nil : "a symbolic link to \(LineEscaping.escaped(resolved)); watching that directory"
+            if note != nil && note != rule.rootNote {
+                logger.notice("watch \(rule.name): \(rule.settings.path) is \(note!)")
+            } else if rule.rootNote != nil && rule.root == nil {
+                logger.notice("watch \(rule.name): \(rule.settings.path) is there (again); watching it\(catchUp ? " and catching up its files" : "")")
+            }
+            rule.root = resolved
+            rule.rootNote = note
+            watchAncestors(of: rule, resolved: resolved)
+            addTree(rule, from: [], emitFiles: catchUp)
+        }
+    }
+
+    enum ResolvedRoot: Equatable {
+        case directory([UInt8])
+        case unusable(String)
+    }
+
+    /// The real path of a directory (symbolic links resolved), or why there is none.
+    static func resolveDirectory(_ path: String) -> ResolvedRoot {
+        guard let resolved = realpath(path, nil) else {
+            let error = errno
+            return .unusable(error == ENOENT ? "no such directory" : String(cString: strerror(error)))
+        }
+        defer { free(resolved) }
+        var info = stat()
+        guard stat(resolved, &info) == 0 else { return .unusable(String(cString: strerror(errno))) }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else { return .unusable("not a directory") }
+        return .directory(Array(String(cString: resolved).utf8))
+    }
+
+    /// The root was renamed away, deleted or unmounted: its old watches would report the
+    /// moved tree's events under the old path, so all of them go, and the path is watched
+    /// for whatever appears there next.
+    func lose(_ rule: WatchRule, why: String) {
+        guard !rule.isMissing else { return }
+        rule.rootsLost += 1
+        unwatch(rule)
+        logger.warning("watch \(rule.name): \(rule.settings.path) \(why); its old tree is no longer watched, and a new directory at that path will be watched and caught up")
+        // What waits to settle was seen in the old tree: its paths now name whatever the new
+        // one holds. The new root's catch-up finds what is there; jobs already handed to the
+        // engine find their file gone or replaced just before they start, and do not run.
+        cancelSettling(rule, detail: "the root \(why)")
+        rule.root = nil
+        rule.rootNote = why
+        // Something may already be there (rename and mkdir in one breath).
+        watchRoot(rule, catchUp: true)
+    }
+
+    func unwatch(_ rule: WatchRule) {
+        rule.settleTimer?.cancel()
+        rule.settleTimer = nil
+        rule.fallbackTimer?.cancel()
+        rule.fallbackTimer = nil
+        rule.unwatchable.removeAll()
+        for wd in table.removeOwner(.rule(rule.name)) { _ = inotify?.removeWatch(wd) }
+        for wd in table.removeOwner(.ancestorsOf(rule.name)) { _ = inotify?.removeWatch(wd) }
+        rule.rootLinks = []
+    }
+
+    // MARK: Ancestors and links
+
+    /// The root's path can stop naming the watched directory without the root itself moving:
+    /// an ancestor renamed or removed (`mv /srv/p /srv/p.old; mkdir -p /srv/p/in`), or a
+    /// symbolic link on the path retargeted (`ln -sfn v2 current`, the deploy pattern). The
+    /// old watches would go on reporting the old directory under the configured path, so each
+    /// ancestor of the real root is watched for IN_MOVE_SELF and IN_DELETE_SELF, and each
+    /// directory holding a link of the configured path for changes of that name. Costs one
+    /// watch per level of the path (shared between rules), and events for other names in a
+    /// link's directory, which are dropped here by name.
+    func watchAncestors(of rule: WatchRule, resolved: [UInt8]) {
+        guard let inotify else { return }
+        let slash = UInt8(ascii: "/")
+        var links: Set<[UInt8]> = []
+        var watched: [([UInt8], InotifyMask)] = []
+        // The real root's ancestors, "/" excepted: it cannot be renamed or removed.
+        var ancestor = Array(resolved)
+        while let cut = ancestor.lastIndex(of: slash), cut > 0 {
+            ancestor = Array(ancestor[..<cut])
+            watched.append((ancestor, [.moveSelf, .deleteSelf]))
+        }
+        // Every symbolic link on the configured path, by the directory that holds it.
+        var prefix: [UInt8] = []
+        for component in rule.configuredRoot.split(separator: slash) {
+            let parent = prefix.isEmpty ? [slash] : prefix
+            prefix += [slash] + component
+            var info = stat()
+            let isLink = (prefix + [0]).withUnsafeBufferPointer { lstat(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), &info) } == 0
+                && info.st_mode & S_IFMT == S_IFLNK
+            guard isLink, case .directory(let realParent) = Self.resolveDirectory(String(decoding: parent, as: UTF8.self)) else { continue }
+            links.insert(Array(realParent.dropFirst()) + (realParent.count > 1 ? [slash] : []) + Array(component))
+            watched.append((realParent, [.create, .movedTo, .delete, .movedFrom]))
+        }
+        rule.rootLinks = links
+        for (directory, events) in watched {
+            guard case .success(let wd) = inotify.addWatch(path: directory, mask: events.union([.onlyDirectory, .dontFollow]), existing: .addToMask) else {
+                continue // gone already: the rename or removal is seen by the root's own watch or the recheck
+            }
+            let (_, replaced) = table.insert(wd, for: .init(owner: .ancestorsOf(rule.name), relative: Array(directory.dropFirst())))
+            if let replaced { _ = inotify.removeWatch(replaced) }
+        }
+    }
+
+    /// An event on a directory above a root: its own rename or removal, or an entry of it.
+    func ancestorChanged(_ rule: WatchRule, at location: WatchTable<WatchOwner>.Location, event: InotifyEvent?, why: String?) {
+        guard !rule.isMissing else { return }
+        let path = LineEscaping.escaped([UInt8(ascii: "/")] + location.relative)
+        if let why {
+            lose(rule, why: "is no longer where it was: \(path) above it \(why)")
+            return
+        }
+        guard let event, rule.rootLinks.contains(location.path(of: event.name)) else { return }
+        // A link of the path was replaced, removed or made: does the path still lead here?
+        switch Self.resolveDirectory(rule.settings.path) {
+        case .directory(let resolved) where resolved == rule.root:
+            return
+        case .directory(let resolved):
+            lose(rule, why: "now leads to \(LineEscaping.escaped(resolved)) (the symbolic link \(LineEscaping.escaped([UInt8(ascii: "/")] + location.path(of: event.name))) changed)")
+        case .unusable(let reason):
+            lose(rule, why: "no longer leads to a directory (the symbolic link \(LineEscaping.escaped([UInt8(ascii: "/")] + location.path(of: event.name))) changed: \(reason))")
+        }
+    }
+
+    /// Watches the nearest directory above the missing root that exists, for the next
+    /// component of the root's path to appear there: a root whose parents went too
+    /// (`mv p p.old; mkdir -p p/in`) is seen at once, not at the next periodic check. Each
+    /// step down moves the watch deeper.
+    private func watchParent(of rule: WatchRule) {
+        guard let inotify else { return }
+        let slash = UInt8(ascii: "/")
+        var awaited = rule.configuredRoot
+        while let cut = awaited.lastIndex(of: slash) {
+            let parent = cut == 0 ? [slash] : Array(awaited[..<cut])
+            let name = Array(awaited[(cut + 1)...])
+            // Any new entry: the root may come back as a directory or as a link to one.
+            if case .success(let wd) = inotify.addWatch(path: parent, mask: [.create, .movedTo, .onlyDirectory], existing: .addToMask) {
+                rule.awaitedName = name
+                let (_, replaced) = table.insert(wd, for: .init(owner: .parentOf(rule.name), relative: []))
+                if let replaced { _ = inotify.removeWatch(replaced) }
+                return
+            }
+            guard cut > 0 else { return }
+            awaited = parent
+        }
+    }
+
+    private func dropParentWatch(of rule: WatchRule) {
+        for wd in table.removeOwner(.parentOf(rule.name)) { _ = inotify?.removeWatch(wd) }
+    }
+
+    func armRecheckIfNeeded() {
+        guard recheckTimer == nil, accepting, rules.values.contains(where: \.isMissing) else { return }
+        let timer = context.sources.makeTimer(owner: "watching", target: "missing watch roots: check every \(Self.recheckInterval.compactDescription)",
+                                              on: queue) { [unowned self] in
+            for name in self.order {
+                // A root that comes back may already hold files: they are handled.
+                if let rule = self.rules[name], rule.isMissing { self.watchRoot(rule, catchUp: true) }
+            }
+            if !self.rules.values.contains(where: \.isMissing) {
+                self.recheckTimer?.cancel()
+                self.recheckTimer = nil
+            }
+        }
+        timer.schedule(at: .now() + Self.recheckInterval.dispatchInterval, repeating: Self.recheckInterval)
+        recheckTimer = timer
+    }
+}
