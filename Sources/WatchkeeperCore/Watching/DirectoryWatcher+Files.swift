@@ -501,15 +501,11 @@ extension DirectoryWatcher {
                     size = .string("unavailable: \(error)")
                 }
             }
-            return rule.describe(now: now, watchedDirectories: table.locations(ofOwner: .rule(rule.name)).count, ledgerSize: size)
+            return rule.describe(now: now, watchedDirectories: backend?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: size)
         }
-        return .object([
-            .init("inotify", inotify?.describe() ?? .string(inotifyProblem ?? "not needed")),
-            .init("watches_in_use", .int(Int64(table.descriptorCount))),
-            .init("watch_table", table.describe { $0.description }),
-            .init("max_user_watches", Self.sysctl("max_user_watches").flatMap { Int64($0) }.map { .int($0) } ?? .null),
+        let backendFields = backend?.describe() ?? [.init("inotify", .string(backendProblem ?? "not needed"))]
+        return .object(backendFields + [
             .init("overflows", .int(Int64(overflowsTotal))),
-            .init("unattributed_events", .int(Int64(unattributedEvents))),
             .init("mounts", mounts?.describe() ?? .string(mountsProblem ?? "not needed")),
             .init("ledger", ledger.map { .string($0.path) } ?? .null),
             .init("ledger_problem", ledgerProblem.map { .string($0) } ?? .null),

@@ -12,7 +12,7 @@ extension DirectoryWatcher {
     /// for it to appear. `catchUp`: the files already there are handled (those not in the
     /// ledger in their current form).
     func watchRoot(_ rule: WatchRule, catchUp: Bool) {
-        guard inotify != nil else { return }
+        guard backend != nil else { return }
         switch Self.resolveDirectory(rule.settings.path) {
         case .unusable(let why):
             if !rule.isMissing || rule.rootNote == nil {
@@ -80,8 +80,8 @@ extension DirectoryWatcher {
         rule.fallbackTimer?.cancel()
         rule.fallbackTimer = nil
         rule.unwatchable.removeAll()
-        for wd in table.removeOwner(.rule(rule.name)) { _ = inotify?.removeWatch(wd) }
-        for wd in table.removeOwner(.ancestorsOf(rule.name)) { _ = inotify?.removeWatch(wd) }
+        backend?.unwatch(.rule(rule.name), under: [])
+        backend?.unwatch(.ancestorsOf(rule.name), under: [])
         rule.rootLinks = []
     }
 
@@ -96,7 +96,7 @@ extension DirectoryWatcher {
     /// watch per level of the path (shared between rules), and events for other names in a
     /// link's directory, which are dropped here by name.
     func watchAncestors(of rule: WatchRule, resolved: [UInt8]) {
-        guard let inotify else { return }
+        guard let backend else { return }
         let slash = UInt8(ascii: "/")
         var links: Set<[UInt8]> = []
         var watched: [([UInt8], InotifyMask)] = []
@@ -120,11 +120,9 @@ extension DirectoryWatcher {
         }
         rule.rootLinks = links
         for (directory, events) in watched {
-            guard case .success(let wd) = inotify.addWatch(path: directory, mask: events.union([.onlyDirectory, .dontFollow]), existing: .addToMask) else {
-                continue // gone already: the rename or removal is seen by the root's own watch or the recheck
-            }
-            let (_, replaced) = table.insert(wd, for: .init(owner: .ancestorsOf(rule.name), relative: Array(directory.dropFirst())))
-            if let replaced { _ = inotify.removeWatch(replaced) }
+            // Gone already: the rename or removal is seen by the root's own watch or the recheck.
+            _ = backend.watch(.init(owner: .ancestorsOf(rule.name), relative: Array(directory.dropFirst())), path: directory,
+                              events: events.union([.onlyDirectory, .dontFollow]))
         }
     }
 
@@ -153,17 +151,15 @@ extension DirectoryWatcher {
     /// (`mv p p.old; mkdir -p p/in`) is seen at once, not at the next periodic check. Each
     /// step down moves the watch deeper.
     private func watchParent(of rule: WatchRule) {
-        guard let inotify else { return }
+        guard let backend else { return }
         let slash = UInt8(ascii: "/")
         var awaited = rule.configuredRoot
         while let cut = awaited.lastIndex(of: slash) {
             let parent = cut == 0 ? [slash] : Array(awaited[..<cut])
             let name = Array(awaited[(cut + 1)...])
             // Any new entry: the root may come back as a directory or as a link to one.
-            if case .success(let wd) = inotify.addWatch(path: parent, mask: [.create, .movedTo, .onlyDirectory], existing: .addToMask) {
+            if case .success = backend.watch(.init(owner: .parentOf(rule.name), relative: []), path: parent, events: [.create, .movedTo, .onlyDirectory]) {
                 rule.awaitedName = name
-                let (_, replaced) = table.insert(wd, for: .init(owner: .parentOf(rule.name), relative: []))
-                if let replaced { _ = inotify.removeWatch(replaced) }
                 return
             }
             guard cut > 0 else { return }
@@ -172,7 +168,7 @@ extension DirectoryWatcher {
     }
 
     private func dropParentWatch(of rule: WatchRule) {
-        for wd in table.removeOwner(.parentOf(rule.name)) { _ = inotify?.removeWatch(wd) }
+        backend?.unwatch(.parentOf(rule.name), under: [])
     }
 
     func armRecheckIfNeeded() {

@@ -32,7 +32,7 @@ extension DirectoryWatcher {
         guard let root = rule.root else { return }
         rule.rescans += 1
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
-            self.table.descriptor(owner: .rule(rule.name), relative: directory) != nil || self.addWatch(rule, relative: directory)
+            self.backend?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
         }, descend: { child in
             rule.mayContainSelected(directory: child)
         }, file: { path in
@@ -75,13 +75,11 @@ extension DirectoryWatcher {
     /// Directories listed by one walk beyond which its garbage is handed back to the kernel.
     static let trimAfterDirectories = 1_000
 
-    /// One inotify watch; false (and a report) when it could not be added.
+    /// One directory watched; false (and a report) when it could not be.
     func addWatch(_ rule: WatchRule, relative: [UInt8]) -> Bool {
-        guard let inotify else { return false }
-        switch inotify.addWatch(path: rule.absolute(relative), mask: rule.watchMask, existing: .addToMask) {
-        case .success(let wd):
-            let (_, replaced) = table.insert(wd, for: .init(owner: .rule(rule.name), relative: relative))
-            if let replaced { _ = inotify.removeWatch(replaced) }
+        guard let backend else { return false }
+        switch backend.watch(.init(owner: .rule(rule.name), relative: relative), path: rule.absolute(relative), events: rule.watchMask) {
+        case .success:
             return true
         case .failure(let error):
             reportWatchFailure(rule, relative: relative, error: error)
@@ -98,8 +96,8 @@ extension DirectoryWatcher {
             reportTooDeep(rule, relative: relative)
             return
         case .noSpace:
-            let limit = Self.sysctl("max_user_watches") ?? "?"
-            problems.report("unable to watch directories: inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(table.descriptorCount) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then they are scanned every \(fallbackInterval.compactDescription)",
+            let limit = InotifyBackend.sysctl("max_user_watches") ?? "?"
+            problems.report("unable to watch directories: inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(backend?.watchCount ?? 0) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then they are scanned every \(fallbackInterval.compactDescription)",
                             example: path)
         default:
             problems.report("watch \(rule.name): unable to watch directories: \(error) (\(error.symbolicName)); they are scanned every \(fallbackInterval.compactDescription) instead",
@@ -123,8 +121,8 @@ extension DirectoryWatcher {
     func overflowed() {
         overflowsTotal += 1
         // The instance's queue was sized when it was made; the sysctl may have changed since.
-        let now = Self.sysctl("max_queued_events") ?? "?"
-        let size = inotifyQueueSize.map { $0 == now ? $0 : "\($0) when watching started, \(now) now" } ?? now
+        let now = InotifyBackend.sysctl("max_queued_events") ?? "?"
+        let size = (backend as? InotifyBackend)?.queueSize.map { $0 == now ? $0 : "\($0) when watching started, \(now) now" } ?? now
         logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.inotify.max_queued_events=\(size)); rescanning every watched tree")
         for name in order {
             guard let rule = rules[name], !rule.isMissing else { continue }

@@ -35,18 +35,15 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     let context: JobContext
     let engine: JobEngine
     var logger: Logger { context.logger }
-    var inotify: InotifyWatcher?
-    var inotifyProblem: String?
-    /// fs.inotify.max_queued_events when the instance was made: its queue's size for life.
-    var inotifyQueueSize: String?
-    var table = WatchTable<WatchOwner>()
+    /// How directories are watched (inotify); nil until a rule needs it, or if it failed.
+    var backend: WatchBackend?
+    var backendProblem: String?
     var mounts: MountWatcher?
     var mountsProblem: String?
     var rules: [String: WatchRule] = [:]
     var order: [String] = []
     var accepting = true
     var overflowsTotal: UInt64 = 0
-    var unattributedEvents: UInt64 = 0
     var recheckTimer: RegisteredTimer?
     var pruneTimer: RegisteredTimer?
     /// Directories renamed away from a rule (IN_MOVED_FROM) by cookie, until the matching
@@ -92,7 +89,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// unwatched, and what they had waiting ends with a `cancelled` record each.
     func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        if inotify == nil && inotifyProblem == nil && !settings.isEmpty { openInotify() }
+        if backend == nil && backendProblem == nil && !settings.isEmpty { openBackend() }
         if mounts == nil && mountsProblem == nil && !settings.isEmpty { openMountWatcher() }
         if ledger == nil && ledgerProblem == nil && settings.contains(where: \.catchUp) { openLedger(stateDirectory) }
         for (name, rule) in rules {
@@ -147,25 +144,17 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         engine.queue.async { [engine] in engine.remove(key, reason: reason) }
     }
 
-    private func openInotify() {
-        do {
-            let watcher = try InotifyWatcher(queue: queue.queue, onEvents: { _ in }, onReadFailure: { _ in })
-            let stats = context.sources.register(.read, owner: "watching", target: "inotify fd (all watch rules)", on: queue)
-            watcher.setHandlers(onEvents: { [unowned self] events in
-                stats.fired()
-                self.handle(events)
-            }, onReadFailure: { [unowned self] failure in
-                self.problems.report("unable to read inotify events", example: "\(failure)")
-            })
-            watcher.start()
-            inotify = watcher
-            inotifyQueueSize = Self.sysctl("max_queued_events")
+    private func openBackend() {
+        do throws(Errno) {
+            backend = try InotifyBackend(queue: queue, sources: context.sources, problems: problems) { [unowned self] changes in
+                self.handle(changes)
+            }
         } catch {
             var message = "unable to create an inotify instance: \(error)"
             if error == .tooManyOpenFiles {
-                message += " (fs.inotify.max_user_instances=\(Self.sysctl("max_user_instances") ?? "?") reached; raise it with sysctl fs.inotify.max_user_instances=1024)"
+                message += " (fs.inotify.max_user_instances=\(InotifyBackend.sysctl("max_user_instances") ?? "?") reached; raise it with sysctl fs.inotify.max_user_instances=1024)"
             }
-            inotifyProblem = message
+            backendProblem = message
             logger.error("\(message); watch rules will not see events")
         }
     }
@@ -203,10 +192,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     // MARK: Events
 
-    private func handle(_ events: [InotifyEvent]) {
+    private func handle(_ changes: [WatchBackend.Change]) {
         let now = DispatchTime.now().uptimeNanoseconds
-        for event in events {
-            switch table.interpret(event) {
+        for change in changes {
+            switch change {
             case .overflow:
                 overflowed()
             case .entry(let event, let locations):
@@ -251,7 +240,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                     if let rule = rules[name] { lose(rule, why: "is no longer watchable") }
                 }
             case .unattributed:
-                unattributedEvents += 1
+                break // counted by the backend
             }
         }
     }
@@ -338,7 +327,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// A directory moved out of the tree (or within it, to be watched again at its new
     /// path): its watches would report paths that no longer belong to it.
     func dropSubtree(_ rule: WatchRule, relative: [UInt8]) {
-        for wd in table.removeSubtree(owner: .rule(rule.name), under: relative) { _ = inotify?.removeWatch(wd) }
+        backend?.unwatch(.rule(rule.name), under: relative)
     }
 
     /// A directory moved within the tree: the ledger follows it, so its files are found
@@ -355,7 +344,4 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
     }
 
-    static func sysctl(_ name: String) -> String? {
-        (try? readSmallFile("/proc/sys/fs/inotify/\(name)"))?.split(separator: "\n").first.map(String.init)
-    }
 }

@@ -1,0 +1,100 @@
+import SystemPackage
+
+/// How directories are watched. The coordinator names each directory by its owner (a rule,
+/// the parent of a missing root, a root's ancestors) and its path, and hears back what
+/// happened in those directories as table interpretations: an entry changed, a directory
+/// moved away, was deleted or unmounted, events were lost. The backend keeps the kernel's
+/// side (descriptors and which location each stands for). inotify is the one today; a
+/// polling and a fanotify backend implement the same next (issue 24), as watchman's
+/// `Watcher` does for its backends. Everything is called on the watching queue.
+protocol WatchBackend: AnyObject {
+    typealias Location = WatchTable<WatchOwner>.Location
+    typealias Change = WatchTable<WatchOwner>.Interpretation
+
+    /// Starts watching the directory at `path` (absolute) as `location`, for `events` and
+    /// whatever the location's other owners asked for. The errno says why it could not.
+    func watch(_ location: Location, path: [UInt8], events: InotifyMask) -> Result<Void, Errno>
+    func isWatched(_ location: Location) -> Bool
+    /// Stops watching every directory of `owner` at or under `relative` ("" for all).
+    func unwatch(_ owner: WatchOwner, under relative: [UInt8])
+    func watchedCount(of owner: WatchOwner) -> Int
+    /// Directories watched, all owners together (what counts against the kernel's limit).
+    var watchCount: Int { get }
+    /// What the SIGUSR1 dump shows of it.
+    func describe() -> [DumpField]
+}
+
+/// The inotify backend: one inotify instance for every rule, read until EAGAIN by one read
+/// source on the watching queue (InotifyWatcher), and the WatchTable of which location each
+/// descriptor stands for (several owners may share one directory, hence one descriptor).
+final class InotifyBackend: WatchBackend {
+    private let watcher: InotifyWatcher
+    private var table = WatchTable<WatchOwner>()
+    /// fs.inotify.max_queued_events when the instance was made: its queue's size for life.
+    let queueSize: String?
+    /// Events about descriptors no longer in the table (a directory already unwatched).
+    private(set) var unattributed: UInt64 = 0
+
+    /// Opens the instance and starts reading; `onChanges` gets each read's interpretations,
+    /// in order, on `queue`. Fails with the errno of inotify_init1 (EMFILE: the per-user
+    /// instance limit).
+    init(queue: SubsystemQueue, sources: SourceRegistry, problems: ProblemAggregator,
+         onChanges: @escaping ([Change]) -> Void) throws(Errno) {
+        watcher = try InotifyWatcher(queue: queue.queue, onEvents: { _ in }, onReadFailure: { _ in })
+        queueSize = Self.sysctl("max_queued_events")
+        let stats = sources.register(.read, owner: "watching", target: "inotify fd (all watch rules)", on: queue)
+        watcher.setHandlers(onEvents: { [unowned self] events in
+            stats.fired()
+            var changes: [Change] = []
+            changes.reserveCapacity(events.count)
+            for event in events {
+                let change = self.table.interpret(event)
+                if case .unattributed = change {
+                    self.unattributed += 1
+                } else {
+                    changes.append(change)
+                }
+            }
+            onChanges(changes)
+        }, onReadFailure: { failure in
+            problems.report("unable to read inotify events", example: "\(failure)")
+        })
+        watcher.start()
+    }
+
+    func watch(_ location: Location, path: [UInt8], events: InotifyMask) -> Result<Void, Errno> {
+        watcher.addWatch(path: path, mask: events, existing: .addToMask).map { wd in
+            let (_, replaced) = table.insert(wd, for: location)
+            if let replaced { _ = watcher.removeWatch(replaced) }
+        }
+    }
+
+    func isWatched(_ location: Location) -> Bool {
+        table.descriptor(for: location) != nil
+    }
+
+    func unwatch(_ owner: WatchOwner, under relative: [UInt8]) {
+        for wd in table.removeSubtree(owner: owner, under: relative) { _ = watcher.removeWatch(wd) }
+    }
+
+    func watchedCount(of owner: WatchOwner) -> Int {
+        table.locations(ofOwner: owner).count
+    }
+
+    var watchCount: Int { table.descriptorCount }
+
+    func describe() -> [DumpField] {
+        [
+            .init("inotify", watcher.describe()),
+            .init("watches_in_use", .int(Int64(table.descriptorCount))),
+            .init("watch_table", table.describe { $0.description }),
+            .init("max_user_watches", Self.sysctl("max_user_watches").flatMap { Int64($0) }.map { .int($0) } ?? .null),
+            .init("max_queued_events", queueSize.flatMap { Int64($0) }.map { .int($0) } ?? .null),
+            .init("unattributed_events", .int(Int64(unattributed))),
+        ]
+    }
+
+    static func sysctl(_ name: String) -> String? {
+        (try? readSmallFile("/proc/sys/fs/inotify/\(name)"))?.split(separator: "\n").first.map(String.init)
+    }
+}
