@@ -60,8 +60,13 @@ class WatchTestCase: XCTestCase {
 
     /// open, write, close: what most programs do (FileManager writes through a temporary file).
     func write(_ relative: String, _ text: String = "data") {
-        let fd = open(sandbox.root + "/in/" + relative, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        guard fd >= 0 else { return XCTFail("unable to create \(relative): \(String(cString: strerror(errno)))") }
+        create(sandbox.root + "/in/" + relative, text)
+    }
+
+    /// The same at an absolute path.
+    func create(_ path: String, _ text: String = "data") {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { return XCTFail("unable to create \(path): \(String(cString: strerror(errno)))") }
         _ = Array(text.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
         close(fd)
     }

@@ -27,14 +27,6 @@ final class DeliveryPatternTests: WatchTestCase {
         reads().reduce(into: [:]) { $0[$1.content, default: 0] += 1 }
     }
 
-    /// Writes `content` to `path` (absolute): open, write, close.
-    private func put(_ path: String, _ content: String, mode: Int32 = O_WRONLY | O_CREAT | O_TRUNC) {
-        let fd = open(path, mode, 0o644)
-        guard fd >= 0 else { return XCTFail("unable to create \(path): \(String(cString: strerror(errno)))") }
-        _ = Array(content.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-    }
-
     /// Sets the modification time, as `cp -p`, `tar -x` and `unzip` do.
     private func setModified(_ path: String, seconds: Int) {
         var times = [timespec(tv_sec: seconds, tv_nsec: 0), timespec(tv_sec: seconds, tv_nsec: 0)]
@@ -56,7 +48,7 @@ final class DeliveryPatternTests: WatchTestCase {
         let inbox = sandbox.root + "/in/"
         let payloads = (1...40).map { "payload-\($0)-" + String(repeating: "x", count: 100 + $0) }
         for (index, payload) in payloads.enumerated() {
-            put(inbox + "file\(index).part", payload)
+            create(inbox + "file\(index).part", payload)
             // The rename comes a moment later, as after curl or scp exits: the close may be
             // admitted first, and its job find the `.part` gone.
             usleep(UInt32(index % 8) * 4_000)
@@ -80,7 +72,7 @@ final class DeliveryPatternTests: WatchTestCase {
             // tar -x: the old file is unlinked, the new one written, then its mtime set.
             unlink(path)
             let content = "day-\(day)-" + String(repeating: "r", count: 50)
-            put(path, content)
+            create(path, content)
             setModified(path, seconds: 1_000_000_000)
             XCTAssertTrue(waitFor(10) { contentsRead()[content] != nil }, "day \(day) never read\n\(daemon.stderr)")
         }
@@ -98,7 +90,7 @@ final class DeliveryPatternTests: WatchTestCase {
         var inodes: Set<UInt> = []
         for round in 1...12 {
             let content = String(format: "round-%03d", round)
-            put(path, content)
+            create(path, content)
             inodes.insert(inode(path))
             setModified(path, seconds: 1_200_000_000)
             XCTAssertTrue(waitFor(10) {
@@ -118,7 +110,7 @@ final class DeliveryPatternTests: WatchTestCase {
             \(Self.reader)
             """)
         let path = sandbox.root + "/in/same.name"
-        put(path, "first-version")
+        create(path, "first-version")
         setModified(path, seconds: 1_300_000_000)
         XCTAssertTrue(waitFor(10) { contentsRead()["first-version"] != nil }, daemon.stderr)
         let firstInode = inode(path)
@@ -126,7 +118,7 @@ final class DeliveryPatternTests: WatchTestCase {
         // While the daemon is down: the file is replaced by one of the same size and mtime,
         // in the freed inode where the file system gives it back.
         unlink(path)
-        put(path, "other-version")
+        create(path, "other-version")
         setModified(path, seconds: 1_300_000_000)
         let notify = try NotifySocket()
         daemon = try sandbox.startReady(notifySocket: notify)
@@ -144,10 +136,10 @@ final class DeliveryPatternTests: WatchTestCase {
             \(Self.reader)
             """)
         try FileManager.default.createDirectory(atPath: sandbox.root + "/in/done", withIntermediateDirectories: true)
-        put(sandbox.root + "/in/a.dat", "moved-after-its-job")
+        create(sandbox.root + "/in/a.dat", "moved-after-its-job")
         XCTAssertTrue(waitFor(10) { contentsRead()["moved-after-its-job"] == 1 }, daemon.stderr)
         XCTAssertEqual(rename(sandbox.root + "/in/a.dat", sandbox.root + "/in/done/a.dat"), 0)
-        put(sandbox.root + "/in/marker", "marker")
+        create(sandbox.root + "/in/marker", "marker")
         XCTAssertTrue(waitFor(10) { contentsRead()["marker"] == 1 }, daemon.stderr)
         XCTAssertTrue(waitFor(10) { (dumpedRule()?["duplicates_dropped"] as? Int ?? 0) >= 1 }, daemon.stderr)
         XCTAssertEqual(contentsRead()["moved-after-its-job"], 1, "\(reads())")
@@ -161,16 +153,16 @@ final class DeliveryPatternTests: WatchTestCase {
             \(Self.reader)
             """)
         try FileManager.default.createDirectory(atPath: sandbox.root + "/outside", withIntermediateDirectories: true)
-        put(sandbox.root + "/outside/kept", "linked-and-kept")
+        create(sandbox.root + "/outside/kept", "linked-and-kept")
         XCTAssertEqual(link(sandbox.root + "/outside/kept", sandbox.root + "/in/kept"), 0)
         // maildir: link into new/, then remove the other name at once.
-        put(sandbox.root + "/outside/tmp", "linked-then-unlinked")
+        create(sandbox.root + "/outside/tmp", "linked-then-unlinked")
         XCTAssertEqual(link(sandbox.root + "/outside/tmp", sandbox.root + "/in/mail"), 0)
         XCTAssertEqual(unlink(sandbox.root + "/outside/tmp"), 0)
         XCTAssertTrue(waitFor(15) { contentsRead()["linked-and-kept"] == 1 && contentsRead()["linked-then-unlinked"] == 1 },
                       "\(reads())\n\(daemon.stderr)")
         // A file written in place gets one job, not one for its creation and one for its close.
-        put(sandbox.root + "/in/written", "written-in-place")
+        create(sandbox.root + "/in/written", "written-in-place")
         XCTAssertTrue(waitFor(10) { contentsRead()["written-in-place"] != nil }, daemon.stderr)
         Thread.sleep(forTimeInterval: 1.5) // the scan window a created file would have waited
         XCTAssertEqual(contentsRead()["written-in-place"], 1, "\(reads())")

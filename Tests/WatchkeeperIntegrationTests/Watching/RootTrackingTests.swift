@@ -13,13 +13,6 @@ final class RootTrackingTests: WatchTestCase {
         records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
     }
 
-    private func create(_ path: String, _ content: String = "data") {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        guard fd >= 0 else { return XCTFail("unable to create \(path): \(String(cString: strerror(errno)))") }
-        _ = Array(content.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-    }
-
     func testTheRootsParentRenamed_isNoticed_theOldTreeRunsNothing_andTheNewRootIsWatched() throws {
         try start("""
             [[watch]]
