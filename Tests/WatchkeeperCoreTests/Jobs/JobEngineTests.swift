@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Logging
 // A ThreadSanitizer build (make sanitize) brings its own Mutex from WatchkeeperCore.
 #if WATCHKEEPER_TSAN
@@ -166,6 +167,62 @@ final class JobEngineTests: XCTestCase {
         XCTAssertEqual(done.all.first?.final.outcome, .expired)
         XCTAssertEqual(done.all.first?.final.expiry, .shutdown)
         XCTAssertEqual(kill(pid, 0), -1, "the job must be dead when the drain reports")
+    }
+
+    func testAFileRenamedOrReplacedBeforeItsJobStarts_doesNotRun_andABatchRunsWithTheRest() throws {
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let directory = try makeScratchDirectory()
+        let blocker = JobKey(.task, "blocker")
+        let rule = JobKey(.watch, "inbox")
+        func admitted(_ name: String) throws -> FileSubject {
+            let path = directory + "/" + name
+            FileManager.default.createFile(atPath: path, contents: Data(name.utf8))
+            let status = try XCTUnwrap(FileStatus.of(Array(path.utf8), followSymlinks: false))
+            return FileSubject(path: Array(path.utf8), rootLength: directory.utf8.count, event: .closedWrite, identity: status.identity)
+        }
+        let renamed = try admitted("renamed.part")
+        let replaced = try admitted("replaced")
+        let kept = try admitted("kept")
+        engine.queue.queue.sync {
+            engine.configure(group(blocker, "sleep 0.3"))
+            engine.configure(group(rule, "exit 0"))
+            engine.submit(blocker, subject: .schedule(scheduledAt: nil)) { _ in }
+            engine.submit(rule, subject: .file(renamed)) { done.add($0) }
+            engine.submit(rule, subject: .batch([replaced, kept], input: .argv)) { done.add($0) }
+        }
+        // While they wait: one renamed away, one replaced by another file of the same name.
+        XCTAssertEqual(rename(directory + "/renamed.part", directory + "/renamed.dat"), 0)
+        XCTAssertEqual(unlink(directory + "/replaced"), 0)
+        FileManager.default.createFile(atPath: directory + "/replaced", contents: Data("another file".utf8))
+        XCTAssertTrue(done.wait(2))
+        let byPath = Dictionary(uniqueKeysWithValues: done.all.map { (String(decoding: $0.subject.files[0].path, as: UTF8.self), $0) })
+        XCTAssertEqual(byPath[directory + "/renamed.part"]?.final.outcome, .cancelled)
+        XCTAssertEqual(byPath[directory + "/renamed.part"]?.final.detail, "cancelled: the file was renamed, removed or replaced before its job started")
+        let batch = try XCTUnwrap(byPath[directory + "/kept"], "the batch runs with the file that is still there: \(byPath.keys)")
+        XCTAssertEqual(batch.final.outcome, .ok)
+        XCTAssertEqual(batch.subject.files.map { String(decoding: $0.path, as: UTF8.self) }, [directory + "/kept"])
+    }
+
+    func testReshape_handsBackWaitingWork_inTheSameTurnAsTheNewSettings() {
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let blocker = JobKey(.task, "blocker")
+        let rule = JobKey(.watch, "bulk")
+        var withdrawn: [JobSubject] = []
+        engine.queue.queue.sync {
+            engine.configure(group(blocker, "sleep 0.2"))
+            engine.configure(group(rule, "exit 0"))
+            engine.submit(blocker, subject: .schedule(scheduledAt: nil)) { _ in }
+            for name in ["a", "b"] {
+                let file = FileSubject(path: Array("/srv/\(name)".utf8), rootLength: 4, event: .closedWrite, identity: nil)
+                engine.submit(rule, subject: .file(file)) { done.add($0) }
+            }
+            withdrawn = engine.reshape(group(rule, "exit 0") { $0.settings.command = .arguments(["/bin/true", "{paths}"]) })
+            XCTAssertEqual(engine.waitingCount, 0)
+        }
+        XCTAssertEqual(withdrawn.flatMap(\.files).map { String(decoding: $0.path, as: UTF8.self) }, ["/srv/a", "/srv/b"])
+        XCTAssertFalse(done.wait(1, timeout: 0.5), "taken back work completes nowhere: the caller submits it again")
     }
 
     func testSubmit_afterTheDrainBegan_completesAtOnceAsCancelled() {
