@@ -194,6 +194,12 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     private func handle(_ changes: [WatchBackend.Change]) {
         let now = DispatchTime.now().uptimeNanoseconds
+        // Files whose writer's close is in this same read: their IN_CREATE needs no look (the
+        // close is the evidence), which keeps a burst of written files off the created path.
+        var closedNow: Set<EntryKey> = []
+        for case .entry(let event, _) in changes where event.mask.contains(.closeWrite) && !event.isDirectory {
+            closedNow.insert(EntryKey(wd: event.wd, name: event.name))
+        }
         for change in changes {
             switch change {
             case .overflow:
@@ -202,7 +208,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 for location in locations {
                     switch location.owner {
                     case .rule(let name):
-                        if let rule = rules[name] { handleEntry(event, in: location, rule: rule, now: now) }
+                        if let rule = rules[name] { handleEntry(event, in: location, rule: rule, now: now, closedNow: closedNow) }
                     case .parentOf(let name):
                         if let rule = rules[name], rule.isMissing, event.name == rule.awaitedName {
                             watchRoot(rule, catchUp: true)
@@ -245,7 +251,13 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
     }
 
-    private func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: UInt64) {
+    private struct EntryKey: Hashable {
+        let wd: WatchDescriptor
+        let name: [UInt8]
+    }
+
+    private func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: UInt64,
+                             closedNow: Set<EntryKey>) {
         let path = location.path(of: event.name)
         rule.noteRawEvent(event, path: path, at: now)
         guard !event.name.isEmpty else { return } // about the directory itself
@@ -290,7 +302,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             }
         }
         if event.mask.contains(.create) && !rule.settings.events.contains(.created) {
-            handleCreatedFile(rule, relative: path)
+            if !closedNow.contains(EntryKey(wd: event.wd, name: event.name)) { handleCreatedFile(rule, relative: path) }
             return
         }
         guard let watchEvent = rule.event(for: event.mask), rule.selects(path) else { return }
@@ -312,13 +324,18 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     /// IN_CREATE of a file is only a name until its writer closes it, except for a hard link
     /// (`ln`, `cp -l`, maildir's link() into new/), which arrives whole and is never closed
-    /// here. A file that has other links, or already has content (a link whose other name
-    /// was removed at once), waits like a file a scan found: a writer's close ends the wait
-    /// at once, and with none it starts when unchanged for the scan's window.
+    /// here. A file that has other links, or whose content is older than its last inode change
+    /// (a link whose other name was removed at once: unlink moves the change time, not the
+    /// modification time; a writer's every write moves both), waits like a file a scan found:
+    /// a writer's close ends the wait at once, and with none it starts when unchanged for the
+    /// scan's window. A file being written (one link, mtime = ctime) waits for its close.
     private func handleCreatedFile(_ rule: WatchRule, relative: [UInt8]) {
         guard rule.readyEvent != nil, rule.selects(relative),
               let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks, generation: false),
-              status.type == .regular, status.links > 1 || status.identity.size > 0 else { return }
+              status.type == .regular else { return }
+        let identity = status.identity
+        let writtenBeforeItsLastChange = identity.size > 0 && identity.modifiedNanoseconds < identity.changedNanoseconds ?? .min
+        guard status.links > 1 || writtenBeforeItsLastChange else { return }
         rule.linksHandled += 1
         rule.matched += 1
         enqueue(rule, relative: relative, event: .created, fromScan: true)

@@ -155,8 +155,11 @@ final class DeliveryPatternTests: WatchTestCase {
         try FileManager.default.createDirectory(atPath: sandbox.root + "/outside", withIntermediateDirectories: true)
         create(sandbox.root + "/outside/kept", "linked-and-kept")
         XCTAssertEqual(link(sandbox.root + "/outside/kept", sandbox.root + "/in/kept"), 0)
-        // maildir: link into new/, then remove the other name at once.
+        // maildir: the message written and synced in tmp/, linked into new/, and its tmp/ name
+        // removed at once. Its content is older than the unlink's change time, unless all of it
+        // falls in one clock tick (docs/configuration.md, "Hard links").
         create(sandbox.root + "/outside/tmp", "linked-then-unlinked")
+        usleep(20_000)
         XCTAssertEqual(link(sandbox.root + "/outside/tmp", sandbox.root + "/in/mail"), 0)
         XCTAssertEqual(unlink(sandbox.root + "/outside/tmp"), 0)
         XCTAssertTrue(waitFor(15) { contentsRead()["linked-and-kept"] == 1 && contentsRead()["linked-then-unlinked"] == 1 },
