@@ -85,6 +85,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// The longest the waiting line was since the last time the engine went idle.
     private var peakWaiting = 0
     static let burstSize = 1_000
+    /// Files of jobs that waited longer than this are checked again just before the start.
+    static let startCheckAfterWaiting: UInt64 = 1_000_000
     /// Gives memory back a moment after a burst, once the callers have taken their
     /// completions (the watcher frees its per-file state only then).
     private var trimTimer: RegisteredTimer?
@@ -296,8 +298,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         // A file renamed, removed or replaced since it was admitted is not this job's any
         // more: running it would fail on a missing path or read another file's content, and
         // its new name (or the new file) has evidence of its own (docs/architecture.md).
+        // Work that starts as it is submitted was looked at an instant ago, by its admission;
+        // only work that waited (for a slot, a retry, a hold) is looked at again.
         var item = item
-        switch item.subject.checkedBeforeStart() {
+        let waited = DispatchTime.now().uptimeNanoseconds &- item.submittedAt > Self.startCheckAfterWaiting
+        switch waited ? item.subject.checkedBeforeStart() : .unchanged {
         case .unchanged:
             break
         case .narrowed(let subject, let gone):
