@@ -2,7 +2,8 @@
 // A file handled successfully in its current form is not handled again, across restarts
 // and crashes; that is what lets catch-up at start-up (and rescans after an overflow) find
 // a file again without running its job twice. It lives in the state file's `file_ledger`
-// table (Storage/StateDatabase.swift), on a connection of the watching queue's own.
+// table (Storage/StateDatabase.swift). The StateStore writes it, on the state queue, through
+// the one read-write connection; the watcher reads it through a StateReader of its own.
 
 import CSQLite
 #if canImport(Glibc)
@@ -65,8 +66,9 @@ public struct LedgerEntry: Sendable, Equatable {
     }
 }
 
-/// The ledger, confined to the watching queue like its connection; every call is
-/// synchronous and short (one indexed statement, or one transaction per batch).
+/// The ledger's statements over one connection, confined to that connection's queue; every
+/// call is synchronous and short (one indexed statement, or one transaction per batch). The
+/// StateStore's is read-write; a StateReader's is read-only and only reads.
 public final class FileLedger {
     /// What `open` hands back: the ledger, and whether it had to start a new file.
     public struct Opened {
@@ -76,20 +78,22 @@ public final class FileLedger {
     }
 
     /// Records per transaction in `record`: one call never holds the write lock long enough
-    /// for the task state's connection to give up waiting (its busy timeout is 2 s; 4,096
-    /// upserts take a few milliseconds).
+    /// for another process's connection (the sqlite3 CLI, a backup) to give up waiting, nor
+    /// the state queue for long (4,096 upserts take a few milliseconds).
     public static let recordsPerTransaction = 4_096
     /// The same for `prune`'s deletions.
     static let deletionsPerTransaction = 512
-    /// Like TaskStore's: the other connection to the file is the tasks queue's.
+    /// How long a statement waits for another process's lock (the sqlite3 CLI, a backup).
     public static let busyTimeout: Duration = .milliseconds(2_000)
 
     public var path: String { connection.path }
     /// Transactions committed on the ledger's connection since it was opened.
     public var commits: UInt64 { connection.commits }
-    private let connection: SQLiteConnection
-    /// False when the connection is TaskStore's, lent to the ledger bridge.
+    /// False when the connection is lent (a StateReader's).
     private let ownsConnection: Bool
+
+    /// The connection the statements run on: the StateStore's, or a StateReader's.
+    let connection: SQLiteConnection
 
     init(connection: SQLiteConnection, ownsConnection: Bool) {
         self.connection = connection
@@ -167,8 +171,31 @@ public final class FileLedger {
     /// when one of its records fails.
     public func record(_ entries: [LedgerRecord]) throws(SQLiteError) {
         guard !entries.isEmpty else { return }
+        let action = Self.recordAction(entries)
+        let values = try rows(entries, action: action)
+        var start = 0
+        while start < values.count {
+            let end = min(values.count, start + Self.recordsPerTransaction)
+            try connection.transaction(action) { () throws(SQLiteError) in
+                try insert(values[start..<end], action: action)
+            }
+            start = end
+        }
+    }
+
+    /// `record` inside a transaction the caller holds (the StateStore's group commit).
+    func recordInTransaction(_ entries: [LedgerRecord]) throws(SQLiteError) {
+        guard !entries.isEmpty else { return }
+        let action = Self.recordAction(entries)
+        try insert(try rows(entries, action: action)[...], action: action)
+    }
+
+    private static func recordAction(_ entries: [LedgerRecord]) -> String {
         let rules = Set(entries.map(\.rule)).sorted()
-        let action = "record \(entries.count) handled file(s) of watch \(rules.map { "\"\($0)\"" }.joined(separator: ", ")) in"
+        return "record \(entries.count) handled file(s) of watch \(rules.map { "\"\($0)\"" }.joined(separator: ", ")) in"
+    }
+
+    private func rows(_ entries: [LedgerRecord], action: String) throws(SQLiteError) -> [[SQLiteValue]] {
         var values: [[SQLiteValue]] = []
         values.reserveCapacity(entries.count)
         for entry in entries {
@@ -190,37 +217,46 @@ public final class FileLedger {
                 entry.identity.generation.map { .integer(Int64(bitPattern: $0)) } ?? .null,
             ])
         }
-        var start = 0
-        while start < values.count {
-            let end = min(values.count, start + Self.recordsPerTransaction)
-            try connection.transaction(action) { () throws(SQLiteError) in
-                for row in values[start..<end] {
-                    try connection.execute(
-                        """
-                        INSERT INTO file_ledger (rule, path, device, inode, size, modified_ns, outcome, handled_at,
-                            run_id, started_at, duration_ns, exit_code, signal, changed_ns, born_ns, generation)
-                        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-                        ON CONFLICT (rule, path) DO UPDATE SET device = excluded.device, inode = excluded.inode,
-                            size = excluded.size, modified_ns = excluded.modified_ns, outcome = excluded.outcome,
-                            handled_at = excluded.handled_at, run_id = excluded.run_id, started_at = excluded.started_at,
-                            duration_ns = excluded.duration_ns, exit_code = excluded.exit_code, signal = excluded.signal,
-                            changed_ns = excluded.changed_ns, born_ns = excluded.born_ns, generation = excluded.generation
-                        """, row, action: action)
-                }
-            }
-            start = end
+        return values
+    }
+
+    private func insert(_ values: ArraySlice<[SQLiteValue]>, action: String) throws(SQLiteError) {
+        for row in values {
+            try connection.execute(
+                """
+                INSERT INTO file_ledger (rule, path, device, inode, size, modified_ns, outcome, handled_at,
+                    run_id, started_at, duration_ns, exit_code, signal, changed_ns, born_ns, generation)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                ON CONFLICT (rule, path) DO UPDATE SET device = excluded.device, inode = excluded.inode,
+                    size = excluded.size, modified_ns = excluded.modified_ns, outcome = excluded.outcome,
+                    handled_at = excluded.handled_at, run_id = excluded.run_id, started_at = excluded.started_at,
+                    duration_ns = excluded.duration_ns, exit_code = excluded.exit_code, signal = excluded.signal,
+                    changed_ns = excluded.changed_ns, born_ns = excluded.born_ns, generation = excluded.generation
+                """, row, action: action)
         }
     }
 
     /// A directory of the rule's tree was renamed from `fromPrefix` to `toPrefix` (both
     /// relative to the root, neither empty): the entries of the directory itself and of
     /// everything below `fromPrefix + "/"` now have the new paths, so the files inside are
-    /// not handled again as new. Entries already under `toPrefix` are deleted first: rename
-    /// only replaces an empty directory, so they describe files that are gone. Returns the
-    /// number of entries moved.
+    /// not handled again as new. Entries already under `toPrefix` are deleted first, when
+    /// there is anything to move: rename only replaces an empty directory, so they describe
+    /// files that are gone. Nothing to move changes nothing: a move written after the same
+    /// files already moved (a directory's move, then one file of it found by identity before
+    /// the first was committed) must not delete what the first put there. Returns the number
+    /// of entries moved.
     @discardableResult
     public func move(rule: String, fromPrefix: [UInt8], toPrefix: [UInt8]) throws(SQLiteError) -> Int {
-        let action = "move entries of watch \"\(rule)\" from \(Self.printable(fromPrefix)) to \(Self.printable(toPrefix)) in"
+        guard fromPrefix != toPrefix else { return 0 }
+        return try connection.transaction(Self.moveAction(rule, fromPrefix, toPrefix)) { () throws(SQLiteError) -> Int in
+            try moveInTransaction(rule: rule, fromPrefix: fromPrefix, toPrefix: toPrefix)
+        }
+    }
+
+    /// `move` inside a transaction the caller holds (the StateStore's group commit).
+    @discardableResult
+    func moveInTransaction(rule: String, fromPrefix: [UInt8], toPrefix: [UInt8]) throws(SQLiteError) -> Int {
+        let action = Self.moveAction(rule, fromPrefix, toPrefix)
         guard fromPrefix != toPrefix else { return 0 }
         let slash = UInt8(ascii: "/")
         guard !fromPrefix.isEmpty, !toPrefix.isEmpty, !toPrefix.starts(with: fromPrefix + [slash]),
@@ -233,20 +269,27 @@ public final class FileLedger {
         func bounds(_ prefix: [UInt8]) -> [SQLiteValue] {
             [.blob(prefix), .blob(prefix + [slash]), .blob(prefix + [slash + 1])]
         }
-        return try connection.transaction(action) { () throws(SQLiteError) -> Int in
-            try connection.execute(
-                "DELETE FROM file_ledger WHERE rule = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
-                [.text(rule)] + bounds(toPrefix), action: action)
-            // `||` yields TEXT holding the bytes unchanged (the file is UTF-8, nothing is
-            // converted); CAST makes it a BLOB again so that it compares like every other path.
-            try connection.execute(
-                """
-                UPDATE file_ledger SET path = CAST(?5 || substr(path, ?6) AS BLOB)
-                WHERE rule = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))
-                """,
-                [.text(rule)] + bounds(fromPrefix) + [.blob(toPrefix), .integer(Int64(fromPrefix.count + 1))], action: action)
-            return connection.changes
-        }
+        var moving = 0
+        try connection.execute(
+            "SELECT count(*) FROM file_ledger WHERE rule = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
+            [.text(rule)] + bounds(fromPrefix), action: action) { row in moving = Int(row.integer(0) ?? 0) }
+        guard moving > 0 else { return 0 }
+        try connection.execute(
+            "DELETE FROM file_ledger WHERE rule = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))",
+            [.text(rule)] + bounds(toPrefix), action: action)
+        // `||` yields TEXT holding the bytes unchanged (the file is UTF-8, nothing is
+        // converted); CAST makes it a BLOB again so that it compares like every other path.
+        try connection.execute(
+            """
+            UPDATE file_ledger SET path = CAST(?5 || substr(path, ?6) AS BLOB)
+            WHERE rule = ?1 AND (path = ?2 OR (path >= ?3 AND path < ?4))
+            """,
+            [.text(rule)] + bounds(fromPrefix) + [.blob(toPrefix), .integer(Int64(fromPrefix.count + 1))], action: action)
+        return connection.changes
+    }
+
+    private static func moveAction(_ rule: String, _ fromPrefix: [UInt8], _ toPrefix: [UInt8]) -> String {
+        "move entries of watch \"\(rule)\" from \(printable(fromPrefix)) to \(printable(toPrefix)) in"
     }
 
     // MARK: - Reading
@@ -325,61 +368,6 @@ public final class FileLedger {
         return count
     }
 
-    // MARK: - Pruning
-
-    public enum PruneOutcome: Sendable, Equatable {
-        case pruned(removed: Int, kept: Int)
-        /// The root could not be examined (errno from lstat, or ENOTDIR): nothing removed.
-        case rootUnavailable(errorNumber: Int32)
-    }
-
-    /// Deletes the rule's entries whose file is gone: `lstat(root + "/" + path)` fails with
-    /// ENOENT or ENOTDIR. Why lstat and not the set of files the last scan found: a scan that
-    /// could not list a directory (EACCES, EMFILE) would make every file below it look gone,
-    /// and its files would all run again once the directory is readable. Any other lstat
-    /// error keeps the entry. A root that is missing or not a directory (an unmounted file
-    /// system) removes nothing, or the next mount would re-handle the whole tree.
-    ///
-    /// It costs one lstat per entry on the calling queue: for a maintenance moment (start-up
-    /// after catch-up, a reload), not for every event.
-    public func prune(rule: String, missingUnder root: [UInt8]) throws(SQLiteError) -> PruneOutcome {
-        var info = stat()
-        guard Self.lstat(root, &info) == 0 else { return .rootUnavailable(errorNumber: errno) }
-        guard info.st_mode & S_IFMT == S_IFDIR else { return .rootUnavailable(errorNumber: ENOTDIR) }
-        var kept = 0
-        let removed = try prune(rule: rule) { path in
-            var file = stat()
-            let gone = Self.lstat(root + [UInt8(ascii: "/")] + path, &file) != 0 && (errno == ENOENT || errno == ENOTDIR)
-            if !gone { kept += 1 }
-            return !gone
-        }
-        return .pruned(removed: removed, kept: kept)
-    }
-
-    /// Deletes the rule's entries for which `keep` says false; returns how many. `keep` runs
-    /// outside any transaction (it may be slow), then the deletions go in transactions of
-    /// `deletionsPerTransaction`.
-    public func prune(rule: String, keepingOnly keep: ([UInt8]) -> Bool) throws(SQLiteError) -> Int {
-        let action = "prune the entries of watch \"\(rule)\" in"
-        var paths: [[UInt8]] = []
-        try connection.execute("SELECT path FROM file_ledger WHERE rule = ?1", [.text(rule)], action: action) { row in
-            paths.append(row.blob(0) ?? [])
-        }
-        let doomed = paths.filter { !keep($0) }
-        var start = 0
-        while start < doomed.count {
-            let end = min(doomed.count, start + Self.deletionsPerTransaction)
-            try connection.transaction(action) { () throws(SQLiteError) in
-                for path in doomed[start..<end] {
-                    try connection.execute("DELETE FROM file_ledger WHERE rule = ?1 AND path = ?2", [.text(rule), .blob(path)],
-                                           action: action)
-                }
-            }
-            start = end
-        }
-        return doomed.count
-    }
-
     // MARK: - Stopping
 
     /// For a clean stop: everything into the main file and the WAL truncated to zero
@@ -401,7 +389,7 @@ public final class FileLedger {
             outcome: row.text(5) ?? "", handledAt: WallTime(nanosecondsSinceEpoch: row.integer(6) ?? 0))
     }
 
-    private static func lstat(_ path: [UInt8], _ info: inout stat) -> Int32 {
+    static func lstat(_ path: [UInt8], _ info: inout stat) -> Int32 {
         (path + [0]).withUnsafeBufferPointer { bytes in
             Glibc.lstat(UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self), &info)
         }

@@ -1,7 +1,8 @@
-// One connection to a SQLite file through the C API, shared by the task state (TaskStore)
-// and the watch rules' file ledger (FileLedger): opening with our file mode and without
-// following symlinks, WAL, busy timeout, cached prepared statements with bound values,
-// transactions, user_version migrations, and errors that name the file and SQLite's reason.
+// One connection to a SQLite file through the C API, for the task state (TaskStore) and the
+// watch rules' file ledger (FileLedger): the StateStore's read-write one and the owners'
+// read-only ones (StateReader). Opening with our file mode and without following symlinks,
+// WAL, busy timeout, cached prepared statements with bound values, transactions,
+// user_version migrations, and errors that name the file and SQLite's reason.
 //
 // The C API directly rather than a wrapper library: we need a dozen calls, and a wrapper
 // costs more CI build time than this file costs to read.
@@ -94,12 +95,16 @@ public final class SQLiteConnection {
         public var journalSizeLimitBytes: Int64
         /// Pages in the WAL that trigger an automatic checkpoint at a commit.
         public var walAutocheckpointPages: Int32
+        /// A reader beside the one writer (StateReader): opened with SQLITE_OPEN_READONLY,
+        /// never creating the file nor changing its settings. WAL lets it read the last
+        /// committed state while the writer writes, without waiting for it.
+        public var readOnly: Bool
 
         public init(
             label: String = "database", directoryRole: String = "directory",
             damageAdvice: String = "the file is damaged or not a SQLite database: move it aside",
             fileMode: mode_t = 0o600, busyTimeout: Duration = .milliseconds(2_000),
-            journalSizeLimitBytes: Int64 = 4 << 20, walAutocheckpointPages: Int32 = 1_000
+            journalSizeLimitBytes: Int64 = 4 << 20, walAutocheckpointPages: Int32 = 1_000, readOnly: Bool = false
         ) {
             self.label = label
             self.directoryRole = directoryRole
@@ -108,6 +113,7 @@ public final class SQLiteConnection {
             self.busyTimeout = busyTimeout
             self.journalSizeLimitBytes = journalSizeLimitBytes
             self.walAutocheckpointPages = walAutocheckpointPages
+            self.readOnly = readOnly
         }
     }
 
@@ -138,9 +144,9 @@ public final class SQLiteConnection {
         self.directory = slash.map { $0 == path.utf8.startIndex ? "/" : String(path[..<$0]) } ?? "."
         self.options = options
 
-        try createFileIfMissing()
+        if !options.readOnly { try createFileIfMissing() }
         var handle: OpaquePointer?
-        var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        var flags = (options.readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         // Older libraries do not know the flag; the header we build against does.
         if sqlite3_libversion_number() >= 3_031_000 { flags |= SQLITE_OPEN_NOFOLLOW }
         let code = sqlite3_open_v2(path, &handle, flags, nil)
@@ -376,6 +382,17 @@ public final class SQLiteConnection {
         let timeout = Int32(clamping: options.busyTimeout.nanosecondsClamped / 1_000_000)
         let code = sqlite3_busy_timeout(connection, timeout)
         guard code == SQLITE_OK else { throw failure("open", code) }
+        if options.readOnly {
+            // Only asked, never set: a reader in another journal mode would block the
+            // writer and be blocked by it, which is what a reader is for not doing.
+            var journalMode = ""
+            try execute("PRAGMA journal_mode", action: "open") { row in journalMode = row.text(0) ?? "" }
+            guard journalMode.lowercased() == "wal" else {
+                throw failure(action: "open", code: SQLITE_ERROR,
+                              message: "the file is in journal mode \"\(journalMode)\", not WAL: a reader must open it after its writer")
+            }
+            return
+        }
         // SQLite falls back to read-only when it may not write the file, and would only
         // say so at the first write.
         if sqlite3_db_readonly(connection, "main") == 1 {

@@ -1,8 +1,9 @@
-// The state directory's SQLite file, watchkeeper.sqlite3, holds the task state (TaskStore,
-// on the tasks queue) and the watch rules' file ledger (FileLedger, on the watching queue),
-// each through a connection of its own. A file has one user_version, so both owners apply
-// the one list of migrations below: whichever opens the file first brings it up to date,
-// and neither can mistake the other's tables for a newer release's.
+// The state directory's SQLite file, watchkeeper.sqlite3, holds the task state (TaskStore)
+// and the watch rules' file ledger (FileLedger). The daemon's StateStore opens it first and
+// alone, migrates it and writes it; the owners read it through StateReaders. A file has one
+// user_version, so every opener applies the one list of migrations below (tools and tests
+// open it with TaskStore or FileLedger directly), and none can mistake another's tables for
+// a newer release's.
 
 #if canImport(Glibc)
 import Glibc

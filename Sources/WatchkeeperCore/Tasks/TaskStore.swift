@@ -2,7 +2,8 @@
 // run's start, end and outcome (what `persistent = true` needs to catch up a run missed
 // while watchkeeper was down), and the last runs' history. One SQLite file in the state
 // directory (Storage/StateDatabase.swift), which also holds the watch rules' ledger of
-// handled files (Storage/FileLedger.swift).
+// handled files (Storage/FileLedger.swift). In the daemon the StateStore writes it, on the
+// state queue, and the scheduler reads it through a StateReader of the jobs queue.
 
 import CSQLite
 #if canImport(Glibc)
@@ -104,10 +105,11 @@ public struct StoredTaskState: Sendable, Equatable {
     }
 }
 
-/// The task state in `<state directory>/watchkeeper.sqlite3` (the file also holds the watch
-/// rules' ledger, which `FileLedger` owns through a connection of its own).
+/// The task state's statements over one connection to `<state directory>/watchkeeper.sqlite3`
+/// (the file also holds the watch rules' ledger, `FileLedger`): the StateStore's read-write
+/// connection, a StateReader's read-only one, or a connection of its own (tools and tests).
 ///
-/// Confined to one serial dispatch queue (the tasks queue): it has no lock of its own and
+/// Confined to its connection's serial dispatch queue: it has no lock of its own and
 /// is deliberately not `Sendable` (see `SQLiteConnection` for the threading mode and the
 /// durability of WAL with `synchronous = NORMAL`: a crash loses nothing committed, only a
 /// power loss can roll back the last transactions, and the file stays consistent).
@@ -131,9 +133,9 @@ public final class TaskStore {
     /// Runs kept per task; older ones are deleted when a new one is recorded.
     public let historyLimit: Int
 
-    /// Internal for the ledger bridge that keeps DirectoryWatcher building until it uses
-    /// FileLedger (Storage/TaskStoreLedgerBridge.swift).
     let connection: SQLiteConnection
+    /// False when the connection is lent (the StateStore's or a StateReader's).
+    private let ownsConnection: Bool
 
     /// Opens (creating if needed) `<directory>/watchkeeper.sqlite3` and brings its schema
     /// up to date. The file is created with mode 0640; SQLite gives its -wal and -shm
@@ -149,13 +151,24 @@ public final class TaskStore {
         } catch {
             throw TaskStoreError(error)
         }
+        ownsConnection = true
+    }
+
+    /// The statements over a connection someone else opened and closes.
+    init(connection: SQLiteConnection, historyLimit: Int = TaskStore.defaultHistoryLimit) {
+        precondition(historyLimit >= 1, "TaskStore keeps at least the last run of each task, but historyLimit is \(historyLimit)")
+        self.connection = connection
+        self.path = connection.path
+        self.directory = connection.directory
+        self.historyLimit = historyLimit
+        ownsConnection = false
     }
 
     /// Finalizes the cached statements and closes the connection; the last connection to
     /// close checkpoints the WAL into the main file. Idempotent; any other call afterwards
-    /// is a programming error.
+    /// is a programming error. A lent connection is left to its owner.
     public func close() {
-        connection.close()
+        if ownsConnection { connection.close() }
     }
 
     // MARK: - Recording
@@ -177,40 +190,45 @@ public final class TaskStore {
     /// to `recordScheduled`, so a long run finishing after a later one was skipped cannot
     /// move it back.
     public func recordRun(_ run: StoredRun) throws(TaskStoreError) {
+        try transaction("record a run of task \"\(run.task)\" in") { () throws(TaskStoreError) in
+            try recordRunInTransaction(run)
+        }
+    }
+
+    /// `recordRun` inside a transaction the caller holds (the StateStore's group commit).
+    func recordRunInTransaction(_ run: StoredRun) throws(TaskStoreError) {
         let action = "record a run of task \"\(run.task)\" in"
         let scheduledAt = try optionalTime(run.scheduledAt, action)
         let startedAt = try optionalTime(run.startedAt, action)
         let finishedAt = try time(run.finishedAt, action)
-        try transaction(action) { () throws(TaskStoreError) in
-            try execute(
-                """
-                INSERT INTO run_history (task, run_id, attempt, outcome, scheduled_at, started_at, finished_at,
-                                         duration_ns, exit_code, signal, expiry)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-                """,
-                [
-                    .text(run.task), .text(run.runID), .integer(Int64(run.attempt)), .text(run.outcome), scheduledAt,
-                    startedAt, finishedAt, .integer(run.durationNanoseconds), run.exitCode.map { .integer(Int64($0)) } ?? .null,
-                    run.signal.map { .integer(Int64($0)) } ?? .null, run.expiry.map { .text($0) } ?? .null,
-                ], action: action)
-            try execute(
-                """
-                INSERT INTO task_state (task, last_started_at, last_finished_at, last_outcome, last_run_id)
-                VALUES (?1, ?2, ?3, ?4, ?5)
-                ON CONFLICT (task) DO UPDATE SET
-                    last_started_at = excluded.last_started_at, last_finished_at = excluded.last_finished_at,
-                    last_outcome = excluded.last_outcome, last_run_id = excluded.last_run_id
-                """,
-                [.text(run.task), startedAt, finishedAt, .text(run.outcome), .text(run.runID)], action: action)
-            // Everything at or below the id of the (limit + 1)-th newest run; nothing when
-            // there are fewer (the comparison with NULL is false).
-            try execute(
-                """
-                DELETE FROM run_history WHERE task = ?1 AND id <= (
-                    SELECT id FROM run_history WHERE task = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
-                """,
-                [.text(run.task), .integer(Int64(historyLimit))], action: action)
-        }
+        try execute(
+            """
+            INSERT INTO run_history (task, run_id, attempt, outcome, scheduled_at, started_at, finished_at,
+                                     duration_ns, exit_code, signal, expiry)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            """,
+            [
+                .text(run.task), .text(run.runID), .integer(Int64(run.attempt)), .text(run.outcome), scheduledAt,
+                startedAt, finishedAt, .integer(run.durationNanoseconds), run.exitCode.map { .integer(Int64($0)) } ?? .null,
+                run.signal.map { .integer(Int64($0)) } ?? .null, run.expiry.map { .text($0) } ?? .null,
+            ], action: action)
+        try execute(
+            """
+            INSERT INTO task_state (task, last_started_at, last_finished_at, last_outcome, last_run_id)
+            VALUES (?1, ?2, ?3, ?4, ?5)
+            ON CONFLICT (task) DO UPDATE SET
+                last_started_at = excluded.last_started_at, last_finished_at = excluded.last_finished_at,
+                last_outcome = excluded.last_outcome, last_run_id = excluded.last_run_id
+            """,
+            [.text(run.task), startedAt, finishedAt, .text(run.outcome), .text(run.runID)], action: action)
+        // Everything at or below the id of the (limit + 1)-th newest run; nothing when
+        // there are fewer (the comparison with NULL is false).
+        try execute(
+            """
+            DELETE FROM run_history WHERE task = ?1 AND id <= (
+                SELECT id FROM run_history WHERE task = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
+            """,
+            [.text(run.task), .integer(Int64(historyLimit))], action: action)
     }
 
     /// Deletes the per-task state of tasks not in `names` (tasks removed from the

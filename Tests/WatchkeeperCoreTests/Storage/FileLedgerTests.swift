@@ -200,7 +200,36 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try paths(ledger, rule: "r"), ["a/x"])
     }
 
+    /// A directory's move and, before it was committed, one file of it found at its new path
+    /// by identity (the watcher submits both): the second finds nothing left at its source
+    /// and must not delete what the first put at its destination.
+    func testMove_withNothingAtTheSource_changesNothing_notEvenAtTheDestination() throws {
+        let ledger = try open()
+        defer { ledger.close() }
+        try ledger.record([record("r", "a/f", inode: 5)])
+        XCTAssertEqual(try ledger.move(rule: "r", fromPrefix: Array("a".utf8), toPrefix: Array("b".utf8)), 1)
+        XCTAssertEqual(try ledger.move(rule: "r", fromPrefix: Array("a/f".utf8), toPrefix: Array("b/f".utf8)), 0)
+        XCTAssertEqual(try paths(ledger, rule: "r"), ["b/f"])
+    }
+
     // MARK: - Pruning
+
+    /// A prune reads an entry, finds its file gone, and deletes it later (on the state queue,
+    /// between other writes): a file handled again at that path meanwhile keeps its entry.
+    func testForget_deletesAnEntryOnlyIfItIsStillTheRowThePruneRead() throws {
+        let ledger = try open()
+        defer { ledger.close() }
+        try ledger.record([record("r", "again", inode: 1, at: 1_800_000_000), record("r", "gone", inode: 2, at: 1_800_000_000)])
+        let read = try ledger.entriesForPruning(rule: "r", after: nil, limit: 10)
+        XCTAssertEqual(read.map { String(decoding: $0.path, as: UTF8.self) }, ["again", "gone"])
+        try ledger.record([record("r", "again", inode: 3, at: 1_800_000_100)])
+        let removed = try ledger.connection.transaction("forget") { () throws(SQLiteError) -> Int in
+            try ledger.forgetInTransaction(rule: "r", read[...])
+        }
+        XCTAssertEqual(removed, 1)
+        XCTAssertEqual(try paths(ledger, rule: "r"), ["again"])
+        XCTAssertEqual(try ledger.entry(rule: "r", path: Array("again".utf8))?.identity, identity(3))
+    }
 
     func testPruneMissingUnder_removesOnlyEntriesWhoseFileIsGone() throws {
         let root = directory + "/tree"

@@ -1,5 +1,6 @@
-// When the file ledger's pending records are written. A value with no clock and no timer:
-// the caller passes monotonic nanoseconds and does what the transition returns.
+// When the StateStore commits the writes waiting (the file ledger's records, and the task
+// state's that come with them). A value with no clock and no timer: the caller passes
+// monotonic nanoseconds and does what the transition returns.
 //
 // One transaction per finished job cost the daemon about a seventh of its CPU in a burst
 // (docs/measurements/performance.md, "The file ledger's group commit"): SQLite's WAL
@@ -37,7 +38,7 @@ public struct LedgerCommitPacing: Sendable, Equatable {
     }
 
     /// Everything pending was written at `now` (by the paced write or by anyone who needed
-    /// the ledger current: a move, a history query, the stop).
+    /// the file current: a history query, the end of a burst, the stop).
     public mutating func wrote(now: UInt64) {
         lastWriteAt = now
         writePending = false
