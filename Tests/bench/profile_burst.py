@@ -21,7 +21,7 @@ BUCKETS = [
     ("spawn: clone and the child's setup until exec", ["ProcessSpawner", "wk_spawn"]),
     ("pipes: pipe2, O_NONBLOCK, F_SETPIPE_SZ", ["forJobOutput", "OwnedPipeV7enlarge"]),
     ("run record: the journal line of each run", ["RunRecordV7journal"]),
-    ("file ledger: SQLite", ["FileLedger", "flushLedger", "sqlite3"]),
+    ("state file: SQLite", ["StateStore", "FileLedger", "StateReader", "sqlite3"]),
     ("watching: inotify events to job requests", ["InotifyWatcher", "DirectoryWatcher"]),
     ("argv and environment of the spawn", ["spawnRequest"]),
     ("output channels: set up, read, close", ["OutputChannel", "JobOutputPlan", "JobOutputWriter"]),

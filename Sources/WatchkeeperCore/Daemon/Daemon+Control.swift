@@ -1,8 +1,9 @@
 import Dispatch
 
 /// The control socket's calls, each answered by the owner of what it asks about, on that
-/// owner's queue: the lifecycle for reloads, the jobs queue for trigger, cancel and task
-/// history, the watching queue for a rule's files, the dump for everything shown.
+/// owner's queue: the lifecycle for reloads, the jobs queue for trigger and cancel, the
+/// state store for history (asked through the jobs or watching queue, after the runs they
+/// recorded), the dump for everything shown.
 extension Daemon: ControlBackend {
     public func handle(_ method: ControlInterface.Method, parameters: DumpValue, peer: ControlPeer, reply: @escaping ControlReply) {
         do throws(VarlinkError) {
@@ -90,11 +91,15 @@ extension Daemon: ControlBackend {
         dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
         if configuration.tasks.contains(where: { $0.name == name }) {
             jobsQueue.async {
-                reply(self.scheduler.history(task: name, limit: limit).map { [.init("kind", .string("task")), .init("runs", .array($0))] })
+                self.scheduler.history(task: name, limit: limit) { result in
+                    reply(result.map { [.init("kind", .string("task")), .init("runs", .array($0))] })
+                }
             }
         } else if configuration.watches.contains(where: { $0.name == name }) {
             watchingQueue.async {
-                reply(self.watcher.history(rule: name, limit: limit).map { [.init("kind", .string("watch")), .init("runs", .array($0))] })
+                self.watcher.history(rule: name, limit: limit) { result in
+                    reply(result.map { [.init("kind", .string("watch")), .init("runs", .array($0))] })
+                }
             }
         } else {
             reply(.failure(ControlInterface.ErrorName.noSuchName.error([.init("name", .string(name))])))

@@ -32,6 +32,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     /// The job engine and the task scheduler, which asks it directly what runs.
     public let jobsQueue = SubsystemQueue(name: "jobs", qos: .default)
     public let watchingQueue = SubsystemQueue(name: "watching", qos: .default)
+    /// The state file's one writer: the ledger, the task state and history.
+    public let stateQueue = SubsystemQueue(name: "state", qos: .default)
     /// The control socket: its listener, connections and deadlines.
     public let controlQueue = SubsystemQueue(name: "control", qos: .userInitiated)
     public let metricsQueue = SubsystemQueue(name: "metrics", qos: .utility)
@@ -52,6 +54,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private var signals: SignalSources!
     var scheduler: TaskScheduler!
     var watcher: DirectoryWatcher!
+    var store: StateStore!
     var control: ControlServer!
     /// `metrics.render { text in … }`: the Prometheus text, as `watchkeeper metrics` shows it.
     var metrics: MetricsExporter!
@@ -118,7 +121,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, metricsQueue]
+        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, stateQueue, controlQueue, metricsQueue]
         watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
         // Before any job exists: under systemd this moves the daemon into its own leaf cgroup.
@@ -126,13 +129,16 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let jobContext = JobContext(queue: jobsQueue, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment,
                                     containment: containment)
         engine = JobEngine(context: jobContext, maxJobs: configuration.daemon.maxJobs)
+        store = StateStore(queue: stateQueue, sources: sources, logger: logger)
         scheduler = TaskScheduler(engine: engine)
+        scheduler.stateStore = store
         watcher = DirectoryWatcher(queue: watchingQueue, engine: engine)
+        watcher.store = store
         control = ControlServer(queue: controlQueue, sources: sources, logger: logger, backend: self)
         metrics = MetricsExporter(queue: metricsQueue, contributors: [self, watchdog, engine, watcher], sources: sources, logger: logger,
                                   settings: configuration.daemon)
         engine.metrics = metrics.jobMetrics
-        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher, control, metrics], queues: monitored, sources: sources,
+        stateDump = StateDump(queue: diagnosticsQueue, contributors: [self, watchdog, engine, scheduler, watcher, store, control, metrics], queues: monitored, sources: sources,
                               sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
                               settings: configuration.daemon)
         signals = SignalSources(queue: signalsQueue, registry: sources) { [unowned self] signal in
@@ -183,8 +189,11 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let tasks = configuration.tasks
         let settings = configuration.daemon
         lockStateDirectory(settings.stateDirectory)
-        // READY=1 promises the initial watches are in place. The ledger is opened before
-        // the task state: if it has to move a damaged file aside, nothing else has it open.
+        // The store opens the state file first, alone: if it has to move a damaged file
+        // aside, nothing else has it open; the owners then read it through connections of
+        // their own. The jobs and watching queues never wait for the state queue.
+        stateQueue.queue.sync { _ = store.open(stateDirectory: settings.stateDirectory) }
+        // READY=1 promises the initial watches are in place.
         let watches = configuration.watches
         watchingQueue.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
         // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
@@ -378,8 +387,21 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             how = "all work finished"
             code = ExitCode.success
         }
-        // Every job has its record: the ledger's last entries go in and its WAL is folded.
+        // Every job has its record, and every owner has submitted its last writes: the
+        // readers go, then the store writes what waits (retrying until its deadline), folds
+        // the WAL into the file and closes it, saying what it could not write.
         watchingQueue.queue.sync { watcher.close() }
+        jobsQueue.queue.sync { scheduler.closeStore() }
+        notifier.send([("EXTEND_TIMEOUT_USEC", String((Self.stateCloseBudget + .seconds(5)).microseconds))])
+        store.close(within: Self.stateCloseBudget) { [unowned self] _ in
+            self.lifecycleQueue.async { self.finishStoppingAfterState(took: took, how: how, code: code) }
+        }
+    }
+
+    /// What the state file's last writes may take at a clean stop (a full disk retried).
+    static let stateCloseBudget: Duration = .seconds(5)
+
+    private func finishStoppingAfterState(took: Duration, how: String, code: Int32) {
         // Served through the drain (`status` shows what it waits for); removed only now.
         controlQueue.queue.sync { control.stop() }
         let logger = logger
@@ -432,7 +454,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func scheduleTestStallIfAsked() {
         guard let request = options.environment["WATCHKEEPER_TEST_STALL"], !request.isEmpty else { return }
         let parts = request.split(separator: ":").map(String.init)
-        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, metricsQueue, configQueue]
+        let queues = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, stateQueue, controlQueue, metricsQueue, configQueue]
         guard parts.count >= 2, let target = queues.first(where: { $0.name == parts[0] }),
               case .success(let stall) = DurationParser.parse(parts[1]) else {
             logger.warning("ignoring WATCHKEEPER_TEST_STALL=\(request): expected <queue>:<duration>[:<delay>] with queue one of \(queues.map(\.name).joined(separator: ", "))")

@@ -21,7 +21,7 @@ public protocol DumpContributor: AnyObject, Sendable {
 /// Nothing here resets a counter: a dump only peeks.
 public final class StateDump: @unchecked Sendable {
     public static let formatName = "watchkeeper.state-dump"
-    public static let formatVersion: Int64 = 1
+    public static let formatVersion: Int64 = 2
 
     public let queue: SubsystemQueue
     private let contributors: [DumpContributor]

@@ -5,41 +5,51 @@ import Logging
 import Glibc
 #endif
 
-/// The task state that outlives the daemon (TaskStore), catch-up of missed runs, and the
-/// scheduler's part of the dump.
+/// The task state that outlives the daemon (written by the StateStore, read through a
+/// StateReader), catch-up of missed runs, and the scheduler's part of the dump.
 extension TaskScheduler {
     // MARK: Persistence
 
+    /// The store opened the file at start (and said if it had to rebuild it); this queue
+    /// reads it through a connection of its own. Without a store (unit tests) nothing is kept.
     func openStore(directory: String) {
-        do {
-            try makeDirectories(directory)
-            store = try TaskStore(directory: directory)
-            storeProblem = nil
+        guard let stateStore else { return }
+        do throws(SQLiteError) {
+            switch stateStore.availability {
+            case .open(let path, _):
+                reader = try StateReader(path: path)
+                storeProblem = nil
+                return
+            case .unavailable(let why):
+                storeProblem = why
+            case .notOpened, .closed:
+                storeProblem = "the state file \(StateDatabase.path(inDirectory: directory)) is not open"
+            }
         } catch {
             storeProblem = "\(error)"
-            logger.error("task state will not be kept across restarts (no catch-up of missed runs): \(error)")
         }
+        logger.error("task state will not be kept across restarts (no catch-up of missed runs): \(storeProblem ?? "")")
     }
 
-    /// A failed write is logged once per distinct error, not once per run.
-    func persist(_ write: (TaskStore) throws -> Void) {
-        guard let store else { return }
-        do {
-            try write(store)
-        } catch {
-            let message = "\(error)"
-            if message != lastPersistenceWarning {
-                logger.warning("unable to save task state: \(message)")
-                lastPersistenceWarning = message
-            }
-        }
+    /// Submitted to the store, which writes it in order and retries what fails (a full
+    /// disk) until written, saying so itself; this queue never waits for it.
+    func persist(_ write: StateWrite) {
+        guard reader != nil, let stateStore else { return }
+        stateStore.submit(write)
+    }
+
+    /// The clean stop: the reader goes before the store closes the file last.
+    public func closeStore() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        reader?.close()
+        reader = nil
     }
 
     func restoreHistory(_ task: ScheduledTask) {
-        guard let store else { return }
+        guard let reader else { return }
         let runs: [StoredRun]
         do {
-            runs = try store.history(task: task.settings.name, limit: Self.historyLength)
+            runs = try reader.history(task: task.settings.name, limit: Self.historyLength)
         } catch {
             logger.warning("task \(task.settings.name): unable to read its run history: \(error); the dump starts with an empty one")
             return
@@ -56,29 +66,36 @@ extension TaskScheduler {
     }
 
     /// `watchkeeper history TASK`: the last runs from the state database, newest first, in
-    /// the shape of io.watchkeeper.Control's `Run`.
-    public func history(task name: String, limit: Int) -> Result<[DumpValue], VarlinkError> {
+    /// the shape of io.watchkeeper.Control's `Run`. Asked of the store from this queue, after
+    /// every run recorded here: those were submitted before the question, so a run that just
+    /// ended is in the answer.
+    public func history(task name: String, limit: Int, reply: @escaping @Sendable (Result<[DumpValue], VarlinkError>) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        guard let store else {
-            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the task state database is not open: \(storeProblem ?? "unknown")"))]))
+        guard reader != nil, let stateStore else {
+            return reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the task state database is not open: \(storeProblem ?? "unknown")"))])))
         }
-        do {
-            return .success(try store.history(task: name, limit: limit).map { run in
-                .object([
-                    .init("run_id", .string(run.runID)),
-                    .init("attempt", .int(Int64(run.attempt))),
-                    .init("outcome", .string(run.outcome)),
-                    .init("started_at", run.startedAt.map { .string($0.iso8601) } ?? .null),
-                    .init("finished_at", .string(run.finishedAt.iso8601)),
-                    .init("duration_s", .double(Double(run.durationNanoseconds) / 1e9)),
-                    .init("exit_code", run.exitCode.map { .int(Int64($0)) } ?? .null),
-                    .init("signal", run.signal.map { .string(HandledSignals.name($0)) } ?? .null),
-                    .init("expiry", run.expiry.map { .string($0) } ?? .null),
-                ])
-            })
-        } catch {
-            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))]))
+        stateStore.taskHistory(task: name, limit: limit) { result in
+            switch result {
+            case .failure(let error):
+                reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))])))
+            case .success(let runs):
+                reply(.success(runs.map(Self.historyRow)))
+            }
         }
+    }
+
+    private static func historyRow(_ run: StoredRun) -> DumpValue {
+        .object([
+            .init("run_id", .string(run.runID)),
+            .init("attempt", .int(Int64(run.attempt))),
+            .init("outcome", .string(run.outcome)),
+            .init("started_at", run.startedAt.map { .string($0.iso8601) } ?? .null),
+            .init("finished_at", .string(run.finishedAt.iso8601)),
+            .init("duration_s", .double(Double(run.durationNanoseconds) / 1e9)),
+            .init("exit_code", run.exitCode.map { .int(Int64($0)) } ?? .null),
+            .init("signal", run.signal.map { .string(HandledSignals.name($0)) } ?? .null),
+            .init("expiry", run.expiry.map { .string($0) } ?? .null),
+        ])
     }
 
     /// `persistent = true`: the latest run that fell due while the daemon was not running
@@ -87,10 +104,10 @@ extension TaskScheduler {
     /// log line: running them all would only repeat the same work.
     func catchUp(_ task: ScheduledTask) {
         let settings = task.settings
-        guard let store else { return }
+        guard let reader else { return }
         let state: StoredTaskState?
         do {
-            state = try store.state(task: settings.name)
+            state = try reader.state(task: settings.name)
         } catch {
             logger.error("task \(settings.name): unable to read its state, so a run missed while watchkeeper was down is not caught up: \(error)")
             return
@@ -107,7 +124,7 @@ extension TaskScheduler {
             let subject = JobSubject.schedule(scheduledAt: due)
             let record = JobEngine.notRunRecord(task.key, runID: .random(), subject: subject, outcome: .missed,
                                                 detail: "due \(age.compactDescription) ago, beyond catch_up_window \(settings.catchUpWindow.compactDescription)\(earlier)")
-            persist { try $0.recordScheduled(task: settings.name, scheduledAt: due) }
+            persist(.taskScheduled(task: settings.name, at: due))
             engine.recordNotRun(record, key: task.key, subject: subject)
             finished(JobCompletion(key: task.key, subject: subject, records: [record]), task: task)
         }
@@ -181,7 +198,7 @@ extension TaskScheduler {
             ])
         }
         return .object([
-            .init("state_file", store.map { .string($0.path) } ?? .null),
+            .init("state_file", reader.map { .string($0.path) } ?? .null),
             .init("state_problem", storeProblem.map { .string($0) } ?? .null),
             .init("tasks", .array(entries)),
         ])

@@ -56,12 +56,16 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     var tasks: [String: ScheduledTask] = [:]
     var order: [String] = []
     private var machineSeed: UInt64 = 0
-    /// Task state and history in <state_dir>/watchkeeper.sqlite3; nil when it could not be
-    /// opened (the daemon runs on, without catch-up, and says so in the dump).
-    var store: TaskStore?
+    /// The one writer of <state_dir>/watchkeeper.sqlite3, which keeps the task state and
+    /// history; set by Daemon.init before this queue runs anything (nil in unit tests:
+    /// nothing is kept).
+    var stateStore: StateStore?
+    /// The task state as the scheduler reads it at start-up and reload: a read-only
+    /// connection of this queue's own; nil when the file could not be opened (the daemon
+    /// runs on, without catch-up, and says so in the dump).
+    var reader: StateReader?
     var clockWatcher: ClockChangeWatcher?
     var storeProblem: String?
-    var lastPersistenceWarning: String?
     static let historyLength = 10
 
     public init(engine: any TaskEngine) {
@@ -329,7 +333,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
             logger.notice("task \(name): runs again after skipping \(task.skipStreak) run(s) that overlapped the previous one")
             task.skipStreak = 0
         }
-        persist { try $0.recordScheduled(task: name, scheduledAt: scheduledAt) }
+        persist(.taskScheduled(task: name, at: scheduledAt))
         let subject = JobSubject.schedule(scheduledAt: scheduledAt)
         let unmet = dependenciesUnmet(task, scheduledAt: scheduledAt)
         if !unmet.isEmpty {
@@ -388,7 +392,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// Logged once per streak, not per tick: a task that always overlaps would
     /// otherwise fill the journal.
     private func recordSkip(_ task: ScheduledTask, scheduledAt: WallTime) {
-        persist { try $0.recordScheduled(task: task.settings.name, scheduledAt: scheduledAt) }
+        persist(.taskScheduled(task: task.settings.name, at: scheduledAt))
         task.skipStreak += 1
         task.totals[.skippedOverlap, default: 0] += 1
         guard task.skipStreak == 1 else { return }
@@ -403,7 +407,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         for record in completion.records {
             task.history.append(record)
             task.totals[record.outcome, default: 0] += 1
-            persist { try $0.recordRun(StoredRun(record)) }
+            persist(.taskRun(StoredRun(record)))
         }
         if task.history.count > Self.historyLength { task.history.removeFirst(task.history.count - Self.historyLength) }
         task.lastOutcome = completion.final.outcome

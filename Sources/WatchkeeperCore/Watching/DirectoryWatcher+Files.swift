@@ -150,10 +150,16 @@ extension DirectoryWatcher {
         return latest <= now && now - latest >= window.nanosecondsClamped
     }
 
-    /// Handled successfully in this form in an earlier life of the daemon (this life's are in
-    /// `rule.handled`): at this path, or, for a file that may have been moved (found by a
-    /// scan, or moved in), at another path it was moved from; then the ledger follows.
-    /// A file just written needs one lookup by path, not two.
+    /// Handled successfully in this form in an earlier life of the daemon, or earlier in this
+    /// one with its record committed: at this path, or, for a file that may have been moved
+    /// (found by a scan, or moved in), at another path it was moved from; then the ledger
+    /// follows. A file just written needs one lookup by path, not two.
+    ///
+    /// The reader sees what the store has committed. A success whose record is not committed
+    /// yet is in `rule.handled` by inode, whatever its path now, and callers ask that first;
+    /// so no write has to be waited for here. A move still waiting in the store is harmless:
+    /// the entry is found at its old path by identity, and the move submitted below changes
+    /// nothing once the earlier one has moved it (FileLedger.move).
     private func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool) -> Bool {
         guard rule.settings.catchUp, let ledger else { return false }
         do {
@@ -161,12 +167,11 @@ extension DirectoryWatcher {
                 return entry.outcome == RunOutcome.ok.rawValue
             }
             guard mayHaveMoved else { return false }
-            flushLedger()
             guard let moved = try ledger.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
                 return false
             }
             rule.movesFollowed += 1
-            try ledger.move(rule: rule.name, fromPrefix: moved.path, toPrefix: relative)
+            store?.submit(.ledgerMove(rule: rule.name, from: moved.path, to: relative))
             return true
         } catch {
             problems.report("unable to read the file ledger", example: "\(error)")
@@ -247,7 +252,7 @@ extension DirectoryWatcher {
                 enqueue(rule, relative: follower.path, event: follower.event)
             }
         }
-        guard outcome != .cancelled, rule.settings.catchUp, ledger != nil else { return }
+        guard outcome != .cancelled, rule.settings.catchUp, ledger != nil, let store else { return }
         let now = WallTime.now()
         let final = completion.final
         var exitCode: Int32?
@@ -259,95 +264,60 @@ extension DirectoryWatcher {
         }
         let run = LedgerRun(runID: final.runID, startedAt: final.startedAt, durationNanoseconds: final.duration.nanosecondsClamped,
                             exitCode: exitCode, signal: signal)
+        var records: [LedgerRecord] = []
         for file in completion.subject.files {
             guard let identity = file.identity else { continue }
-            ledgerPending.append(LedgerRecord(rule: rule.name, path: Array(file.relative), identity: identity, outcome: outcome.rawValue,
-                                              handledAt: now, run: run))
+            records.append(LedgerRecord(rule: rule.name, path: Array(file.relative), identity: identity, outcome: outcome.rawValue,
+                                        handledAt: now, run: run))
         }
-        scheduleLedgerFlush()
+        guard !records.isEmpty else { return }
+        let committed = records
+        // The store commits it with the others that ended meanwhile (group commit) and says
+        // so here; until then `rule.handled` is what knows the file was handled.
+        store.submit(.ledgerRecords(committed), confirmOn: queue) { [weak self] in self?.ledgerCommitted(committed) }
     }
 
-    /// Group commit, paced (LedgerCommitPacing): after a quiet spell the write runs on the
-    /// queue's next turn, after every completion already waiting there; in a burst, at most
-    /// once per `ledgerCommitInterval`, with everything that ended meanwhile.
-    private func scheduleLedgerFlush() {
-        switch ledgerPacing.recordAdded(now: DispatchTime.now().uptimeNanoseconds) {
-        case .none:
-            break
-        case .writeOnNextTurn:
-            queue.async { [weak self] in self?.flushLedger() }
-        case .writeAt(let deadline):
-            if ledgerCommitTimer == nil {
-                ledgerCommitTimer = context.sources.makeTimer(
-                    owner: "watching", target: "file ledger: write a burst's records together, at most every \(Self.ledgerCommitInterval.compactDescription)",
-                    on: queue) { [weak self] in self?.flushLedger() }
-            }
-            ledgerCommitTimer?.schedule(at: DispatchTime(uptimeNanoseconds: deadline))
-        }
-    }
-
-    /// `watchkeeper history WATCH`: the files the rule handled last, from the ledger (after
-    /// writing what is still pending, so a job that just ended is there).
-    public func history(rule: String, limit: Int) -> Result<[DumpValue], VarlinkError> {
+    /// `watchkeeper history WATCH`: the files the rule handled last, from the ledger. Asked
+    /// of the store from this queue, after every completion handled here: their records
+    /// were submitted before the question, so a job that just ended is in the answer.
+    public func history(rule: String, limit: Int, reply: @escaping @Sendable (Result<[DumpValue], VarlinkError>) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        flushLedger()
-        guard let ledger else {
-            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the file ledger is not open: \(ledgerProblem ?? "unknown")"))]))
+        guard ledger != nil, let store else {
+            return reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the file ledger is not open: \(ledgerProblem ?? "unknown")"))])))
         }
-        do {
-            return .success(try ledger.recent(rule: rule, limit: limit).map { entry, run in
-                .object([
-                    .init("run_id", run.map { .string($0.runID) } ?? .null),
-                    .init("outcome", .string(entry.outcome)),
-                    .init("started_at", run?.startedAt.map { .string($0.iso8601) } ?? .null),
-                    .init("finished_at", .string(entry.handledAt.iso8601)),
-                    .init("duration_s", run.map { .double(Double($0.durationNanoseconds) / 1e9) } ?? .null),
-                    .init("exit_code", run?.exitCode.map { .int(Int64($0)) } ?? .null),
-                    .init("signal", run?.signal.map { .string(HandledSignals.name($0)) } ?? .null),
-                    .init("path", .bytes(entry.path)),
-                ])
-            })
-        } catch {
-            return .failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))]))
+        store.ledgerHistory(rule: rule, limit: limit) { result in
+            switch result {
+            case .failure(let error):
+                reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))])))
+            case .success(let rows):
+                reply(.success(rows.map { entry, run in Self.historyRow(entry, run) }))
+            }
         }
     }
 
-    /// After a burst (the engine says when): what is still waiting goes into the ledger, the
-    /// ledger's page cache is given back, then malloc's free memory.
+    private static func historyRow(_ entry: LedgerEntry, _ run: LedgerRun?) -> DumpValue {
+        .object([
+            .init("run_id", run.map { .string($0.runID) } ?? .null),
+            .init("outcome", .string(entry.outcome)),
+            .init("started_at", run?.startedAt.map { .string($0.iso8601) } ?? .null),
+            .init("finished_at", .string(entry.handledAt.iso8601)),
+            .init("duration_s", run.map { .double(Double($0.durationNanoseconds) / 1e9) } ?? .null),
+            .init("exit_code", run?.exitCode.map { .int(Int64($0)) } ?? .null),
+            .init("signal", run?.signal.map { .string(HandledSignals.name($0)) } ?? .null),
+            .init("path", .bytes(entry.path)),
+        ])
+    }
+
+    /// After a burst (the engine says when): the reader's page cache is given back; the
+    /// store then writes what waits, gives back its own, and malloc's free memory.
     public func releaseMemoryAfterBurst() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        flushLedger()
         ledger?.releaseMemory()
-        _ = malloc_trim(0)
+        if let store { store.releaseMemory() } else { _ = malloc_trim(0) }
     }
 
-    func flushLedger() {
-        guard !ledgerPending.isEmpty, let ledger else { return }
-        let records = ledgerPending
-        ledgerPending = []
-        ledgerPacing.wrote(now: DispatchTime.now().uptimeNanoseconds)
-        do {
-            try ledger.record(records)
-        } catch {
-            // Kept and written again later (a full disk frees up): a record dropped here would
-            // run its file again after a restart. Bounded: past the limit the oldest go, said.
-            ledgerPending = records + ledgerPending
-            if ledgerPending.count > Self.ledgerPendingLimit {
-                let dropped = ledgerPending.count - Self.ledgerPendingLimit
-                ledgerPending.removeFirst(dropped)
-                ledgerRecordsDropped += UInt64(dropped)
-            }
-            ledgerWriteFailures += 1
-            problems.report("unable to record handled files in the file ledger; retrying every \(Self.ledgerRetryInterval.compactDescription) (\(ledgerPending.count) record(s) waiting, \(ledgerRecordsDropped) dropped so far: their files would run again after a restart)",
-                            example: "\(error)")
-            armLedgerRetry()
-            return
-        }
-        if ledgerWriteFailures > 0 && ledgerRetryTimer != nil {
-            logger.notice("the file ledger is written again: \(records.count) record(s) that waited are in it")
-        }
-        ledgerRetryTimer?.cancel()
-        ledgerRetryTimer = nil
+    /// The store committed these records: the reader finds them now.
+    private func ledgerCommitted(_ records: [LedgerRecord]) {
         // A file the ledger now holds as handled is found there: this life's memory of it can
         // go, so a burst's 100,000 files are not kept in memory until the daemon stops.
         for record in records where record.outcome == RunOutcome.ok.rawValue {
@@ -357,19 +327,6 @@ extension DirectoryWatcher {
             // Emptied, it also gives back the capacity the burst grew it to.
             if rule.handled.isEmpty { rule.handled = [:] }
         }
-    }
-
-    /// Records that could not be written wait at most this many (a full state file system
-    /// for hours under a steady stream); past it, the oldest are dropped and counted.
-    static let ledgerPendingLimit = 200_000
-    static let ledgerRetryInterval: Duration = .seconds(5)
-
-    private func armLedgerRetry() {
-        guard ledgerRetryTimer == nil else { return }
-        let timer = context.sources.makeTimer(owner: "watching", target: "file ledger: write the records that failed, every \(Self.ledgerRetryInterval.compactDescription)",
-                                              on: queue) { [weak self] in self?.flushLedger() }
-        timer.schedule(at: .now() + Self.ledgerRetryInterval.dispatchInterval, repeating: Self.ledgerRetryInterval)
-        ledgerRetryTimer = timer
     }
 
     /// Files that waited in a settle window and will not become jobs end with a record.
@@ -410,26 +367,13 @@ extension DirectoryWatcher {
         pruneSoonTimer = nil
     }
 
-    /// The last step of a clean stop, once every job has its record: the ledger's last
-    /// records are written and its write-ahead log folded into the file.
+    /// A clean stop, once every job has its record: every record was submitted to the store
+    /// when its job ended; the reader goes, so that the store, closing last, folds the
+    /// write-ahead log into the file (Daemon.finishStopping).
     func close() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        flushLedger()
-        ledgerCommitTimer?.cancel()
-        ledgerCommitTimer = nil
-        ledgerRetryTimer?.cancel()
-        ledgerRetryTimer = nil
-        if !ledgerPending.isEmpty {
-            logger.warning("unable to record \(ledgerPending.count) handled file(s) in the file ledger before stopping; catch-up will run them again at the next start")
-        }
-        guard let ledger else { return }
-        do {
-            _ = try ledger.checkpoint()
-        } catch {
-            logger.warning("unable to checkpoint the file ledger at stop: \(error)")
-        }
-        ledger.close()
-        self.ledger = nil
+        ledger?.close()
+        ledger = nil
     }
 
     // MARK: Pruning
@@ -467,24 +411,14 @@ extension DirectoryWatcher {
         pruneSoonTimer = timer
     }
 
+    /// The store walks each rule's entries (one lstat each) on its own queue, deletes those
+    /// whose file is gone behind the writes submitted before, says how many, and checkpoints.
     func pruneLedger() {
         deletionsSincePrune = 0
-        guard let ledger else { return }
-        flushLedger()
+        guard ledger != nil, let store else { return }
         for name in order {
             guard let rule = rules[name], rule.settings.catchUp, let root = rule.root else { continue }
-            do {
-                if case .pruned(let removed, _) = try ledger.prune(rule: name, missingUnder: root), removed > 0 {
-                    logger.info("watch \(name): the file ledger forgot \(removed) file(s) that no longer exist")
-                }
-            } catch {
-                problems.report("unable to prune the file ledger", example: "\(error)")
-            }
-        }
-        do {
-            _ = try ledger.checkpoint()
-        } catch {
-            problems.report("unable to checkpoint the file ledger", example: "\(error)")
+            store.prune(rule: name, root: root)
         }
     }
 
@@ -510,10 +444,6 @@ extension DirectoryWatcher {
             .init("ledger", ledger.map { .string($0.path) } ?? .null),
             .init("ledger_problem", ledgerProblem.map { .string($0) } ?? .null),
             .init("ledger_rebuilt", ledgerNote.map { .string($0) } ?? .null),
-            .init("ledger_commits", ledger.map { .int(Int64($0.commits)) } ?? .null),
-            .init("ledger_records_waiting", .int(Int64(ledgerPending.count))),
-            .init("ledger_write_failures", .int(Int64(ledgerWriteFailures))),
-            .init("ledger_records_dropped", .int(Int64(ledgerRecordsDropped))),
             .init("problems", problems.describe()),
             .init("rules", .array(entries)),
         ])

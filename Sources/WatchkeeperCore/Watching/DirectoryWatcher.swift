@@ -50,27 +50,19 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// IN_MOVED_TO says where in the tree they went.
     var pendingMoves: [UInt32: (rule: String, from: [UInt8])] = [:]
     lazy var problems = ProblemAggregator(owner: "watching", queue: queue, sources: context.sources, logger: logger)
-    /// The file ledger (in the state directory's SQLite file), on this queue's own connection.
-    var ledger: FileLedger?
+    /// The one writer of the state file, which records handled files and follows moves;
+    /// set by Daemon.init before this queue runs anything.
+    var store: StateStore?
+    /// The file ledger as admission reads it: a read-only connection of this queue's own.
+    /// What the store has not committed yet is in `WatchRule.handled`.
+    var ledger: StateReader?
     var ledgerProblem: String?
     var ledgerNote: String?
-    /// Handled files not yet written: one transaction per flush, not per file.
-    var ledgerPending: [LedgerRecord] = []
-    var ledgerPacing = LedgerCommitPacing(interval: ledgerCommitInterval)
-    var ledgerCommitTimer: RegisteredTimer?
-    /// Set while records that failed to be written wait for the next try.
-    var ledgerRetryTimer: RegisteredTimer?
-    var ledgerWriteFailures: UInt64 = 0
-    var ledgerRecordsDropped: UInt64 = 0
     var deletionsSincePrune = 0
     var pruneSoonTimer: RegisteredTimer?
 
     static let recheckInterval: Duration = .seconds(5)
     static let pruneInterval: Duration = .seconds(3_600)
-    /// In a burst, the ledger is written at most this often: a crash runs again the jobs
-    /// that ended in the last 20 ms (besides those in flight); the per-file transactions
-    /// this saves were a seventh of the daemon's CPU in a burst (performance.md).
-    static let ledgerCommitInterval: Duration = .milliseconds(20)
 
     init(queue: SubsystemQueue, engine: JobEngine) {
         self.queue = queue
@@ -174,20 +166,24 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
     }
 
+    /// The store opened the file (and said if it had to rebuild it); this queue reads it
+    /// through a connection of its own.
     private func openLedger(_ stateDirectory: String) {
-        do {
-            let opened = try FileLedger.open(stateDirectory: stateDirectory)
-            ledger = opened.ledger
-            if let rebuilt = opened.rebuilt {
-                // Files present now are not in the new ledger: catch-up runs their jobs again
-                // (at least once, never lost); said once, loudly, so it is not a surprise.
-                ledgerNote = rebuilt.description
-                logger.error("\(rebuilt.description); catch-up will run the jobs of the files present in the watched trees again")
+        do throws(SQLiteError) {
+            switch store?.availability ?? .unavailable("no state store for \(stateDirectory)") {
+            case .open(let path, let rebuilt):
+                ledger = try StateReader(path: path)
+                ledgerNote = rebuilt
+                return
+            case .unavailable(let why):
+                ledgerProblem = why
+            case .notOpened, .closed:
+                ledgerProblem = "the state file is not open"
             }
         } catch {
             ledgerProblem = "\(error)"
-            logger.error("watch rules will not catch up files that arrived while watchkeeper was down: \(error)")
         }
+        logger.error("watch rules will not catch up files that arrived while watchkeeper was down: \(ledgerProblem ?? "")")
     }
 
     // MARK: Events
@@ -351,14 +347,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// handled at their new paths instead of running again.
     private func followMove(_ rule: WatchRule, from: [UInt8], to: [UInt8]) {
         rule.movesFollowed += 1
-        guard rule.settings.catchUp, let ledger else { return }
-        flushLedger()
-        do {
-            let moved = try ledger.move(rule: rule.name, fromPrefix: from, toPrefix: to)
-            logger.debug("watch \(rule.name): \(LineEscaping.escaped(from)) moved to \(LineEscaping.escaped(to)); \(moved) ledger entries follow it")
-        } catch {
-            problems.report("unable to update the file ledger for a moved directory", example: "\(error)")
-        }
+        guard rule.settings.catchUp, ledger != nil, let store else { return }
+        // Behind every record submitted before it, so those move too.
+        store.submit(.ledgerMove(rule: rule.name, from: from, to: to))
+        logger.debug("watch \(rule.name): \(LineEscaping.escaped(from)) moved to \(LineEscaping.escaped(to)); its ledger entries follow it")
     }
 
 }

@@ -1,0 +1,48 @@
+import Foundation
+import WatchkeeperTestSupport
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The state file's writer stuck (a disk that does not answer, stood in for by blocking the
+/// state queue with WATCHKEEPER_TEST_STALL): watching and jobs go on, and the records that
+/// waited land once it answers again.
+final class StateStoreStallTests: WatchTestCase {
+    func testAStuckStateQueue_holdsUpNoJob_andTheRecordsThatWaitedLandAfter_soARestartRunsNothingAgain() throws {
+        try start("""
+            [[watch]]
+            name = "inbox"
+            path = "@DIR@/in"
+            shell = true
+            command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
+            """, daemonExtra: "max_jobs = 8", environment: ["WATCHKEEPER_TEST_STALL": "state:5s:0s"])
+        for index in 0..<30 { write("file-\(index)") }
+        // Well within the 5 s the state queue is blocked.
+        XCTAssertTrue(waitFor(3) { Set(records(sandbox.root + "/handled")).count == 30 },
+                      "handled \(Set(records(sandbox.root + "/handled")).count) of 30 while the state queue was stuck\n\(daemon.stderrTail)")
+        // A dump taken meanwhile: the store is reported stuck, the watcher answers.
+        daemon.send(SIGUSR1)
+        let during = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
+        XCTAssertEqual((during["state"] as? [String: Any])?["stuck"] as? Bool, true, "\(during["state"] ?? "no state section")")
+        let rule = ((during["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first
+        XCTAssertEqual(rule?["files_remembered"] as? Int, 30, "until the store confirms them, the watcher remembers them")
+        // Once the queue answers, the records are written and confirmed.
+        var sequence = 1
+        XCTAssertTrue(waitFor(15) {
+            sequence += 1
+            daemon.send(SIGUSR1)
+            let state = sandbox.waitForState(sequence: sequence, timeout: 5)
+            let rule = ((state?["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first
+            return (state?["state"] as? [String: Any])?["writes_waiting"] as? Int == 0 && rule?["files_remembered"] as? Int == 0
+        }, daemon.stderrTail)
+        daemon.stop(within: 10)
+        try? FileManager.default.removeItem(atPath: sandbox.statePath)
+        let notify = try NotifySocket()
+        daemon = try sandbox.startReady(notifySocket: notify)
+        // Catch-up lists the tree and gives what it finds a 1 s window.
+        usleep(2_500_000)
+        XCTAssertEqual(records(sandbox.root + "/handled").count, 30, "a file ran again after the restart\n\(daemon.stderrTail)")
+    }
+}
