@@ -127,8 +127,7 @@ extension StateStore {
                 return
             }
             walks = []
-            commitTimer?.cancel()
-            commitTimer = nil
+            commitTimer.cancel()
             retryTimer?.cancel()
             retryTimer = nil
             closing = (DispatchTime.now().uptimeNanoseconds + UInt64(budget.nanosecondsClamped), then)
@@ -140,6 +139,7 @@ extension StateStore {
     /// the retry no later than the deadline), one at it ends the writing.
     func closeStep() {
         guard let deadline = closing?.deadline else { return }
+        takeSubmitted(markingWritten: true)
         while isOpen, !pending.isEmpty {
             var confirmations: [Confirmation] = []
             let outcome = commitFront(into: &confirmations)
@@ -159,6 +159,8 @@ extension StateStore {
 
     private func finishClose() {
         guard let then = closing?.then else { return }
+        mailbox.withLock { $0.closed = true }
+        takeSubmitted(markingWritten: false)
         var lost: [StateWrite.Kind: UInt64] = [:]
         for item in pending { lost[item.write.kind, default: 0] += UInt64(item.write.rows) }
         let rowsDropped = pendingRows

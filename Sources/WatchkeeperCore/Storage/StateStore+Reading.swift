@@ -72,6 +72,7 @@ extension StateStore {
     /// Its own section: what waits (writes, rows, by kind, the oldest's age), what failed
     /// (attempts, the last error, since when, the backoff), what was dropped, and the prune.
     public func describeForDump() -> DumpValue {
+        takeSubmitted(markingWritten: false)
         let now = DispatchTime.now().uptimeNanoseconds
         var path: DumpValue = .null
         var problem: DumpValue = .null

@@ -44,19 +44,33 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
         let confirmed: @Sendable () -> Void
     }
 
+    /// Writes submitted and not yet taken onto the queue, and when to take them: the one
+    /// piece of the store touched from other queues. A submission appends here under the
+    /// lock and only wakes the queue when the pacing says a commit is due, so a burst's
+    /// completions cost one hop per commit, not one per job (a hop each added 2.5 futex
+    /// calls per job: docs/measurements/performance.md, "The state store").
+    struct Mailbox {
+        var writes: [PendingWrite] = []
+        var pacing = LedgerCommitPacing(interval: StateStore.commitInterval)
+        /// Set once the store closed: later submissions are not kept.
+        var closed = false
+    }
+
     public let queue: SubsystemQueue
     let sources: SourceRegistry
     let logger: Logger
     private let availabilityState = Mutex(Availability.notOpened)
+    let mailbox = Mutex(Mailbox())
     lazy var problems = ProblemAggregator(owner: "state", queue: queue, sources: sources, logger: logger)
+    /// Scheduled by whoever's submission asks for a paced commit (DispatchSource timers may
+    /// be rescheduled from any thread); fires on `queue`.
+    private(set) var commitTimer: RegisteredTimer!
 
     // Confined to `queue`.
     var ledger: FileLedger?
     var tasks: TaskStore?
     var pending = Deque<PendingWrite>()
     var pendingRows = 0
-    var pacing = LedgerCommitPacing(interval: StateStore.commitInterval)
-    var commitTimer: RegisteredTimer?
     /// Armed while the last attempt failed: nothing is written before it fires.
     var retryTimer: RegisteredTimer?
     var retryDelay: Duration?
@@ -97,6 +111,9 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
         self.sources = sources
         self.logger = logger
         self.pendingRowLimit = pendingRowLimit
+        commitTimer = sources.makeTimer(
+            owner: "state", target: "state file: commit a burst's writes together, at most every \(Self.commitInterval.compactDescription)",
+            on: queue) { [weak self] in self?.commitPending() }
     }
 
     public var dumpSectionName: String { "state" }
@@ -143,13 +160,50 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// dropped (past the bound, or unwritable for good), which is counted and said.
     func submit(_ write: StateWrite, confirmOn owner: SubsystemQueue? = nil, confirmed: (@Sendable () -> Void)? = nil) {
         let confirmation = owner.flatMap { owner in confirmed.map { Confirmation(queue: owner, confirmed: $0) } }
-        let submittedAt = DispatchTime.now().uptimeNanoseconds
-        queue.async { [self] in
-            enqueue(PendingWrite(write: write, submittedAt: submittedAt, confirmation: confirmation))
+        let item = PendingWrite(write: write, submittedAt: DispatchTime.now().uptimeNanoseconds, confirmation: confirmation)
+        let action = mailbox.withLock { box -> LedgerCommitPacing.Action in
+            guard !box.closed else { return .none }
+            box.writes.append(item)
+            return box.pacing.recordAdded(now: item.submittedAt)
+        }
+        scheduleCommit(action)
+    }
+
+    /// Group commit, paced (LedgerCommitPacing): after a quiet spell the write runs on the
+    /// queue's next turn, after every submission already waiting there; in a burst, at most
+    /// once per `commitInterval`, with everything submitted meanwhile.
+    private func scheduleCommit(_ action: LedgerCommitPacing.Action) {
+        switch action {
+        case .none:
+            break
+        case .writeOnNextTurn:
+            queue.async { [weak self] in self?.commitPending() }
+        case .writeAt(let deadline):
+            commitTimer.schedule(at: DispatchTime(uptimeNanoseconds: deadline))
         }
     }
 
+    /// The store's own writes (a prune's deletions, its end, the checkpoint after it), behind
+    /// everything submitted before them.
     func enqueue(_ item: PendingWrite) {
+        takeSubmitted(markingWritten: false)
+        accept(item)
+        scheduleCommit(mailbox.withLock { $0.pacing.recordAdded(now: item.submittedAt) })
+    }
+
+    /// Moves what was submitted onto the line, in order. `markingWritten`: a commit follows
+    /// at once, so the pacing starts counting from now.
+    func takeSubmitted(markingWritten: Bool) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let submitted = mailbox.withLock { box -> [PendingWrite] in
+            if markingWritten { box.pacing.wrote(now: now) }
+            defer { box.writes = [] }
+            return box.writes
+        }
+        for item in submitted { accept(item) }
+    }
+
+    private func accept(_ item: PendingWrite) {
         guard isOpen else {
             dropped[item.write.kind, default: 0] += UInt64(item.write.rows)
             return
@@ -157,28 +211,6 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
         pending.append(item)
         pendingRows += item.write.rows
         if pendingRows > pendingRowLimit { dropOldest() }
-        // While a retry is armed, the retry writes it; a closing store writes at once.
-        guard retryTimer == nil, closing == nil else { return }
-        scheduleCommit()
-    }
-
-    /// Group commit, paced (LedgerCommitPacing): after a quiet spell the write runs on the
-    /// queue's next turn, after every submission already waiting there; in a burst, at most
-    /// once per `commitInterval`, with everything submitted meanwhile.
-    private func scheduleCommit() {
-        switch pacing.recordAdded(now: DispatchTime.now().uptimeNanoseconds) {
-        case .none:
-            break
-        case .writeOnNextTurn:
-            queue.async { [weak self] in self?.commitPending() }
-        case .writeAt(let deadline):
-            if commitTimer == nil {
-                commitTimer = sources.makeTimer(
-                    owner: "state", target: "state file: commit a burst's writes together, at most every \(Self.commitInterval.compactDescription)",
-                    on: queue) { [weak self] in self?.commitPending() }
-            }
-            commitTimer?.schedule(at: DispatchTime(uptimeNanoseconds: deadline))
-        }
     }
 
     private func dropOldest() {
@@ -203,8 +235,10 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// larger than one transaction goes on at the next turn.
     func commitPending() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        guard isOpen, !pending.isEmpty, retryTimer == nil, closing == nil else { return }
-        pacing.wrote(now: DispatchTime.now().uptimeNanoseconds)
+        // While a retry is armed the retry writes; a closing store writes in `closeStep`.
+        let committing = isOpen && retryTimer == nil && closing == nil
+        takeSubmitted(markingWritten: committing)
+        guard committing, !pending.isEmpty else { return }
         var confirmations: [Confirmation] = []
         let outcome = commitFront(into: &confirmations)
         deliver(confirmations)
@@ -220,8 +254,8 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// Everything waiting, now, in as many transactions as it takes: for a reader that must
     /// see it (`history`). Stops at the first failure, which is then retried as usual.
     func commitAllNow() {
+        takeSubmitted(markingWritten: isOpen && retryTimer == nil)
         while isOpen, !pending.isEmpty, retryTimer == nil {
-            pacing.wrote(now: DispatchTime.now().uptimeNanoseconds)
             var confirmations: [Confirmation] = []
             let outcome = commitFront(into: &confirmations)
             deliver(confirmations)
