@@ -90,7 +90,8 @@ final class StateStoreTests: ScratchDirectoryTestCase {
     }
 
     /// Whether `queue` answers a probe (the watchdog's) within `limit`: nothing queued before
-    /// it blocks it.
+    /// it blocks it. The limits below are far under the store's 2 s waits and far over a
+    /// thread's wake-up on a loaded 2-core machine.
     private func answersProbe(_ queue: SubsystemQueue, within limit: Duration) -> Bool {
         let before = queue.probeState.probesAnswered
         queue.sendProbe(at: DispatchTime.now().uptimeNanoseconds)
@@ -181,7 +182,7 @@ final class StateStoreTests: ScratchDirectoryTestCase {
         XCTAssertNotNil(failing["oldest_waiting_s"]?.doubleValue, "\(failing)")
         XCTAssertEqual(confirmed.withLock { $0 }, [], "nothing is confirmed that is not written")
         for _ in 0..<5 {
-            XCTAssertTrue(answersProbe(owner, within: .milliseconds(100)), "the owner's queue must not wait for the disk")
+            XCTAssertTrue(answersProbe(owner, within: .milliseconds(500)), "the owner's queue must not wait for the disk")
         }
         // Another write while it fails joins the line behind the others.
         owner.queue.sync { store.submit(.ledgerRecords([record("b0/f0-\(padding)", inode: 0, outcome: "failed", second: 99)])) }
@@ -210,11 +211,11 @@ final class StateStoreTests: ScratchDirectoryTestCase {
         let heldUntil = MonotonicInstant.now + FileLedger.busyTimeout + .milliseconds(800)
         var probes = 0
         while MonotonicInstant.now < heldUntil {
-            XCTAssertTrue(answersProbe(owner, within: .milliseconds(100)), "the owner's queue must not wait with it")
+            XCTAssertTrue(answersProbe(owner, within: .milliseconds(500)), "the owner's queue must not wait with it")
             probes += 1
             usleep(50_000)
         }
-        XCTAssertGreaterThan(probes, 20)
+        XCTAssertGreaterThan(probes, 5)
         try other.executeOnce("COMMIT", action: "unlock")
         wait(for: [done], timeout: 15)
         XCTAssertEqual(try count("SELECT count(*) FROM run_history"), 1)

@@ -11,15 +11,17 @@ import Glibc
 /// waited land once it answers again.
 final class StateStoreStallTests: WatchTestCase {
     func testAStuckStateQueue_holdsUpNoJob_andTheRecordsThatWaitedLandAfter_soARestartRunsNothingAgain() throws {
+        // The state queue blocked from READY on, as a write stuck in a hung disk would.
         try start("""
             [[watch]]
             name = "inbox"
             path = "@DIR@/in"
             shell = true
             command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
-            """, daemonExtra: "max_jobs = 8", environment: ["WATCHKEEPER_TEST_STALL": "state:5s:0s"])
+            """, daemonExtra: "max_jobs = 8", environment: ["WATCHKEEPER_TEST_STALL": "state:8s:0s"])
         for index in 0..<30 { write("file-\(index)") }
-        // Well within the 5 s the state queue is blocked.
+        // Well within the 8 s the state queue is blocked, leaving time for the dump below to
+        // wait its 2 s for the store.
         XCTAssertTrue(waitFor(3) { Set(records(sandbox.root + "/handled")).count == 30 },
                       "handled \(Set(records(sandbox.root + "/handled")).count) of 30 while the state queue was stuck\n\(daemon.stderrTail)")
         // A dump taken meanwhile: the store is reported stuck, the watcher answers.
