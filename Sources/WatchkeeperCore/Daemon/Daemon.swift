@@ -121,8 +121,12 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         self.sink = sink
         self.logger = Logger(label: "watchkeeper")
         self.notifier = SystemdNotifier(environment: options.environment)
-        let monitored = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, stateQueue, controlQueue, metricsQueue]
-        watchdog = Watchdog(queue: watchdogQueue, monitored: monitored, notifier: notifier, logger: logger,
+        let gated = [lifecycleQueue, signalsQueue, watchdogQueue, diagnosticsQueue, jobsQueue, watchingQueue, controlQueue, metricsQueue]
+        let monitored = gated + [stateQueue]
+        // The state queue is left out of the watchdog's gate: a state disk that hangs blocks
+        // only its writes (held in order, shown as stuck in the dump), while watching and jobs
+        // go on; a restart by systemd would not unhang the disk and would lose what waits.
+        watchdog = Watchdog(queue: watchdogQueue, monitored: gated, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
         // Before any job exists: under systemd this moves the daemon into its own leaf cgroup.
         containment = JobContainment.setUp()
