@@ -1,0 +1,181 @@
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// From a file event to an admitted file: the settle window (a scan's find waits until it
+/// stops changing), and admission: a regular file, and, where the event is no evidence of
+/// new content, not handled before in this form (docs/architecture.md, "File identity").
+extension DirectoryWatcher {
+    /// Files found by a scan may still be open for writing (a scan cannot tell): they wait
+    /// this long, and a close event for the same path meanwhile joins the same job.
+    static let scanSettle: Duration = .seconds(1)
+
+    func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false) {
+        guard accepting else { return }
+        let now = DispatchTime.now().uptimeNanoseconds
+        // A writer's close (or a move in) is evidence that the file is whole: a wait that only
+        // a scan started (it cannot tell) ends, and the file goes on with the rule's window.
+        if !fromScan, let waiting = rule.settle.item(for: relative), waiting.fromScan {
+            rule.settle.remove(path: relative)
+        }
+        let window = settleWindow(rule, fromScan: fromScan)
+        if window == .zero && rule.settle.item(for: relative) == nil {
+            switch admit(rule, relative: relative, pending: PendingFile(event: event), fromScan: false, eventAt: now) {
+            case .admitted(let subject): submit([.file(subject)], rule: rule)
+            case .skipped, .stillChanging: break
+            }
+            return
+        }
+        let deadline = now + UInt64(window.nanosecondsClamped)
+        rule.settle.add(path: relative, event: PendingFile(event: event), deadline: deadline, fromScan: fromScan)
+        armSettleTimer(rule)
+    }
+
+    func settleWindow(_ rule: WatchRule, fromScan: Bool) -> Duration {
+        fromScan ? max(rule.settings.settle, Self.scanSettle) : rule.settings.settle
+    }
+
+    func armSettleTimer(_ rule: WatchRule) {
+        guard let next = rule.settle.nextDeadline else { return }
+        if rule.settleTimer == nil {
+            rule.settleTimer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "settle \(rule.settings.settle.compactDescription)",
+                                                         on: queue) { [unowned self] in
+                self.settleDue(rule)
+            }
+        }
+        rule.settleTimer?.schedule(at: DispatchTime(uptimeNanoseconds: next))
+    }
+
+    /// Starts every path whose window has ended, and re-arms for the next one.
+    private func settleDue(_ rule: WatchRule) {
+        // A batch also takes the files whose windows end a moment later (files written
+        // together settle microseconds apart), up to a quarter of the window or 250 ms.
+        let lookahead = rule.settings.batch ? UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped) : 0
+        let now = DispatchTime.now().uptimeNanoseconds
+        let due = rule.settle.takeDue(now: now, lookahead: lookahead)
+        var admitted: [FileSubject] = []
+        admitted.reserveCapacity(due.count)
+        for item in due {
+            // A window ends its length after the last event (or the scan that found the file).
+            let window = UInt64(settleWindow(rule, fromScan: item.fromScan).nanosecondsClamped)
+            switch admit(rule, relative: item.path, pending: item.event, fromScan: item.fromScan, eventAt: item.deadline &- window) {
+            case .admitted(let subject):
+                admitted.append(subject)
+            case .skipped:
+                break
+            case .stillChanging(let seen):
+                rule.scanWaitsRestarted += 1
+                rule.settle.add(path: item.path, event: PendingFile(event: item.event.event, seen: seen), deadline: now + window, fromScan: true)
+            }
+        }
+        submit(admitted, rule: rule)
+        armSettleTimer(rule)
+    }
+
+    enum Admission {
+        case admitted(FileSubject)
+        /// Gone, not a regular file, handled already, or waiting for its old name's job.
+        case skipped
+        /// Found by a scan and changed within its window: it waits again, from this form.
+        case stillChanging(FileIdentity)
+    }
+
+    /// Whether a file is to be handled now: it still exists (unless the event says it went),
+    /// is a regular file (a FIFO would block the job, a planted link would lead a root job
+    /// elsewhere), and, where it is no evidence of new content (a scan, a move), was not
+    /// handled before in this exact form (docs/architecture.md, "File identity").
+    func admit(_ rule: WatchRule, relative: [UInt8], pending: PendingFile, fromScan: Bool, eventAt: UInt64) -> Admission {
+        let absolute = rule.absolute(relative)
+        let rootLength = absolute.count - relative.count - (relative.isEmpty ? 0 : 1)
+        let event = pending.event
+        let follows = rule.settings.followSymlinks
+        guard event != .deleted && event != .movedOut else {
+            return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt, followsSymlinks: follows))
+        }
+        guard let status = FileStatus.of(absolute, followSymlinks: follows) else { return .skipped } // gone already
+        guard status.type == .regular else {
+            rule.skipped[status.type] += 1
+            return .skipped
+        }
+        let identity = status.identity
+        if fromScan {
+            // Nobody said the writer is done: it must have stopped changing for the window.
+            let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity)
+            if changing { return .stillChanging(identity) }
+            if let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
+                rule.duplicates += 1
+                return .skipped
+            }
+        }
+        if fromScan || event == .movedIn {
+            // A move (or a scan's find) is evidence of new content only if the file was not
+            // handled in this form: a file moved within the tree after its job is that file.
+            if event == .movedIn, let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
+                // Renamed while its job waits or runs: it is handled here if that job does
+                // not succeed (a `.part` renamed to `.dat` before its job could read it).
+                rule.inFlight[identity.inodeKey]?.followers.append(.init(path: relative, event: event, identity: identity))
+                rule.renamesFollowed += 1
+                return .skipped
+            }
+            if rule.handledInThisLife(identity, at: relative)
+                || handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: true) {
+                rule.duplicates += 1
+                return .skipped
+            }
+        }
+        if !fromScan && event != .movedIn {
+            // A close is evidence of new content unless nothing at all changed since the file
+            // was admitted (the change time included, which every write moves): a program that
+            // renames its file into place and closes it afterwards, or opens it for writing
+            // and writes nothing, does not run its job twice.
+            let key = identity.inodeKey
+            if rule.inFlight[key]?.identity == identity || rule.handled[key]?.identity == identity {
+                rule.duplicates += 1
+                return .skipped
+            }
+        }
+        return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
+                                     followsSymlinks: follows))
+    }
+
+    /// Neither written nor renamed, chmod'ed or touched for `window` (by the change time,
+    /// which nobody can set back): a scan's find is whole as far as anyone can tell. A change
+    /// time in the future (the clock was set back) is not trusted: the file waits one more
+    /// window and must then be unchanged.
+    static func quietFor(_ window: Duration, _ identity: FileIdentity) -> Bool {
+        guard let now = WallTime.now().nanosecondsSinceEpoch, let changed = identity.changedNanoseconds else { return true }
+        let latest = max(changed, identity.modifiedNanoseconds)
+        return latest <= now && now - latest >= window.nanosecondsClamped
+    }
+
+    /// Handled successfully in this form in an earlier life of the daemon, or earlier in this
+    /// one with its record committed: at this path, or, for a file that may have been moved
+    /// (found by a scan, or moved in), at another path it was moved from; then the ledger
+    /// follows. A file just written needs one lookup by path, not two.
+    ///
+    /// The reader sees what the store has committed. A success whose record is not committed
+    /// yet is in `rule.handled` by inode, whatever its path now, and callers ask that first;
+    /// so no write has to be waited for here. A move still waiting in the store is harmless:
+    /// the entry is found at its old path by identity, and the move submitted below changes
+    /// nothing once the earlier one has moved it (FileLedger.move).
+    func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool) -> Bool {
+        guard rule.settings.catchUp, let ledger else { return false }
+        do {
+            if let entry = try ledger.entry(rule: rule.name, path: relative), entry.identity.sameFile(as: identity) {
+                return entry.outcome == RunOutcome.ok.rawValue
+            }
+            guard mayHaveMoved else { return false }
+            guard let moved = try ledger.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
+                return false
+            }
+            rule.movesFollowed += 1
+            store?.submit(.ledgerMove(rule: rule.name, from: moved.path, to: relative))
+            return true
+        } catch {
+            problems.report("unable to read the file ledger", example: "\(error)")
+            return false
+        }
+    }
+}

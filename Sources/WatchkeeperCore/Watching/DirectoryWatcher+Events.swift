@@ -1,0 +1,116 @@
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What happens to entries of a watched directory: a file's event goes to its rule's
+/// admission (with the renames, links and moves that need a look first), a directory's
+/// changes the watched tree.
+extension DirectoryWatcher {
+    struct EntryKey: Hashable {
+        let wd: WatchDescriptor
+        let name: [UInt8]
+    }
+
+    func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: UInt64,
+                             closedNow: Set<EntryKey>) {
+        let path = location.path(of: event.name)
+        rule.noteRawEvent(event, path: path, at: now)
+        guard !event.name.isEmpty else { return } // about the directory itself
+        if event.isDirectory {
+            guard rule.settings.recursive else { return }
+            if event.mask.contains(.movedFrom) {
+                dropSubtree(rule, relative: path)
+                // A move out of every watched tree never gets its IN_MOVED_TO.
+                if pendingMoves.count >= Self.pendingMovesLimit { pendingMoves.removeAll() }
+                pendingMoves[event.cookie] = (rule.name, path)
+            } else if event.mask.contains(.movedTo) {
+                if let move = pendingMoves.removeValue(forKey: event.cookie), move.rule == rule.name {
+                    followMove(rule, from: move.from, to: path)
+                }
+                if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
+            } else if event.mask.contains(.create) {
+                if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
+            } else if event.mask.contains(.delete) {
+                dropSubtree(rule, relative: path)
+                noteDeletion()
+            }
+            return
+        }
+        if event.mask.contains(.delete) || event.mask.contains(.movedFrom) { noteDeletion() }
+        if event.mask.contains(.movedFrom), let waiting = rule.settle.remove(path: path) {
+            // Renamed while it waits to settle: the wait moves to the new name, whatever the
+            // rule's events (IN_MOVED_FROM and IN_MOVED_TO share a cookie).
+            if rule.renamedWhileSettling.count >= Self.pendingMovesLimit { rule.renamedWhileSettling.removeAll() }
+            rule.renamedWhileSettling[event.cookie] = (path, waiting.event.event)
+        }
+        if event.mask.contains(.movedTo) {
+            if let renamed = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
+                guard rule.selects(path) else { return }
+                rule.renamesFollowed += 1
+                rule.matched += 1
+                enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamed.event)
+                return
+            }
+            if rule.event(for: event.mask) == nil {
+                followRenameOfFileInFlight(rule, relative: path)
+                return
+            }
+        }
+        if event.mask.contains(.create) && !rule.settings.events.contains(.created) {
+            if !closedNow.contains(EntryKey(wd: event.wd, name: event.name)) { handleCreatedFile(rule, relative: path) }
+            return
+        }
+        guard let watchEvent = rule.event(for: event.mask), rule.selects(path) else { return }
+        rule.matched += 1
+        enqueue(rule, relative: path, event: watchEvent)
+    }
+
+    static let pendingMovesLimit = 4_096
+
+    /// A rule without `moved_in`: a file renamed into its name while its job waits or runs
+    /// still gets that job's outcome followed (a `.part` renamed before its job read it).
+    private func followRenameOfFileInFlight(_ rule: WatchRule, relative: [UInt8]) {
+        guard !rule.inFlight.isEmpty, let event = rule.readyEvent, rule.selects(relative),
+              let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular,
+              let inFlight = rule.inFlight[status.identity.inodeKey], inFlight.identity.sameFile(as: status.identity) else { return }
+        rule.inFlight[status.identity.inodeKey]?.followers.append(.init(path: relative, event: event, identity: status.identity))
+        rule.renamesFollowed += 1
+    }
+
+    /// IN_CREATE of a file is only a name until its writer closes it, except for a hard link
+    /// (`ln`, `cp -l`, maildir's link() into new/), which arrives whole and is never closed
+    /// here. A file that has other links, or whose content is older than its last inode change
+    /// (a link whose other name was removed at once: unlink moves the change time, not the
+    /// modification time; a writer's every write moves both), waits like a file a scan found:
+    /// a writer's close ends the wait at once, and with none it starts when unchanged for the
+    /// scan's window. A file being written (one link, mtime = ctime) waits for its close.
+    private func handleCreatedFile(_ rule: WatchRule, relative: [UInt8]) {
+        guard rule.readyEvent != nil, rule.selects(relative),
+              let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks, generation: false),
+              status.type == .regular else { return }
+        let identity = status.identity
+        let writtenBeforeItsLastChange = identity.size > 0 && identity.modifiedNanoseconds < identity.changedNanoseconds ?? .min
+        guard status.links > 1 || writtenBeforeItsLastChange else { return }
+        rule.linksHandled += 1
+        rule.matched += 1
+        enqueue(rule, relative: relative, event: .created, fromScan: true)
+    }
+
+    /// A directory moved out of the tree (or within it, to be watched again at its new
+    /// path): its watches would report paths that no longer belong to it.
+    func dropSubtree(_ rule: WatchRule, relative: [UInt8]) {
+        backend?.unwatch(.rule(rule.name), under: relative)
+    }
+
+    /// A directory moved within the tree: the ledger follows it, so its files are found
+    /// handled at their new paths instead of running again.
+    private func followMove(_ rule: WatchRule, from: [UInt8], to: [UInt8]) {
+        rule.movesFollowed += 1
+        guard rule.settings.catchUp, ledger != nil, let store else { return }
+        // Behind every record submitted before it, so those move too.
+        store.submit(.ledgerMove(rule: rule.name, from: from, to: to))
+        logger.debug("watch \(rule.name): \(LineEscaping.escaped(from)) moved to \(LineEscaping.escaped(to)); its ledger entries follow it")
+    }
+}
