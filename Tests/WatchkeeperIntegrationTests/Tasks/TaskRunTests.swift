@@ -102,6 +102,9 @@ final class TaskRunTests: XCTestCase {
             command = 'sleep 300 & echo $! > @DIR@/leftover; exit 0'
             """)
         XCTAssertTrue(daemon.waitForStderr(containing: "task forker run", timeout: 10), daemon.stderr)
+        // The run is logged as it starts; its shell writes the pid a moment later.
+        XCTAssertTrue(waitFor(10) { pid_t(lines(sandbox.root + "/grandchild").first ?? "") != nil }, daemon.stderr)
+        XCTAssertTrue(waitFor(10) { pid_t(lines(sandbox.root + "/leftover").first ?? "") != nil }, daemon.stderr)
         let grandchild = try XCTUnwrap(pid_t(lines(sandbox.root + "/grandchild").first ?? ""))
         XCTAssertTrue(waitFor(3) { !processExists(grandchild) }, "grandchild \(grandchild) survived its job's expiry")
         let leftover = try XCTUnwrap(pid_t(lines(sandbox.root + "/leftover").first ?? ""))
