@@ -85,6 +85,17 @@ def summarise_faults(_, data):
     return "; ".join(cells), not data["failures"]
 
 
+def summarise_deliveries(_, data):
+    rows = [r for r in data["rows"] if not r.get("skipped")]
+    total = lambda key: sum(r[key] for r in rows)
+    cells = [f"{r['pattern']} {r['lost']} lost/{r['partial']} partial" for r in rows if r["lost"] or r["partial"]]
+    cells += [f"{r['pattern']} {r['over_bound']} read more than once per event" for r in rows if r["over_bound"]]
+    cells += [f"{r['pattern']} skipped ({r['skipped']})" for r in data["rows"] if r.get("skipped")]
+    return (f"{len(rows)} patterns, {total('delivered'):,} versions: {total('lost')} never read, {total('partial')} partial reads, "
+            f"{total('duplicates')} reads again (bound: one read per matching event), "
+            f"{total('temporary_name_only')} read only under a temporary name" + ("; " + ", ".join(cells) if cells else "")), not data["failures"]
+
+
 def summarise_clock(_, data):
     if data.get("skipped"):
         return f"skipped ({data['skipped']})", True
@@ -150,6 +161,11 @@ def scenarios(long, binary):
         ("peers", "8", "side by side with an inotifywait loop and incrond: burst, overflow, crash-restart",
          script("peers.py") + [binary, "--files", str(files)] + ([] if long else ["--peers", "watchkeeper"]),
          summarise_peers, True),
+        ("deliveries", "22", "delivery patterns with default rule settings and a job that hashes each file: curl .part + mv, "
+         "rsync (temporary names, --inplace), scp-style temporary name, an editor's atomic save, cp -p, tar -x and unzip -o "
+         "into the same names with one size and mtime (inode reuse), mv, ln and cp -l, a slow writer in a new directory, "
+         "a job that deletes its file, catch-up after a stop; every version's sha256 read, none partial",
+         script("deliveries.py") + ["--binary", binary, "--long" if long else "--short"], summarise_deliveries, True),
         ("fuzz", "5", "libFuzzer with ASan on the six parsers of outside input (configuration, cron, glob, inotify records, "
          "Varlink requests, TZif), each with a property check; the short run replays seeds and kept crashes",
          [sys.executable, os.path.join(ROOT, "Tests", "fuzz", "fuzz.py")] + (["--build", "--runs", "200000"] if long else
