@@ -122,4 +122,25 @@ extension StateStore {
             .init("problems", problems.describe()),
         ])
     }
+
+    /// A read-only connection for an owner's queue, with the note that the file was rebuilt
+    /// (for the owner's dump), or why there is none.
+    public func openReader() -> Result<(reader: StateReader, rebuilt: String?), StateReaderUnavailable> {
+        switch availability {
+        case .open(let path, let rebuilt):
+            do throws(SQLiteError) {
+                return .success((try StateReader(path: path), rebuilt))
+            } catch {
+                return .failure(StateReaderUnavailable(reason: "\(error)"))
+            }
+        case .unavailable(let why):
+            return .failure(StateReaderUnavailable(reason: why))
+        case .notOpened, .closed:
+            return .failure(StateReaderUnavailable(reason: "the state file is not open"))
+        }
+    }
+}
+
+public struct StateReaderUnavailable: Error, Sendable {
+    public let reason: String
 }

@@ -14,19 +14,13 @@ extension TaskScheduler {
     /// reads it through a connection of its own. Without a store (unit tests) nothing is kept.
     func openStore(directory: String) {
         guard let stateStore else { return }
-        do throws(SQLiteError) {
-            switch stateStore.availability {
-            case .open(let path, _):
-                reader = try StateReader(path: path)
-                storeProblem = nil
-                return
-            case .unavailable(let why):
-                storeProblem = why
-            case .notOpened, .closed:
-                storeProblem = "the state file \(StateDatabase.path(inDirectory: directory)) is not open"
-            }
-        } catch {
-            storeProblem = "\(error)"
+        switch stateStore.openReader() {
+        case .success(let opened):
+            reader = opened.reader
+            storeProblem = nil
+            return
+        case .failure(let why):
+            storeProblem = why.reason
         }
         logger.error("task state will not be kept across restarts (no catch-up of missed runs): \(storeProblem ?? "")")
     }

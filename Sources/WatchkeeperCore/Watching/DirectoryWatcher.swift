@@ -169,19 +169,13 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// The store opened the file (and said if it had to rebuild it); this queue reads it
     /// through a connection of its own.
     private func openLedger(_ stateDirectory: String) {
-        do throws(SQLiteError) {
-            switch store?.availability ?? .unavailable("no state store for \(stateDirectory)") {
-            case .open(let path, let rebuilt):
-                ledger = try StateReader(path: path)
-                ledgerNote = rebuilt
-                return
-            case .unavailable(let why):
-                ledgerProblem = why
-            case .notOpened, .closed:
-                ledgerProblem = "the state file is not open"
-            }
-        } catch {
-            ledgerProblem = "\(error)"
+        switch store?.openReader() ?? .failure(StateReaderUnavailable(reason: "no state store for \(stateDirectory)")) {
+        case .success(let opened):
+            ledger = opened.reader
+            ledgerNote = opened.rebuilt
+            return
+        case .failure(let why):
+            ledgerProblem = why.reason
         }
         logger.error("watch rules will not catch up files that arrived while watchkeeper was down: \(ledgerProblem ?? "")")
     }
