@@ -23,9 +23,10 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # their completion scripts in the completion test; tmux is the real terminal `status` is drawn
 # in; python3-pip installs the `varlink` client the control socket is tested with.
 # prometheus-node-exporter serves the metrics file in the metrics test, and prometheus brings
-# promtool, which checks the alert rules.
+# promtool, which checks the alert rules. rsync, curl and unzip deliver files the way users do
+# in the delivery-pattern test (Tests/reliability/deliveries.py).
 APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish tmux python3-pip \
-               prometheus-node-exporter prometheus
+               prometheus-node-exporter prometheus rsync curl unzip
 # The Varlink client from PyPI (what other tools would call the control socket with), pinned,
 # into the build directory only: never into the system's Python.
 PYDEPS = .build/pydeps
