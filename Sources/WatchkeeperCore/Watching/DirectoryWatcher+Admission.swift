@@ -112,13 +112,9 @@ extension DirectoryWatcher {
         if fromScan || event == .movedIn {
             // A move (or a scan's find) is evidence of new content only if the file was not
             // handled in this form: a file moved within the tree after its job is that file.
-            if event == .movedIn, let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
-                // Renamed while its job waits or runs: it is handled here if that job does
-                // not succeed (a `.part` renamed to `.dat` before its job could read it).
-                rule.inFlight[identity.inodeKey]?.followers.append(.init(path: relative, event: event, identity: identity))
-                rule.renamesFollowed += 1
-                return .skipped
-            }
+            // Renamed while its job waits or runs: it is handled here if that job does not
+            // succeed (a `.part` renamed to `.dat` before its job could read it).
+            if event == .movedIn && rule.followIfInFlight(identity, at: relative, event: event) { return .skipped }
             if rule.handledInThisLife(identity, at: relative)
                 || handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: true) {
                 rule.duplicates += 1

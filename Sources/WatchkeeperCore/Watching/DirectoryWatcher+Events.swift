@@ -14,7 +14,7 @@ extension DirectoryWatcher {
     }
 
     func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: UInt64,
-                             closedNow: Set<EntryKey>) {
+                     closedNow: Set<EntryKey>) {
         let path = location.path(of: event.name)
         rule.noteRawEvent(event, path: path, at: now)
         guard !event.name.isEmpty else { return } // about the directory itself
@@ -43,14 +43,14 @@ extension DirectoryWatcher {
             // Renamed while it waits to settle: the wait moves to the new name, whatever the
             // rule's events (IN_MOVED_FROM and IN_MOVED_TO share a cookie).
             if rule.renamedWhileSettling.count >= Self.pendingMovesLimit { rule.renamedWhileSettling.removeAll() }
-            rule.renamedWhileSettling[event.cookie] = (path, waiting.event.event)
+            rule.renamedWhileSettling[event.cookie] = waiting.event.event
         }
         if event.mask.contains(.movedTo) {
-            if let renamed = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
+            if let renamedEvent = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
                 guard rule.selects(path) else { return }
                 rule.renamesFollowed += 1
                 rule.matched += 1
-                enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamed.event)
+                enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamedEvent)
                 return
             }
             if rule.event(for: event.mask) == nil {
@@ -73,10 +73,8 @@ extension DirectoryWatcher {
     /// still gets that job's outcome followed (a `.part` renamed before its job read it).
     private func followRenameOfFileInFlight(_ rule: WatchRule, relative: [UInt8]) {
         guard !rule.inFlight.isEmpty, let event = rule.readyEvent, rule.selects(relative),
-              let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular,
-              let inFlight = rule.inFlight[status.identity.inodeKey], inFlight.identity.sameFile(as: status.identity) else { return }
-        rule.inFlight[status.identity.inodeKey]?.followers.append(.init(path: relative, event: event, identity: status.identity))
-        rule.renamesFollowed += 1
+              let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular else { return }
+        _ = rule.followIfInFlight(status.identity, at: relative, event: event)
     }
 
     /// IN_CREATE of a file is only a name until its writer closes it, except for a hard link

@@ -20,14 +20,15 @@ extension DirectoryWatcher {
         }
     }
 
+    /// Files as the rule's jobs: one each, or batches that fit the argv or pipe budget.
+    private func subjects(_ files: [FileSubject], rule: WatchRule) -> [JobSubject] {
+        guard let input = rule.settings.batchInput else { return files.map { .file($0) } }
+        return WatchRule.batches(files, input: input, budget: batchBudget(input))
+    }
+
     /// Hands jobs to the engine, on its queue; each comes back here once, with its records.
     func submit(_ files: [FileSubject], rule: WatchRule) {
-        guard !files.isEmpty else { return }
-        if let input = rule.settings.batchInput {
-            submit(WatchRule.batches(files, input: input, budget: batchBudget(input)), rule: rule)
-        } else {
-            submit(files.map { .file($0) }, rule: rule)
-        }
+        submit(subjects(files, rule: rule), rule: rule)
     }
 
     /// Jobs the engine handed back after a reload changed the rule's batching: their files
@@ -37,11 +38,7 @@ extension DirectoryWatcher {
         guard rules[rule.name] === rule else { return } // retired meanwhile: the new rule catches up
         let shape = rule.settings.batchInput.map { "batches (\($0.rawValue))" } ?? "one job per file"
         logger.notice("watch \(rule.name): \(files.count) waiting file(s) are submitted again as \(shape), as the reload changed its batching")
-        if let input = rule.settings.batchInput {
-            submit(WatchRule.batches(files, input: input, budget: batchBudget(input)), rule: rule, countedInFlight: true)
-        } else {
-            submit(files.map { .file($0) }, rule: rule, countedInFlight: true)
-        }
+        submit(subjects(files, rule: rule), rule: rule, countedInFlight: true)
     }
 
     func submit(_ subjects: [JobSubject], rule: WatchRule, countedInFlight: Bool = false) {

@@ -112,8 +112,7 @@ extension DirectoryWatcher {
             let parent = prefix.isEmpty ? [slash] : prefix
             prefix += [slash] + component
             var info = stat()
-            let isLink = (prefix + [0]).withUnsafeBufferPointer { lstat(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), &info) } == 0
-                && info.st_mode & S_IFMT == S_IFLNK
+            let isLink = TreeScanner.withCString(prefix) { lstat($0, &info) } == 0 && info.st_mode & S_IFMT == S_IFLNK
             guard isLink, case .directory(let realParent) = Self.resolveDirectory(String(decoding: parent, as: UTF8.self)) else { continue }
             links.insert(Array(realParent.dropFirst()) + (realParent.count > 1 ? [slash] : []) + Array(component))
             watched.append((realParent, [.create, .movedTo, .delete, .movedFrom]))

@@ -24,9 +24,9 @@ enum WatchOwner: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// The watching subsystem's coordinator, on the watching queue: it owns the inotify layer
-/// (InotifyWatcher and the WatchTable of who each descriptor is for), the mount table
-/// watcher, the file ledger, and the rules (WatchRule: selection, settle, admission); it
+/// The watching subsystem's coordinator, on the watching queue: it owns the watch backend
+/// (InotifyBackend: the inotify instance and the WatchTable of who each descriptor is for),
+/// the mount table watcher, the ledger's reader, and the rules (WatchRule: selection, settle, admission); it
 /// routes typed events to rules, follows roots that are renamed away, deleted, replaced by
 /// a link or mounted over, scans (TreeScanner) wherever events may have been missed, and
 /// hands settled files to the job engine. Everything here is touched only on `queue`.
@@ -208,23 +208,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                     }
                 }
             case .movedAway(_, let locations):
-                for case (.rule(let name), true) in locations.map({ ($0.owner, $0.relative.isEmpty) }) {
-                    if let rule = rules[name] { lose(rule, why: "was renamed away") }
-                }
-                for location in locations {
-                    if case .ancestorsOf(let name) = location.owner, let rule = rules[name] {
-                        ancestorChanged(rule, at: location, event: nil, why: "was renamed away")
-                    }
-                }
+                directoryGone(locations, why: "was renamed away")
             case .deleted(_, let locations):
-                for case (.rule(let name), true) in locations.map({ ($0.owner, $0.relative.isEmpty) }) {
-                    if let rule = rules[name] { lose(rule, why: "was deleted") }
-                }
-                for location in locations {
-                    if case .ancestorsOf(let name) = location.owner, let rule = rules[name] {
-                        ancestorChanged(rule, at: location, event: nil, why: "was deleted")
-                    }
-                }
+                directoryGone(locations, why: "was deleted")
             case .unmounted(let wd, let locations):
                 _ = wd
                 for location in locations {
@@ -237,6 +223,21 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 }
             case .unattributed:
                 break // counted by the backend
+            }
+        }
+    }
+
+    /// A watched directory renamed away or deleted: a rule's root is lost; a directory above a
+    /// root means the root's path no longer leads there.
+    private func directoryGone(_ locations: [WatchBackend.Location], why: String) {
+        for location in locations {
+            switch location.owner {
+            case .rule(let name) where location.relative.isEmpty:
+                if let rule = rules[name] { lose(rule, why: why) }
+            case .ancestorsOf(let name):
+                if let rule = rules[name] { ancestorChanged(rule, at: location, event: nil, why: why) }
+            case .rule, .parentOf:
+                break
             }
         }
     }

@@ -101,10 +101,7 @@ struct FileStatus: Sendable {
     /// nil with errno set when the path cannot be examined.
     static func of(_ path: [UInt8], followSymlinks: Bool, generation: Bool = true) -> FileStatus? {
         var raw = wk_file_identity()
-        let result = (path + [0]).withUnsafeBufferPointer { bytes in
-            wk_file_identity(UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self),
-                             followSymlinks ? 1 : 0, generation ? 1 : 0, &raw)
-        }
+        let result = TreeScanner.withCString(path) { wk_file_identity($0, followSymlinks ? 1 : 0, generation ? 1 : 0, &raw) }
         guard result == 0 else { return nil }
         let identity = FileIdentity(device: raw.device, inode: raw.inode, size: raw.size, modifiedNanoseconds: raw.modified_ns,
                                     changedNanoseconds: raw.changed_ns, bornNanoseconds: raw.has_birth != 0 ? raw.born_ns : nil,

@@ -34,7 +34,7 @@ final class WatchRule: @unchecked Sendable {
     var inFlight: [InodeKey: InFlightFile] = [:]
     /// Files waiting to settle that were renamed (IN_MOVED_FROM) by cookie, until the
     /// IN_MOVED_TO says their new name: their wait moves there.
-    var renamedWhileSettling: [UInt32: (path: [UInt8], event: WatchEvent)] = [:]
+    var renamedWhileSettling: [UInt32: WatchEvent] = [:]
     /// Directories that could not be watched (the watch limit, EACCES, ...): scanned by the
     /// fallback scan, which also tries to watch them again.
     var unwatchable: [[UInt8]] = []
@@ -141,6 +141,17 @@ final class WatchRule: @unchecked Sendable {
         } else {
             inFlight[key] = InFlightFile(identity: identity, submissions: 1, followers: [])
         }
+    }
+
+    /// A file with a job waiting or running, found at `relative` under a new name: it is
+    /// parked as a follower of that job (handled there if the job does not succeed). False
+    /// when no job of this file is in flight.
+    func followIfInFlight(_ identity: FileIdentity, at relative: [UInt8], event: WatchEvent) -> Bool {
+        let key = identity.inodeKey
+        guard let entry = inFlight[key], entry.identity.sameFile(as: identity) else { return false }
+        inFlight[key]?.followers.append(.init(path: relative, event: event, identity: identity))
+        renamesFollowed += 1
+        return true
     }
 
     /// A file came back from the engine: when it was its inode's last submission, the
