@@ -71,6 +71,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     // Confined to `queue`.
     public private(set) var maxJobs: Int
     private var groups: [JobKey: JobGroup] = [:]
+    /// Each group's shared environment block, built at its first start after `configure`.
+    private var environments: [JobKey: JobEnvironment] = [:]
     var line = JobLine<Waiting>()
     private var active: [RunID: Active] = [:]
     private var retrying: [RunID: Retrying] = [:]
@@ -128,6 +130,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
         groups[group.key] = group
+        environments[group.key] = nil
         metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
@@ -168,6 +171,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
         }
         groups[key] = nil
+        environments[key] = nil
         line.forget(key)
     }
 
@@ -289,6 +293,15 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         onChange?()
     }
 
+    /// Jobs run as another user (`user`, `group`) build theirs from that account each time.
+    private func sharedEnvironment(_ key: JobKey, _ settings: JobSettings) -> JobEnvironment? {
+        guard settings.user == nil && settings.group == nil else { return nil }
+        if let built = environments[key] { return built }
+        let built = JobEnvironment(key: key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: context.daemonAccount)
+        environments[key] = built
+        return built
+    }
+
     private func start(_ key: JobKey, _ item: Waiting) {
         guard let group = groups[key] else {
             line.finished(key)
@@ -316,9 +329,10 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             return
         }
         let inputs = item.subject.jobInputs()
-        let request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
+        var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
                                  placeholders: inputs.placeholders, listPlaceholders: inputs.lists, environment: inputs.environment,
                                  standardInput: inputs.standardInput, attempt: item.attempt, submittedAt: item.submittedAt)
+        request.sharedEnvironment = sharedEnvironment(key, group.settings)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
         let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },

@@ -35,6 +35,9 @@ public struct JobRequest: Sendable {
     public var scheduledAt: WallTime? { subject.scheduledAt }
     public let attempt: Int
     public let submittedAt: UInt64
+    /// The environment every job of the group shares, built once by the engine; nil: the run
+    /// builds it.
+    public var sharedEnvironment: JobEnvironment?
 
     public init(key: JobKey, runID: String = RunID.random().description, settings: JobSettings, subject: JobSubject = .schedule(scheduledAt: nil),
                 placeholders: [String: [UInt8]] = [:], listPlaceholders: [String: [[UInt8]]] = [:],

@@ -144,29 +144,20 @@ final class JobRun: @unchecked Sendable {
         case .shell(let script):
             arguments = [Array("/bin/sh".utf8), Array("-c".utf8), Array(script.utf8), Array(request.name.utf8)]
         }
-        var environment: [String: [UInt8]] = [
-            "PATH": Array((context.daemonEnvironment["PATH"] ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").utf8),
+        // A job run as another user gets that user's account; the others share the block
+        // the engine built for the group.
+        let shared = credentials == nil ? request.sharedEnvironment : nil
+        let base = shared ?? JobEnvironment(key: request.key, settings: settings, daemonEnvironment: context.daemonEnvironment,
+                                            account: credentials.flatMap { Account.lookup(uid: $0.uid) } ?? context.daemonAccount)
+        var own: [(String, [UInt8])] = [
+            ("WATCHKEEPER_RUN_ID", Array(request.runID.utf8)),
+            ("WATCHKEEPER_ATTEMPT", Array(String(request.attempt).utf8)),
         ]
-        for key in ["LANG", "LC_ALL", "TZ"] {
-            if let value = context.daemonEnvironment[key] { environment[key] = Array(value.utf8) }
-        }
-        if let account = credentials.flatMap({ Account.lookup(uid: $0.uid) }) ?? context.daemonAccount {
-            environment["HOME"] = Array(account.home.utf8)
-            environment["USER"] = Array(account.name.utf8)
-            environment["LOGNAME"] = Array(account.name.utf8)
-            environment["SHELL"] = Array(account.shell.utf8)
-        }
-        for (key, value) in settings.environment { environment[key] = Array(value.utf8) }
-        environment[request.kind.fieldName] = Array(request.name.utf8)
-        environment["WATCHKEEPER_RUN_ID"] = Array(request.runID.utf8)
-        environment["WATCHKEEPER_ATTEMPT"] = Array(String(request.attempt).utf8)
-        environment["WATCHKEEPER_BUDGET_SECONDS"] = Array(settings.budget.secondsText.utf8)
-        if let deadlineWall { environment["WATCHKEEPER_DEADLINE"] = Array(deadlineWall.iso8601.utf8) }
-        if let scheduled = request.scheduledAt { environment["WATCHKEEPER_SCHEDULED_AT"] = Array(scheduled.iso8601.utf8) }
-        for (key, value) in request.environment + extra { environment[key] = value }
+        if let deadlineWall { own.append(("WATCHKEEPER_DEADLINE", Array(deadlineWall.iso8601.utf8))) }
+        if let scheduled = request.scheduledAt { own.append(("WATCHKEEPER_SCHEDULED_AT", Array(scheduled.iso8601.utf8))) }
         return SpawnRequest(
             arguments: arguments,
-            environment: environment.sorted { $0.key < $1.key }.map { Array($0.key.utf8) + [UInt8(ascii: "=")] + $0.value },
+            environment: base.block(adding: own + request.environment + extra),
             workingDirectory: settings.workingDirectory,
             credentials: credentials,
             standardOutput: stdout,

@@ -70,6 +70,25 @@ final class JobEngineTests: XCTestCase {
         XCTAssertTrue(finished.wait(1))
     }
 
+    /// The engine builds a group's environment once: a reload that changes it must reach
+    /// the next job, not the block built before.
+    func testReconfiguredEnvironment_reachesTheNextJob() throws {
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let key = JobKey(.task, "env")
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("wk-env-\(getpid())-\(UUIDLess.next())").path
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        for mode in ["first", "second"] {
+            engine.queue.queue.sync {
+                engine.configure(group(key, "echo \"$MODE\" >> \(output)") { $0.settings.environment = ["MODE": mode] })
+                engine.submit(key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+            }
+            XCTAssertTrue(done.wait(1))
+        }
+        XCTAssertEqual(done.all.map(\.final.outcome), [.ok, .ok])
+        XCTAssertEqual(try String(contentsOfFile: output, encoding: .utf8), "first\nsecond\n")
+    }
+
     func testRetry_isTheSameForWatchRules_andRetryExpiredRetriesABudgetExpiry() {
         let engine = makeEngine(maxJobs: 2)
         let done = Completions()
