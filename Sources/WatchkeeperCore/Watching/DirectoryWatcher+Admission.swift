@@ -116,7 +116,7 @@ extension DirectoryWatcher {
             // succeed (a `.part` renamed to `.dat` before its job could read it).
             if event == .movedIn && rule.followIfInFlight(identity, at: relative, event: event) { return .skipped }
             if rule.handledInThisLife(identity, at: relative)
-                || handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: true) {
+                || ledger.handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: true) {
                 rule.duplicates += 1
                 return .skipped
             }
@@ -144,34 +144,5 @@ extension DirectoryWatcher {
         guard let now = WallTime.now().nanosecondsSinceEpoch, let changed = identity.changedNanoseconds else { return true }
         let latest = max(changed, identity.modifiedNanoseconds)
         return latest <= now && now - latest >= window.nanosecondsClamped
-    }
-
-    /// Handled successfully in this form in an earlier life of the daemon, or earlier in this
-    /// one with its record committed: at this path, or, for a file that may have been moved
-    /// (found by a scan, or moved in), at another path it was moved from; then the ledger
-    /// follows. A file just written needs one lookup by path, not two.
-    ///
-    /// The reader sees what the store has committed. A success whose record is not committed
-    /// yet is in `rule.handled` by inode, whatever its path now, and callers ask that first;
-    /// so no write has to be waited for here. A move still waiting in the store is harmless:
-    /// the entry is found at its old path by identity, and the move submitted below changes
-    /// nothing once the earlier one has moved it (FileLedger.move).
-    func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool) -> Bool {
-        guard rule.settings.catchUp, let ledger else { return false }
-        do {
-            if let entry = try ledger.entry(rule: rule.name, path: relative), entry.identity.sameFile(as: identity) {
-                return entry.outcome == RunOutcome.ok.rawValue
-            }
-            guard mayHaveMoved else { return false }
-            guard let moved = try ledger.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
-                return false
-            }
-            rule.movesFollowed += 1
-            store?.submit(.ledgerMove(rule: rule.name, from: moved.path, to: relative))
-            return true
-        } catch {
-            problems.report("unable to read the file ledger", example: "\(error)")
-            return false
-        }
     }
 }

@@ -34,11 +34,11 @@ extension DirectoryWatcher {
                 if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
             } else if event.mask.contains(.delete) {
                 dropSubtree(rule, relative: path)
-                noteDeletion()
+                ledger.noteDeletion()
             }
             return
         }
-        if event.mask.contains(.delete) || event.mask.contains(.movedFrom) { noteDeletion() }
+        if event.mask.contains(.delete) || event.mask.contains(.movedFrom) { ledger.noteDeletion() }
         if event.mask.contains(.movedFrom), let waiting = rule.settle.remove(path: path) {
             // Renamed while it waits to settle: the wait moves to the new name, whatever the
             // rule's events (IN_MOVED_FROM and IN_MOVED_TO share a cookie).
@@ -106,9 +106,6 @@ extension DirectoryWatcher {
     /// handled at their new paths instead of running again.
     private func followMove(_ rule: WatchRule, from: [UInt8], to: [UInt8]) {
         rule.movesFollowed += 1
-        guard rule.settings.catchUp, ledger != nil, let store else { return }
-        // Behind every record submitted before it, so those move too.
-        store.submit(.ledgerMove(rule: rule.name, from: from, to: to))
-        logger.debug("watch \(rule.name): \(LineEscaping.escaped(from)) moved to \(LineEscaping.escaped(to)); its ledger entries follow it")
+        ledger.moved(rule, from: from, to: to)
     }
 }

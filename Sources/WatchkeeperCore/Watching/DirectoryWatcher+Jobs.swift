@@ -1,4 +1,3 @@
-import CWatchkeeperSystem
 import Dispatch
 
 #if canImport(Glibc)
@@ -79,68 +78,20 @@ extension DirectoryWatcher {
                 enqueue(rule, relative: follower.path, event: follower.event)
             }
         }
-        guard outcome != .cancelled, rule.settings.catchUp, ledger != nil, let store else { return }
-        let now = WallTime.now()
-        let final = completion.final
-        var exitCode: Int32?
-        var signal: Int32?
-        switch final.exit {
-        case .exited(let code)?: exitCode = code
-        case .signaled(let number, _)?: signal = number
-        case nil: break
-        }
-        let run = LedgerRun(runID: final.runID, startedAt: final.startedAt, durationNanoseconds: final.duration.nanosecondsClamped,
-                            exitCode: exitCode, signal: signal)
-        var records: [LedgerRecord] = []
-        for file in completion.subject.files {
-            guard let identity = file.identity else { continue }
-            records.append(LedgerRecord(rule: rule.name, path: Array(file.relative), identity: identity, outcome: outcome.rawValue,
-                                        handledAt: now, run: run))
-        }
-        guard !records.isEmpty else { return }
-        let committed = records
-        // The store commits it with the others that ended meanwhile (group commit) and says
-        // so here; until then `rule.handled` is what knows the file was handled.
-        store.submit(.ledgerRecords(committed), confirmOn: queue) { [weak self] in self?.ledgerCommitted(committed) }
+        ledger.record(completion, rule: rule) { [weak self] records in self?.ledgerCommitted(records) }
     }
 
-    /// `watchkeeper history WATCH`: the files the rule handled last, from the ledger. Asked
-    /// of the store from this queue, after every completion handled here: their records
-    /// were submitted before the question, so a job that just ended is in the answer.
+    /// `watchkeeper history WATCH`: the files the rule handled last, from the ledger.
     public func history(rule: String, limit: Int, reply: @escaping @Sendable (Result<[DumpValue], VarlinkError>) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        guard ledger != nil, let store else {
-            return reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the file ledger is not open: \(ledgerProblem ?? "unknown")"))])))
-        }
-        store.ledgerHistory(rule: rule, limit: limit) { result in
-            switch result {
-            case .failure(let error):
-                reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))])))
-            case .success(let rows):
-                reply(.success(rows.map { entry, run in Self.historyRow(entry, run) }))
-            }
-        }
-    }
-
-    private static func historyRow(_ entry: LedgerEntry, _ run: LedgerRun?) -> DumpValue {
-        .object([
-            .init("run_id", run.map { .string($0.runID) } ?? .null),
-            .init("outcome", .string(entry.outcome)),
-            .init("started_at", run?.startedAt.map { .string($0.iso8601) } ?? .null),
-            .init("finished_at", .string(entry.handledAt.iso8601)),
-            .init("duration_s", run.map { .double(Double($0.durationNanoseconds) / 1e9) } ?? .null),
-            .init("exit_code", run?.exitCode.map { .int(Int64($0)) } ?? .null),
-            .init("signal", run?.signal.map { .string(HandledSignals.name($0)) } ?? .null),
-            .init("path", .bytes(entry.path)),
-        ])
+        ledger.history(rule: rule, limit: limit, reply: reply)
     }
 
     /// After a burst (the engine says when): the reader's page cache is given back; the
     /// store then writes what waits, gives back its own, and malloc's free memory.
     public func releaseMemoryAfterBurst() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        ledger?.releaseMemory()
-        if let store { store.releaseMemory() } else { _ = malloc_trim(0) }
+        ledger.releaseMemory()
     }
 
     /// The store committed these records: the reader finds them now.
@@ -188,10 +139,7 @@ extension DirectoryWatcher {
         }
         recheckTimer?.cancel()
         recheckTimer = nil
-        pruneTimer?.cancel()
-        pruneTimer = nil
-        pruneSoonTimer?.cancel()
-        pruneSoonTimer = nil
+        ledger.stop()
     }
 
     /// A clean stop, once every job has its record: every record was submitted to the store
@@ -199,54 +147,7 @@ extension DirectoryWatcher {
     /// write-ahead log into the file (Daemon.finishStopping).
     func close() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        ledger?.close()
-        ledger = nil
-    }
-
-    // MARK: Pruning
-
-    /// Once an hour, the ledger forgets files that no longer exist, so the state directory
-    /// does not grow with every file ever handled (docs/configuration.md, catch_up).
-    func armPruneIfNeeded() {
-        guard pruneTimer == nil, ledger != nil, accepting else { return }
-        let timer = context.sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, every \(Self.pruneInterval.compactDescription)",
-                                              on: queue) { [unowned self] in
-            self.pruneLedger()
-        }
-        timer.schedule(at: .now() + Self.pruneInterval.dispatchInterval, repeating: Self.pruneInterval)
-        pruneTimer = timer
-    }
-
-    /// Files deleted or moved away beyond which the ledger is pruned soon, not at the next hour.
-    static let pruneAfterDeletions = 10_000
-    static let pruneDelayAfterDeletions: Duration = .seconds(10)
-
-    /// A file or directory left a tree: after many, a prune is scheduled (once), so a tree
-    /// emptied by a cleanup does not leave its rows for an hour; the rows of deleted files are
-    /// what an inode reused with a preserved mtime used to match.
-    func noteDeletion() {
-        deletionsSincePrune += 1
-        guard deletionsSincePrune >= Self.pruneAfterDeletions, ledger != nil, accepting, pruneSoonTimer == nil else { return }
-        let timer = context.sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, after \(Self.pruneAfterDeletions) deletions",
-                                              on: queue) { [weak self] in
-            guard let self else { return }
-            self.pruneSoonTimer?.cancel()
-            self.pruneSoonTimer = nil
-            self.pruneLedger()
-        }
-        timer.schedule(after: Self.pruneDelayAfterDeletions)
-        pruneSoonTimer = timer
-    }
-
-    /// The store walks each rule's entries (one lstat each) on its own queue, deletes those
-    /// whose file is gone behind the writes submitted before, says how many, and checkpoints.
-    func pruneLedger() {
-        deletionsSincePrune = 0
-        guard ledger != nil, let store else { return }
-        for name in order {
-            guard let rule = rules[name], rule.settings.catchUp, let root = rule.root else { continue }
-            store.prune(rule: name, root: root)
-        }
+        ledger.close()
     }
 
     // MARK: Dump
@@ -254,23 +155,13 @@ extension DirectoryWatcher {
     public func describeForDump() -> DumpValue {
         let now = DispatchTime.now().uptimeNanoseconds
         let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
-            var size = DumpValue.null
-            if rule.settings.catchUp, let ledger {
-                do {
-                    size = .int(Int64(try ledger.count(rule: rule.name)))
-                } catch {
-                    size = .string("unavailable: \(error)")
-                }
-            }
-            return rule.describe(now: now, watchedDirectories: backend?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: size)
+            rule.describe(now: now, watchedDirectories: backend?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: ledger.size(of: rule))
         }
         let backendFields = backend?.describe() ?? [.init("inotify", .string(backendProblem ?? "not needed"))]
         return .object(backendFields + [
             .init("overflows", .int(Int64(overflowsTotal))),
             .init("mounts", mounts?.describe() ?? .string(mountsProblem ?? "not needed")),
-            .init("ledger", ledger.map { .string($0.path) } ?? .null),
-            .init("ledger_problem", ledgerProblem.map { .string($0) } ?? .null),
-            .init("ledger_rebuilt", ledgerNote.map { .string($0) } ?? .null),
+        ] + ledger.describe() + [
             .init("problems", problems.describe()),
             .init("rules", .array(entries)),
         ])

@@ -45,24 +45,25 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     var accepting = true
     var overflowsTotal: UInt64 = 0
     var recheckTimer: RegisteredTimer?
-    var pruneTimer: RegisteredTimer?
     /// Directories renamed away from a rule (IN_MOVED_FROM) by cookie, until the matching
     /// IN_MOVED_TO says where in the tree they went.
     var pendingMoves: [UInt32: (rule: String, from: [UInt8])] = [:]
     lazy var problems = ProblemAggregator(owner: "watching", queue: queue, sources: context.sources, logger: logger)
-    /// The one writer of the state file, which records handled files and follows moves;
-    /// set by Daemon.init before this queue runs anything.
-    var store: StateStore?
-    /// The file ledger as admission reads it: a read-only connection of this queue's own.
-    /// What the store has not committed yet is in `WatchRule.handled`.
-    var ledger: StateReader?
-    var ledgerProblem: String?
-    var ledgerNote: String?
-    var deletionsSincePrune = 0
-    var pruneSoonTimer: RegisteredTimer?
+    /// What was handled before, and the state store's writes: its `store` is set by
+    /// Daemon.init before this queue runs anything.
+    lazy var ledger: WatchLedger = {
+        let ledger = WatchLedger(queue: queue, sources: context.sources, logger: logger, problems: problems)
+        ledger.rulesToPrune = { [unowned self] in
+            self.order.compactMap { name in self.rules[name].flatMap { rule in rule.settings.catchUp ? rule.root.map { (name, $0) } : nil } }
+        }
+        return ledger
+    }()
+    var store: StateStore? {
+        get { ledger.store }
+        set { ledger.store = newValue }
+    }
 
     static let recheckInterval: Duration = .seconds(5)
-    static let pruneInterval: Duration = .seconds(3_600)
 
     init(queue: SubsystemQueue, engine: JobEngine) {
         self.queue = queue
@@ -83,7 +84,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         if backend == nil && backendProblem == nil && !settings.isEmpty { openBackend() }
         if mounts == nil && mountsProblem == nil && !settings.isEmpty { openMountWatcher() }
-        if ledger == nil && ledgerProblem == nil && settings.contains(where: \.catchUp) { openLedger(stateDirectory) }
+        if settings.contains(where: \.catchUp) { ledger.openIfNeeded(stateDirectory: stateDirectory) }
         for (name, rule) in rules {
             guard let new = settings.first(where: { $0.name == name }) else {
                 retire(rule, reason: "the watch rule was removed by a reload")
@@ -118,14 +119,14 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             engine.queue.async { [engine] in engine.configure(group) }
             // Catch-up: files that arrived while the daemon was down (or before the rule
             // existed) and are not in the ledger as handled are handled now.
-            watchRoot(rule, catchUp: new.catchUp && ledger != nil)
+            watchRoot(rule, catchUp: new.catchUp && ledger.isOpen)
         }
         order = settings.map(\.name)
         armRecheckIfNeeded()
-        armPruneIfNeeded()
+        ledger.armPruneIfNeeded()
         // At start-up too, after the catch-up listed the trees: a daemon restarted more often
         // than the hourly prune would otherwise never forget files that are gone.
-        if isStart { pruneLedger() }
+        if isStart { ledger.prune() }
     }
 
     private func retire(_ rule: WatchRule, reason: String) {
@@ -164,20 +165,6 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             mountsProblem = "unable to follow the mount table: \(error); a file system mounted over a watched directory is only noticed by the next rescan"
             logger.warning("\(mountsProblem!)")
         }
-    }
-
-    /// The store opened the file (and said if it had to rebuild it); this queue reads it
-    /// through a connection of its own.
-    private func openLedger(_ stateDirectory: String) {
-        switch store?.openReader() ?? .failure(StateReaderUnavailable(reason: "no state store for \(stateDirectory)")) {
-        case .success(let opened):
-            ledger = opened.reader
-            ledgerNote = opened.rebuilt
-            return
-        case .failure(let why):
-            ledgerProblem = why.reason
-        }
-        logger.error("watch rules will not catch up files that arrived while watchkeeper was down: \(ledgerProblem ?? "")")
     }
 
     // MARK: Events

@@ -1,0 +1,237 @@
+import CWatchkeeperSystem
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The watcher's side of the file ledger, on the watching queue: the read-only connection
+/// that admission asks whether a file was handled before, the store it hands records, moves
+/// and prunes to, and when to prune (at start-up, hourly, and soon after many deletions).
+/// The coordinator (DirectoryWatcher) owns one and says which rules there are.
+final class WatchLedger {
+    private let queue: SubsystemQueue
+    private let sources: SourceRegistry
+    private let logger: Logger
+    private let problems: ProblemAggregator
+    /// The one writer of the state file; set by Daemon.init before this queue runs anything.
+    var store: StateStore?
+    /// The file ledger as admission reads it: a connection of this queue's own. What the
+    /// store has not committed yet is in `WatchRule.handled`.
+    private(set) var reader: StateReader?
+    private(set) var problem: String?
+    private var rebuilt: String?
+    private var stopped = false
+    private var deletionsSincePrune = 0
+    private var pruneTimer: RegisteredTimer?
+    private var pruneSoonTimer: RegisteredTimer?
+    /// The rules a prune walks, with their roots: the coordinator's, asked when one is due.
+    var rulesToPrune: () -> [(name: String, root: [UInt8])] = { [] }
+
+    static let pruneInterval: Duration = .seconds(3_600)
+    /// Files deleted or moved away beyond which the ledger is pruned soon, not at the next hour.
+    static let pruneAfterDeletions = 10_000
+    static let pruneDelayAfterDeletions: Duration = .seconds(10)
+
+    init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, problems: ProblemAggregator) {
+        self.queue = queue
+        self.sources = sources
+        self.logger = logger
+        self.problems = problems
+    }
+
+    var isOpen: Bool { reader != nil }
+
+    /// The store opened the file (and said if it had to rebuild it); this queue reads it
+    /// through a connection of its own. Tried once: a failure is reported and kept.
+    func openIfNeeded(stateDirectory: String) {
+        guard reader == nil && problem == nil else { return }
+        switch store?.openReader() ?? .failure(StateReaderUnavailable(reason: "no state store for \(stateDirectory)")) {
+        case .success(let opened):
+            reader = opened.reader
+            rebuilt = opened.rebuilt
+        case .failure(let why):
+            problem = why.reason
+            logger.error("watch rules will not catch up files that arrived while watchkeeper was down: \(why.reason)")
+        }
+    }
+
+    // MARK: Reads
+
+    /// Handled successfully in this form in an earlier life of the daemon, or earlier in this
+    /// one with its record committed: at this path, or, for a file that may have been moved
+    /// (found by a scan, or moved in), at another path it was moved from; then the ledger
+    /// follows. A file just written needs one lookup by path, not two.
+    ///
+    /// The reader sees what the store has committed. A success whose record is not committed
+    /// yet is in `rule.handled` by inode, whatever its path now, and callers ask that first;
+    /// so no write has to be waited for here. A move still waiting in the store is harmless:
+    /// the entry is found at its old path by identity, and the move submitted below changes
+    /// nothing once the earlier one has moved it (FileLedger.move).
+    func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool) -> Bool {
+        guard rule.settings.catchUp, let reader else { return false }
+        do {
+            if let entry = try reader.entry(rule: rule.name, path: relative), entry.identity.sameFile(as: identity) {
+                return entry.outcome == RunOutcome.ok.rawValue
+            }
+            guard mayHaveMoved else { return false }
+            guard let moved = try reader.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
+                return false
+            }
+            rule.movesFollowed += 1
+            store?.submit(.ledgerMove(rule: rule.name, from: moved.path, to: relative))
+            return true
+        } catch {
+            problems.report("unable to read the file ledger", example: "\(error)")
+            return false
+        }
+    }
+
+    /// `watchkeeper history WATCH`: the files the rule handled last. Asked of the store from
+    /// this queue, after every completion handled here: their records were submitted before
+    /// the question, so a job that just ended is in the answer.
+    func history(rule: String, limit: Int, reply: @escaping @Sendable (Result<[DumpValue], VarlinkError>) -> Void) {
+        guard reader != nil, let store else {
+            return reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("the file ledger is not open: \(problem ?? "unknown")"))])))
+        }
+        store.ledgerHistory(rule: rule, limit: limit) { result in
+            switch result {
+            case .failure(let error):
+                reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("\(error)"))])))
+            case .success(let rows):
+                reply(.success(rows.map { entry, run in Self.historyRow(entry, run) }))
+            }
+        }
+    }
+
+    private static func historyRow(_ entry: LedgerEntry, _ run: LedgerRun?) -> DumpValue {
+        .object([
+            .init("run_id", run.map { .string($0.runID) } ?? .null),
+            .init("outcome", .string(entry.outcome)),
+            .init("started_at", run?.startedAt.map { .string($0.iso8601) } ?? .null),
+            .init("finished_at", .string(entry.handledAt.iso8601)),
+            .init("duration_s", run.map { .double(Double($0.durationNanoseconds) / 1e9) } ?? .null),
+            .init("exit_code", run?.exitCode.map { .int(Int64($0)) } ?? .null),
+            .init("signal", run?.signal.map { .string(HandledSignals.name($0)) } ?? .null),
+            .init("path", .bytes(entry.path)),
+        ])
+    }
+
+    // MARK: Writes
+
+    /// A job's final outcome for its files (cancelled ones are left for the next catch-up).
+    /// The store commits them with the others that ended meanwhile (group commit) and says
+    /// so through `committed`, on this queue; until then `rule.handled` knows.
+    func record(_ completion: JobCompletion, rule: WatchRule, committed: @escaping @Sendable ([LedgerRecord]) -> Void) {
+        let outcome = completion.final.outcome
+        guard outcome != .cancelled, rule.settings.catchUp, reader != nil, let store else { return }
+        let final = completion.final
+        var exitCode: Int32?
+        var signal: Int32?
+        switch final.exit {
+        case .exited(let code)?: exitCode = code
+        case .signaled(let number, _)?: signal = number
+        case nil: break
+        }
+        let run = LedgerRun(runID: final.runID, startedAt: final.startedAt, durationNanoseconds: final.duration.nanosecondsClamped,
+                            exitCode: exitCode, signal: signal)
+        let now = WallTime.now()
+        let records: [LedgerRecord] = completion.subject.files.compactMap { file in
+            file.identity.map { LedgerRecord(rule: rule.name, path: Array(file.relative), identity: $0, outcome: outcome.rawValue, handledAt: now, run: run) }
+        }
+        guard !records.isEmpty else { return }
+        store.submit(.ledgerRecords(records), confirmOn: queue) { committed(records) }
+    }
+
+    /// A directory moved within the tree: its entries follow it, so its files are found
+    /// handled at their new paths instead of running again. Behind every record submitted
+    /// before it, so those move too.
+    func moved(_ rule: WatchRule, from: [UInt8], to: [UInt8]) {
+        guard rule.settings.catchUp, reader != nil, let store else { return }
+        store.submit(.ledgerMove(rule: rule.name, from: from, to: to))
+        logger.debug("watch \(rule.name): \(LineEscaping.escaped(from)) moved to \(LineEscaping.escaped(to)); its ledger entries follow it")
+    }
+
+    /// After a burst: the reader's page cache is given back; the store then writes what
+    /// waits, gives back its own, and malloc's free memory.
+    func releaseMemory() {
+        reader?.releaseMemory()
+        if let store { store.releaseMemory() } else { _ = malloc_trim(0) }
+    }
+
+    // MARK: Pruning
+
+    /// Once an hour the ledger forgets files that no longer exist, so the state directory
+    /// does not grow with every file ever handled (docs/configuration.md, catch_up).
+    func armPruneIfNeeded() {
+        guard pruneTimer == nil, reader != nil, !stopped else { return }
+        let timer = sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, every \(Self.pruneInterval.compactDescription)",
+                                      on: queue) { [unowned self] in
+            self.prune()
+        }
+        timer.schedule(at: .now() + Self.pruneInterval.dispatchInterval, repeating: Self.pruneInterval)
+        pruneTimer = timer
+    }
+
+    /// A file or directory left a tree: after many, a prune is scheduled (once), so a tree
+    /// emptied by a cleanup does not leave its rows for an hour; the rows of deleted files are
+    /// what an inode reused with a preserved mtime used to match.
+    func noteDeletion() {
+        deletionsSincePrune += 1
+        guard deletionsSincePrune >= Self.pruneAfterDeletions, reader != nil, !stopped, pruneSoonTimer == nil else { return }
+        let timer = sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, after \(Self.pruneAfterDeletions) deletions",
+                                      on: queue) { [weak self] in
+            guard let self else { return }
+            self.pruneSoonTimer?.cancel()
+            self.pruneSoonTimer = nil
+            self.prune()
+        }
+        timer.schedule(after: Self.pruneDelayAfterDeletions)
+        pruneSoonTimer = timer
+    }
+
+    /// The store walks each rule's entries (one lstat each) on its own queue, deletes those
+    /// whose file is gone behind the writes submitted before, says how many, and checkpoints.
+    func prune() {
+        deletionsSincePrune = 0
+        guard reader != nil, let store else { return }
+        for (name, root) in rulesToPrune() { store.prune(rule: name, root: root) }
+    }
+
+    // MARK: Stopping and the dump
+
+    /// The drain: no more prunes.
+    func stop() {
+        stopped = true
+        pruneTimer?.cancel()
+        pruneTimer = nil
+        pruneSoonTimer?.cancel()
+        pruneSoonTimer = nil
+    }
+
+    /// A clean stop, once every job has its record: the reader goes, so that the store,
+    /// closing last, folds the write-ahead log into the file (Daemon.finishStopping).
+    func close() {
+        reader?.close()
+        reader = nil
+    }
+
+    /// How many entries a rule has, for its dump entry (null: the rule does not catch up).
+    func size(of rule: WatchRule) -> DumpValue {
+        guard rule.settings.catchUp, let reader else { return .null }
+        do {
+            return .int(Int64(try reader.count(rule: rule.name)))
+        } catch {
+            return .string("unavailable: \(error)")
+        }
+    }
+
+    func describe() -> [DumpField] {
+        [
+            .init("ledger", reader.map { .string($0.path) } ?? .null),
+            .init("ledger_problem", problem.map { .string($0) } ?? .null),
+            .init("ledger_rebuilt", rebuilt.map { .string($0) } ?? .null),
+        ]
+    }
+}
