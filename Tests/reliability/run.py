@@ -45,6 +45,14 @@ def summarise_crash(_, data):
             f"of them running); integrity_check failed {t['integrity_failures']} times; READY after restart ≤ {t['ready_s_max']} s"), not data["failures"]
 
 
+def summarise_control(_, data):
+    r = data["result"]
+    return (f"never reading: RSS {r.get('idle_rss_mib')} MiB idle, {r.get('peak_rss_mib')} peak, {r.get('rss_after_mib')} after; "
+            f"slowest status {r.get('slowest_status_s')} s; half-sent: root's status in {r.get('half_sent_status_s')} s, "
+            f"{r.get('refused_answered')} of 300 refused answered at once; flood: at most {r.get('flood_most_fds')} descriptors; "
+            f"longest watchdog gap {r.get('longest_watchdog_gap_s')} s"), not data["failures"]
+
+
 def summarise_peers(_, data):
     cells = []
     for scenario in dict.fromkeys(r["scenario"] for r in data):
@@ -166,6 +174,9 @@ def scenarios(long, binary):
          "into the same names with one size and mtime (inode reuse), mv, ln and cp -l, a slow writer in a new directory, "
          "a job that deletes its file, catch-up after a stop; every version's sha256 read, none partial",
          script("deliveries.py") + ["--binary", binary, "--long" if long else "--short"], summarise_deliveries, True),
+        ("control", "23", "control-socket attacks under a 4 s watchdog while files arrive: 200 clients sending History and Dump "
+         "calls and never reading, 300 half-sent calls from root and 300 from a refused uid, four connect/close floods",
+         script("control.py") + ["--binary", binary, "--seconds", "60" if long else "15"], summarise_control, True),
         ("fuzz", "5", "libFuzzer with ASan on the six parsers of outside input (configuration, cron, glob, inotify records, "
          "Varlink requests, TZif), each with a property check; the short run replays seeds and kept crashes",
          [sys.executable, os.path.join(ROOT, "Tests", "fuzz", "fuzz.py")] + (["--build", "--runs", "200000"] if long else

@@ -87,7 +87,7 @@ def wait_for(seconds, predicate, step=0.05):
 class NotifySocket:
     """The NOTIFY_SOCKET a supervisor listens on, read all the time as systemd reads it (a
     socket nobody reads fills up, and then the daemon's sd_notify blocks); READY=1 sets
-    `ready`, and every message is kept in `messages`."""
+    `ready`, and every message is kept in `messages`, its arrival (time.monotonic()) in `arrivals`."""
 
     def __init__(self, directory):
         self.path = os.path.join(directory, f"notify-{os.getpid()}-{time.monotonic_ns()}")
@@ -95,6 +95,7 @@ class NotifySocket:
         self.sock.bind(self.path)
         self.ready = threading.Event()
         self.messages = []
+        self.arrivals = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -104,6 +105,7 @@ class NotifySocket:
                 message = self.sock.recv(65536)
             except OSError:
                 return
+            self.arrivals.append(time.monotonic())
             self.messages.append(message)
             if b"READY=1" in message.split(b"\n"):
                 self.ready.set()

@@ -36,12 +36,17 @@ public enum ControlClientError: Error, CustomStringConvertible {
     }
 }
 
-/// One connection to the control socket, for the CLI: blocking calls with a deadline
-/// (SO_RCVTIMEO/SO_SNDTIMEO), replies read up to their NUL.
+/// One connection to the control socket, for the CLI: each call has one deadline for the
+/// whole exchange (a server that trickles bytes or never sends the NUL cannot hold it past
+/// the timeout), and a reply is read in linear time, however large.
 public final class ControlClient {
     public let path: String
     private let socket: OwnedFileDescriptor
     private var buffered: [UInt8] = []
+    /// Where in `buffered` the search for the reply's NUL goes on: bytes before it have been
+    /// looked at already.
+    private var searched = 0
+    private var timeout: Duration = .seconds(30)
 
     private init(path: String, socket: consuming OwnedFileDescriptor) {
         self.path = path
@@ -85,17 +90,27 @@ public final class ControlClient {
         }
     }
 
+    /// For each call from now on: the time from sending it to having its whole reply.
     public func setTimeout(_ timeout: Duration) {
-        var value = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: Int(timeout.components.attoseconds / 1_000_000_000_000))
-        setsockopt(socket.rawValue, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(socket.rawValue, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
+        self.timeout = timeout
     }
 
     /// Sends `call` and returns its reply; a PermissionDenied error becomes
     /// `ControlClientError.permissionDenied`, other errors are the caller's to explain.
     public func call(_ call: VarlinkCall) throws(ControlClientError) -> Result<DumpValue, VarlinkError> {
-        try send(call.encoded)
-        let message = try readMessage()
+        let deadline = MonotonicInstant.now + timeout
+        do {
+            try send(call.encoded, deadline: deadline)
+        } catch {
+            // A daemon that refuses this user answers at once and closes: the answer may
+            // be waiting even though the request could not be sent (EPIPE).
+            guard let message = try? readMessage(deadline: deadline), let reply = try? VarlinkReply.decode(message),
+                  case .error(let refusal) = reply, refusal.name == ControlInterface.ErrorName.permissionDenied.qualified else {
+                throw error
+            }
+            throw .permissionDenied(path: path, group: refusal["group"]?.stringValue)
+        }
+        let message = try readMessage(deadline: deadline)
         let reply: VarlinkReply
         do {
             reply = try VarlinkReply.decode(message)
@@ -112,35 +127,56 @@ public final class ControlClient {
         }
     }
 
-    private func send(_ bytes: [UInt8]) throws(ControlClientError) {
+    private func send(_ bytes: [UInt8], deadline: MonotonicInstant) throws(ControlClientError) {
         var offset = 0
         while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { Glibc.send(socket.rawValue, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL)) }
+            try wait(for: Int16(POLLOUT), until: deadline, doing: "send the request")
+            let written = bytes.withUnsafeBytes { Glibc.send(socket.rawValue, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
             if written < 0 {
-                if errno == EINTR { continue }
+                if errno == EINTR || errno == EAGAIN { continue }
                 throw .failed(path: path, reason: Errno(rawValue: errno).unable("send the request"))
             }
             offset += written
         }
     }
 
-    private func readMessage() throws(ControlClientError) -> [UInt8] {
-        var chunk = [UInt8](repeating: 0, count: 65_536)
+    private func readMessage(deadline: MonotonicInstant) throws(ControlClientError) -> [UInt8] {
+        var chunk = [UInt8](repeating: 0, count: 256 * 1024)
         while true {
-            if let nul = buffered.firstIndex(of: 0) {
+            // Only the bytes not looked at yet: searching the whole buffer after each read
+            // made a 6 MB reply take seconds.
+            if let nul = buffered[searched...].firstIndex(of: 0) {
                 let message = Array(buffered[..<nul])
                 buffered.removeSubrange(...nul)
+                searched = 0
                 return message
             }
-            let count = chunk.withUnsafeMutableBytes { read(socket.rawValue, $0.baseAddress, $0.count) }
+            searched = buffered.count
+            try wait(for: Int16(POLLIN), until: deadline, doing: "read the reply")
+            let count = chunk.withUnsafeMutableBytes { recv(socket.rawValue, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if count > 0 {
                 buffered += chunk[..<count]
             } else if count == 0 {
                 throw .failed(path: path, reason: "the daemon closed the connection before replying (it may be stopping)")
-            } else if errno == EAGAIN {
-                throw .failed(path: path, reason: "no reply in time (the daemon may be overloaded or stuck; `kill -USR1` its pid for a dump)")
-            } else if errno != EINTR {
+            } else if errno != EINTR && errno != EAGAIN {
                 throw .failed(path: path, reason: Errno(rawValue: errno).unable("read the reply"))
+            }
+        }
+    }
+
+    /// Until the socket is ready for `events`, or the call's deadline.
+    private func wait(for events: Int16, until deadline: MonotonicInstant, doing what: String) throws(ControlClientError) {
+        while true {
+            let left = deadline - .now
+            guard left > .zero else {
+                throw .failed(path: path, reason: "no reply within \(timeout.compactDescription) (the daemon may be overloaded or stuck; `kill -USR1` its pid for a dump)")
+            }
+            var descriptor = pollfd(fd: socket.rawValue, events: events, revents: 0)
+            let milliseconds = Int32(clamping: (left.nanosecondsClamped + 999_999) / 1_000_000)
+            let ready = poll(&descriptor, 1, milliseconds)
+            if ready > 0 { return }
+            if ready < 0 && errno != EINTR {
+                throw .failed(path: path, reason: Errno(rawValue: errno).unable(what))
             }
         }
     }

@@ -7,23 +7,43 @@ import SystemPackage
 import Glibc
 #endif
 
-/// What keeps one client from costing the others anything: every buffer is bounded and
-/// every wait has a deadline, so a malformed, oversized, slow or silent client is dropped.
+/// What keeps clients from costing the daemon or each other anything: every buffer is
+/// bounded, per connection and all together, and every wait has a deadline, so a
+/// malformed, oversized, slow, silent or never-reading client is dropped, and root always
+/// has a way in (docs/architecture.md, "The control socket").
 public struct ControlLimits: Sendable {
     /// A call is a few hundred bytes; a longer one is refused.
     public var maxRequestBytes = 64 * 1024
     /// Calls sent ahead of their replies (Varlink allows pipelining; replies keep the order).
     public var maxQueuedCalls = 16
-    /// Open connections; at the limit the one idle longest makes room for a new one.
+    /// Open connections; at the limit one idle, half-sent or not reading makes room.
     public var maxConnections = 256
+    /// Connections one uid other than root may hold (a refused uid holds none).
+    public var maxConnectionsPerUID = 64
+    /// Of `maxConnections`, what only root may use (and one of `maxLargeCallsInFlight`).
+    public var reservedForRoot = 8
+    /// History, Dump and Metrics calls being answered at once, all connections together:
+    /// each answer is large, built on its owner's queue and held until written.
+    public var maxLargeCallsInFlight = 4
+    /// Connections accepted per wake-up of the listener: the queue answers the others, and
+    /// closes what was dropped, in between.
+    public var acceptsPerEvent = 16
+    /// Descriptors the control socket may hold, connections being closed included; at the
+    /// limit it stops accepting until some are closed, so jobs, watches and the state file
+    /// always have theirs.
+    public var maxDescriptors = 320
     /// From the first byte of a call to its NUL.
     public var requestTimeout: Duration = .seconds(5)
     /// Between calls (`status --follow` calls once a second).
     public var idleTimeout: Duration = .seconds(60)
     /// A reply the client does not read.
     public var writeTimeout: Duration = .seconds(10)
-    /// Replies not yet read (a dump of a large tree is a few MB).
-    public var maxReplyBytes = 64 * 1024 * 1024
+    /// Replies not yet read on one connection (a dump of a large tree is a few MB).
+    public var maxReplyBytes = 48 * 1024 * 1024
+    /// Replies not yet read, all connections together: past it, the connections that have
+    /// not read for longest are dropped until it holds. With the answers being built, this
+    /// keeps 200 clients that never read within 100 MiB of idle.
+    public var maxPendingReplyBytes = 48 * 1024 * 1024
 
     public init() {}
 }
@@ -33,10 +53,14 @@ public struct ControlLimits: Sendable {
 /// rather than cancelled in between, so the fd is closed once, after both are gone.
 final class ControlConnection {
     let id: UInt64
-    let peer: ControlPeer?
-    let allowed: Bool
+    let peer: ControlPeer
     private let reader: FileDescriptorReadSource
     private var readSuspended = false
+    /// Not reading while a reply waits to be read: a client gets no more answers than it
+    /// takes (see `flush`).
+    private(set) var paused = false
+    /// Called on the queue when a reply that had to wait for the socket is all written.
+    var onDrained: (() -> Void)?
     private var writer: DispatchSourceWrite?
     private var writeSuspended = false
     private(set) var dropped = false
@@ -55,10 +79,9 @@ final class ControlConnection {
     private(set) var writeBlockedSince: UInt64?
     var calls = 0
 
-    init(id: UInt64, peer: ControlPeer?, allowed: Bool, reader: FileDescriptorReadSource, now: UInt64) {
+    init(id: UInt64, peer: ControlPeer, reader: FileDescriptorReadSource, now: UInt64) {
         self.id = id
         self.peer = peer
-        self.allowed = allowed
         self.reader = reader
         self.openedAt = now
         self.lastActivity = now
@@ -110,15 +133,47 @@ final class ControlConnection {
             closing = true
             return
         }
+        let waited = writeBlockedSince != nil
         writeBlockedSince = nil
+        // A burst's large reply does not keep its capacity for the connection's life.
+        if outbound.capacity > 256 * 1024 {
+            outbound = []
+            outboundOffset = 0
+        }
         if let writer, !writeSuspended {
             writer.suspend()
             writeSuspended = true
+        }
+        if waited { onDrained?() }
+    }
+
+    /// Stops reading until `resumeReading`: the client has a reply to read first.
+    func pauseReading() {
+        guard !paused, !closing, !dropped else { return }
+        paused = true
+        if !readSuspended {
+            reader.source.suspend()
+            readSuspended = true
+        }
+    }
+
+    func resumeReading() {
+        guard paused else { return }
+        paused = false
+        if readSuspended && !closing && !dropped {
+            reader.source.resume()
+            readSuspended = false
         }
     }
 
     private func waitForWritable(queue: DispatchQueue, now: UInt64) {
         if writeBlockedSince == nil { writeBlockedSince = now }
+        // Keep only what is still to be written: a reply the socket took half of would
+        // otherwise hold its whole size until the client reads the rest.
+        if outboundOffset >= 64 * 1024 {
+            outbound = Array(outbound[outboundOffset...])
+            outboundOffset = 0
+        }
         if writer == nil {
             let source = DispatchSource.makeWriteSource(fileDescriptor: descriptor.rawValue, queue: queue)
             // Weak: a connection dropped while an event was already on its way is simply gone.
@@ -137,6 +192,7 @@ final class ControlConnection {
     /// is still written before `drop`.
     func stopReading() {
         closing = true
+        paused = false
         guard !readSuspended, !dropped else { return }
         reader.source.suspend()
         readSuspended = true

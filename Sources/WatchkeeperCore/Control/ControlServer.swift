@@ -1,4 +1,5 @@
 import CWatchkeeperSystem
+import DequeModule
 import Dispatch
 import Logging
 import SystemPackage
@@ -45,6 +46,17 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     private var scratch = [UInt8](repeating: 0, count: 64 * 1024)
     private var refusals = RefusalLog()
     private var counters = Counters()
+    /// History, Dump and Metrics calls handed to the backend and not answered yet.
+    private var largeCallsInFlight = 0
+    /// Connections with a call ready and no slot for it, in the order they asked.
+    private var slotWaiters: Deque<UInt64> = []
+    /// Accepted descriptors not closed yet (a dropped connection's closes when libdispatch
+    /// has cancelled its sources, a turn or more later).
+    private var descriptorsHeld = 0
+    private var acceptPausedForDescriptors = false
+    /// Set when replies of some size were dropped or written: the sweep gives freed memory
+    /// back to the system once little is pending.
+    private var trimDue = false
 
     struct Counters {
         var accepted: UInt64 = 0
@@ -53,6 +65,8 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         var errors: UInt64 = 0
         var dropped: [String: UInt64] = [:]
         var acceptFailures: UInt64 = 0
+        var peakPendingReplyBytes = 0
+        var peakLargeCallsInFlight = 0
     }
 
     public init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, backend: ControlBackend, limits: ControlLimits = ControlLimits()) {
@@ -192,9 +206,15 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
 
     // MARK: Connections
 
+    /// At most `acceptsPerEvent` a turn (the listener stays readable, so the source fires
+    /// again), and none while the descriptors held are at their bound.
     private func acceptAll() {
         guard let listener else { return }
-        while true {
+        for _ in 0 ..< limits.acceptsPerEvent {
+            guard descriptorsHeld < limits.maxDescriptors else {
+                pauseAcceptingForDescriptors()
+                return
+            }
             let fd = wk_accept_nonblocking(listener.descriptor.rawValue)
             if fd < 0 {
                 let failure = Errno(rawValue: errno)
@@ -216,6 +236,24 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         }
     }
 
+    /// Until connections being closed give their descriptors back (`descriptorClosed`).
+    private func pauseAcceptingForDescriptors() {
+        guard let listener, !listenerSuspended else { return }
+        listener.source.suspend()
+        listenerSuspended = true
+        acceptPausedForDescriptors = true
+        counters.dropped["descriptor limit (accepting paused)", default: 0] += 1
+    }
+
+    private func descriptorClosed() {
+        descriptorsHeld -= 1
+        if acceptPausedForDescriptors, descriptorsHeld < limits.maxDescriptors, let listener, listenerSuspended {
+            acceptPausedForDescriptors = false
+            listenerSuspended = false
+            listener.source.resume()
+        }
+    }
+
     private func pauseAccepting() {
         guard let listener, !listenerSuspended else { return }
         listener.source.suspend()
@@ -231,40 +269,73 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         acceptRetry?.schedule(after: .seconds(1))
     }
 
+    /// SO_PEERCRED at once: a refused peer gets PermissionDenied and is closed before it can
+    /// hold a slot; a uid other than root holds at most `maxConnectionsPerUID`; the last
+    /// `reservedForRoot` connections are root's, and at the limit a connection that is idle,
+    /// half-sent or not reading makes room.
     private func admit(_ fd: consuming OwnedFileDescriptor) {
         let now = DispatchTime.now().uptimeNanoseconds
         let peer = try? ControlPeer.of(fd.descriptor)
-        let allowed = peer.map(access.allows) ?? false
-        if connections.count >= limits.maxConnections, !evictIdlest() {
+        guard let peer, access.allows(peer) else {
+            counters.refused += 1
+            logRefusal(peer: peer, now: now)
+            answerAndClose(fd, ControlInterface.ErrorName.permissionDenied.error([
+                .init("uid", .int(Int64(peer?.uid ?? UInt32.max))),
+                .init("group", access.group.map { .string($0.name) } ?? .null),
+            ]))
+            return
+        }
+        let isRoot = peer.uid == 0
+        if !isRoot, connections.values.lazy.filter({ $0.peer.uid == peer.uid }).count >= limits.maxConnectionsPerUID {
+            counters.dropped["per-uid connection limit", default: 0] += 1
+            answerAndClose(fd, ControlInterface.ErrorName.tooManyRequests.error([.init("limit", .int(Int64(limits.maxConnectionsPerUID)))]))
+            return
+        }
+        let room = isRoot ? limits.maxConnections : limits.maxConnections - limits.reservedForRoot
+        if connections.count >= room, !evictOne(forRoot: isRoot) {
             counters.dropped["connection limit", default: 0] += 1
-            return  // closed as `fd` goes out of scope
+            answerAndClose(fd, ControlInterface.ErrorName.tooManyRequests.error([.init("limit", .int(Int64(limits.maxConnections)))]))
+            return
         }
         let id = nextID
         nextID += 1
-        let connection = ControlConnection(id: id, peer: peer, allowed: allowed, reader: fd.makeReadSource(queue: queue.queue), now: now)
+        descriptorsHeld += 1
+        let reader = fd.makeReadSource(queue: queue.queue, afterClose: { [weak self] in self?.descriptorClosed() })
+        let connection = ControlConnection(id: id, peer: peer, reader: reader, now: now)
         connections[id] = connection
         counters.accepted += 1
+        connection.onDrained = { [unowned self] in self.drained(id) }
         connection.activate { [unowned self] in self.readable(id) }
-        if !allowed {
-            counters.refused += 1
-            refuse(connection, peer: peer)
-        }
         armSweep()
     }
 
-    /// The refused client still gets its answer, PermissionDenied, as the reply to whatever
-    /// it sends first; the journal says who it was and who may connect.
-    private func refuse(_ connection: ControlConnection, peer: ControlPeer?) {
+    /// The one reply a connection turned away at the door gets, if its socket takes it now;
+    /// the descriptor closes as `fd` goes out of scope.
+    private func answerAndClose(_ fd: consuming OwnedFileDescriptor, _ error: VarlinkError) {
+        counters.errors += 1
+        let bytes = VarlinkReply.error(error).encoded
+        _ = bytes.withUnsafeBytes { Glibc.send(fd.rawValue, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+    }
+
+    /// The journal says who it was and who may connect, once a minute per uid.
+    private func logRefusal(peer: ControlPeer?, now: UInt64) {
         let who = peer.map { LineEscaping.escaped($0.description) } ?? "a peer whose credentials could not be read"
-        if let line = refusals.record(uid: peer?.uid ?? UInt32.max, now: connection.openedAt) {
+        if let line = refusals.record(uid: peer?.uid ?? UInt32.max, now: now) {
             logger.warning("refused a control connection from \(who): \(access.whoMay)\(line)",
                            metadata: [JournalFields.messageIDKey: .string(MessageID.controlRefused.rawValue), "peer_uid": .stringConvertible(peer?.uid ?? 0)])
         }
     }
 
-    private func evictIdlest() -> Bool {
-        guard let idlest = connections.values.filter(\.isIdle).min(by: { $0.lastActivity < $1.lastActivity }) else { return false }
-        drop(idlest, reason: ("evicted at the connection limit", "idle, evicted to make room at the connection limit"))
+    /// Room at the connection limit: the connection idle longest, else the one whose call
+    /// has been half-sent longest, else the one that has not read its reply for longest.
+    /// Root's connections make room only for root.
+    private func evictOne(forRoot: Bool) -> Bool {
+        let candidates = connections.values.filter { forRoot || $0.peer.uid != 0 }
+        let choice = candidates.filter(\.isIdle).min { $0.lastActivity < $1.lastActivity }.map { ($0, "idle") }
+            ?? candidates.filter { $0.partialSince != nil }.min { $0.partialSince! < $1.partialSince! }.map { ($0, "half-sent call") }
+            ?? candidates.filter { $0.writeBlockedSince != nil }.min { $0.writeBlockedSince! < $1.writeBlockedSince! }.map { ($0, "reply not read") }
+        guard let (connection, why) = choice else { return false }
+        drop(connection, reason: ("evicted at the connection limit", "\(why), evicted to make room at the connection limit"))
         return true
     }
 
@@ -308,13 +379,6 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     private func received(_ message: [UInt8], on connection: ControlConnection) {
-        guard connection.allowed else {
-            fail(connection, ControlInterface.ErrorName.permissionDenied.error([
-                .init("uid", .int(Int64(connection.peer?.uid ?? UInt32.max))),
-                .init("group", access.group.map { .string($0.name) } ?? .null),
-            ]))
-            return
-        }
         guard message.count <= limits.maxRequestBytes else {
             fail(connection, ControlInterface.ErrorName.requestTooLarge.error([.init("limit", .int(Int64(limits.maxRequestBytes)))]))
             return
@@ -343,18 +407,70 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         finishIfDone(connection)
     }
 
-    /// Starts the next queued call when none is in flight.
+    /// Starts the next queued call when none is in flight, its last reply has been read,
+    /// and a slot is free. Reading stops while anything is owed to the client: it gets no
+    /// more answers than it takes, so one that never reads costs one reply, not 64 MiB.
     private func pump(_ connection: ControlConnection) {
-        while connection.inFlight == nil, !connection.dropped, let call = connection.queued.popFirst() {
+        while connection.inFlight == nil, connection.pendingReplyBytes == 0, !connection.dropped, let call = connection.queued.first {
+            guard takeSlot(for: connection, call) else { break }
+            connection.queued.removeFirst()
             connection.inFlight = call
             connection.calls += 1
             counters.calls += 1
             let id = connection.id
-            dispatch(call, peer: connection.peer!) { [unowned self] result in
-                self.queue.async { self.replied(id, result) }
+            let large = Self.isLarge(call)
+            dispatch(call, peer: connection.peer) { [unowned self] result in
+                self.queue.async {
+                    if large { self.largeCallsInFlight -= 1 }
+                    self.replied(id, result)
+                    if large { self.serveSlotWaiters() }
+                }
             }
         }
+        if connection.inFlight != nil || connection.pendingReplyBytes > 0 || !connection.queued.isEmpty {
+            connection.pauseReading()
+        } else {
+            connection.resumeReading()
+        }
         finishIfDone(connection)
+    }
+
+    /// Calls whose answer is large or costly to build (a History of 10,000 rows, a Dump, the
+    /// metrics) take one of `maxLargeCallsInFlight` slots, root's reserved one included; a
+    /// connection without one waits in line for the next. The others (Status, Tasks, Trigger,
+    /// ...) are answered at once, so a crowd asking for History does not delay `status`.
+    private func takeSlot(for connection: ControlConnection, _ call: VarlinkCall) -> Bool {
+        guard Self.isLarge(call) else { return true }
+        let room = connection.peer.uid == 0 ? limits.maxLargeCallsInFlight : limits.maxLargeCallsInFlight - 1
+        guard largeCallsInFlight < room else {
+            if !slotWaiters.contains(connection.id) { slotWaiters.append(connection.id) }
+            return false
+        }
+        largeCallsInFlight += 1
+        counters.peakLargeCallsInFlight = max(counters.peakLargeCallsInFlight, largeCallsInFlight)
+        return true
+    }
+
+    static func isLarge(_ call: VarlinkCall) -> Bool {
+        guard call.interface == ControlInterface.name, let method = ControlInterface.Method(rawValue: call.methodName) else { return false }
+        switch method {
+        case .history, .dump, .metrics: return true
+        case .status, .trigger, .cancel, .reload, .tasks, .watches: return false
+        }
+    }
+
+    private func serveSlotWaiters() {
+        var passes = slotWaiters.count
+        while passes > 0, largeCallsInFlight < limits.maxLargeCallsInFlight, let id = slotWaiters.popFirst() {
+            passes -= 1
+            if let connection = connections[id] { pump(connection) }
+        }
+    }
+
+    /// A reply that waited for the socket is written: the client may have the next.
+    private func drained(_ id: UInt64) {
+        guard let connection = connections[id] else { return }
+        pump(connection)
     }
 
     private func dispatch(_ call: VarlinkCall, peer: ControlPeer, reply: @escaping ControlReply) {
@@ -391,7 +507,27 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     private func write(_ bytes: [UInt8], to connection: ControlConnection) {
         if !connection.send(bytes, limit: limits.maxReplyBytes, queue: queue.queue, now: DispatchTime.now().uptimeNanoseconds) {
             drop(connection, reason: ("replies not read", "over \(limits.maxReplyBytes) bytes of replies not read"))
+            trimDue = true
+            return
         }
+        if bytes.count >= 64 * 1024 { trimDue = true }
+        enforceReplyBudget()
+    }
+
+    /// All connections' unread replies together stay within `maxPendingReplyBytes`: past
+    /// it, the connections that have not read for longest go, with what they held.
+    private func enforceReplyBudget() {
+        var pending = connections.values.reduce(0) { $0 + $1.pendingReplyBytes }
+        counters.peakPendingReplyBytes = max(counters.peakPendingReplyBytes, pending)
+        guard pending > limits.maxPendingReplyBytes else { return }
+        let stalled = connections.values.filter { $0.pendingReplyBytes > 0 }.sorted {
+            ($0.writeBlockedSince ?? .max, $0.id) < ($1.writeBlockedSince ?? .max, $1.id)
+        }
+        for connection in stalled where pending > limits.maxPendingReplyBytes {
+            pending -= connection.pendingReplyBytes
+            drop(connection, reason: ("reply memory", "replies not read while all clients' unread replies passed \(limits.maxPendingReplyBytes / (1 << 20)) MiB"))
+        }
+        trimDue = true
     }
 
     private func finishIfDone(_ connection: ControlConnection) {
@@ -399,18 +535,19 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     private func drop(_ connection: ControlConnection, reason: (key: String, detail: String)?) {
+        if connection.pendingReplyBytes > 0 { trimDue = true }
         connection.drop()
         connections[connection.id] = nil
         if let reason {
             counters.dropped[reason.key, default: 0] += 1
-            logger.debug("closed control connection \(connection.id) from \(connection.peer.map { LineEscaping.escaped($0.description) } ?? "?"): \(reason.detail)")
+            logger.debug("closed control connection \(connection.id) from \(LineEscaping.escaped(connection.peer.description)): \(reason.detail)")
         }
     }
 
     // MARK: Deadlines
 
     private func armSweep() {
-        guard !sweepArmed, !connections.isEmpty else { return }
+        guard !sweepArmed, !connections.isEmpty || trimDue else { return }
         if sweepTimer == nil {
             sweepTimer = sources.makeTimer(owner: "control", target: "control connection deadlines", on: queue) { [unowned self] in
                 self.sweepArmed = false
@@ -435,6 +572,12 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
                 drop(connection, reason: nil)
             }
         }
+        // Replies are large, short-lived allocations on whichever thread ran the queue:
+        // freed, glibc keeps them in its arenas unless asked to give them back.
+        if trimDue, connections.values.reduce(0, { $0 + $1.pendingReplyBytes }) < 1 << 20 {
+            trimDue = false
+            _ = malloc_trim(0)
+        }
         armSweep()
     }
 
@@ -454,13 +597,20 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             .init("calls", .int(Int64(counters.calls))),
             .init("error_replies", .int(Int64(counters.errors))),
             .init("accept_failures", .int(Int64(counters.acceptFailures))),
+            .init("large_calls_in_flight", .int(Int64(largeCallsInFlight))),
+            .init("peak_large_calls_in_flight", .int(Int64(counters.peakLargeCallsInFlight))),
+            .init("calls_waiting_for_a_slot", .int(Int64(slotWaiters.count))),
+            .init("descriptors", .int(Int64(descriptorsHeld))),
+            .init("max_descriptors", .int(Int64(limits.maxDescriptors))),
+            .init("pending_reply_bytes", .int(Int64(connections.values.reduce(0) { $0 + $1.pendingReplyBytes }))),
+            .init("peak_pending_reply_bytes", .int(Int64(counters.peakPendingReplyBytes))),
+            .init("max_pending_reply_bytes", .int(Int64(limits.maxPendingReplyBytes))),
             .init("dropped", .object(counters.dropped.sorted { $0.key < $1.key }.map { .init($0.key, .int(Int64($0.value))) })),
             .init("open", .array(open.prefix(20).map { connection in
                 .object([
                     .init("id", .int(Int64(connection.id))),
-                    .init("uid", connection.peer.map { .int(Int64($0.uid)) } ?? .null),
-                    .init("pid", connection.peer.map { .int(Int64($0.pid)) } ?? .null),
-                    .init("allowed", .bool(connection.allowed)),
+                    .init("uid", .int(Int64(connection.peer.uid))),
+                    .init("pid", .int(Int64(connection.peer.pid))),
                     .init("age_s", .double(Double(now &- connection.openedAt) / 1e9)),
                     .init("calls", .int(Int64(connection.calls))),
                     .init("in_flight", connection.inFlight.map { .string($0.method) } ?? .null),
