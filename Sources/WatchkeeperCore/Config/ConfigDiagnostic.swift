@@ -23,22 +23,39 @@ public struct ConfigDiagnostic: Error, Equatable, Sendable, CustomStringConverti
     }
 }
 
-/// All the problems of one file, in source order.
+/// The problems of one file, in source order: the first `kept` of them, and how many there
+/// were. A file with 99,000 unknown keys is refused with 20 lines and "and 98,980 more", not
+/// a 23 MB log line and reply kept until the next good reload.
 public struct ConfigErrors: Error, Sendable, CustomStringConvertible {
-    public let diagnostics: [ConfigDiagnostic]
+    public static let kept = 20
 
-    public init(_ diagnostics: [ConfigDiagnostic]) {
-        self.diagnostics = diagnostics.sorted {
+    public let diagnostics: [ConfigDiagnostic]
+    /// Every problem found, `diagnostics` and those left out.
+    public let total: Int
+
+    public init(_ diagnostics: [ConfigDiagnostic], total: Int? = nil) {
+        let sorted = diagnostics.sorted {
             ($0.position?.line ?? 0, $0.position?.column ?? 0) < ($1.position?.line ?? 0, $1.position?.column ?? 0)
         }
+        self.diagnostics = Array(sorted.prefix(Self.kept))
+        self.total = max(total ?? diagnostics.count, self.diagnostics.count)
     }
 
-    public var description: String { diagnostics.map(\.description).joined(separator: "\n") }
+    /// Problems found beyond those kept.
+    public var omitted: Int { total - diagnostics.count }
+
+    /// What the log, the reply and the dump list: the kept problems and, if any were left
+    /// out, a last line saying how many.
+    public var lines: [String] {
+        diagnostics.map(\.description) + (omitted > 0 ? ["... and \(omitted) more error(s), not listed"] : [])
+    }
+
+    public var description: String { lines.joined(separator: "\n") }
 
     /// One line for STATUS= and the dump: the first problem and how many follow.
     public var summary: String {
         guard let first = diagnostics.first else { return "no errors" }
-        let more = diagnostics.count > 1 ? " (and \(diagnostics.count - 1) more)" : ""
+        let more = total > 1 ? " (and \(total - 1) more)" : ""
         return first.description + more
     }
 }

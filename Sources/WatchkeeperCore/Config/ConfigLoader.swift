@@ -66,7 +66,7 @@ public enum ConfigLoader {
         if context.diagnostics.isEmpty {
             return .success(configuration)
         }
-        return .failure(ConfigErrors(context.diagnostics))
+        return .failure(ConfigErrors(context.diagnostics, total: context.found))
     }
 
     /// Every key the parser accepts, by table: "" for the top level, then "daemon", "task",
@@ -229,7 +229,13 @@ final class ValidationContext {
         self.sourceMap = sourceMap
     }
 
+    /// Every problem found; only the first `stored` are kept (ConfigErrors lists 20).
+    private(set) var found = 0
+    static let stored = 1_000
+
     func error(at position: SourcePosition?, _ message: String) {
+        found += 1
+        guard diagnostics.count < Self.stored else { return }
         diagnostics.append(ConfigDiagnostic(file: file, position: position, message: message))
     }
 

@@ -100,7 +100,8 @@ public enum ControlInterface {
         # The task was not started: its overlap policy refused a second run.
         error NotStarted (task: string, reason: string)
 
-        # The new configuration was refused; the old one stays in force.
+        # The new configuration was refused; the old one stays in force. `errors` lists
+        # the first 20 problems in file order, then "... and N more error(s), not listed".
         error ReloadFailed (generation: int, errors: []string)
 
         # The daemon is starting or stopping and cannot do this now.

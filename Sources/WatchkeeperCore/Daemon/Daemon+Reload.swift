@@ -75,13 +75,13 @@ extension Daemon {
             answerReloadWaiters(.success([.init("generation", .int(generation))]))
         case .failure(let errors):
             lastReload = (at, errors)
-            for diagnostic in errors.diagnostics {
-                logger.error("\(diagnostic)", metadata: [JournalFields.messageIDKey: .string(MessageID.configInvalid.rawValue)])
+            for line in errors.lines {
+                logger.error("\(line)", metadata: [JournalFields.messageIDKey: .string(MessageID.configInvalid.rawValue)])
             }
-            logger.error("unable to reload \(configuration.path): \(errors.diagnostics.count) error(s); configuration generation \(generation) stays in force",
+            logger.error("unable to reload \(configuration.path): \(errors.total) error(s); configuration generation \(generation) stays in force",
                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed.rawValue), "errors": .string(errors.description)])
             answerReloadWaiters(.failure(ControlInterface.ErrorName.reloadFailed.error([
-                .init("generation", .int(generation)), .init("errors", .array(errors.diagnostics.map { .string($0.description) })),
+                .init("generation", .int(generation)), .init("errors", .array(errors.lines.map { .string($0) })),
             ])))
         }
         notifier.send([("READY", "1"), ("STATUS", statusLine())])

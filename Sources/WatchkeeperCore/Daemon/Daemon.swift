@@ -100,7 +100,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             configuration = loaded
         case .failure(let errors):
             StandardError.write(errors.description + "\n")
-            StandardError.write("watchkeeper: unable to start: \(options.configPath) has \(errors.diagnostics.count) error(s)\n")
+            StandardError.write("watchkeeper: unable to start: \(options.configPath) has \(errors.total) error(s)\n")
             exit(ExitCode.configuration)
         }
         HandledSignals.ignoreBrokenPipe()
@@ -427,7 +427,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             reload = .object([
                 .init("at", .string(lastReload.at.iso8601)),
                 .init("result", .string(lastReload.errors == nil ? "ok" : "failed")),
-                .init("errors", .array((lastReload.errors?.diagnostics ?? []).map { .string($0.description) })),
+                .init("errors", .array((lastReload.errors?.lines ?? []).map { .string($0) })),
             ])
         }
         return .object([

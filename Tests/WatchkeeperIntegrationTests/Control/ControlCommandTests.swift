@@ -139,6 +139,27 @@ final class ControlCommandTests: ControlTestCase {
         XCTAssertTrue(refused.stderr.contains("generation 2 stays in force"), refused.stderr)
     }
 
+    /// 5,000 unknown keys: 20 errors and a count, in the reply, the log and the dump; not a
+    /// line per key kept until the next good reload.
+    func testReload_refusedWithThousandsOfErrors_listsTwentyAndHowManyMore() throws {
+        try startDaemon(Self.tasks)
+        let keys = (0 ..< 5_000).map { "unknown_key_\($0) = 1" }.joined(separator: "\n")
+        try sandbox.writeConfig("[daemon]\n" + keys + "\n")
+        let refused = try cli(["reload"])
+        XCTAssertEqual(refused.status, 78, refused.stderr)
+        let lines = refused.stderr.split(separator: "\n")
+        XCTAssertEqual(lines.filter { $0.contains("unknown_key_") }.count, 20, refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("... and 4980 more error(s), not listed"), refused.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "unable to reload", timeout: 10))
+        let reloadLine = try XCTUnwrap(daemon.stderr.split(separator: "\n").first { $0.contains("unable to reload") })
+        XCTAssertTrue(reloadLine.contains("5000 error(s)"), String(reloadLine))
+        XCTAssertLessThan(reloadLine.utf8.count, 8_192, "the refusal's log line holds 20 errors, not 5,000")
+        XCTAssertLessThan(daemon.stderr.utf8.count, 64 * 1024, "the log holds 20 errors and a count")
+        let status = try cli(["status"])
+        XCTAssertEqual(status.status, 0, status.stderr)
+        XCTAssertTrue(status.stdout.contains("and 4999 more"), status.stdout)
+    }
+
     func testDump_printsTheStateDump_asTextAndJSON() throws {
         try startDaemon(Self.tasks)
         let text = try cli(["dump"])
