@@ -182,6 +182,7 @@ extension TaskScheduler {
                 .init("budget", .string(settings.job.budget.compactDescription)),
                 .init("running", .array(engine.describeRuns(of: task.key, now: now))),
                 .init("waiting_for_current_run", .bool(task.runAfterCurrent != nil)),
+                .init("queued_run_id", task.runAfterCurrent.map { .string($0.runID.description) } ?? .null),
                 .init("after", .array(settings.after.map { .string($0) })),
                 .init("held_for", .array((task.held?.waitingFor.sorted() ?? []).map { .string($0) })),
                 .init("skipped_in_a_row", .int(Int64(task.skipStreak))),

@@ -21,7 +21,9 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         var nextFire: (monotonic: UInt64?, wall: WallTime)?
         var zone: TimeZoneRules?
         /// overlap = "queue" or "replace": one run waits for the current one.
-        var runAfterCurrent: WallTime?
+        /// The run that starts when the current one ends (`overlap = "queue"` or
+        /// `"replace"`), with the run ID it was given when it was asked for.
+        var runAfterCurrent: (scheduledAt: WallTime, runID: RunID)?
         var skipStreak = 0
         /// A run that is due but waits for the tasks in `after` (see `dependenciesUnmet`).
         var held: (runID: RunID, subject: JobSubject, waitingFor: Set<String>)?
@@ -151,6 +153,16 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         guard let runID = RunID(text) else { return false }
         if engine.cancel(runID: runID, detail: "cancelled before it started") { return true }
         for task in tasks.values {
+            if let queued = task.runAfterCurrent, queued.runID == runID {
+                task.runAfterCurrent = nil
+                let subject = JobSubject.schedule(scheduledAt: queued.scheduledAt)
+                let record = JobEngine.notRunRecord(task.key, runID: runID, subject: subject, outcome: .cancelled, detail: "cancelled before it started")
+                engine.recordNotRun(record, key: task.key, subject: subject)
+                task.history.append(record)
+                task.totals[.cancelled, default: 0] += 1
+                persist(.taskRun(StoredRun(record)))
+                return true
+            }
             guard let held = task.held, held.runID == runID else { continue }
             task.held = nil
             let record = JobEngine.notRunRecord(task.key, runID: runID, subject: held.subject, outcome: .cancelled, detail: "cancelled before it started")
@@ -300,9 +312,9 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     // MARK: Runs
 
     /// Applies the overlap policy and submits a run. Returns its run ID if one was
-    /// submitted (or held for its dependencies) now.
+    /// submitted, held for its dependencies, or queued behind the current run now.
     @discardableResult
-    func fire(_ task: ScheduledTask, scheduledAt: WallTime, reason: String) -> String? {
+    func fire(_ task: ScheduledTask, scheduledAt: WallTime, reason: String, runID given: RunID? = nil) -> String? {
         let name = task.settings.name
         let active = engine.activeCount(of: task.key) + (task.held == nil ? 0 : 1)
         if active > 0 {
@@ -311,17 +323,19 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                 recordSkip(task, scheduledAt: scheduledAt)
                 return nil
             case .queue:
-                if task.runAfterCurrent != nil {
+                guard task.runAfterCurrent == nil else {
                     recordSkip(task, scheduledAt: scheduledAt)
-                } else {
-                    task.runAfterCurrent = scheduledAt
-                    logger.info("task \(name): a run is in progress; this one (\(reason)) waits for it (overlap = \"queue\")")
+                    return nil
                 }
-                return nil
+                let runID = given ?? RunID.random()
+                task.runAfterCurrent = (scheduledAt, runID)
+                logger.info("task \(name) run \(runID): a run is in progress; this one (\(reason)) waits for it (overlap = \"queue\")")
+                return runID.description
             case .replace:
-                task.runAfterCurrent = scheduledAt
+                let runID = task.runAfterCurrent?.runID ?? given ?? RunID.random()
+                task.runAfterCurrent = (scheduledAt, runID)
                 engine.expire(task.key, reason: .replaced)
-                return nil
+                return runID.description
             case .allow:
                 if active >= task.settings.maxConcurrent {
                     recordSkip(task, scheduledAt: scheduledAt)
@@ -337,12 +351,12 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         let subject = JobSubject.schedule(scheduledAt: scheduledAt)
         let unmet = dependenciesUnmet(task, scheduledAt: scheduledAt)
         if !unmet.isEmpty {
-            let runID = RunID.random()
+            let runID = given ?? RunID.random()
             task.held = (runID, subject, unmet)
             logger.info("task \(name) run \(runID) waits for \(unmet.sorted().joined(separator: ", ")) to succeed (after = \(task.settings.after))")
             return runID.description
         }
-        return submit(subject, task: task).description
+        return submit(subject, task: task, runID: given).description
     }
 
     private func submit(_ subject: JobSubject, task: ScheduledTask, runID: RunID? = nil) -> RunID {
@@ -415,7 +429,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         dependencyFinished(task.settings.name, outcome: completion.final.outcome)
         if let waiting = task.runAfterCurrent, engine.activeCount(of: task.key) == 0 {
             task.runAfterCurrent = nil
-            fire(task, scheduledAt: waiting, reason: "queued")
+            fire(task, scheduledAt: waiting.scheduledAt, reason: "queued", runID: waiting.runID)
         }
     }
 }

@@ -116,13 +116,30 @@ final class TaskSchedulerPolicyTests: XCTestCase {
         XCTAssertNoThrow(try trigger("q").get())
         let due = WallTime(secondsSinceEpoch: 1_700_000_000, nanoseconds: 0)
         onQueue { _ = scheduler.fire(scheduler.tasks["q"]!, scheduledAt: due, reason: "test") }
-        XCTAssertEqual(trigger("q"), .failure(.notStarted("q", policy: .queue)), "only one run waits")
+        XCTAssertEqual(trigger("q"), .failure(.notStarted("q", policy: .queue)), "only one run waits (the one queued above)")
         XCTAssertEqual(engine.submissions(of: "q").count, 1)
         XCTAssertEqual(skipped("q"), 1)
         onQueue { engine.finish("q", .ok) }
         let runs = engine.submissions(of: "q")
         XCTAssertEqual(runs.count, 2, "the waiting run starts when the current one ends")
         XCTAssertEqual(runs.last?.subject.scheduledAt, due)
+    }
+
+    /// `watchkeeper trigger` of a task whose run is in progress, with overlap = "queue": the
+    /// queued run gets its run ID at once (exit 0), starts under it, and can be cancelled by it.
+    func testOverlapQueue_aQueuedTriggerGetsItsRunIDAtOnce_startsUnderIt_andCanBeCancelledByIt() throws {
+        apply([task("q", overlap: .queue)])
+        XCTAssertNoThrow(try trigger("q").get())
+        let queued = try trigger("q").get()
+        XCTAssertEqual(engine.submissions(of: "q").count, 1)
+        onQueue { engine.finish("q", .ok) }
+        XCTAssertEqual(engine.submissions(of: "q").last?.runID.description, queued, "the run starts under the ID the trigger answered with")
+
+        let waiting = try trigger("q").get()
+        XCTAssertTrue(onQueue { scheduler.cancel(runID: waiting) })
+        XCTAssertEqual(engine.notRun.filter { $0.runID == waiting }.map(\.outcome), [.cancelled])
+        onQueue { engine.finish("q", .ok) }
+        XCTAssertEqual(engine.submissions(of: "q").count, 2, "a cancelled queued run does not start")
     }
 
     func testOverlapReplace_expiresTheCurrentRun_andStartsTheNewOneOnlyAfterItEnded() {
