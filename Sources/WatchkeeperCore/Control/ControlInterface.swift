@@ -54,7 +54,11 @@ public enum ControlInterface {
           exit_code: ?int,
           signal: ?string,
           expiry: ?string,
-          path: ?string
+          # A watch rule's file: its name when that is valid UTF-8, otherwise the name
+          # escaped as the journal and the dump's text show it (\\xNN for each byte that
+          # is not UTF-8, a backslash doubled), with the exact bytes in path_bytes.
+          path: ?string,
+          path_bytes: ?[]int
         )
 
         # The daemon's state, uptime, configuration generation and last reload; running

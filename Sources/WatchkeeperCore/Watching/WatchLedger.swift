@@ -114,8 +114,14 @@ final class WatchLedger {
             .init("duration_s", run.map { .double(Double($0.durationNanoseconds) / 1e9) } ?? .null),
             .init("exit_code", run?.exitCode.map { .int(Int64($0)) } ?? .null),
             .init("signal", run?.signal.map { .string(HandledSignals.name($0)) } ?? .null),
-            .init("path", .bytes(entry.path)),
-        ])
+        ] + pathFields(entry.path))
+    }
+
+    /// `path` a string as the interface declares it; a name that is not UTF-8 escaped, and
+    /// its bytes in `path_bytes` (the dump's JSON carries such a name as an array).
+    static func pathFields(_ path: [UInt8]) -> [DumpField] {
+        if let text = String(validating: path, as: UTF8.self) { return [.init("path", .string(text))] }
+        return [.init("path", .string(LineEscaping.escaped(path))), .init("path_bytes", .array(path.map { .int(Int64($0)) }))]
     }
 
     // MARK: Writes
