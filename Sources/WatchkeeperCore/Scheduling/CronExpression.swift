@@ -453,6 +453,12 @@ private struct CronFieldParser {
                     // "sat-sun" means Saturday to Sunday, not a reversed range.
                     if field.isDayOfWeek, second.value == 0, second.isName, first.value > 0 { second.value = 7 }
                     guard first.value <= second.value else {
+                        // 7 is Sunday, the start of the week as 0: "7-1" is "0-1" (a range
+                        // from 7 cannot wrap, and "7-6,0-1" would itself be refused).
+                        if field.isDayOfWeek, first.value == 7, !first.isName {
+                            throw failure("\(field.name) range \(text(itemStart..<index)) is reversed; Sunday is also 0, so write it as 0-\(text(second.range))",
+                                          at: itemStart)
+                        }
                         let wrapped = "\(text(first.range))-\(wrapEndText(named: first.isName)),\(wrapStartText(named: second.isName))-\(text(second.range))"
                         throw failure(
                             "\(field.name) range \(text(itemStart..<index)) is reversed; to wrap around, list two ranges like \(wrapped)",

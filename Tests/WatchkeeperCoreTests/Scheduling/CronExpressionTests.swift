@@ -116,6 +116,7 @@ final class CronExpressionTests: XCTestCase {
             ("0 17-9 * * *", "hour range 17-9 is reversed; to wrap around, list two ranges like 17-23,0-9", 3, #line),
             ("0 0 * * fri-mon", "day of week range fri-mon is reversed; to wrap around, list two ranges like fri-sat,sun-mon", 9, #line),
             ("0 0 * * 5-1", "day of week range 5-1 is reversed; to wrap around, list two ranges like 5-6,0-1", 9, #line),
+            ("0 0 * * 7-1", "day of week range 7-1 is reversed; Sunday is also 0, so write it as 0-1", 9, #line),
             ("0 0 * nov-feb *", "month range nov-feb is reversed; to wrap around, list two ranges like nov-dec,jan-feb", 7, #line),
             ("*5 * * * *", #"unexpected "5" in the minute field"#, 2, #line),
             ("1-5-9 * * * *", #"unexpected "-" in the minute field"#, 4, #line),
