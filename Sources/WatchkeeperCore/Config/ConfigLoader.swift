@@ -1,3 +1,4 @@
+import CWatchkeeperSystem
 import Logging
 import TOMLKit
 
@@ -137,6 +138,12 @@ public enum ConfigLoader {
             daemon.shutdownGrace = grace
         }
         if let directory = reader.absolutePath("runtime_dir") {
+            // The control socket lives there, and a Unix socket's path has a fixed size.
+            let socket = ControlServer.socketPath(runtimeDirectory: directory)
+            if socket.utf8.count > Int(WK_SUN_PATH_MAX) {
+                reader.context.error(at: reader.valuePosition("runtime_dir"),
+                                     "\(reader.dotted("runtime_dir")) = \"\(directory)\" is too long: the control socket \(socket) would be \(socket.utf8.count) bytes, and a Unix socket's path holds at most \(WK_SUN_PATH_MAX); choose a shorter directory")
+            }
             daemon.runtimeDirectory = directory
         }
         if let directory = reader.absolutePath("state_dir") {
@@ -161,11 +168,16 @@ public enum ConfigLoader {
         // node_exporter's textfile collector reads only *.prom files: any other name would
         // be written and never exported, with nothing to say why.
         if let file = reader.absolutePath("metrics_file") {
-            if file.hasSuffix(".prom") && file.count > "/.prom".count {
-                daemon.metricsFile = file
-            } else {
+            let directory = String(file[..<(file.lastIndex(of: "/") ?? file.startIndex)])
+            var info = stat()
+            if !(file.hasSuffix(".prom") && file.count > "/.prom".count) {
                 reader.context.error(at: reader.valuePosition("metrics_file"),
                                      "\(reader.dotted("metrics_file")) = \"\(file)\" must name a *.prom file: node_exporter's textfile collector reads no other")
+            } else if stat(directory.isEmpty ? "/" : directory, &info) != 0 || info.st_mode & S_IFMT != S_IFDIR {
+                reader.context.error(at: reader.valuePosition("metrics_file"),
+                                     "\(reader.dotted("metrics_file")) = \"\(file)\": the directory \(directory) does not exist (node_exporter's --collector.textfile.directory; create it, or point metrics_file there)")
+            } else {
+                daemon.metricsFile = file
             }
         }
         if let interval = reader.duration("metrics_interval", range: .seconds(1) ... .seconds(3_600)) {
