@@ -105,6 +105,8 @@ class NotifySocket:
                 message = self.sock.recv(65536)
             except OSError:
                 return
+            if not message:
+                return  # shut down by close(); sd_notify never sends an empty datagram
             self.arrivals.append(time.monotonic())
             self.messages.append(message)
             if b"READY=1" in message.split(b"\n"):
@@ -114,10 +116,14 @@ class NotifySocket:
         return self.ready.wait(seconds)
 
     def close(self):
+        # The reader must be gone before the fd is closed: a recv of the old reader that
+        # started after the close would read from whatever socket got the same number next,
+        # such as the next start's notify socket, and swallow its READY=1.
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        self.reader.join(5)
         self.sock.close()
         try:
             os.unlink(self.path)
