@@ -40,6 +40,14 @@ extension Daemon {
         perform(machine.handle(.reloadRequested))
     }
 
+    /// The daemon is stopping: those waiting for this reload and those waiting for the next
+    /// one get NotRunning (exit 75), not a connection closed under them.
+    func refuseReloadWaiters() {
+        let stopping = ControlInterface.ErrorName.notRunning.error([.init("state", .string(machine.state.description))])
+        answerReloadWaiters(.failure(stopping))
+        answerReloadWaiters(.failure(stopping))
+    }
+
     private func answerReloadWaiters(_ answer: Result<[DumpField], VarlinkError>) {
         let waiters = reloadWaiters
         reloadWaiters = nextReloadWaiters
@@ -51,10 +59,7 @@ extension Daemon {
         reloadInProgress = false
         guard case .running = machine.state else {
             logger.notice("a reload finished while stopping; its result is not applied")
-            // Both those waiting for this reload and those waiting for the next one.
-            let stopping = ControlInterface.ErrorName.notRunning.error([.init("state", .string(machine.state.description))])
-            answerReloadWaiters(.failure(stopping))
-            answerReloadWaiters(.failure(stopping))
+            refuseReloadWaiters()
             return
         }
         var result = result

@@ -406,6 +406,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     static let stateCloseBudget: Duration = .seconds(5)
 
     private func finishStoppingAfterState(took: Duration, how: String, code: Int32) {
+        // A reload still loading is not applied; its callers are answered before the socket
+        // goes (their replies are queued on the control queue ahead of the stop).
+        refuseReloadWaiters()
         // Served through the drain (`status` shows what it waits for); removed only now.
         controlQueue.queue.sync { control.stop() }
         let logger = logger

@@ -160,6 +160,29 @@ final class ControlCommandTests: ControlTestCase {
         XCTAssertTrue(status.stdout.contains("and 4999 more"), status.stdout)
     }
 
+    /// `watchkeeper reload` still loading a large file when the daemon stops: answered
+    /// NotRunning (exit 75), not left to find its connection closed (exit 76).
+    func testReloadStillLoadingWhenTheDaemonStops_isAnsweredNotRunning() throws {
+        try startDaemon(Self.tasks)
+        // Large enough that loading it outlasts a drain with nothing running.
+        let keys = (0 ..< 200_000).map { "unknown_key_\($0) = 1" }.joined(separator: "\n")
+        try sandbox.writeConfig("[daemon]\n" + keys + "\n")
+        let reload = Process()
+        reload.executableURL = URL(fileURLWithPath: DaemonProcess.binaryPath)
+        reload.arguments = ["reload", "--socket", socketPath]
+        let errors = Pipe()
+        reload.standardError = errors
+        reload.standardOutput = FileHandle.nullDevice
+        try reload.run()
+        // The reload is loading (RELOADING=1) before the stop.
+        XCTAssertNotNil(notify.waitFor("RELOADING", "1", timeout: 10), "the reload did not begin")
+        daemon.send(SIGTERM)
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        reload.waitUntilExit()
+        XCTAssertEqual(reload.terminationStatus, 75, stderr + "\n" + daemon.stderrTail)
+        XCTAssertTrue(stderr.contains("cannot do this now"), stderr)
+    }
+
     func testDump_printsTheStateDump_asTextAndJSON() throws {
         try startDaemon(Self.tasks)
         let text = try cli(["dump"])
