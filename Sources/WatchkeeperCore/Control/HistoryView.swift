@@ -10,7 +10,7 @@ public enum HistoryView {
             let started = present(run["started_at"]).map(StatusView.text) ?? StatusView.text(run["finished_at"])
             return [started, run["duration_s"]?.doubleValue.map { Duration.seconds($0).compactDescription } ?? "-",
                     StatusView.text(run["outcome"]), exit, StatusView.text(run["run_id"])]
-                + (isWatch ? [present(run["path_bytes"]).map(StatusView.path) ?? StatusView.text(run["path"])] : [])
+                + (isWatch ? [present(run["path_bytes"]).map(StatusView.path) ?? StatusView.path(run["path"])] : [])
         }
         return TableView.render(header: ["STARTED", "DURATION", "OUTCOME", "EXIT", "RUN"] + (isWatch ? ["FILE"] : []), rows: rows)
     }

@@ -54,7 +54,9 @@ public enum StatusView {
         let dotColour: TerminalStyle.Colour = state == "running" ? .green : state.hasPrefix("stopping") || state.hasPrefix("draining") ? .yellow : .red
         let dot = style.paint(style.unicode ? "●" : "*", dotColour)
         let uptime = status["uptime_s"]?.doubleValue.map { Duration.seconds($0).compactDescription } ?? "?"
-        lines.append("\(dot) watchkeeper \(text(status["version"])) - \(style.paint(state, dotColour)) for \(uptime), pid \(text(status["pid"]))")
+        // Stopping: how long the drain has taken, then the uptime, so neither reads as the other.
+        let since = daemon?["draining_s"]?.doubleValue.map { "\(Duration.seconds($0).compactDescription), up \(uptime)" } ?? uptime
+        lines.append("\(dot) watchkeeper \(text(status["version"])) - \(style.paint(state, dotColour)) for \(since), pid \(text(status["pid"]))")
         if let config = daemon?["config"] {
             var line = "    Config: \(text(config["path"])), generation \(text(config["generation"])), loaded \(text(config["loaded_at"]))"
             if let reload = config["last_reload"], reload != .null {

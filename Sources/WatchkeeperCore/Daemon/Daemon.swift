@@ -435,6 +435,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
         return .object([
             .init("state", .string(machine.state.description)),
+            // How long the drain has been going; null while running (the uptime says that).
+            .init("draining_s", drainStartedAt.map { .double(Double(DispatchTime.now().uptimeNanoseconds &- $0) / 1e9) } ?? .null),
             .init("ready_after_ms", readyAfter.map { .double(Double($0.nanosecondsClamped) / 1e6) } ?? .null),
             .init("log_target", .string(sink.target.rawValue)),
             .init("log_level", .string(sink.level.rawValue)),

@@ -52,6 +52,15 @@ final class StatusViewTests: XCTestCase {
         }
     }
 
+    func testDraining_showsHowLongTheDrainHasTaken_thenTheUptime() {
+        let draining: DumpValue = .object([
+            .init("version", .string("0.1.0")), .init("pid", .int(42)), .init("uptime_s", .double(7_200)),
+            .init("daemon", .object([.init("state", .string("draining")), .init("draining_s", .double(3))])),
+        ])
+        let first = StatusView.render(draining, style: TerminalStyle(colour: false, unicode: false)).split(separator: "\n").first ?? ""
+        XCTAssertTrue(first.contains("draining for 3s, up 2h"), String(first))
+    }
+
     func testHistoryOfAWatchRule_showsEachFileEscaped_evenOneThatIsNotUTF8() throws {
         let reply = try throughTheSocket(.object([.init("kind", .string("watch")), .init("runs", .array([
             .object([.init("run_id", .string("00000000000000cc")), .init("outcome", .string("ok")),
