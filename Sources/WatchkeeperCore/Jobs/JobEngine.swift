@@ -173,6 +173,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         groups[key] = nil
         environments[key] = nil
         line.forget(key)
+        metrics?.forget(key)
     }
 
     // MARK: Submitting

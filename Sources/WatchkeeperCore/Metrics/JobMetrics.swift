@@ -8,8 +8,9 @@ import Dispatch
 ///
 /// Series of a task or rule are made when the engine is told about it, at start and on
 /// every reload, so they are exported at 0 before its first run: `increase()` and alerts
-/// see the first failure. A removed task's series stay until the daemon restarts, as its
-/// totals stay in the dump.
+/// see the first failure. A task or rule removed (or renamed) by a reload loses its series
+/// at once: left exported with frozen values, an alert on "no success for an hour" would
+/// fire for a task that no longer exists. Runs of it that end afterwards are not counted.
 public final class JobMetrics: @unchecked Sendable {
     private struct Instruments {
         let outcomes: [RunOutcome: Counter]
@@ -24,6 +25,8 @@ public final class JobMetrics: @unchecked Sendable {
 
     private let factory: any MetricsFactory
     private var instruments: [JobKey: Instruments] = [:]
+    /// Removed groups, until they are configured again.
+    private var forgotten: Set<JobKey> = []
 
     public init(factory: any MetricsFactory) {
         self.factory = factory
@@ -31,11 +34,25 @@ public final class JobMetrics: @unchecked Sendable {
 
     /// Every series of the task or rule, at 0 if it has none yet.
     public func prepare(_ key: JobKey) {
+        forgotten.remove(key)
         _ = instruments(for: key)
+    }
+
+    /// The task or rule is gone: its series leave the registry, and so the export.
+    public func forget(_ key: JobKey) {
+        forgotten.insert(key)
+        guard let gone = instruments.removeValue(forKey: key) else { return }
+        gone.outcomes.values.forEach { $0.destroy() }
+        gone.expirations.values.forEach { $0.destroy() }
+        gone.lastSuccess.destroy()
+        gone.lastFailure.destroy()
+        gone.duration.destroy()
+        gone.startLatency.destroy()
     }
 
     /// A run's record, at the moment the engine journals it and adds it to its totals.
     public func recorded(_ record: RunRecord, key: JobKey) {
+        guard !forgotten.contains(key) else { return }
         let instruments = instruments(for: key)
         instruments.outcomes[record.outcome]?.increment()
         let finished = record.finishedAt.epochSeconds
@@ -58,7 +75,7 @@ public final class JobMetrics: @unchecked Sendable {
 
     /// A first attempt starts (a retry's wait is its backoff, not latency).
     public func started(_ key: JobKey, subject: JobSubject) {
-        guard let latency = Self.startLatency(of: subject, now: DispatchTime.now().uptimeNanoseconds, wallNow: .now()) else { return }
+        guard !forgotten.contains(key), let latency = Self.startLatency(of: subject, now: DispatchTime.now().uptimeNanoseconds, wallNow: .now()) else { return }
         instruments(for: key).startLatency.recordNanoseconds(latency)
     }
 

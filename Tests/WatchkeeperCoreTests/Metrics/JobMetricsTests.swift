@@ -37,6 +37,24 @@ final class JobMetricsTests: XCTestCase {
         XCTAssertEqual(text.value("watchkeeper_build_info", ["version": WatchkeeperVersion.current]), 1)
     }
 
+    func testRemovedTask_leavesTheExport_andARunEndingAfterDoesNotBringItBack() throws {
+        let exporter = makeExporter()
+        let metrics = exporter.jobMetrics
+        metrics.prepare(task)
+        metrics.prepare(watch)
+        metrics.recorded(record(.ok), key: task)
+        metrics.forget(task)
+        metrics.recorded(record(.failed), key: task)  // its last run, ending after the reload
+        let text = try rendered(exporter)
+        XCTAssertNil(text.value("watchkeeper_jobs_total", ["name": "backup", "outcome": "ok"]))
+        XCTAssertNil(text.value("watchkeeper_job_last_success_timestamp_seconds", ["name": "backup"]))
+        XCTAssertNil(text.value("watchkeeper_job_duration_seconds_count", ["name": "backup"]))
+        XCTAssertEqual(text.value("watchkeeper_jobs_total", ["name": "inbox", "outcome": "ok"]), 0, "the others stay")
+        // Configured again (a rename back): exported again, from 0.
+        metrics.prepare(task)
+        XCTAssertEqual(try rendered(exporter).value("watchkeeper_jobs_total", ["name": "backup", "outcome": "ok"]), 0)
+    }
+
     func testRecords_countByOutcome_andSetTheLastSuccessAndFailureTimes() throws {
         let exporter = makeExporter()
         let metrics = exporter.jobMetrics
