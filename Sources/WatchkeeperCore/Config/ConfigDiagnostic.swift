@@ -33,11 +33,13 @@ public struct ConfigErrors: Error, Sendable, CustomStringConvertible {
     /// Every problem found, `diagnostics` and those left out.
     public let total: Int
 
-    public init(_ diagnostics: [ConfigDiagnostic], total: Int? = nil) {
+    /// `limit`: how many to keep; the preflight's list is bounded already (20 and a last
+    /// one saying where it stopped) and keeps all.
+    public init(_ diagnostics: [ConfigDiagnostic], total: Int? = nil, limit: Int = Self.kept) {
         let sorted = diagnostics.sorted {
             ($0.position?.line ?? 0, $0.position?.column ?? 0) < ($1.position?.line ?? 0, $1.position?.column ?? 0)
         }
-        self.diagnostics = Array(sorted.prefix(Self.kept))
+        self.diagnostics = Array(sorted.prefix(limit))
         self.total = max(total ?? diagnostics.count, self.diagnostics.count)
     }
 

@@ -44,7 +44,7 @@ public enum ConfigLoader {
     @_spi(Fuzzing) public static func parse(bytes: [UInt8], path: String, environment: [String: String]) -> Result<Configuration, ConfigErrors> {
         let problems = ConfigPreflight.check(bytes)
         guard problems.isEmpty else {
-            return .failure(ConfigErrors(problems.map { ConfigDiagnostic(file: path, position: $0.position, message: $0.message) }))
+            return .failure(ConfigErrors(problems.map { ConfigDiagnostic(file: path, position: $0.position, message: $0.message) }, limit: .max))
         }
         return parseChecked(source: String(decoding: bytes, as: UTF8.self), path: path, environment: environment)
     }
