@@ -102,6 +102,9 @@ extension Daemon {
         sink.problems.resize(capacity: settings.recentProblems)
         if settings.runtimeDirectory != configuration.daemon.runtimeDirectory {
             prepareRuntimeDirectory(settings)
+            if case .failure(let error) = lockRuntimeDirectory(settings.runtimeDirectory) {
+                logger.error("\(error): its control socket and state.json are another daemon's; give each watchkeeper its own runtime_dir")
+            }
         }
         stateDump.apply(settings)
         metrics.apply(settings)

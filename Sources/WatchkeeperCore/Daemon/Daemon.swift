@@ -75,6 +75,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     var nextReloadWaiters: [ControlReply] = []
     /// Held for the daemon's life; the kernel releases it when the process ends.
     private var stateLock: StateDirectoryLock?
+    /// The runtime directory's: a second daemon there would run without a control socket
+    /// and overwrite this one's state.json.
+    var runtimeLock: StateDirectoryLock?
     var reloadAgain = false
     /// Reads and checks the configuration on reload; not watched by the watchdog, since a
     /// slow parse there harms nothing else.
@@ -193,6 +196,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let tasks = configuration.tasks
         let settings = configuration.daemon
         lockStateDirectory(settings.stateDirectory)
+        if case .failure(let error) = lockRuntimeDirectory(settings.runtimeDirectory), error.holder != nil || error.errorNumber == EWOULDBLOCK {
+            logger.critical("unable to start: \(error); give each watchkeeper its own runtime_dir")
+            exit(ExitCode.alreadyRunning)
+        }
         // The store opens the state file first, alone: if it has to move a damaged file
         // aside, nothing else has it open; the owners then read it through connections of
         // their own. The jobs and watching queues never wait for the state queue.
@@ -243,6 +250,29 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         } catch {
             logger.critical("unable to start: unable to create the state directory \(directory): \(error)")
             exit(ExitCode.osError)
+        }
+    }
+
+    /// Locks `directory` as this daemon's runtime directory (the state directory's lock
+    /// covers it when they are one). Failing to create it is said where it is used.
+    func lockRuntimeDirectory(_ directory: String) -> Result<Void, StateDirectoryLockError> {
+        guard stateLock?.directory != directory else {
+            runtimeLock?.release()
+            runtimeLock = nil
+            return .success(())
+        }
+        do {
+            try makeDirectories(directory)
+        } catch {
+            return .success(())  // prepareRuntimeDirectory says so; nothing there to protect
+        }
+        do {
+            let lock = try StateDirectoryLock(stateDirectory: directory, what: "runtime directory")
+            runtimeLock?.release()
+            runtimeLock = lock
+            return .success(())
+        } catch {
+            return .failure(error)
         }
     }
 

@@ -1,4 +1,5 @@
-// One watchkeeper per state directory. Two daemons on one directory would both catch up
+// One watchkeeper per state directory (and per runtime directory, where the control socket
+// and state.json are: Daemon.lockRuntimeDirectory). Two daemons on one directory would both catch up
 // the same files and both write the ledger; SQLite keeps the file consistent, but not the
 // work. An flock on <state_dir>/watchkeeper.lock says so at start-up, naming the other pid.
 //
@@ -28,6 +29,8 @@ public final class StateDirectoryLock {
 
     public let directory: String
     public let path: String
+    /// "state directory" or "runtime directory", for the message naming the other holder.
+    private let what: String
     /// -1 once released.
     private(set) var descriptor: Int32
 
@@ -36,8 +39,9 @@ public final class StateDirectoryLock {
     /// running after the daemon exits would keep the next daemon from starting. O_NOFOLLOW
     /// and the regular-file check: the lock must be on our file, not wherever a planted
     /// link or FIFO (O_NONBLOCK, so opening one cannot hang) would take us.
-    public init(stateDirectory: String, pid: pid_t = getpid()) throws(StateDirectoryLockError) {
+    public init(stateDirectory: String, what: String = "state directory", pid: pid_t = getpid()) throws(StateDirectoryLockError) {
         directory = stateDirectory
+        self.what = what
         path = (stateDirectory.hasSuffix("/") ? stateDirectory : stateDirectory + "/") + Self.fileName
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard descriptor >= 0 else {
@@ -85,7 +89,7 @@ public final class StateDirectoryLock {
             // starting, and the message says the pid is unknown rather than guessing.
             let holder = Self.readPID(path: path)
             let who = holder.map { "another watchkeeper (pid \($0))" } ?? "another process (its pid is not in \(path) yet)"
-            throw Self.failure(directory: directory, holder: holder, errorNumber: number, reason: "\(who) is using this state directory")
+            throw Self.failure(directory: directory, holder: holder, errorNumber: number, reason: "\(who) is using this \(what)")
         }
     }
 

@@ -156,6 +156,22 @@ final class WatchEdgeCaseTests: WatchTestCase {
         XCTAssertTrue(second.stderr.contains("another watchkeeper (pid \(daemon.pid)) is using this state directory"), second.stderr)
     }
 
+    /// Its own state directory but the first one's runtime directory: it would run without a
+    /// control socket and write over the first one's state.json.
+    func testASecondDaemonOnTheSameRuntimeDirectory_refusesToStart_namingTheFirst() throws {
+        try start("""
+            [[watch]]
+            name = "only-one"
+            path = "@DIR@/in"
+            \(Self.recorder)
+            """)
+        let second = try sandbox.start(notifySocket: nil, extra: ["STATE_DIRECTORY": sandbox.root + "/state-of-the-second"])
+        XCTAssertEqual(second.waitForExit(timeout: 10), 75, second.stderr)
+        XCTAssertTrue(second.stderr.contains("another watchkeeper (pid \(daemon.pid)) is using this runtime directory"), second.stderr)
+        XCTAssertTrue(second.stderr.contains("give each watchkeeper its own runtime_dir"), second.stderr)
+        XCTAssertTrue(daemon.isRunning)
+    }
+
     func testACleanStop_foldsTheLedgersWriteAheadLogIntoTheFile() throws {
         try start("""
             [[watch]]
