@@ -412,13 +412,13 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     /// more answers than it takes, so one that never reads costs one reply, not 64 MiB.
     private func pump(_ connection: ControlConnection) {
         while connection.inFlight == nil, connection.pendingReplyBytes == 0, !connection.dropped, let call = connection.queued.first {
-            guard takeSlot(for: connection, call) else { break }
+            let large = Self.isLarge(call)
+            guard takeSlot(for: connection, large: large) else { break }
             connection.queued.removeFirst()
             connection.inFlight = call
             connection.calls += 1
             counters.calls += 1
             let id = connection.id
-            let large = Self.isLarge(call)
             dispatch(call, peer: connection.peer) { [unowned self] result in
                 self.queue.async {
                     if large { self.largeCallsInFlight -= 1 }
@@ -439,8 +439,8 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     /// metrics) take one of `maxLargeCallsInFlight` slots, root's reserved one included; a
     /// connection without one waits in line for the next. The others (Status, Tasks, Trigger,
     /// ...) are answered at once, so a crowd asking for History does not delay `status`.
-    private func takeSlot(for connection: ControlConnection, _ call: VarlinkCall) -> Bool {
-        guard Self.isLarge(call) else { return true }
+    private func takeSlot(for connection: ControlConnection, large: Bool) -> Bool {
+        guard large else { return true }
         let room = connection.peer.uid == 0 ? limits.maxLargeCallsInFlight : limits.maxLargeCallsInFlight - 1
         guard largeCallsInFlight < room else {
             if !slotWaiters.contains(connection.id) { slotWaiters.append(connection.id) }
@@ -514,10 +514,13 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         enforceReplyBudget()
     }
 
+    /// Unread replies of all connections together.
+    private var pendingReplyBytes: Int { connections.values.reduce(0) { $0 + $1.pendingReplyBytes } }
+
     /// All connections' unread replies together stay within `maxPendingReplyBytes`: past
     /// it, the connections that have not read for longest go, with what they held.
     private func enforceReplyBudget() {
-        var pending = connections.values.reduce(0) { $0 + $1.pendingReplyBytes }
+        var pending = pendingReplyBytes
         counters.peakPendingReplyBytes = max(counters.peakPendingReplyBytes, pending)
         guard pending > limits.maxPendingReplyBytes else { return }
         let stalled = connections.values.filter { $0.pendingReplyBytes > 0 }.sorted {
@@ -574,7 +577,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         }
         // Replies are large, short-lived allocations on whichever thread ran the queue:
         // freed, glibc keeps them in its arenas unless asked to give them back.
-        if trimDue, connections.values.reduce(0, { $0 + $1.pendingReplyBytes }) < 1 << 20 {
+        if trimDue, pendingReplyBytes < 1 << 20 {
             trimDue = false
             _ = malloc_trim(0)
         }
@@ -602,7 +605,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             .init("calls_waiting_for_a_slot", .int(Int64(slotWaiters.count))),
             .init("descriptors", .int(Int64(descriptorsHeld))),
             .init("max_descriptors", .int(Int64(limits.maxDescriptors))),
-            .init("pending_reply_bytes", .int(Int64(connections.values.reduce(0) { $0 + $1.pendingReplyBytes }))),
+            .init("pending_reply_bytes", .int(Int64(pendingReplyBytes))),
             .init("peak_pending_reply_bytes", .int(Int64(counters.peakPendingReplyBytes))),
             .init("max_pending_reply_bytes", .int(Int64(limits.maxPendingReplyBytes))),
             .init("dropped", .object(counters.dropped.sorted { $0.key < $1.key }.map { .init($0.key, .int(Int64($0.value))) })),
