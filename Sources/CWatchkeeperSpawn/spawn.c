@@ -343,7 +343,7 @@ static void restore_signals(const unsigned long previous[_NSIG / (8 * sizeof(uns
 
 // Child stacks are kept for the next spawn: an mmap per spawn costs a few page faults,
 // and its munmap a TLB shootdown on every CPU that runs one of the daemon's threads. Spawns
-// come from the tasks queue, one at a time, so one or two stacks are all that is ever kept.
+// come from the jobs queue, one at a time, so one or two stacks are all that is ever kept.
 #define WK_KEPT_STACKS 4
 static pthread_mutex_t kept_stacks_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *kept_stacks[WK_KEPT_STACKS];

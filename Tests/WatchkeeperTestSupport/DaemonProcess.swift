@@ -24,8 +24,10 @@ public final class DaemonProcess {
 
     /// `cgroup`: a cgroup v2 directory the daemon starts in, as systemd would start it in
     /// its unit's (a shell moves itself there, then execs the daemon under the same pid).
+    /// `launcher`: a command the daemon's own is appended to, which ends by exec'ing it
+    /// under the same pid (`unshare --mount … sh -c '…; exec "$@"' sh`).
     public init(arguments: [String], environment: [String: String], stderrPath: String, stdoutPath: String = "/dev/null",
-                cgroup: String? = nil) throws {
+                cgroup: String? = nil, launcher: [String] = []) throws {
         self.stderrPath = stderrPath
         let binary = Self.binaryPath
         guard access(binary, X_OK) == 0 else {
@@ -55,6 +57,10 @@ public final class DaemonProcess {
         if let cgroup {
             program = "/bin/sh"
             fullArguments = ["/bin/sh", "-c", #"echo $$ > "$0/cgroup.procs" && exec "$@""#, cgroup] + fullArguments
+        }
+        if let first = launcher.first {
+            program = first
+            fullArguments = launcher + fullArguments
         }
         let argv = fullArguments.map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]

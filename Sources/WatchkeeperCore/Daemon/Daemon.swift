@@ -83,6 +83,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     /// slow parse there harms nothing else.
     let configQueue = SubsystemQueue(name: "config", qos: .utility)
     private var drainExtender: RegisteredTimer?
+    /// When the engine's current drain phase ends, as it last said (it tells, this queue
+    /// never asks: a jobs queue that is behind must not hold the EXTEND_TIMEOUT_USEC pings).
+    private var drainPhaseDeadline: UInt64?
     /// The tasks subsystem's view for STATUS=, pushed from its queue.
     private var jobSummary: (running: Int, text: String) = (0, "")
     private var statusThrottle = StatusThrottle(intervalNanoseconds: 500_000_000)
@@ -104,7 +107,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         case .failure(let errors):
             StandardError.write(errors.description + "\n")
             StandardError.write("watchkeeper: unable to start: \(options.configPath) has \(errors.total) error(s)\n")
-            exit(ExitCode.configuration)
+            Glibc.exit(ExitCode.configuration)
         }
         HandledSignals.ignoreBrokenPipe()
         let sink = LogSink(
@@ -168,7 +171,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             try signals.registerAll(timeout: .seconds(5))
         } catch {
             logger.critical("\(error)")
-            exit(ExitCode.osError)
+            exitAfterLogging(ExitCode.osError)
         }
         watchdog.start()
         checkFileLimit(maxJobs: configuration.daemon.maxJobs)
@@ -198,7 +201,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         lockStateDirectory(settings.stateDirectory)
         if case .failure(let error) = lockRuntimeDirectory(settings.runtimeDirectory), error.holder != nil || error.errorNumber == EWOULDBLOCK {
             logger.critical("unable to start: \(error); give each watchkeeper its own runtime_dir")
-            exit(ExitCode.alreadyRunning)
+            exitAfterLogging(ExitCode.alreadyRunning)
         }
         // The store opens the state file first, alone: if it has to move a damaged file
         // aside, nothing else has it open; the owners then read it through connections of
@@ -246,10 +249,10 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             stateLock = try StateDirectoryLock(stateDirectory: directory)
         } catch let error as StateDirectoryLockError {
             logger.critical("unable to start: \(error)")
-            exit(error.holder == nil ? ExitCode.osError : ExitCode.alreadyRunning)
+            exitAfterLogging(error.holder == nil ? ExitCode.osError : ExitCode.alreadyRunning)
         } catch {
             logger.critical("unable to start: unable to create the state directory \(directory): \(error)")
-            exit(ExitCode.osError)
+            exitAfterLogging(ExitCode.osError)
         }
     }
 
@@ -378,7 +381,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         notifier.send([("STOPPING", "1"), ("STATUS", statusLine())])
         if running > 0 { startDrainExtender() }
         jobsQueue.async {
-            self.engine.beginDrain(grace: grace) { [unowned self] report in
+            self.engine.beginDrain(grace: grace, onPhaseDeadline: { [unowned self] deadline in
+                self.lifecycleQueue.async { self.drainPhaseDeadline = deadline }
+            }) { [unowned self] report in
                 self.lifecycleQueue.async {
                     self.drainOutcome = report
                     self.perform(self.machine.handle(.drainFinished))
@@ -394,10 +399,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     private func startDrainExtender() {
         let step: Duration = .seconds(5)
         let timer = sources.makeTimer(owner: "lifecycle", target: "drain: EXTEND_TIMEOUT_USEC every \(step.compactDescription)", on: lifecycleQueue) { [unowned self] in
-            let engine = self.engine!
-            let deadline = self.jobsQueue.queue.sync { engine.drainPhaseDeadline }
             let now = DispatchTime.now().uptimeNanoseconds
-            guard let deadline else { return }
+            guard let deadline = self.drainPhaseDeadline else { return }
             let remaining = Duration.nanoseconds(Int64(deadline > now ? deadline - now : 0))
             self.notifier.send([("EXTEND_TIMEOUT_USEC", String((min(remaining, step) + step).microseconds + 1_000_000)), ("STATUS", self.statusLine())])
         }
@@ -432,6 +435,19 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         }
     }
 
+    /// The process ends here: what the daemon logged last is written first (its own entries
+    /// wait on the log's queue), unless the sink is stuck for longer than this.
+    func exitAfterLogging(_ code: Int32) -> Never {
+        Self.exit(code, afterLoggingTo: sink)
+    }
+
+    static func exit(_ code: Int32, afterLoggingTo sink: LogSink) -> Never {
+        sink.flush(within: logFlushBudget)
+        Glibc.exit(code)
+    }
+
+    static let logFlushBudget: Duration = .seconds(2)
+
     /// What the state file's last writes may take at a clean stop (a full disk retried).
     static let stateCloseBudget: Duration = .seconds(5)
 
@@ -443,12 +459,13 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         controlQueue.queue.sync { control.stop() }
         let logger = logger
         let stateDump = stateDump!
+        let sink = sink
         metrics.writeFinal {
             stateDump.writeFinalState(reason: "stopped") {
                 let level: Logger.Level = code == ExitCode.success ? .notice : .error
                 logger.log(level: level, "stopped after draining for \(took.compactDescription); \(how)",
                            metadata: [JournalFields.messageIDKey: .string(MessageID.stopped.rawValue)])
-                exit(code)
+                Self.exit(code, afterLoggingTo: sink)
             }
         }
     }
@@ -470,6 +487,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             .init("ready_after_ms", readyAfter.map { .double(Double($0.nanosecondsClamped) / 1e6) } ?? .null),
             .init("log_target", .string(sink.target.rawValue)),
             .init("log_level", .string(sink.level.rawValue)),
+            // The daemon's own entries on their way to the sink: a stuck journal shows here.
+            .init("log_outbox", sink.outbox.describe()),
             .init("config", .object([
                 .init("path", .string(configuration.path)),
                 .init("generation", .int(generation)),

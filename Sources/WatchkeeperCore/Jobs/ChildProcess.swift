@@ -157,10 +157,27 @@ final class ChildProcess: @unchecked Sendable {
         context.release(cgroup)
     }
 
-    /// After the exit: what is still in the pipes is read, then the pipes are closed.
-    /// Output a leftover descendant writes later is not waited for.
-    func closeOutputs() {
-        for output in outputs { output.close() }
+    /// After the exit: what is still in the pipes is read and its lines go out, then the
+    /// pipes close and `then` runs (at once when nothing waits for a sink; otherwise on a
+    /// later turn of the queue, within the channels' final deadlines). Output a leftover
+    /// descendant writes later is not waited for.
+    func closeOutputs(then: @escaping () -> Void = {}) {
+        var open = outputs.count
+        guard open > 0 else { return then() }
+        for output in outputs {
+            output.close {
+                open -= 1
+                if open == 0 { then() }
+            }
+        }
+    }
+
+    /// True while a channel's last lines wait for journald or stderr's reader.
+    var isWaitingForSink: Bool { outputs.contains { $0.isWaitingForSink } }
+
+    /// The drain's last resort: output still waiting for a sink is dropped now.
+    func stopWaitingForSinks() {
+        for output in outputs { output.stopWaitingForSink() }
     }
 
     var outputStats: [(stream: String, lines: UInt64, bytes: UInt64)] {
@@ -172,6 +189,11 @@ final class ChildProcess: @unchecked Sendable {
 /// (SYSLOG_IDENTIFIER is the task's name, so `journalctl -t NAME` shows them), with a
 /// `<N>` prefix setting the line's priority. Memory stays bounded whatever the child
 /// writes: one read buffer and at most one partial line.
+///
+/// Its end is a state, not a wait: after the exit the channel reads what is left and
+/// gets the last lines out as the sink takes them, on the queue's turns, with a deadline
+/// on the jobs' deadline timer (`JobDeadlines`); the run's record waits for it, the queue
+/// and every other job do not.
 final class OutputChannel: @unchecked Sendable {
     let stream: String
     private var source: PolledDescriptor?
@@ -197,7 +219,34 @@ final class OutputChannel: @unchecked Sendable {
     private static let retryInterval: Duration = .milliseconds(2)
     /// At the job's end, how long its last lines may wait for journald before stderr, and
     /// for stderr before they are dropped.
-    private static let finalFlushTimeout: Duration = .seconds(10)
+    static let finalFlushTimeout: Duration = .seconds(10)
+    /// While closing, the retry backs off to this: a reader stopped for the whole final
+    /// wait costs 20 wake-ups a second per channel, not 500.
+    private static let closingRetryMax: Duration = .milliseconds(50)
+
+    /// After the exit: what is left in the pipe read and its lines out, or given up on.
+    private enum Closing {
+        case open
+        /// The sink is waited for until `deadline` fires; `stage` says what happens then.
+        case draining(stage: FinalStage, deadline: JobDeadline)
+        /// The deadlines passed: the rest is read, and what the sink does not take at once
+        /// is dropped and counted.
+        case dropping
+        case closed
+    }
+    private enum FinalStage {
+        /// Lines wait for journald (or for stderr when that is the sink).
+        case sink
+        /// journald took nothing in time: its lines were moved to stderr, which gets as long.
+        case stderrAfterJournal
+    }
+    private var closing = Closing.open
+    /// Why lines were dropped, for the warning at the end.
+    private var dropReason = ""
+    private var closingRetry = OutputChannel.retryInterval
+    private var whenClosed: [() -> Void] = []
+    /// A closing channel keeps itself alive until its end: its child may be let go first.
+    private var keepAlive: OutputChannel?
 
     init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
         self.stream = stream
@@ -217,47 +266,72 @@ final class OutputChannel: @unchecked Sendable {
         source.activate()
     }
 
-    private func readAvailable(fd: Int32, final: Bool = false) {
-        context.poller.withReadBuffer { buffer in readAvailable(fd: fd, into: buffer, final: final) }
+    var isClosed: Bool {
+        if case .closed = closing { return true }
+        return false
     }
 
-    private func readAvailable(fd: Int32, into buffer: UnsafeMutableRawBufferPointer, final: Bool) {
+    /// True while its last lines wait for a sink that is behind.
+    var isWaitingForSink: Bool {
+        if case .draining = closing { return true }
+        return false
+    }
+
+    private func readAvailable(fd: Int32) {
+        context.poller.withReadBuffer { buffer in readAvailable(fd: fd, into: buffer) }
+    }
+
+    private func readAvailable(fd: Int32, into buffer: UnsafeMutableRawBufferPointer) {
         let yieldAt = MonotonicInstant.now + Self.timePerEvent
-        for _ in 0..<(final ? Int.max : Self.readsPerEvent) {
-            if !final && MonotonicInstant.now > yieldAt { return }
-            let count = read(fd, buffer.baseAddress, buffer.count)
-            if count > 0 {
-                bytes += UInt64(count)
-                writer.beginRead()
-                splitter.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { line, continues in
-                    lines += 1
-                    writer.line(line, continues: continues)
-                }
+        for _ in 0..<Self.readsPerEvent {
+            if MonotonicInstant.now > yieldAt { return }
+            switch readOnce(fd: fd, into: buffer) {
+            case .lines:
                 if writer.flush() { continue }
                 // The sink is behind: read no more until it has taken this read's lines.
-                if final {
-                    writer.flushWaiting(timeout: Self.finalFlushTimeout)
-                    continue
-                }
                 waitForSink()
                 return
+            case .retry:
+                continue
+            case .empty:
+                return
             }
-            if count < 0 && errno == EINTR { continue }
-            // EAGAIN: all read. (EOF cannot happen while we hold the write end.)
-            return
         }
+    }
+
+    private enum ReadResult { case lines, retry, empty }
+
+    private func readOnce(fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+        let count = read(fd, buffer.baseAddress, buffer.count)
+        if count > 0 {
+            bytes += UInt64(count)
+            writer.beginRead()
+            splitter.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { line, continues in
+                lines += 1
+                writer.line(line, continues: continues)
+            }
+            return .lines
+        }
+        if count < 0 && errno == EINTR { return .retry }
+        // EAGAIN: all read. (EOF cannot happen while we hold the write end.)
+        return .empty
     }
 
     private func waitForSink() {
         guard let source, !suspended else { return }
         source.suspend()
         suspended = true
-        if retry == nil {
-            retry = context.sources.makeTimer(owner: owner, target: "\(stream): log sink behind, retry", on: context.queue) { [weak self] in
-                self?.retrySend()
-            }
+        retryTimer().schedule(after: Self.retryInterval)
+    }
+
+    private func retryTimer() -> RegisteredTimer {
+        if let retry { return retry }
+        let timer = context.sources.makeTimer(owner: owner, target: "\(stream): log sink behind, retry", on: context.queue) { [weak self] in
+            guard let self else { return }
+            if case .open = self.closing { self.retrySend() } else { self.drainStep() }
         }
-        retry?.schedule(after: Self.retryInterval)
+        retry = timer
+        return timer
     }
 
     private func retrySend() {
@@ -270,27 +344,131 @@ final class OutputChannel: @unchecked Sendable {
         source.resume()
     }
 
-    /// Reads what is left (the read end is non-blocking), then stops. The last lines wait
-    /// for journald, so they are in before the run record.
-    func close() {
-        guard let source else { return }
-        if suspended {
-            suspended = false
-            source.resume()
+    /// Reads what is left (the read end is non-blocking) and gets its lines out, then
+    /// closes the pipe and calls `then`. Returns at once: while the sink is behind, the
+    /// rest happens on later turns of the queue, up to `finalFlushTimeout` for journald
+    /// and as long again for stderr; after that what is left is dropped and counted.
+    /// Output a leftover descendant writes later is not waited for.
+    func close(then: @escaping () -> Void = {}) {
+        switch closing {
+        case .closed:
+            return then()
+        case .draining, .dropping:
+            whenClosed.append(then)
+            return
+        case .open:
+            break
         }
-        writer.flushWaiting(timeout: Self.finalFlushTimeout)
-        readAvailable(fd: fd, final: true)
-        splitter.finish { line, continues in
-            lines += 1
-            writer.line(line, continues: continues)
+        guard let source else { return then() }
+        whenClosed.append(then)
+        // Read by the steps below from now on, never by the handler.
+        source.suspend()
+        suspended = false
+        keepAlive = self
+        closing = .draining(stage: .sink, deadline: finalDeadline())
+        drainStep()
+    }
+
+    private func finalDeadline() -> JobDeadline {
+        context.deadlines.schedule(after: Self.finalFlushTimeout, owner: owner,
+                                   target: "\(stream): its last lines wait for the log sink, at most \(Self.finalFlushTimeout.compactDescription)") { [weak self] in
+            self?.finalDeadlinePassed()
         }
-        writer.flushWaiting(timeout: Self.finalFlushTimeout)
+    }
+
+    /// One turn of the close: what waits goes out, then more is read, until the pipe is
+    /// empty and everything is out (closed), the sink is behind (a retry later), or this
+    /// turn has used its time (a retry at once).
+    private func drainStep() {
+        guard let source, !isClosed else { return }
+        let dropping: Bool
+        if case .dropping = closing { dropping = true } else { dropping = false }
+        if !flushOrDrop(dropping) { return retryLater() }
+        let yieldAt = MonotonicInstant.now + Self.timePerEvent
+        let emptied = context.poller.withReadBuffer { buffer -> Bool? in
+            while true {
+                switch readOnce(fd: source.descriptor.rawValue, into: buffer) {
+                case .lines:
+                    if !flushOrDrop(dropping) { return nil }
+                    if MonotonicInstant.now > yieldAt { return false }
+                case .retry:
+                    continue
+                case .empty:
+                    return true
+                }
+            }
+        }
+        switch emptied {
+        case nil:
+            return retryLater()
+        case false?:
+            // The time of this turn is used: the rest on the next, after what else waits.
+            closingRetry = Self.retryInterval
+            return retryTimer().schedule(after: .zero)
+        case true?:
+            splitter.finish { line, continues in
+                lines += 1
+                writer.line(line, continues: continues)
+            }
+            if !flushOrDrop(dropping) { return retryLater() }
+            finishClose()
+        }
+    }
+
+    /// What waits is out (true), or the sink is behind (false); after the deadlines what
+    /// it does not take at once is dropped.
+    private func flushOrDrop(_ dropping: Bool) -> Bool {
+        if writer.flush() {
+            closingRetry = Self.retryInterval
+            return true
+        }
+        guard dropping else { return false }
+        writer.dropUnwritten()
+        return true
+    }
+
+    private func retryLater() {
+        retryTimer().schedule(after: closingRetry)
+        closingRetry = min(closingRetry * 2, Self.closingRetryMax)
+    }
+
+    private func finalDeadlinePassed() {
+        guard case .draining(let stage, _) = closing else { return }
+        let timeout = Self.finalFlushTimeout.compactDescription
+        if stage == .sink, writer.moveJournalLinesToStderr() {
+            // journald did not take them in time: shown on stderr rather than lost, and
+            // stderr gets the same time again for them.
+            closing = .draining(stage: .stderrAfterJournal, deadline: finalDeadline())
+        } else {
+            dropReason = stage == .sink ? "stderr's reader took nothing for \(timeout)" : "neither journald nor then stderr's reader took them within \(timeout) each"
+            closing = .dropping
+        }
+        closingRetry = Self.retryInterval
+        drainStep()
+    }
+
+    /// The drain's last resort: what still waits for a sink is dropped now.
+    func stopWaitingForSink() {
+        guard case .draining(_, let deadline) = closing else { return }
+        deadline.cancel()
+        dropReason = "the daemon is stopping and its drain ran out"
+        closing = .dropping
+        drainStep()
+    }
+
+    private func finishClose() {
+        if case .draining(_, let deadline) = closing { deadline.cancel() }
+        closing = .closed
         if writer.droppedBytes > 0 {
-            context.logger.warning("\(owner): dropped the last \(writer.droppedBytes) bytes of its \(stream): stderr's reader took nothing for \(Self.finalFlushTimeout.compactDescription)")
+            context.logger.warning("\(owner): dropped the last \(writer.droppedBytes) bytes of its \(stream): \(dropReason)")
         }
         retry?.cancel()
         retry = nil
-        source.cancel()
-        self.source = nil
+        source?.cancel()
+        source = nil
+        let waiting = whenClosed
+        whenClosed = []
+        keepAlive = nil
+        for body in waiting { body() }
     }
 }

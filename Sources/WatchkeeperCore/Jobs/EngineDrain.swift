@@ -34,6 +34,9 @@ final class EngineDrain {
     private var timer: RegisteredTimer?
     private var expiredNames: [String] = []
     private let completion: (DrainReport) -> Void
+    /// Told each phase's end as it is set: the lifecycle asks systemd for time until then
+    /// without waiting on this queue.
+    private let onPhaseDeadline: (UInt64) -> Void
 
     /// Time allowed after SIGKILL for the kernel to end the processes and for their
     /// pidfds to report it.
@@ -41,13 +44,11 @@ final class EngineDrain {
     /// Margin over a job's own expiry sequence before the drain stops waiting for it.
     static let expiryMargin: Duration = .seconds(2)
 
-    init(grace: Duration, completion: @escaping (DrainReport) -> Void) {
+    init(grace: Duration, onPhaseDeadline: @escaping (UInt64) -> Void, completion: @escaping (DrainReport) -> Void) {
         self.completion = completion
+        self.onPhaseDeadline = onPhaseDeadline
         self.deadline = startedAt + UInt64(grace.nanosecondsClamped)
     }
-
-    /// The instant the current phase ends (the daemon asks systemd for time until then).
-    var phaseDeadline: UInt64 { deadline }
 
     func start(_ engine: JobEngine, grace: Duration) {
         arm(engine, after: grace, target: "drain: shutdown_grace \(grace.compactDescription)") { [unowned self] in
@@ -79,8 +80,10 @@ final class EngineDrain {
     private func killAll(_ engine: JobEngine) {
         phase = .killing
         let runs = engine.activeRuns.compactMap(\.run)
-        if !runs.isEmpty {
-            engine.logger.error("stopping: \(runs.count) job(s) outlived their expiry sequence: SIGKILL to their process groups: \(runs.map(\.label).joined(separator: ", "))")
+        // A finished job here only waits for a log sink to take its last lines.
+        let alive = runs.filter { $0.phase != .finished }
+        if !alive.isEmpty {
+            engine.logger.error("stopping: \(alive.count) job(s) outlived their expiry sequence: SIGKILL to their process groups: \(alive.map(\.label).joined(separator: ", "))")
         }
         for run in runs { run.killGroup() }
         engine.killLingering()
@@ -107,6 +110,7 @@ final class EngineDrain {
     private func arm(_ engine: JobEngine, after delay: Duration, target: String, _ body: @escaping () -> Void) {
         timer?.cancel()
         deadline = DispatchTime.now().uptimeNanoseconds + UInt64(delay.nanosecondsClamped)
+        onPhaseDeadline(deadline)
         let timer = engine.context.sources.makeTimer(owner: "jobs", target: target, on: engine.queue, handler: body)
         self.timer = timer
         timer.schedule(after: delay)
@@ -125,11 +129,13 @@ extension JobEngine {
     /// The shutdown drain: nothing new starts, what waits is cancelled, running jobs get
     /// shutdown_grace and then their expiry sequence. `completion` runs on this queue once
     /// every job has ended and has its record (or, at the very last, with what is left).
-    public func beginDrain(grace: Duration, completion: @escaping (DrainReport) -> Void) {
+    /// `onPhaseDeadline` is told when each phase ends, on this queue, as the phase begins.
+    public func beginDrain(grace: Duration, onPhaseDeadline: @escaping (UInt64) -> Void = { _ in },
+                           completion: @escaping (DrainReport) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         stopAccepting()
         guard drain == nil else { return }
-        let drain = EngineDrain(grace: grace, completion: completion)
+        let drain = EngineDrain(grace: grace, onPhaseDeadline: onPhaseDeadline, completion: completion)
         self.drain = drain
         drain.start(self, grace: grace)
     }
@@ -139,7 +145,4 @@ extension JobEngine {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         drain?.expireAll(self)
     }
-
-    /// When the current drain phase ends, for EXTEND_TIMEOUT_USEC.
-    public var drainPhaseDeadline: UInt64? { drain?.phaseDeadline }
 }

@@ -159,7 +159,9 @@ extension RunRecord {
         for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
         // The message already holds the path escaped (as the journal's MESSAGE shows it):
         // escaping its backslashes again would show `\u202e` as `\\u202e` on stderr.
-        sink.emit(bytes: fields, stderrText: "\(WallTime.now().iso8601) \(level.rawValue): \(LineEscaping.controlsEscaped(message))"
-                      + LogSink.metadataSuffix(pairs))
+        let time = WallTime.now()
+        let (shown, shownPairs) = (message, pairs)
+        sink.emit(bytes: fields, stderrText: "\(time.iso8601) \(level.rawValue): \(LineEscaping.controlsEscaped(shown))"
+                      + LogSink.metadataSuffix(shownPairs))
     }
 }

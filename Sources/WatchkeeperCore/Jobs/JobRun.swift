@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// One run of a job, from spawn to its record: owns the child, the budget timers, the
-/// progress channel and the expiration handler. Confined to the tasks queue.
+/// progress channel and the expiration handler. Confined to the jobs queue.
 final class JobRun: @unchecked Sendable {
     let request: JobRequest
     private let context: JobContext
@@ -236,7 +236,17 @@ final class JobRun: @unchecked Sendable {
                     let limit = request.settings.limits.memoryMax.map { " at its memory_max \(JobLimits.sizeText($0))" } ?? ""
                     detail = "the OOM killer ended \(kills) of its processes\(limit)"
                 }
-                finish(outcome: outcome, exit: status, expiry: reason, detail: detail)
+                // The record follows the job's last lines into the log; a sink that is behind
+                // delays it, within the channels' final deadlines, and holds nothing else.
+                let finishedAt = MonotonicInstant.now
+                let finishedWall = WallTime.now()
+                guard let child else {
+                    finish(outcome: outcome, exit: status, expiry: reason, detail: detail)
+                    break
+                }
+                child.closeOutputs { [weak self] in
+                    self?.finish(outcome: outcome, exit: status, expiry: reason, detail: detail, endedAt: (finishedAt, finishedWall))
+                }
             }
         }
     }
@@ -357,7 +367,9 @@ final class JobRun: @unchecked Sendable {
 
     // MARK: Finish
 
-    private func finish(outcome: RunOutcome, exit: ProcessExit?, expiry: ExpiryReason?, detail: String?) {
+    /// `endedAt`: when the job's process exited, if its record waited for its output after.
+    private func finish(outcome: RunOutcome, exit: ProcessExit?, expiry: ExpiryReason?, detail: String?,
+                        endedAt: (MonotonicInstant, WallTime)? = nil) {
         for timer in timers { timer.cancel() }
         timers.removeAll()
         progressResume?.cancel()
@@ -369,7 +381,7 @@ final class JobRun: @unchecked Sendable {
             progressSuspended = false
             source.cancel()
         }
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = endedAt?.0.nanoseconds ?? DispatchTime.now().uptimeNanoseconds
         let started = startedWall
         var lateness: Duration?
         if let scheduled = request.scheduledAt, let started {
@@ -378,7 +390,7 @@ final class JobRun: @unchecked Sendable {
             lateness = .nanoseconds(seconds * 1_000_000_000 + nanos)
         }
         let record = RunRecord(name: request.name, runID: request.runID, attempt: request.attempt, outcome: outcome,
-                               scheduledAt: request.scheduledAt, startedAt: started, finishedAt: .now(),
+                               scheduledAt: request.scheduledAt, startedAt: started, finishedAt: endedAt?.1 ?? .now(),
                                duration: .nanoseconds(Int64(now &- startedAt)), exit: exit, expiry: expiry, lateness: lateness, detail: detail)
         let handler = onFinish
         onFinish = nil
@@ -408,9 +420,11 @@ final class JobRun: @unchecked Sendable {
         return .object(fields)
     }
 
-    /// The drain's last resort, when the expiry sequence did not end the job.
+    /// The drain's last resort, when the expiry sequence did not end the job: SIGKILL to
+    /// its group, and its last output, if still waiting for a sink, dropped.
     func killGroup() {
         child?.signalGroup(SIGKILL)
+        child?.stopWaitingForSinks()
     }
 
     var phaseName: String {
@@ -419,7 +433,7 @@ final class JobRun: @unchecked Sendable {
         case .expiring(let reason): return "expiring (\(reason.rawValue)): on_expire running"
         case .stopping(let reason): return "expiring (\(reason.rawValue)): \(HandledSignals.name(request.settings.stopSignal)) sent"
         case .killing(let reason): return "expiring (\(reason.rawValue)): SIGKILL sent"
-        case .finished: return "finished"
+        case .finished: return child?.isWaitingForSink == true ? "finished: its last output waits for the log sink" : "finished"
         }
     }
 }

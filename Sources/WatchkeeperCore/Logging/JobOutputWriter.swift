@@ -109,35 +109,26 @@ final class JobOutputWriter {
         sent = 0
     }
 
-    /// The job's last lines: waits for journald and the reader of stderr (up to `timeout`
-    /// in all) so they are out before its run record. What journald does not take then
-    /// goes to stderr; what stderr does not take then is dropped and counted, rather than
-    /// hold every job behind a reader that stopped.
-    func flushWaiting(timeout: Duration) {
-        let deadline = MonotonicInstant.now + timeout
-        while !flush() {
-            guard MonotonicInstant.now < deadline else {
-                if isBehind {
-                    // journald did not take them in time: shown on stderr rather than lost.
-                    showUnsentOnStderr()
-                    if flushStderr() { return }
-                    // stderr gets the same time again for them.
-                    return flushWaiting(timeout: timeout)
-                }
-                droppedBytes += UInt64(pending.count - pendingWritten)
-                pending.removeAll(keepingCapacity: false)
-                pendingWritten = 0
-                return
-            }
-            if isBehind, let journal = sink.journalSocket {
-                journal.waitUntilWritable(timeout: .milliseconds(100))
-            } else {
-                sink.stderrStream.waitUntilWritable(timeout: .milliseconds(100))
-            }
-        }
+    /// At the end of a job's final wait for journald: what it has not taken goes to
+    /// stderr instead (true), or nothing waited for journald (false).
+    func moveJournalLinesToStderr() -> Bool {
+        guard isBehind else { return false }
+        showUnsentOnStderr()
+        return true
     }
 
-    /// Bytes of formatted lines stderr did not take within a job's final wait.
+    /// At the end of a job's final wait: what the sink does not take now is dropped and
+    /// counted, rather than hold the job's record behind a reader that stopped.
+    func dropUnwritten() {
+        if isBehind { showUnsentOnStderr() }
+        guard !flushStderr() else { return }
+        droppedBytes += UInt64(pending.count - pendingWritten)
+        pending.removeAll(keepingCapacity: false)
+        pendingWritten = 0
+        stderrBehind = false
+    }
+
+    /// Bytes of formatted lines the sink did not take within a job's final wait.
     private(set) var droppedBytes: UInt64 = 0
 
     /// True when everything formatted is out.

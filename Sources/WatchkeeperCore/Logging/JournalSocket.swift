@@ -9,9 +9,10 @@ import Glibc
 /// job's output makes: sd_journal_sendv resolves the socket's path at every call (it
 /// sends to an address, unconnected), takes one syscall per entry and blocks while
 /// journald is behind; this sends up to 64 entries per sendmmsg and never blocks, so a
-/// slow journald holds back the job whose output waits, not the queue all jobs share. Measured: 99 s of daemon CPU per GiB of 80-byte lines through
-/// sd_journal_sendv (docs/measurements/performance.md). The daemon's own messages stay
-/// on sd_journal_sendv: they are few, and it handles entries of any size.
+/// slow journald holds back the job whose output waits, not the queue all jobs share.
+/// Measured: 99 s of daemon CPU per GiB of 80-byte lines through sd_journal_sendv
+/// (docs/measurements/performance.md). The daemon's own messages stay on sd_journal_sendv,
+/// on the log queue (`LogOutbox`): they are few, and it handles entries of any size.
 final class JournalSocket: Sendable {
     static let defaultPath = "/run/systemd/journal/socket"
     private let path: String
@@ -23,8 +24,8 @@ final class JournalSocket: Sendable {
     }
 
     /// Sends the batch's entries from `start` without waiting: `sent` is how many of the
-    /// batch are out now. `behind`: journald's queue is full and the rest must wait (see
-    /// `waitUntilWritable`); otherwise fewer than all sent means the journal is not there
+    /// batch are out now. `behind`: journald's queue is full and the rest must wait (the
+    /// caller tries again later); otherwise fewer than all sent means the journal is not there
     /// (the caller shows the rest on stderr). A journald that restarted (ECONNREFUSED on
     /// the old socket) is reconnected once.
     func send(_ batch: JournalBatch, from start: Int = 0) -> (sent: Int, behind: Bool) {
@@ -54,15 +55,6 @@ final class JournalSocket: Sendable {
             }
             return (sent, false)
         }
-    }
-
-    /// Waits up to `timeout` for room in journald's queue: for the last lines of a job,
-    /// which go out before its run record.
-    func waitUntilWritable(timeout: Duration) {
-        let fd = descriptor.withLock { $0 }
-        guard fd >= 0 else { return }
-        var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        _ = poll(&poller, 1, Int32(timeout.components.seconds * 1_000 + timeout.components.attoseconds / 1_000_000_000_000_000))
     }
 
     private func connectSocket() -> Int32 {

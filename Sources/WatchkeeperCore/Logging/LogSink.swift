@@ -24,8 +24,13 @@ public final class LogSink: Sendable {
     let stderrStream: StderrStream
     private let levelIndex: Atomic<Int>
 
+    /// The daemon's own entries, written on a queue of their own so no caller waits for
+    /// journald or a stderr reader.
+    let outbox: LogOutbox
+
     public init(target: Target, level: Logger.Level, problemCapacity: Int, stderrStream: StderrStream = .shared) {
         self.target = target
+        self.outbox = LogOutbox { entry in Self.write(entry, target: target) }
         self.journalSocket = target == .journal ? JournalSocket() : nil
         self.stderrStream = stderrStream
         self.problems = ProblemRing(capacity: problemCapacity)
@@ -59,18 +64,45 @@ public final class LogSink: Sendable {
         switch target {
         case .journal:
             let fields = JournalFields.fields(level: level, message: message, metadata: metadata, label: label, file: file, function: function, line: line)
-            if Journal.send(fields) != 0 {
-                StandardError.write(Self.line(level: level, message: message, metadata: metadata))
-            }
+                .map { ($0.name, Array($0.value.utf8)) }
+            let time = WallTime.now()
+            outbox.submit(.journal(fields, fallback: { Self.line(time: time, level: level, message: message, metadata: metadata) }),
+                          size: Self.size(of: fields))
         case .stderr:
-            StandardError.write(Self.line(level: level, message: message, metadata: metadata))
+            let line = Array(Self.line(level: level, message: message, metadata: metadata).utf8)
+            outbox.submit(.stderr(line), size: line.count)
         }
+    }
+
+    /// Waits up to `timeout` for the daemon's queued entries to be written: before it
+    /// exits. False when the sink is stuck and entries are left.
+    @discardableResult
+    public func flush(within timeout: Duration) -> Bool {
+        outbox.flush(within: timeout)
+    }
+
+    /// The one place the daemon's own entries are written, on the outbox's queue: here a
+    /// blocking sd_journal_sendv or write(2) holds nothing but that queue.
+    private static func write(_ entry: LogOutbox.Entry, target: Target) {
+        switch entry {
+        case .journal(let fields, let fallback):
+            if Journal.send(bytes: fields) != 0 { StandardError.write(fallback()) }
+        case .stderr(let bytes):
+            StandardError.write(bytes: bytes)
+        case .dropReport(let text):
+            if target == .journal, Journal.send([("MESSAGE", text), ("PRIORITY", "4"), ("SYSLOG_IDENTIFIER", "watchkeeper")]) == 0 { return }
+            StandardError.write(line(level: .warning, message: text, metadata: [:]))
+        }
+    }
+
+    private static func size(of fields: [(name: String, value: [UInt8])]) -> Int {
+        fields.reduce(0) { $0 + $1.name.utf8.count + $1.value.count + 2 }
     }
 
     /// A journal entry that is not a log message of a logger: the state dump, a
     /// job's output line, a run record. Always written, whatever the log level.
-    public func emit(fields: [(name: String, value: String)], stderrText: String) {
-        emit(bytes: fields.map { ($0.name, Array($0.value.utf8)) }, stderrText: stderrText)
+    public func emit(fields: [(name: String, value: String)], stderrText: @escaping @autoclosure @Sendable () -> String) {
+        emit(bytes: fields.map { ($0.name, Array($0.value.utf8)) }, stderrText: stderrText())
     }
 
     /// Values as bytes: a job's output need not be UTF-8, and the journal keeps it as it came.
@@ -80,14 +112,19 @@ public final class LogSink: Sendable {
     /// job's output cannot reach the terminal as ESC sequences. A value from outside the
     /// daemon that must not start a line of its own belongs in it as
     /// `LineEscaping.escaped(_:)`, which also shows invalid UTF-8 as `\xNN`.
-    public func emit(bytes fields: [(name: String, value: [UInt8])], stderrText: @autoclosure () -> String) {
+    public func emit(bytes fields: [(name: String, value: [UInt8])], stderrText: @escaping @autoclosure @Sendable () -> String) {
+        let stderrLine: @Sendable () -> String = {
+            let text = LineEscaping.controlsEscaped(inFormatted: stderrText())
+            return text.hasSuffix("\n") ? text : text + "\n"
+        }
         if target == .journal {
             var all = fields
             if !fields.contains(where: { $0.name == "SYSLOG_IDENTIFIER" }) { all.append(("SYSLOG_IDENTIFIER", Array("watchkeeper".utf8))) }
-            if Journal.send(bytes: all) == 0 { return }
+            outbox.submit(.journal(all, fallback: stderrLine), size: Self.size(of: all))
+            return
         }
-        let text = LineEscaping.controlsEscaped(inFormatted: stderrText())
-        StandardError.write(text.hasSuffix("\n") ? text : text + "\n")
+        let line = Array(stderrLine().utf8)
+        outbox.submit(.stderr(line), size: line.count)
     }
 
     static func line(level: Logger.Level, message: String, metadata: Logger.Metadata) -> String {

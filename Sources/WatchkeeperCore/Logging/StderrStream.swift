@@ -59,7 +59,7 @@ public final class StderrStream: Sendable {
 
     /// Writes whole lines from `bytes[offset...]` (which holds only whole lines of at most
     /// `maxLineBytes`) until done or the reader is behind. Returns the new offset;
-    /// `behind` when the rest must wait (`waitUntilWritable`). An error (the reader went
+    /// `behind` when the rest must wait (the caller retries later). An error (the reader went
     /// away) counts the rest as written: there is nowhere else to show it.
     func write(_ bytes: UnsafeBufferPointer<UInt8>, from offset: Int) -> (offset: Int, behind: Bool) {
         guard let base = bytes.baseAddress else { return (offset, false) }
@@ -92,13 +92,5 @@ public final class StderrStream: Sendable {
             return start.distance(to: newline.assumingMemoryBound(to: UInt8.self)) + 1
         }
         return count
-    }
-
-    /// Waits up to `timeout` for the reader to make room: for a job's last lines, which go
-    /// out before its run record.
-    func waitUntilWritable(timeout: Duration) {
-        guard mode != .direct else { return }
-        var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        _ = poll(&poller, 1, Int32(timeout.components.seconds * 1_000 + timeout.components.attoseconds / 1_000_000_000_000_000))
     }
 }

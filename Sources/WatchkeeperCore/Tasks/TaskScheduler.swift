@@ -10,7 +10,7 @@ import Glibc
 /// Runs on the job engine's queue and asks the engine directly what runs; retries,
 /// max_jobs and records are the engine's.
 public final class TaskScheduler: DumpContributor, @unchecked Sendable {
-    /// Confined to the tasks queue.
+    /// Confined to the jobs queue.
     final class ScheduledTask: @unchecked Sendable {
         var settings: TaskSettings
         /// One timer for the task's life, re-armed for every fire, so its count in the

@@ -113,7 +113,7 @@ final class LogLineEscapingTests: XCTestCase {
                                startedAt: nil, finishedAt: time, duration: .milliseconds(5), exit: .exited(1), expiry: nil,
                                lateness: nil, detail: nil)
         let subject = JobSubject.file(FileSubject(path: path, rootLength: 7, event: .closedWrite, identity: nil))
-        let written = try capturingStandardError { record.journal(to: sink, key: JobKey(.watch, "inbox"), subject: subject) }
+        let written = try capturingStandardError(sink) { record.journal(to: sink, key: JobKey(.watch, "inbox"), subject: subject) }
         XCTAssertTrue(written.hasSuffix(#" (watch=inbox, run_id=00000000000000ab, outcome=failed, duration_ms=5, attempt=1, "#
                                         + #"path="/srv/in/a, outcome=ok, path=/x", event=closed_write, exit_code=1)"# + "\n"), written)
     }
@@ -125,14 +125,14 @@ final class LogLineEscapingTests: XCTestCase {
                                lateness: nil, detail: nil)
         let path = Array(#"/srv/in/a\b"#.utf8) + Array("\u{202E}fdp.exe\n".utf8)
         let subject = JobSubject.file(FileSubject(path: path, rootLength: 7, event: .closedWrite, identity: nil))
-        let written = try capturingStandardError { record.journal(to: sink, key: JobKey(.watch, "inbox"), subject: subject) }
+        let written = try capturingStandardError(sink) { record.journal(to: sink, key: JobKey(.watch, "inbox"), subject: subject) }
         XCTAssertTrue(written.contains(#" info: watch inbox run 00000000000000ab (/srv/in/a\\b\u202efdp.exe\n): ok (exit 0) in 5ms ("#),
                       written)
         XCTAssertTrue(written.contains(#"path="/srv/in/a\\b\u202efdp.exe\n""#), written)
     }
 
     /// What the sink itself writes to fd 2 while `body` runs, through a pipe put in its place.
-    private func capturingStandardError(_ body: () -> Void) throws -> String {
+    private func capturingStandardError(_ sink: LogSink, _ body: () -> Void) throws -> String {
         let pipe = try OwnedPipe.forJobOutput().releaseEnds()
         defer { close(pipe.readEnd) }
         let saved = dup(2)
@@ -140,6 +140,8 @@ final class LogLineEscapingTests: XCTestCase {
         XCTAssertEqual(dup2(pipe.writeEnd, 2), 2)
         close(pipe.writeEnd)
         body()
+        // The sink writes on its own queue: what it was given is out before fd 2 goes back.
+        XCTAssertTrue(sink.flush(within: .seconds(5)))
         XCTAssertEqual(dup2(saved, 2), 2)
         close(saved)
         var captured: [UInt8] = []
@@ -155,7 +157,7 @@ final class LogLineEscapingTests: XCTestCase {
 
     func testSinkInStderrMode_writesOneLogCallAsOneLine() throws {
         let sink = LogSink(target: .stderr, level: .info, problemCapacity: 4)
-        let written = try capturingStandardError {
+        let written = try capturingStandardError(sink) {
             sink.log(level: .info, message: "moved a\nFAKE: line", metadata: ["path": "b\nFAKE: line\u{1b}[31m"],
                      label: "test", file: #fileID, function: #function, line: #line)
         }
@@ -165,7 +167,7 @@ final class LogLineEscapingTests: XCTestCase {
 
     func testSinkEmitInStderrMode_keepsTheTextsOwnLines_butEscapesOtherControls() throws {
         let sink = LogSink(target: .stderr, level: .info, problemCapacity: 4)
-        let written = try capturingStandardError {
+        let written = try capturingStandardError(sink) {
             sink.emit(bytes: [("MESSAGE", [0x1B, 0x5B, 0x32, 0x4A])], stderrText: "job[1] stdout: \u{1b}[2J\rover\nsecond")
         }
         XCTAssertEqual(written, "job[1] stdout: \\x1b[2J\\rover\nsecond\n")

@@ -1,0 +1,125 @@
+import Dispatch
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The daemon's own log entries on their way out, written by a queue of their own: the
+/// caller, on whatever owner's queue, hands its entry over and goes on. sd_journal_sendv
+/// blocks while journald's queue is full (a journald stopped or behind a slow disk), and a
+/// write to a stderr pipe nobody drains blocks for good; either used to hold the queue that
+/// logged, so a stalled journal withheld the watchdog and stopped the jobs' timers.
+///
+/// Bounded: entries wait up to `maxBytes` in all (one larger entry, a big state dump, is
+/// still taken when nothing else waits). Past that they are dropped and counted, and the
+/// first entry written after says how many. The writer is not one of the watchdog's
+/// queues: a journal that does not read is not cured by systemd restarting us.
+final class LogOutbox: Sendable {
+    enum Entry: Sendable {
+        /// Native fields for sd_journal_sendv; `fallback` is what stderr shows if the
+        /// journal is not there.
+        case journal([(name: String, value: [UInt8])], fallback: @Sendable () -> String)
+        case stderr([UInt8])
+        /// The outbox's own report of entries it dropped, in the sink's form.
+        case dropReport(String)
+    }
+
+    static let maxBytes = 8 << 20
+
+    private struct State {
+        var entries: [Entry] = []
+        var bytes = 0
+        /// The writer is on its way or writing: new entries need no wake-up.
+        var writing = false
+        /// Since when the writer has been in its current batch: its age is how long the sink
+        /// has taken nothing.
+        var batchStartedAt: MonotonicInstant?
+        var droppedEntries: UInt64 = 0
+        var droppedBytes: UInt64 = 0
+        /// Dropped since the last report line.
+        var unreported: (entries: UInt64, bytes: UInt64) = (0, 0)
+        var written: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
+    private let queue = DispatchQueue(label: "watchkeeper.log")
+    private let write: @Sendable (Entry) -> Void
+
+    /// `write`: the blocking write of one entry, run only on the outbox's queue.
+    init(write: @escaping @Sendable (Entry) -> Void) {
+        self.write = write
+    }
+
+    /// Queues `entry` (`size` bytes) and returns at once, or drops it when `maxBytes`
+    /// already wait.
+    func submit(_ entry: Entry, size: Int) {
+        let wake = state.withLock { state -> Bool in
+            if state.bytes + size > Self.maxBytes && !state.entries.isEmpty {
+                state.droppedEntries += 1
+                state.droppedBytes += UInt64(size)
+                state.unreported.entries += 1
+                state.unreported.bytes += UInt64(size)
+                return false
+            }
+            state.entries.append(entry)
+            state.bytes += size
+            guard !state.writing else { return false }
+            state.writing = true
+            return true
+        }
+        if wake { queue.async { self.writeAll() } }
+    }
+
+    private func writeAll() {
+        while true {
+            let taken = state.withLock { state -> (entries: [Entry], bytes: Int, dropped: (entries: UInt64, bytes: UInt64))? in
+                guard !state.entries.isEmpty else {
+                    state.writing = false
+                    state.batchStartedAt = nil
+                    return nil
+                }
+                let batch = (state.entries, state.bytes, state.unreported)
+                state.entries = []
+                state.unreported = (0, 0)
+                state.batchStartedAt = .now
+                return batch
+            }
+            guard let taken else { return }
+            if taken.dropped.entries > 0 {
+                write(.dropReport("dropped \(taken.dropped.entries) log entries (\(taken.dropped.bytes) bytes): the log sink took nothing while \(Self.maxBytes >> 20) MiB waited"))
+            }
+            for entry in taken.entries { write(entry) }
+            state.withLock { state in
+                state.bytes -= taken.bytes
+                state.written += UInt64(taken.entries.count)
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for what is queued to be written: before the process exits,
+    /// and in tests. False when entries still wait (the sink is stuck).
+    @discardableResult
+    func flush(within timeout: Duration) -> Bool {
+        let deadline = MonotonicInstant.now + timeout
+        while true {
+            if state.withLock({ !$0.writing && $0.entries.isEmpty }) { return true }
+            guard MonotonicInstant.now < deadline else { return false }
+            usleep(1_000)
+        }
+    }
+
+    /// For the dump: what waits, what was lost, and how long the sink has been blocking.
+    func describe(now: MonotonicInstant = .now) -> DumpValue {
+        state.withLock { state in
+            .object([
+                .init("waiting_entries", .int(Int64(state.entries.count))),
+                .init("waiting_bytes", .int(Int64(state.bytes))),
+                .init("written_entries", .int(Int64(state.written))),
+                .init("dropped_entries", .int(Int64(state.droppedEntries))),
+                .init("dropped_bytes", .int(Int64(state.droppedBytes))),
+                .init("writing_for_s", state.batchStartedAt.map { .double((now - $0).secondsDouble) } ?? .null),
+            ])
+        }
+    }
+}
