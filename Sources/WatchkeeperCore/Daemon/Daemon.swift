@@ -83,6 +83,8 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     /// slow parse there harms nothing else.
     let configQueue = SubsystemQueue(name: "config", qos: .utility)
     private var drainExtender: RegisteredTimer?
+    /// The daemon's own descriptors once everything was open, before READY=1.
+    private var descriptorsHeldAtStart = Daemon.descriptorsForTheDaemonAtLeast
     /// When the engine's current drain phase ends, as it last said (it tells, this queue
     /// never asks: a jobs queue that is behind must not hold the EXTEND_TIMEOUT_USEC pings).
     private var drainPhaseDeadline: UInt64?
@@ -174,7 +176,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             exitAfterLogging(ExitCode.osError)
         }
         watchdog.start()
-        checkFileLimit(maxJobs: configuration.daemon.maxJobs)
+        raiseFileLimit(maxJobs: configuration.daemon.maxJobs)
         reportContainment(configuration, atStart: true)
         engine.onBurstOver = { [unowned self] in
             self.watchingQueue.async { self.watcher.releaseMemoryAfterBurst() }
@@ -215,29 +217,66 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
         controlQueue.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
         metrics.start()
+        checkFileLimitAtStart(maxJobs: settings.maxJobs)
         perform(machine.handle(.sourcesRegistered))
     }
 
     /// A running job holds 7 fds (its stdout, stderr and progress pipes, both ends each
-    /// until their sources are cancelled, and its pidfd); the daemon itself about 64
-    /// (inotify, the databases, signalfds, epoll, the mount table). At EMFILE jobs wait in
-    /// line (StartHold) and start as others end, so fewer run at once than max_jobs says:
+    /// until their sources are cancelled, and its pidfd). The daemon's own are counted once
+    /// everything is open (29 with one task and one watch rule: the databases, signalfds,
+    /// epoll, inotify, the mount table, the locks, the control socket). At EMFILE jobs wait
+    /// in line (StartHold) and start as others end, so fewer run at once than max_jobs says:
     /// say so at start, with the numbers, while it is cheap to fix.
     static let descriptorsPerJob = 7
-    static let descriptorsForTheDaemon = 64
+    /// Beside one job: a scan's open directory, or the dump's state.json being written.
+    static let descriptorsInPassing = 2
+    /// What the daemon holds when all of it opened (30 measured with one task and one watch
+    /// rule): counted after a start at a low limit, when its own opens failed, the count
+    /// alone would say there is room.
+    static let descriptorsForTheDaemonAtLeast = 30
 
-    func checkFileLimit(maxJobs: Int) {
+    /// The soft RLIMIT_NOFILE is ours to raise up to the hard one (select(2) is not used
+    /// here): done before anything is opened, and a limit below what any daemon needs is
+    /// refused at once, before an open fails with a message that names no limit.
+    func raiseFileLimit(maxJobs: Int) {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
-        // The soft limit is ours to raise up to the hard one (select(2) is not used here).
         if limit.rlim_cur < limit.rlim_max {
             var raised = limit
             raised.rlim_cur = limit.rlim_max
             if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
         }
-        let needed = UInt64(maxJobs * Self.descriptorsPerJob + Self.descriptorsForTheDaemon)
+        refuseWithoutRoomForAJob(limit: limit, held: Self.descriptorsForTheDaemonAtLeast, maxJobs: maxJobs)
+    }
+
+    /// Once everything of the daemon's own is open: a limit that leaves no room for a
+    /// single job would make it report READY and then handle nothing, so it refuses to
+    /// start; one below what max_jobs needs is a warning.
+    func checkFileLimitAtStart(maxJobs: Int) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        // Listing /proc/self/fd takes a descriptor: none left is the limit reached.
+        let counted = ResourceUsage.countOpenFileDescriptors() ?? Int(clamping: limit.rlim_cur)
+        let held = max(counted, Self.descriptorsForTheDaemonAtLeast)
+        descriptorsHeldAtStart = held
+        refuseWithoutRoomForAJob(limit: limit, held: held, maxJobs: maxJobs)
+        checkFileLimit(maxJobs: maxJobs)
+    }
+
+    private func refuseWithoutRoomForAJob(limit: rlimit, held: Int, maxJobs: Int) {
+        let forOneJob = held + Self.descriptorsPerJob + Self.descriptorsInPassing
+        guard UInt64(limit.rlim_cur) < UInt64(forOneJob) else { return }
+        logger.critical("unable to start: the open file limit RLIMIT_NOFILE=\(limit.rlim_cur) (hard \(limit.rlim_max)) leaves no room for a job: the daemon needs \(held) descriptors itself and a job \(Self.descriptorsPerJob) more (\(Self.descriptorsInPassing) spare for scans and dumps); raise LimitNOFILE= in the unit (or ulimit -Hn) to at least \(forOneJob), and to \(held + maxJobs * Self.descriptorsPerJob + Self.descriptorsInPassing) for max_jobs = \(maxJobs)")
+        exitAfterLogging(ExitCode.osError)
+    }
+
+    func checkFileLimit(maxJobs: Int) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        let held = descriptorsHeldAtStart
+        let needed = UInt64(held + maxJobs * Self.descriptorsPerJob + Self.descriptorsInPassing)
         if UInt64(limit.rlim_cur) < needed {
-            logger.warning("open file limit RLIMIT_NOFILE=\(limit.rlim_cur) (hard \(limit.rlim_max)) is below what max_jobs = \(maxJobs) needs: \(Self.descriptorsPerJob) per job + \(Self.descriptorsForTheDaemon) = \(needed); raise LimitNOFILE= in the unit (or ulimit -n) or lower max_jobs; until then jobs wait for descriptors and fewer run at once")
+            logger.warning("open file limit RLIMIT_NOFILE=\(limit.rlim_cur) (hard \(limit.rlim_max)) is below what max_jobs = \(maxJobs) needs: \(Self.descriptorsPerJob) per job + the daemon's \(held) + \(Self.descriptorsInPassing) = \(needed); raise LimitNOFILE= in the unit (or ulimit -n) or lower max_jobs; until then jobs wait for descriptors and fewer run at once")
         }
     }
 
