@@ -53,6 +53,12 @@ def summarise_control(_, data):
             f"longest watchdog gap {r.get('longest_watchdog_gap_s')} s"), not data["failures"]
 
 
+def summarise_lateness(_, data):
+    r = data["result"]
+    return (f"{r.get('files')} files in {r.get('burst_s')} s beside a 100 ms task: {r.get('fires')} fires, lateness "
+            f"p50 {r.get('p50_ms')} ms, p99 {r.get('p99_ms')} ms, max {r.get('max_ms')} ms"), not data["failures"]
+
+
 def summarise_peers(_, data):
     cells = []
     for scenario in dict.fromkeys(r["scenario"] for r in data):
@@ -177,6 +183,9 @@ def scenarios(long, binary):
         ("control", "23", "control-socket attacks under a 4 s watchdog while files arrive: 200 clients sending History and Dump "
          "calls and never reading, 300 half-sent calls from root and 300 from a refused uid, four connect/close floods",
          script("control.py") + ["--binary", binary, "--seconds", "60" if long else "15"], summarise_control, True),
+        ("lateness", "23", "a burst of 20,000 files (a job each, max_jobs 4) while a high-priority task runs every 100 ms: "
+         "p99 of its lateness within 50 ms, every file handled",
+         script("lateness.py") + ["--binary", binary, "--files", "20000"], summarise_lateness, True),
         ("fuzz", "5", "libFuzzer with ASan on the six parsers of outside input (configuration, cron, glob, inotify records, "
          "Varlink requests, TZif), each with a property check; the short run replays seeds and kept crashes",
          [sys.executable, os.path.join(ROOT, "Tests", "fuzz", "fuzz.py")] + (["--build", "--runs", "200000"] if long else
