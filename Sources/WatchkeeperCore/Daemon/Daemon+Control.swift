@@ -30,7 +30,7 @@ extension Daemon: ControlBackend {
             case .cancel:
                 let text = try parameters.requiredString("run_id")
                 guard let runID = RunID(text) else { throw VarlinkError.invalidParameter("run_id") }
-                jobsQueue.async { reply(self.cancel(runID)) }
+                queues.jobs.async { reply(self.cancel(runID)) }
             case .reload:
                 whileRunning(reply) { self.reloadForControl(reply) }
             case .metrics:
@@ -38,7 +38,7 @@ extension Daemon: ControlBackend {
             case .history:
                 let name = try parameters.requiredString("name")
                 let limit = Int(try parameters.optionalInt("limit", in: 1 ... 10_000) ?? 10)
-                lifecycleQueue.async { self.history(name, limit: limit, reply: reply) }
+                queues.lifecycle.async { self.history(name, limit: limit, reply: reply) }
             }
         } catch {
             reply(.failure(error))
@@ -54,7 +54,7 @@ extension Daemon: ControlBackend {
 
     /// Starting and stopping daemons neither start work nor reload.
     private func whileRunning(_ reply: @escaping ControlReply, _ body: @escaping @Sendable () -> Void) {
-        lifecycleQueue.async {
+        queues.lifecycle.async {
             guard case .running = self.machine.state else {
                 reply(.failure(ControlInterface.ErrorName.notRunning.error([.init("state", .string(self.machine.state.description))])))
                 return
@@ -64,7 +64,7 @@ extension Daemon: ControlBackend {
     }
 
     private func trigger(_ task: String, reply: @escaping ControlReply) {
-        jobsQueue.async {
+        queues.jobs.async {
             switch self.scheduler.trigger(task: task) {
             case .success(let runID):
                 reply(.success([.init("run_id", .string(runID))]))
@@ -81,22 +81,22 @@ extension Daemon: ControlBackend {
     /// Both checks run on the jobs queue, where a job's own end is decided, so the answer
     /// cannot race it: a run that ended first is simply not found.
     private func cancel(_ runID: RunID) -> Result<[DumpField], VarlinkError> {
-        dispatchPrecondition(condition: .onQueue(jobsQueue.queue))
+        dispatchPrecondition(condition: .onQueue(queues.jobs.queue))
         if scheduler.cancel(runID: runID.description) { return .success([.init("was", .string("waiting"))]) }
         if engine.expire(runID: runID, reason: .cancelled) { return .success([.init("was", .string("running"))]) }
         return .failure(ControlInterface.ErrorName.noSuchRun.error([.init("run_id", .string(runID.description))]))
     }
 
     private func history(_ name: String, limit: Int, reply: @escaping ControlReply) {
-        dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
+        dispatchPrecondition(condition: .onQueue(queues.lifecycle.queue))
         if configuration.tasks.contains(where: { $0.name == name }) {
-            jobsQueue.async {
+            queues.jobs.async {
                 self.scheduler.history(task: name, limit: limit) { result in
                     reply(result.map { [.init("kind", .string("task")), .init("runs", .array($0))] })
                 }
             }
         } else if configuration.watches.contains(where: { $0.name == name }) {
-            watchingQueue.async {
+            queues.watching.async {
                 self.watcher.history(rule: name, limit: limit) { result in
                     reply(result.map { [.init("kind", .string("watch")), .init("runs", .array($0))] })
                 }

@@ -13,30 +13,26 @@ extension Daemon {
     /// file delays only the reload: SIGTERM, the dump and the watchdog's probes of the
     /// lifecycle queue are answered meanwhile. A SIGHUP during a reload asks for one more.
     func reload() {
-        guard !reloadInProgress else {
-            reloadAgain = true
-            return
-        }
-        reloadInProgress = true
+        guard reloads.begin() else { return }
         let monotonic = MonotonicClock.nowMicroseconds()
         notifier.send([("RELOADING", "1"), ("MONOTONIC_USEC", String(monotonic)), ("STATUS", "reloading \(configuration.path)")])
         let at = WallTime.now()
         let path = configuration.path
         let environment = options.environment
-        configQueue.async {
+        queues.config.async {
             // A reload also picks up a tzdata update for cron schedules.
             TimeZoneRules.discardCachedZones()
             let result = ConfigLoader.load(path: path, environment: environment)
             // A refused file may have cost a lot of memory to parse: give it back.
             _ = malloc_trim(0)
-            self.lifecycleQueue.async { self.finishReload(result, at: at) }
+            self.queues.lifecycle.async { self.finishReload(result, at: at) }
         }
     }
 
     /// `watchkeeper reload`: a reload like SIGHUP's, answered once its result is known.
     func reloadForControl(_ reply: @escaping ControlReply) {
-        dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
-        if reloadInProgress { nextReloadWaiters.append(reply) } else { reloadWaiters.append(reply) }
+        dispatchPrecondition(condition: .onQueue(queues.lifecycle.queue))
+        reloads.wait(reply)
         perform(machine.handle(.reloadRequested))
     }
 
@@ -44,24 +40,19 @@ extension Daemon {
     /// one get NotRunning (exit 75), not a connection closed under them.
     func refuseReloadWaiters() {
         let stopping = ControlInterface.ErrorName.notRunning.error([.init("state", .string(machine.state.description))])
-        answerReloadWaiters(.failure(stopping))
-        answerReloadWaiters(.failure(stopping))
-    }
-
-    private func answerReloadWaiters(_ answer: Result<[DumpField], VarlinkError>) {
-        let waiters = reloadWaiters
-        reloadWaiters = nextReloadWaiters
-        nextReloadWaiters = []
-        for reply in waiters { reply(answer) }
+        for reply in reloads.takeAll() { reply(.failure(stopping)) }
     }
 
     private func finishReload(_ result: Result<Configuration, ConfigErrors>, at: WallTime) {
-        reloadInProgress = false
+        let (answered, again) = reloads.finished()
         guard case .running = machine.state else {
             logger.notice("a reload finished while stopping; its result is not applied")
+            let stopping = ControlInterface.ErrorName.notRunning.error([.init("state", .string(machine.state.description))])
+            for reply in answered { reply(.failure(stopping)) }
             refuseReloadWaiters()
             return
         }
+        let answer: Result<[DumpField], VarlinkError>
         var result = result
         if case .success(let loaded) = result, loaded.daemon.stateDirectory != configuration.daemon.stateDirectory {
             // The task history, the file ledger and the lock live there: moving them under
@@ -77,7 +68,7 @@ extension Daemon {
             lastReload = (at, nil)
             logger.notice("reloaded \(loaded.path): configuration generation \(generation) in force",
                           metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded.rawValue), "generation": .stringConvertible(generation)])
-            answerReloadWaiters(.success([.init("generation", .int(generation))]))
+            answer = .success([.init("generation", .int(generation))])
         case .failure(let errors):
             lastReload = (at, errors)
             for line in errors.lines {
@@ -85,15 +76,13 @@ extension Daemon {
             }
             logger.error("unable to reload \(configuration.path): \(errors.total) error(s); configuration generation \(generation) stays in force",
                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed.rawValue), "errors": .string(errors.description)])
-            answerReloadWaiters(.failure(ControlInterface.ErrorName.reloadFailed.error([
+            answer = .failure(ControlInterface.ErrorName.reloadFailed.error([
                 .init("generation", .int(generation)), .init("errors", .array(errors.lines.map { .string($0) })),
-            ])))
+            ]))
         }
-        notifier.send([("READY", "1"), ("STATUS", statusLine())])
-        if reloadAgain {
-            reloadAgain = false
-            reload()
-        }
+        for reply in answered { reply(answer) }
+        notifier.send([("READY", "1"), ("STATUS", status.line())])
+        if again { reload() }
     }
 
     private func apply(_ new: Configuration) {
@@ -111,13 +100,13 @@ extension Daemon {
         let tasks = new.tasks
         if settings.maxJobs != configuration.daemon.maxJobs { checkFileLimit(maxJobs: settings.maxJobs) }
         reportContainment(new, atStart: false)
-        jobsQueue.queue.sync {
+        queues.jobs.queue.sync {
             engine.setMaxJobs(settings.maxJobs)
             scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)
         }
         let watches = new.watches
-        watchingQueue.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
-        controlQueue.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
+        queues.watching.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
+        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
         configuration = new
     }
 }

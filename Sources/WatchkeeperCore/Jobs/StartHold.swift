@@ -117,7 +117,7 @@ extension SpawnError {
         case EMFILE:
             var limit = rlimit()
             let value = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? "=\(limit.rlim_cur)" : ""
-            return "the open file limit RLIMIT_NOFILE\(value) is reached (a job needs \(Daemon.descriptorsPerJob)); raise LimitNOFILE= in the unit or lower max_jobs"
+            return "the open file limit RLIMIT_NOFILE\(value) is reached (a job needs \(FileLimitCheck.descriptorsPerJob)); raise LimitNOFILE= in the unit or lower max_jobs"
         case ENFILE:
             return "the system's open file table is full (fs.file-max)"
         default:
