@@ -35,7 +35,7 @@ extension Daemon {
         if running > 0 { startDrainExtender() }
         queues.jobs.async {
             self.engine.beginDrain(grace: grace, onPhaseDeadline: { [unowned self] deadline in
-                self.queues.lifecycle.async { self.drain.phaseEnds = MonotonicInstant(nanoseconds: deadline) }
+                self.queues.lifecycle.async { self.drain.phaseEnds = deadline }
             }) { [unowned self] report in
                 self.queues.lifecycle.async {
                     self.drain.outcome = report

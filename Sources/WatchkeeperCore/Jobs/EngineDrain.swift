@@ -29,14 +29,14 @@ final class EngineDrain {
     }
 
     private(set) var phase = Phase.waiting
-    private let startedAt = DispatchTime.now().uptimeNanoseconds
-    private var deadline: UInt64
+    private let startedAt = MonotonicInstant.now
+    private var deadline: MonotonicInstant
     private var timer: RegisteredTimer?
     private var expiredNames: [String] = []
     private let completion: (DrainReport) -> Void
     /// Told each phase's end as it is set: the lifecycle asks systemd for time until then
     /// without waiting on this queue.
-    private let onPhaseDeadline: (UInt64) -> Void
+    private let onPhaseDeadline: (MonotonicInstant) -> Void
 
     /// Time allowed after SIGKILL for the kernel to end the processes and for their
     /// pidfds to report it.
@@ -44,10 +44,10 @@ final class EngineDrain {
     /// Margin over a job's own expiry sequence before the drain stops waiting for it.
     static let expiryMargin: Duration = .seconds(2)
 
-    init(grace: Duration, onPhaseDeadline: @escaping (UInt64) -> Void, completion: @escaping (DrainReport) -> Void) {
+    init(grace: Duration, onPhaseDeadline: @escaping (MonotonicInstant) -> Void, completion: @escaping (DrainReport) -> Void) {
         self.completion = completion
         self.onPhaseDeadline = onPhaseDeadline
-        self.deadline = startedAt + UInt64(grace.nanosecondsClamped)
+        self.deadline = startedAt + grace
     }
 
     func start(_ engine: JobEngine, grace: Duration) {
@@ -109,18 +109,18 @@ final class EngineDrain {
 
     private func arm(_ engine: JobEngine, after delay: Duration, target: String, _ body: @escaping () -> Void) {
         timer?.cancel()
-        deadline = DispatchTime.now().uptimeNanoseconds + UInt64(delay.nanosecondsClamped)
+        deadline = .now + delay
         onPhaseDeadline(deadline)
         let timer = engine.context.sources.makeTimer(owner: "jobs", target: target, on: engine.queue, handler: body)
         self.timer = timer
         timer.schedule(after: delay)
     }
 
-    func describe(now: UInt64) -> DumpValue {
+    func describe(now: MonotonicInstant) -> DumpValue {
         .object([
             .init("phase", .string(phase.rawValue)),
-            .init("for", .string(Duration.nanoseconds(Int64(now &- startedAt)).compactDescription)),
-            .init("phase_ends_in", .string(Duration.nanoseconds(Int64(deadline > now ? deadline - now : 0)).compactDescription)),
+            .init("for", .string((now - startedAt).compactDescription)),
+            .init("phase_ends_in", .string(max(.zero, deadline - now).compactDescription)),
         ])
     }
 }
@@ -130,7 +130,7 @@ extension JobEngine {
     /// shutdown_grace and then their expiry sequence. `completion` runs on this queue once
     /// every job has ended and has its record (or, at the very last, with what is left).
     /// `onPhaseDeadline` is told when each phase ends, on this queue, as the phase begins.
-    public func beginDrain(grace: Duration, onPhaseDeadline: @escaping (UInt64) -> Void = { _ in },
+    public func beginDrain(grace: Duration, onPhaseDeadline: @escaping (MonotonicInstant) -> Void = { _ in },
                            completion: @escaping (DrainReport) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         stopAccepting()

@@ -17,7 +17,7 @@ final class JobDeadlines: @unchecked Sendable {
     private var timer: RegisteredTimer?
     private var heap: [JobDeadline] = []
     /// What the timer is set for, nil when it is not set.
-    private var armedFor: UInt64?
+    private var armedFor: MonotonicInstant?
 
     init(queue: SubsystemQueue, sources: SourceRegistry) {
         self.queue = queue
@@ -32,9 +32,8 @@ final class JobDeadlines: @unchecked Sendable {
 
     /// `handler` once, `delay` from now (monotonic), on the jobs queue, unless cancelled first.
     func schedule(after delay: Duration, owner: String, target: String, handler: @escaping () -> Void) -> JobDeadline {
-        let now = DispatchTime.now().uptimeNanoseconds
-        let deadline = now &+ UInt64(max(0, delay.nanosecondsClamped))
-        let entry = JobDeadline(owner: self, deadline: deadline < now ? .max : deadline, registry: sources,
+        // Saturating: a budget of "1000 years" is a deadline that never comes, not one in the past.
+        let entry = JobDeadline(owner: self, deadline: .now + max(.zero, delay), registry: sources,
                                 stats: sources.register(.timer, owner: owner, target: target, on: queue), handler: handler)
         push(entry)
         armForEarliest()
@@ -48,7 +47,7 @@ final class JobDeadlines: @unchecked Sendable {
 
     private func fire() {
         armedFor = nil
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         // A handler may add or cancel deadlines: the heap is read afresh each time.
         while let first = heap.first, first.deadline <= now {
             remove(at: 0)
@@ -65,7 +64,7 @@ final class JobDeadlines: @unchecked Sendable {
                 self?.fire()
             }
         }
-        timer?.schedule(at: DispatchTime(uptimeNanoseconds: earliest))
+        timer?.schedule(at: earliest.dispatchTime)
         armedFor = earliest
     }
 
@@ -120,8 +119,8 @@ final class JobDeadlines: @unchecked Sendable {
 
 /// One deadline of `JobDeadlines`: the handle its owner keeps to cancel it.
 final class JobDeadline: @unchecked Sendable {
-    /// When it fires: DispatchTime's uptime nanoseconds.
-    let deadline: UInt64
+    /// When it fires.
+    let deadline: MonotonicInstant
     /// Its place in the heap; -1 once it fired or was cancelled.
     fileprivate var index = -1
     private weak var owner: JobDeadlines?
@@ -129,7 +128,7 @@ final class JobDeadline: @unchecked Sendable {
     private let stats: SourceStats
     private var handler: (() -> Void)?
 
-    fileprivate init(owner: JobDeadlines, deadline: UInt64, registry: SourceRegistry, stats: SourceStats, handler: @escaping () -> Void) {
+    fileprivate init(owner: JobDeadlines, deadline: MonotonicInstant, registry: SourceRegistry, stats: SourceStats, handler: @escaping () -> Void) {
         self.owner = owner
         self.deadline = deadline
         self.registry = registry

@@ -44,7 +44,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let attempt: Int
         let earlier: [RunRecord]
         let reply: Reply
-        let submittedAt: UInt64
+        let submittedAt: MonotonicInstant
     }
 
     private final class Active {
@@ -62,7 +62,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let key: JobKey
         let next: Waiting
         let timer: RegisteredTimer
-        let dueAt: UInt64
+        let dueAt: MonotonicInstant
     }
 
     public let queue: SubsystemQueue
@@ -88,7 +88,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private var peakWaiting = 0
     static let burstSize = 1_000
     /// Files of jobs that waited longer than this are checked again just before the start.
-    static let startCheckAfterWaiting: UInt64 = 1_000_000
+    static let startCheckAfterWaiting: Duration = .milliseconds(1)
     /// Gives memory back a moment after a burst, once the callers have taken their
     /// completions (the watcher frees its per-file state only then).
     private var trimTimer: RegisteredTimer?
@@ -186,7 +186,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
                        completion: @escaping (JobCompletion) -> Void) -> RunID {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         let item = Waiting(runID: runID ?? .random(), subject: subject, attempt: 1, earlier: [], reply: (replyOn, completion),
-                           submittedAt: DispatchTime.now().uptimeNanoseconds)
+                           submittedAt: .now)
         guard accepting, groups[key] != nil else {
             let why = accepting ? "cancelled: \(key) is not configured" : "cancelled: the daemon is stopping"
             complete(key, item, adding: cancelledRecord(key, item, detail: why))
@@ -315,7 +315,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         // Work that starts as it is submitted was looked at an instant ago, by its admission;
         // only work that waited (for a slot, a retry, a hold) is looked at again.
         var item = item
-        let waited = DispatchTime.now().uptimeNanoseconds &- item.submittedAt > Self.startCheckAfterWaiting
+        let waited = item.submittedAt.elapsed() > Self.startCheckAfterWaiting
         switch waited ? item.subject.checkedBeforeStart() : .unchanged {
         case .unchanged:
             break
@@ -345,11 +345,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         case .started, .failed:
             startedTotal += 1
             if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
-            perform(hold.started(now: DispatchTime.now().uptimeNanoseconds))
+            perform(hold.started(now: .now))
         case .shortOfResources(let cause):
             active.removeValue(forKey: item.runID)
             line.putBack(item, to: key)
-            perform(hold.shortage(cause, now: DispatchTime.now().uptimeNanoseconds))
+            perform(hold.shortage(cause, now: .now))
         }
     }
 
@@ -388,7 +388,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             self.line.append(next, to: key)
             self.pump()
         }
-        retrying[next.runID] = Retrying(key: key, next: next, timer: timer, dueAt: DispatchTime.now().uptimeNanoseconds + UInt64(delay.nanosecondsClamped))
+        retrying[next.runID] = Retrying(key: key, next: next, timer: timer, dueAt: .now + delay)
         timer.schedule(after: delay)
     }
 
@@ -477,7 +477,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     // MARK: Dump
 
     public func describeForDump() -> DumpValue {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         let running = active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }
         let keys = Set(groups.keys).union(totals.keys).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
         let fields: [DumpField] = [
@@ -501,7 +501,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         return .object(fields)
     }
 
-    private func describe(_ entry: Active, now: UInt64) -> DumpValue? {
+    private func describe(_ entry: Active, now: MonotonicInstant) -> DumpValue? {
         guard let run = entry.run else { return nil }
         var fields: [DumpField] = [.init(entry.key.kind.rawValue, .string(entry.key.name))]
         if let about = entry.waiting.subject.summary { fields.append(.init("about", .bytes(about))) }
@@ -509,19 +509,19 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         return .object(fields)
     }
 
-    private func describe(waiting item: Waiting, key: JobKey, now: UInt64) -> DumpValue {
+    private func describe(waiting item: Waiting, key: JobKey, now: MonotonicInstant) -> DumpValue {
         var fields: [DumpField] = [
             .init(key.kind.rawValue, .string(key.name)),
             .init("run_id", .string(item.runID.description)),
             .init("priority", .string(groups[key]?.settings.priority.rawValue ?? "default")),
-            .init("waiting", .string(Duration.nanoseconds(Int64(now &- item.submittedAt)).compactDescription)),
+            .init("waiting", .string((now - item.submittedAt).compactDescription)),
         ]
         if let about = item.subject.summary { fields.append(.init("about", .bytes(about))) }
         return .object(fields)
     }
 
-    private func describe(retry: Retrying, now: UInt64) -> DumpValue {
-        let dueIn = Duration.nanoseconds(Int64(retry.dueAt > now ? retry.dueAt - now : 0))
+    private func describe(retry: Retrying, now: MonotonicInstant) -> DumpValue {
+        let dueIn = max(.zero, retry.dueAt - now)
         return .object([
             .init(retry.key.kind.rawValue, .string(retry.key.name)),
             .init("run_id", .string(retry.next.runID.description)),

@@ -33,7 +33,7 @@ public struct JobRequest: Sendable {
     public let standardInput: [UInt8]?
     public var scheduledAt: WallTime? { subject.scheduledAt }
     public let attempt: Int
-    public let submittedAt: UInt64
+    public let submittedAt: MonotonicInstant
     /// The environment every job of the group shares, built once by the engine; nil: the run
     /// builds it.
     public var sharedEnvironment: JobEnvironment?
@@ -41,7 +41,7 @@ public struct JobRequest: Sendable {
     public init(key: JobKey, runID: String = RunID.random().description, settings: JobSettings, subject: JobSubject = .schedule(scheduledAt: nil),
                 placeholders: [String: [UInt8]] = [:], listPlaceholders: [String: [[UInt8]]] = [:],
                 environment: [(String, [UInt8])] = [], standardInput: [UInt8]? = nil, attempt: Int = 1,
-                submittedAt: UInt64 = DispatchTime.now().uptimeNanoseconds) {
+                submittedAt: MonotonicInstant = .now) {
         self.key = key
         self.runID = runID
         self.settings = settings

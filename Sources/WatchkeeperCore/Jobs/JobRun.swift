@@ -21,11 +21,11 @@ final class JobRun: @unchecked Sendable {
     /// Re-armed after each read: progress is applied at most every `progressInterval`.
     private var progressResume: RegisteredTimer?
     private(set) var progress = ProgressParser()
-    private var lastProgressAt: UInt64?
+    private var lastProgressAt: MonotonicInstant?
     private var onFinish: ((RunRecord) -> Void)?
     private var onProgress: (() -> Void)?
     private let onLeftovers: (ChildProcess, Duration) -> Void
-    private(set) var startedAt: UInt64 = 0
+    private(set) var startedAt = MonotonicInstant(nanoseconds: 0)
     private(set) var startedWall: WallTime?
     private var deadlineWall: WallTime?
 
@@ -64,7 +64,7 @@ final class JobRun: @unchecked Sendable {
 
     func start() -> StartResult {
         dispatchPrecondition(condition: .onQueue(context.queue.queue))
-        startedAt = DispatchTime.now().uptimeNanoseconds
+        startedAt = .now
         startedWall = .now()
         let budget = request.settings.budget
         deadlineWall = startedWall!.adding(nanoseconds: budget.nanosecondsClamped)
@@ -276,7 +276,7 @@ final class JobRun: @unchecked Sendable {
         }
         do {
             let output = try outputPlan()
-            let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- startedAt))
+            let elapsed = startedAt.elapsed()
             var spawnRequest = try self.spawnRequest(command: command, extra: [
                 ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
                 ("WATCHKEEPER_PID", Array(String(pid).utf8)),
@@ -345,7 +345,7 @@ final class JobRun: @unchecked Sendable {
             }
         }
         if changed {
-            lastProgressAt = DispatchTime.now().uptimeNanoseconds
+            lastProgressAt = .now
             onProgress?()
         }
         // Coalesce: leave the pipe alone for a while so many updates arrive in one read.
@@ -381,7 +381,7 @@ final class JobRun: @unchecked Sendable {
             progressSuspended = false
             source.cancel()
         }
-        let now = endedAt?.0.nanoseconds ?? DispatchTime.now().uptimeNanoseconds
+        let now = endedAt?.0 ?? .now
         let started = startedWall
         var lateness: Duration?
         if let scheduled = request.scheduledAt, let started {
@@ -391,14 +391,14 @@ final class JobRun: @unchecked Sendable {
         }
         let record = RunRecord(name: request.name, runID: request.runID, attempt: request.attempt, outcome: outcome,
                                scheduledAt: request.scheduledAt, startedAt: started, finishedAt: endedAt?.1 ?? .now(),
-                               duration: .nanoseconds(Int64(now &- startedAt)), exit: exit, expiry: expiry, lateness: lateness, detail: detail)
+                               duration: now - startedAt, exit: exit, expiry: expiry, lateness: lateness, detail: detail)
         let handler = onFinish
         onFinish = nil
         handler?(record)
     }
 
-    func describe(now: UInt64) -> DumpValue {
-        let elapsed = Duration.nanoseconds(Int64(now &- startedAt))
+    func describe(now: MonotonicInstant) -> DumpValue {
+        let elapsed = now - startedAt
         let left = request.settings.budget - elapsed
         var fields: [DumpField] = [
             .init("run_id", .string(request.runID)),
@@ -415,7 +415,7 @@ final class JobRun: @unchecked Sendable {
             .init("progress_updates", .int(Int64(progress.updates))),
         ]
         // An age, not a "since the last dump" flag: building a dump changes nothing.
-        fields.append(.init("last_progress_ago_s", lastProgressAt.map { .double(Double(now &- $0) / 1e9) } ?? .null))
+        fields.append(.init("last_progress_ago_s", lastProgressAt.map { .double((now - $0).secondsDouble) } ?? .null))
         if request.attempt > 1 { fields.append(.init("attempt", .int(Int64(request.attempt)))) }
         return .object(fields)
     }

@@ -16,7 +16,7 @@ struct StartHold {
     enum State: Equatable {
         case open
         /// `retrying`: a job ended or the delay passed, so the next start is a probe.
-        case held(since: UInt64, retrying: Bool, putBack: Int)
+        case held(since: MonotonicInstant, retrying: Bool, putBack: Int)
     }
 
     enum Action: Equatable {
@@ -31,12 +31,12 @@ struct StartHold {
     /// Jobs put back in line over the daemon's life, and holds begun: for the dump.
     private(set) var totalPutBack: UInt64 = 0
     private(set) var holds: UInt64 = 0
-    private var lastWarning: UInt64?
+    private var lastWarning: MonotonicInstant?
     private var holdsSinceWarning = 0
 
     static let firstDelay = Duration.milliseconds(250)
     static let longestDelay = Duration.seconds(5)
-    static let warningInterval: UInt64 = 60_000_000_000
+    static let warningInterval: Duration = .seconds(60)
     static let reportedHold = Duration.seconds(1)
 
     var allowsStarts: Bool {
@@ -47,7 +47,7 @@ struct StartHold {
     }
 
     /// A start failed for want of resources; the job is back in line.
-    mutating func shortage(_ cause: SpawnError, now: UInt64) -> [Action] {
+    mutating func shortage(_ cause: SpawnError, now: MonotonicInstant) -> [Action] {
         totalPutBack += 1
         var actions: [Action] = []
         switch state {
@@ -55,7 +55,7 @@ struct StartHold {
             holds += 1
             delay = Self.firstDelay
             state = .held(since: now, retrying: false, putBack: 1)
-            if let lastWarning, now &- lastWarning < Self.warningInterval {
+            if let lastWarning, now - lastWarning < Self.warningInterval {
                 holdsSinceWarning += 1
             } else {
                 actions.append(.warn(cause, holdsBefore: holdsSinceWarning))
@@ -79,11 +79,11 @@ struct StartHold {
 
     /// A job started: a hold, if there was one, is over. `now` is read only then: this
     /// runs at every job start.
-    mutating func started(now: @autoclosure () -> UInt64) -> [Action] {
+    mutating func started(now: @autoclosure () -> MonotonicInstant) -> [Action] {
         guard case .held(let since, _, let putBack) = state else { return [] }
         state = .open
         delay = Self.firstDelay
-        let held = Duration.nanoseconds(Int64(clamping: now() &- since))
+        let held = now() - since
         return held >= Self.reportedHold ? [.recovered(after: held, putBack: putBack)] : []
     }
 }

@@ -20,11 +20,11 @@ public protocol TaskEngine: AnyObject {
     /// Running, waiting, or waiting for a retry: what an overlap policy counts as busy.
     func activeCount(of key: JobKey) -> Int
     /// The group's running jobs as the dump shows them.
-    func describeRuns(of key: JobKey, now: UInt64) -> [DumpValue]
+    func describeRuns(of key: JobKey, now: MonotonicInstant) -> [DumpValue]
 }
 
 extension JobEngine: TaskEngine {
-    public func describeRuns(of key: JobKey, now: UInt64) -> [DumpValue] {
+    public func describeRuns(of key: JobKey, now: MonotonicInstant) -> [DumpValue] {
         runs(of: key).map { $0.describe(now: now) }
     }
 }

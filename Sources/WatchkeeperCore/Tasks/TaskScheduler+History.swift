@@ -165,7 +165,7 @@ extension TaskScheduler {
     }
 
     public func describeForDump() -> DumpValue {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         let entries: [DumpValue] = order.compactMap { tasks[$0] }.map { task in
             let settings = task.settings
             let schedule: String

@@ -77,7 +77,7 @@ final class JobDeadlinesTests: XCTestCase {
         var generator = SeededGenerator(seed: 7)
         let log = Log()
         var expected: Set<Int> = []
-        var times: [Int: UInt64] = [:]
+        var times: [Int: MonotonicInstant] = [:]
         queue.queue.sync {
             var handles: [JobDeadline] = []
             for index in 0..<300 {

@@ -48,7 +48,7 @@ private final class FakeTaskEngine: TaskEngine {
     func cancel(runID: RunID, detail: String) -> Bool { false }
     func expire(_ key: JobKey, reason: ExpiryReason) { expired.append((key, reason)) }
     func activeCount(of key: JobKey) -> Int { active.filter { $0.key == key }.count }
-    func describeRuns(of key: JobKey, now: UInt64) -> [DumpValue] { [] }
+    func describeRuns(of key: JobKey, now: MonotonicInstant) -> [DumpValue] { [] }
 
     /// Ends the oldest active run of `task` with `outcome`, as the engine would after its
     /// last attempt.
