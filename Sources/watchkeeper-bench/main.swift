@@ -13,6 +13,7 @@ let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("sources", "watching a job's descriptors: a dispatch source each vs one source on an epoll of our own (CPU µs per job)", runJobSourcesBenchmark),
     ("spawn", "job spawn cost: ProcessSpawner (fork/exec shim) vs posix_spawn, to exec and to reaped (µs)", runSpawnOverheadBenchmark),
     ("dump", "SIGUSR1 dump with 1,000 tasks and 10,000 watched directories: build time and to state.json", runDumpBenchmark),
+    ("json", "the control socket's JSON reader vs JSONDecoder and JSONSerialization: µs per call, a hostile nesting", runJSONBenchmark),
     ("control", "control socket: Status latency with 200 tasks and 8 running jobs, RSS of serving it", runControlBenchmark),
     ("metrics", "idle RSS on the demo configuration with and without metrics_file (WATCHKEEPER_BENCH_BASELINE: a binary to compare)", runMetricsMemoryBenchmark),
     ("output", "a job's 1 GiB of output through the daemon: CPU per GiB, throughput, peak RSS (WATCHKEEPER_BENCH_OUTPUT_MIB, _READ_MIBS, _CASES=lines,flat)", runOutputBenchmark),
