@@ -181,11 +181,14 @@ public final class DaemonSandbox {
         return environment
     }
 
+    /// The one way tests start a daemon: `watchkeeper run` on this sandbox's configuration,
+    /// its stderr in ROOT/stderr.log unless `stderrPath` says otherwise (a FIFO, say), under
+    /// `launcher` (prlimit, unshare) or in `cgroup` when asked.
     public func start(notifySocket: NotifySocket?, extra: [String: String] = [:], arguments: [String]? = nil,
-                      cgroup: String? = nil) throws -> DaemonProcess {
+                      cgroup: String? = nil, stderrPath: String? = nil, launcher: [String] = []) throws -> DaemonProcess {
         try DaemonProcess(arguments: arguments ?? ["run", "--config", configPath],
                           environment: environment(notifySocket: notifySocket, extra: extra),
-                          stderrPath: root + "/stderr.log", cgroup: cgroup)
+                          stderrPath: stderrPath ?? root + "/stderr.log", cgroup: cgroup, launcher: launcher)
     }
 
     /// The daemon started on the configuration written, once it has said READY=1. One that

@@ -11,8 +11,7 @@ import Glibc
 /// fewer jobs than max_jobs is only a warning, and jobs run.
 final class FileLimitTests: XCTestCase {
     private func start(limit: Int, _ sandbox: DaemonSandbox, _ notify: NotifySocket) throws -> DaemonProcess {
-        try DaemonProcess(arguments: ["run", "--config", sandbox.configPath], environment: sandbox.environment(notifySocket: notify),
-                          stderrPath: sandbox.root + "/stderr.log", launcher: ["/usr/bin/prlimit", "--nofile=\(limit):\(limit)", "--"])
+        try sandbox.start(notifySocket: notify, launcher: ["/usr/bin/prlimit", "--nofile=\(limit):\(limit)", "--"])
     }
 
     func testALimitWithNoRoomForAJob_refusesToStart_namingTheLimitToRaise() throws {

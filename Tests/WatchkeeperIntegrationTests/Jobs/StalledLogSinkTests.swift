@@ -45,9 +45,7 @@ final class StalledLogSinkTests: ControlTestCase {
         let reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         XCTAssertGreaterThanOrEqual(reader, 0)
         defer { close(reader) }
-        daemon = try DaemonProcess(arguments: ["run", "--config", sandbox.configPath],
-                                   environment: sandbox.environment(notifySocket: notify, extra: ["WATCHDOG_USEC": "2000000"]),
-                                   stderrPath: fifo)
+        daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHDOG_USEC": "2000000"], stderrPath: fifo)
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), "no READY=1")
         try checkNothingElseStalls(sinkIsStuck: { [self] in pipeBytes(reader) >= 32_768 })
 
@@ -83,10 +81,7 @@ final class StalledLogSinkTests: ControlTestCase {
         let launcher = ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
                         #"mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal && : > /run/systemd/journal/socket && mount --bind "$0" /run/systemd/journal/socket && exec "$@""#,
                         socketPath]
-        daemon = try DaemonProcess(arguments: ["run", "--config", sandbox.configPath],
-                                   environment: sandbox.environment(notifySocket: notify, extra: [
-                                       "WATCHDOG_USEC": "2000000", "JOURNAL_STREAM": "\(info.st_dev):\(info.st_ino)",
-                                   ]),
+        daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHDOG_USEC": "2000000", "JOURNAL_STREAM": "\(info.st_dev):\(info.st_ino)"],
                                    stderrPath: stderrPath, launcher: launcher)
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), "no READY=1; stderr:\n\(daemon.stderr)")
         try checkNothingElseStalls(sinkIsStuck: { [self] in
