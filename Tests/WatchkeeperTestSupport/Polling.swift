@@ -39,6 +39,19 @@ public func waitForValue<Value>(
     }
 }
 
+/// Lets `seconds` (times `testDeadlineScale`) pass: the window in which a test shows that
+/// something does NOT happen (a second job for one file, a run of an excluded file). What
+/// a test expects to happen is waited for with `waitFor` instead; a pause is no way to
+/// wait for an event. Scaled like every deadline, so that under a sanitizer, where the
+/// daemon is several times slower, the window is as long in the daemon's terms.
+public func letTimePass(_ seconds: TimeInterval) {
+    let deadline = MonotonicInstant.now + .seconds(seconds * testDeadlineScale)
+    // In steps, so that a signal cutting one short (EINTR) does not cut the window.
+    while case let now = MonotonicInstant.now, now < deadline {
+        usleep(useconds_t(min(100_000, (deadline.nanoseconds - now.nanoseconds) / 1_000 + 1)))
+    }
+}
+
 /// Whether `condition` came to hold within `timeout` seconds, asked at once and then every
 /// `interval`.
 public func waitFor(

@@ -3,6 +3,7 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -82,14 +83,17 @@ final class ControlClientTests: XCTestCase {
         XCTAssertEqual(listen(listener, 1), 0)
         let refusal = VarlinkReply.error(ControlInterface.ErrorName.permissionDenied.error([.init("group", .string("wheel"))])).encoded
         // The daemon refuses at accept: it answers and closes before reading anything.
+        let closed = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
             let connection = accept(listener, nil, nil)
             _ = refusal.withUnsafeBytes { send(connection, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
             close(connection)
             close(listener)
+            closed.signal()
         }
         let client = try ControlClient.connect(path: path, timeout: .seconds(10))
-        usleep(200_000)  // closed before the call is sent: the send fails with EPIPE
+        // Closed before the call is sent: the send fails with EPIPE.
+        XCTAssertEqual(closed.wait(timeout: .now() + 10 * testDeadlineScale), .success, "the server never closed the connection")
         XCTAssertThrowsError(try client.call(VarlinkCall(method: "io.watchkeeper.Control.Status"))) { error in
             guard case ControlClientError.permissionDenied(_, let group) = error else { return XCTFail("\(error)") }
             XCTAssertEqual(group, "wheel")

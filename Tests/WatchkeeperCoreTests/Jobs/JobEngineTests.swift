@@ -241,7 +241,7 @@ final class JobEngineTests: XCTestCase {
             XCTAssertEqual(engine.waitingCount, 0)
         }
         XCTAssertEqual(withdrawn.flatMap(\.files).map { String(decoding: $0.path, as: UTF8.self) }, ["/srv/a", "/srv/b"])
-        XCTAssertFalse(done.wait(1, timeout: 0.5), "taken back work completes nowhere: the caller submits it again")
+        XCTAssertFalse(done.wait(1, timeout: 0.5 * testDeadlineScale), "taken back work completes nowhere: the caller submits it again")
     }
 
     func testSubmit_afterTheDrainBegan_completesAtOnceAsCancelled() {

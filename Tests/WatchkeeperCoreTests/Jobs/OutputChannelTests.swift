@@ -82,7 +82,7 @@ final class OutputChannelTests: XCTestCase {
         let started = MonotonicInstant.now
         context.queue.queue.sync { channel.close { closed.signal() } }
         XCTAssertLessThan(MonotonicInstant.now - started, .milliseconds(200), "close waited on the jobs queue for the sink")
-        XCTAssertEqual(closed.wait(timeout: .now() + 0.3), .timedOut, "closed before its lines were out")
+        XCTAssertEqual(closed.wait(timeout: .now() + 0.3 * testDeadlineScale), .timedOut, "closed before its lines were out")
         XCTAssertTrue(context.queue.queue.sync { channel.isWaitingForSink })
         // Meanwhile the queue serves others at once.
         let turn = MonotonicInstant.now
@@ -106,7 +106,7 @@ final class OutputChannelTests: XCTestCase {
         let channel = try channelAfterJobWrote(200, context: context)
         let closed = DispatchSemaphore(value: 0)
         context.queue.queue.sync { channel.close { closed.signal() } }
-        XCTAssertEqual(closed.wait(timeout: .now() + 0.2), .timedOut)
+        XCTAssertEqual(closed.wait(timeout: .now() + 0.2 * testDeadlineScale), .timedOut, "closed before its lines were out")
         context.queue.queue.sync { channel.stopWaitingForSink() }
         XCTAssertEqual(closed.wait(timeout: .now() + 2 * testDeadlineScale), .success, "still waiting for a sink it was told to give up on")
         XCTAssertTrue(context.queue.queue.sync { channel.isClosed })

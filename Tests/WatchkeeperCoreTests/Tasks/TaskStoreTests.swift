@@ -285,24 +285,34 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
         let store = try TaskStore(directory: directory)
         defer { store.close() }
         let locked = DispatchSemaphore(value: 0)
+        let attempting = DispatchSemaphore(value: 0)
         let released = DispatchSemaphore(value: 0)
+        let holder = HolderLog()
         let path = databasePath
+        // Held from before the write is attempted until well into it, and released well
+        // within the busy timeout: the write can only succeed by waiting for the commit.
+        let hold = min(0.3, TaskStore.busyTimeout.secondsDouble / 2 / testDeadlineScale)
         Thread.detachNewThread {
+            defer { released.signal() }
             var connection: OpaquePointer?
-            sqlite3_open_v2(path, &connection, SQLITE_OPEN_READWRITE, nil)
-            sqlite3_exec(connection, "BEGIN IMMEDIATE; INSERT INTO task_state (task) VALUES ('holder')", nil, nil, nil)
+            defer { sqlite3_close(connection) }
+            guard sqlite3_open_v2(path, &connection, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK,
+                  sqlite3_exec(connection, "BEGIN IMMEDIATE; INSERT INTO task_state (task) VALUES ('holder')", nil, nil, nil) == SQLITE_OK
+            else { return holder.fail("unable to take the write lock: \(String(cString: sqlite3_errmsg(connection)))") }
             locked.signal()
-            usleep(300_000)
-            sqlite3_exec(connection, "COMMIT", nil, nil, nil)
-            sqlite3_close(connection)
-            released.signal()
+            guard attempting.wait(timeout: .now() + 10 * testDeadlineScale) == .success else { return holder.fail("the write was never attempted") }
+            letTimePass(hold)
+            holder.committing()
+            guard sqlite3_exec(connection, "COMMIT", nil, nil, nil) == SQLITE_OK else {
+                return holder.fail("unable to commit: \(String(cString: sqlite3_errmsg(connection)))")
+            }
         }
-        locked.wait()
-        let start = DispatchTime.now()
+        XCTAssertEqual(locked.wait(timeout: .now() + 10 * testDeadlineScale), .success, "the other connection never took the lock: \(holder.failure ?? "")")
+        attempting.signal()
         try store.recordRun(run("a", 1))
-        let waitedMilliseconds = (DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
-        XCTAssertGreaterThanOrEqual(waitedMilliseconds, 150)
-        released.wait()
+        XCTAssertTrue(holder.hadCommitted, "the write succeeded while the other connection held the lock")
+        XCTAssertEqual(released.wait(timeout: .now() + 10 * testDeadlineScale), .success)
+        XCTAssertNil(holder.failure)
         XCTAssertNotNil(try store.state(task: "holder"))
         XCTAssertEqual(try store.history(task: "a", limit: 1), [run("a", 1)])
     }
@@ -374,6 +384,19 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try reopened.history(task: "after", limit: 10), [run("after", 1)])
         XCTAssertEqual(try query("PRAGMA integrity_check"), ["ok"])
     }
+}
+
+/// What the connection holding the lock did, read by the test's thread.
+private final class HolderLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var committed = false
+    private var problem: String?
+
+    /// Said just before COMMIT: a write that returns before this was not blocked by the lock.
+    func committing() { lock.withLock { committed = true } }
+    func fail(_ text: String) { lock.withLock { problem = text } }
+    var hadCommitted: Bool { lock.withLock { committed } }
+    var failure: String? { lock.withLock { problem } }
 }
 
 /// A string set by a background thread and read after it signalled.

@@ -55,6 +55,18 @@ class WatchTestCase: XCTestCase {
         return ((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first
     }
 
+    /// Live processes whose command line contains `text` (a sandbox path in a job's
+    /// command): the jobs a killed daemon left running. A zombie's command line is empty.
+    func processes(mentioning text: String) -> [pid_t] {
+        let needle = Array(text.utf8)
+        let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.compactMap { pid_t($0) } ?? []
+        return pids.filter { pid in
+            guard let line = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return false }
+            let bytes = Array(line)
+            return bytes.count >= needle.count && (0...(bytes.count - needle.count)).contains { bytes[$0..<$0 + needle.count].elementsEqual(needle) }
+        }
+    }
+
     /// A job that appends its {path} argument and NUL to @DIR@/handled, byte for byte.
     static let recorder = #"command = ["/usr/bin/python3", "-c", "import sys,os; f=os.open(sys.argv[1], os.O_WRONLY|os.O_APPEND|os.O_CREAT); os.write(f, os.fsencode(sys.argv[2]) + b'\\0')", "@DIR@/handled", "{path}"]"#
 

@@ -233,7 +233,7 @@ extension TaskRunTests {
             """)
         XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/order").count >= 2 }, daemon.stderr)
         XCTAssertTrue(daemon.waitForStderr(containing: "dependency broken did not succeed", timeout: 5), daemon.stderr)
-        usleep(300_000)
+        letTimePass(0.3) // report would have run by now
         XCTAssertEqual(lines(sandbox.root + "/order"), ["prepare", "publish"], "report must not run after broken failed")
         XCTAssertTrue(daemon.stderr.contains("task report run") && daemon.stderr.contains("outcome=cancelled"), daemon.stderr)
         daemon.stop(within: 20)
@@ -272,7 +272,7 @@ extension TaskRunTests {
         let restarted = try sandbox.start(notifySocket: notify)
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
         XCTAssertTrue(waitFor(10) { lines(sandbox.root + "/runs").count == 2 }, "the missed run was not caught up at start:\n\(restarted.stderr)")
-        usleep(600_000)
+        letTimePass(0.6) // a catch-up per missed interval would have run by now
         let runs = lines(sandbox.root + "/runs")
         XCTAssertEqual(runs.count, 2, "caught up once, not once per missed interval")
         let times = runs.compactMap(Self.parseTimestamp)

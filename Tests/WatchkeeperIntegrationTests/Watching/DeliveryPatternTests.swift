@@ -167,7 +167,7 @@ final class DeliveryPatternTests: WatchTestCase {
         // A file written in place gets one job, not one for its creation and one for its close.
         create(sandbox.root + "/in/written", "written-in-place")
         XCTAssertTrue(waitFor(10) { contentsRead()["written-in-place"] != nil }, daemon.stderr)
-        Thread.sleep(forTimeInterval: 1.5) // the scan window a created file would have waited
+        letTimePass(1.5) // the scan window a created file would have waited
         XCTAssertEqual(contentsRead()["written-in-place"], 1, "\(reads())")
     }
 
@@ -192,7 +192,7 @@ final class DeliveryPatternTests: WatchTestCase {
         }
         close(fd)
         XCTAssertTrue(waitFor(10) { (try? String(contentsOfFile: sandbox.root + "/sizes", encoding: .utf8)) != nil }, daemon.stderr)
-        Thread.sleep(forTimeInterval: 1.5)
+        letTimePass(1.5) // a job on a partial file would have written its size by now
         let sizes = ((try? String(contentsOfFile: sandbox.root + "/sizes", encoding: .utf8)) ?? "").split(separator: "\n")
             .map { $0.trimmingCharacters(in: .whitespaces) }
         XCTAssertEqual(sizes, ["10000"], "a job ran on a partial file\n\(daemon.stderr)")

@@ -30,7 +30,7 @@ final class RootTrackingTests: WatchTestCase {
         create(sandbox.root + "/p.old/in/written-in-the-old-tree")
         create(sandbox.root + "/p/in/written-in-the-new-root")
         XCTAssertTrue(waitFor(15) { handled().contains(sandbox.root + "/p/in/written-in-the-new-root") }, "\(handled())\n\(daemon.stderr)")
-        Thread.sleep(forTimeInterval: 0.5)
+        letTimePass(0.5)
         XCTAssertFalse(handled().contains { $0.hasSuffix("written-in-the-old-tree") }, "a write in the moved tree ran a job on the new root: \(handled())")
         XCTAssertEqual(handled().count, 2, "\(handled())")
     }
@@ -55,7 +55,7 @@ final class RootTrackingTests: WatchTestCase {
         create(sandbox.root + "/v2/two")
         create(sandbox.root + "/v1/after-retarget")
         XCTAssertTrue(waitFor(10) { handled().contains(sandbox.root + "/v2/two") }, "\(handled())\n\(daemon.stderr)")
-        Thread.sleep(forTimeInterval: 0.5)
+        letTimePass(0.5)
         XCTAssertFalse(handled().contains(sandbox.root + "/v1/after-retarget"), "the old target is still watched: \(handled())")
         XCTAssertEqual(dumpedRule()?["watched_root"] as? String, sandbox.root + "/v2")
     }
@@ -79,7 +79,7 @@ final class RootTrackingTests: WatchTestCase {
         for index in 1...5 { create(sandbox.root + "/p/in/f\(index)", "new-\(index)") }
         let reads = { self.records(self.sandbox.root + "/read").map { String(decoding: $0, as: UTF8.self) } }
         XCTAssertTrue(waitFor(15) { reads().filter { $0.hasPrefix("new-") }.count >= 5 }, "\(reads())\n\(daemon.stderr)")
-        Thread.sleep(forTimeInterval: 1.5) // the old files' jobs would have run by now
+        letTimePass(1.5) // the old files' jobs would have run by now
         let contents = reads().map { String($0.split(separator: "\t")[0]) }
         XCTAssertTrue(Set(contents).isSuperset(of: (1...5).map { "new-\($0)" }), "\(reads())")
         // The job that was running reads by path, whichever file is there when it does (its

@@ -50,7 +50,7 @@ final class StateStoreStallTests: WatchTestCase {
         let notify = try NotifySocket()
         daemon = try sandbox.startReady(notifySocket: notify)
         // Catch-up lists the tree and gives what it finds a 1 s window.
-        usleep(2_500_000)
+        letTimePass(2.5)
         XCTAssertEqual(records(sandbox.root + "/handled").count, 30, "a file ran again after the restart\n\(daemon.stderrTail)")
     }
 }

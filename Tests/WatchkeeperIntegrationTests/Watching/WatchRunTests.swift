@@ -18,9 +18,10 @@ final class WatchRunTests: WatchTestCase {
             """)
         write("report.csv")
         XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 1 }, daemon.stderr)
-        usleep(300_000)
+        // The record follows the job's exit and its last output.
+        XCTAssertTrue(daemon.waitForStderr(containing: "outcome=ok", timeout: 10), daemon.stderr)
+        letTimePass(0.3) // a second job for the same file would have run by now
         XCTAssertEqual(records(sandbox.root + "/handled"), [Array((sandbox.root + "/in/report.csv").utf8)])
-        XCTAssertTrue(daemon.stderr.contains("outcome=ok"), daemon.stderr)
     }
 
     func testFilesTheLedgerHolds_areForgottenInMemory_andStillNotRunAgainWhenMovedWithinTheTree() throws {
@@ -57,7 +58,7 @@ final class WatchRunTests: WatchTestCase {
         try process.run()
         process.waitUntilExit()
         XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count >= 1 }, daemon.stderr)
-        usleep(500_000)
+        letTimePass(0.5) // the watch added on the new directories and its scan could both have reported the file
         XCTAssertEqual(records(sandbox.root + "/handled"), [Array((sandbox.root + "/in/a/b/c/f").utf8)], "exactly once")
     }
 
@@ -76,7 +77,7 @@ final class WatchRunTests: WatchTestCase {
             usleep(50_000)
         }
         XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").count >= 1 }, daemon.stderr)
-        usleep(500_000)
+        letTimePass(0.5) // a second job for any of the five writes would have run by now
         XCTAssertEqual(records(sandbox.root + "/handled").count, 1, daemon.stderr)
         daemon.send(SIGUSR1)
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
@@ -99,10 +100,11 @@ final class WatchRunTests: WatchTestCase {
             \(Self.recorder)
             """)
         try FileManager.default.createDirectory(atPath: sandbox.root + "/in/sub", withIntermediateDirectories: true)
-        usleep(200_000)
+        // Written once sub/ has its own watch, so that inotify, not the new directory's scan, reports its files.
+        XCTAssertTrue(waitFor(10) { self.dumpedRule()?["inotify_watches"] as? Int == 2 }, daemon.stderr)
         for name in ["x.csv", ".hidden.csv", "y.txt", "sub/z.csv", "sub/w.csv.tmp"] { write(name) }
         XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count >= 2 }, daemon.stderr)
-        usleep(500_000)
+        letTimePass(0.5) // the excluded files' jobs would have run by now
         let handled = Set(records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) })
         XCTAssertEqual(handled, [sandbox.root + "/in/x.csv", sandbox.root + "/in/sub/z.csv"])
     }
@@ -153,7 +155,7 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertTrue(waitFor(60) { Set(records(sandbox.root + "/handled")).count == 600 },
                       "handled \(Set(records(sandbox.root + "/handled")).count) of 600\n\(daemon.stderrTail)")
         XCTAssertTrue(daemon.stderr.contains("inotify event queue overflowed"), "no overflow happened, the test proves nothing")
-        usleep(500_000)
+        letTimePass(0.5) // a file both read from the queue and found by the rescan would have run twice by now
         XCTAssertEqual(records(sandbox.root + "/handled").count, 600, "every file exactly once")
     }
 
@@ -199,9 +201,7 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("inotify watch limit (fs.inotify.max_user_watches=1) reached"), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("raise it with: sysctl fs.inotify.max_user_watches="), daemon.stderr)
-        daemon.send(SIGUSR1)
-        let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))
-        let rule = try XCTUnwrap(((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first)
+        let rule = try XCTUnwrap(dumpedRule())
         XCTAssertFalse((rule["unwatched_directories"] as? [String] ?? []).isEmpty, "\(rule)")
         // A file in a directory that has no watch is still handled, by the fallback scan.
         XCTAssertTrue(FileManager.default.createFile(atPath: root.root + "/tree/c/late.csv", contents: Data("x".utf8)))
@@ -210,10 +210,7 @@ final class WatchRunTests: WatchTestCase {
         // Once the limit is raised again, the next pass watches the subtree.
         try original.write(toFile: knob, atomically: false, encoding: .utf8)
         XCTAssertTrue(waitFor(10) {
-            daemon.send(SIGUSR1)
-            usleep(300_000)
-            let state = try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: sandbox.statePath))) as? [String: Any]
-            let rule = ((state?["watches"] as? [String: Any])?["rules"] as? [[String: Any]])?.first
+            let rule = self.dumpedRule()
             return (rule?["unwatched_total"] as? Int) == 0 && (rule?["inotify_watches"] as? Int) == 4
         }, daemon.stderr)
     }
@@ -233,7 +230,7 @@ final class WatchRunTests: WatchTestCase {
         daemon = try sandbox.start(notifySocket: notify)
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
         XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
-        usleep(1_500_000)
+        letTimePass(1.5) // catch-up redoing the file handled before the stop would have run it by now
         let handled = records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
         XCTAssertEqual(handled, [sandbox.root + "/in/before-stop", sandbox.root + "/in/while-down"], "each file once, across the restart")
     }
@@ -250,14 +247,16 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertTrue(waitFor(20) { records(sandbox.root + "/handled").count >= 20 }, daemon.stderrTail)
         daemon.send(SIGKILL)
         _ = daemon.waitForExit(timeout: 5)
-        usleep(300_000) // jobs still running finish on their own
+        // Jobs still running finish on their own: those of the killed daemon are its orphans now.
+        XCTAssertTrue(waitFor(5) { self.processes(mentioning: self.sandbox.root + "/handled").isEmpty },
+                      "the killed daemon's jobs are still running: \(processes(mentioning: sandbox.root + "/handled"))")
         let beforeRestart = records(sandbox.root + "/handled").count
         let notify = try NotifySocket()
         daemon = try sandbox.start(notifySocket: notify)
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10))
         XCTAssertTrue(waitFor(30) { Set(records(sandbox.root + "/handled")).count == 80 },
                       "handled \(Set(records(sandbox.root + "/handled")).count) of 80 after the restart\n\(daemon.stderrTail)")
-        usleep(1_500_000)
+        letTimePass(1.5) // catch-up redoing files handled before the kill would have run them by now
         let total = records(sandbox.root + "/handled").count
         // Only jobs whose results never reached the ledger may run twice: the two in flight
         // at the kill, and those that ended within the ledger's 20 ms commit interval before
@@ -278,11 +277,16 @@ final class WatchRunTests: WatchTestCase {
             \(Self.batchRecorder)
             """)
         for index in 0..<40 { write("part-\(index)") }
-        XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").contains([UInt8(ascii: "|")]) }, daemon.stderr)
-        usleep(800_000)
+        let bar = [UInt8(ascii: "|")]
+        // Every file handled, and the run that handled the last of them finished ("|" comes last).
+        XCTAssertTrue(waitFor(10) {
+            let entries = self.records(self.sandbox.root + "/handled")
+            return entries.last == bar && Set(entries.filter { $0 != bar }).count == 40
+        }, daemon.stderr)
+        letTimePass(0.8) // a file handed to a second batch would have been handled again by now
         let entries = records(sandbox.root + "/handled")
-        let runs = entries.filter { $0 == [UInt8(ascii: "|")] }.count
-        let files = entries.filter { $0 != [UInt8(ascii: "|")] }.map { String(decoding: $0, as: UTF8.self) }
+        let runs = entries.filter { $0 == bar }.count
+        let files = entries.filter { $0 != bar }.map { String(decoding: $0, as: UTF8.self) }
         XCTAssertEqual(Set(files), Set((0..<40).map { sandbox.root + "/in/part-\($0)" }))
         XCTAssertEqual(files.count, 40, "each file exactly once")
         XCTAssertLessThanOrEqual(runs, 2, "40 files written at once settle together")
@@ -341,7 +345,7 @@ final class WatchRunTests: WatchTestCase {
         }
         let bar = [UInt8(ascii: "|")]
         XCTAssertTrue(waitFor(15) { records(sandbox.root + "/handled").filter { $0 != bar }.count >= names.count }, daemon.stderr)
-        usleep(300_000)
+        letTimePass(0.3) // a path handed to two runs would have been written twice by now
         let entries = records(sandbox.root + "/handled")
         let files = entries.filter { $0 != bar }
         XCTAssertEqual(Set(files), Set(names.map { Array((sandbox.root + "/in/").utf8) + $0 }))
@@ -395,7 +399,7 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertEqual(rename(outside, sandbox.root + "/in/arrived"), 0)
         XCTAssertEqual(unlink(sandbox.root + "/in/written-here"), 0)
         XCTAssertTrue(waitFor(10) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
-        usleep(300_000)
+        letTimePass(0.3) // a job for the closed_write that was not asked for would have run by now
         XCTAssertEqual(Set(records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }),
                        ["moved_in arrived", "deleted written-here"])
     }
