@@ -22,7 +22,7 @@ final class EngineDrainTests: JobTestCase {
     /// Starts the drain in the caller's turn of the jobs queue.
     private func beginDrain(_ engine: JobEngine, grace: Duration, completions: Arrivals<JobCompletion>) -> Drain {
         let drain = Drain()
-        engine.beginDrain(grace: grace, onPhaseDeadline: { drain.deadlines.add($0) }) { report in
+        engine.beginDrain(grace: grace, onPhaseDeadline: { drain.deadlines.add($0.nanoseconds) }) { report in
             drain.completionsAtReport.add(completions.all.count)
             drain.reports.add(report)
         }
