@@ -1,3 +1,5 @@
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,34 +20,32 @@ enum ConfigFileReader {
         guard !path.isEmpty else { return .failure(ReadFailure(reason: "the path is empty")) }
         // stat first, so that a FIFO, socket or device is never opened at all.
         var info = stat()
-        guard stat(path, &info) == 0 else { return .failure(ReadFailure(errno: errno)) }
+        if case .failure(let error) = nothingOrErrno({ stat(path, &info) }) { return .failure(ReadFailure(error)) }
         if let kind = notRegular(info.st_mode) { return .failure(ReadFailure(reason: kind)) }
 
         // O_NONBLOCK (no effect on a regular file) and fstat again: the path may have been
         // replaced by a FIFO since the stat, and then the open must not wait.
-        var fd: Int32
-        repeat {
-            fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
-        } while fd < 0 && errno == EINTR
-        guard fd >= 0 else { return .failure(ReadFailure(errno: errno)) }
-        defer { close(fd) }
-        guard fstat(fd, &info) == 0 else { return .failure(ReadFailure(errno: errno)) }
+        let file: OwnedFileDescriptor
+        switch valueOrErrno({ open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) }) {
+        case .success(let fd): file = OwnedFileDescriptor(adopting: fd)
+        case .failure(let error): return .failure(ReadFailure(error))
+        }
+        let fd = file.rawValue
+        if case .failure(let error) = nothingOrErrno({ fstat(fd, &info) }) { return .failure(ReadFailure(error)) }
         if let kind = notRegular(info.st_mode) { return .failure(ReadFailure(reason: kind)) }
-        if Int(info.st_size) > sizeLimit { return .failure(ReadFailure(errno: EFBIG)) }
+        if Int(info.st_size) > sizeLimit { return .failure(ReadFailure(.fileTooLarge)) }
 
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Int(info.st_size))
         var chunk = [UInt8](repeating: 0, count: 65_536)
         while true {
-            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                return .failure(ReadFailure(errno: errno))
+            switch valueOrErrno({ chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) } }) {
+            case .failure(let error): return .failure(ReadFailure(error))
+            case .success(0): return .success(bytes)
+            case .success(let count): bytes.append(contentsOf: chunk[0..<count])
             }
-            if count == 0 { return .success(bytes) }
-            bytes.append(contentsOf: chunk[0..<count])
             // The file may grow after the fstat.
-            if bytes.count > sizeLimit { return .failure(ReadFailure(errno: EFBIG)) }
+            if bytes.count > sizeLimit { return .failure(ReadFailure(.fileTooLarge)) }
         }
     }
 
@@ -71,12 +71,12 @@ struct ReadFailure: Error, Equatable {
         self.reason = reason
     }
 
-    init(errno code: Int32) {
-        switch code {
-        case EFBIG: reason = "file is larger than \(ConfigFileReader.sizeLimit >> 20) MiB"
+    init(_ error: Errno) {
+        switch error {
+        case .fileTooLarge: reason = "file is larger than \(ConfigFileReader.sizeLimit >> 20) MiB"
         // strerror's "Too many levels of symbolic links" does not say what to look for.
-        case ELOOP: reason = "Too many levels of symbolic links (a symbolic link loop?)"
-        default: reason = String(cString: strerror(code))
+        case .tooManySymbolicLinkLevels: reason = "Too many levels of symbolic links (a symbolic link loop?)"
+        default: reason = error.description
         }
     }
 }

@@ -26,9 +26,14 @@ public struct JobNetwork: Sendable, Equatable {
         } catch {
             unreadable = "\(error)"
         }
-        let socketFD = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        let refused = socketFD < 0 && (errno == EAFNOSUPPORT || errno == EPERM)
-        if socketFD >= 0 { close(socketFD) }
+        let refused: Bool
+        switch valueOrErrno({ socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }) {
+        case .success(let socketFD):
+            close(socketFD)
+            refused = false
+        case .failure(let error):
+            refused = error == .addressFamilyNotSupported || error == .notPermitted
+        }
         return JobNetwork(interfaces: interfaces(procNetDev: listing), internetSockets: !refused, unreadable: unreadable)
     }
 

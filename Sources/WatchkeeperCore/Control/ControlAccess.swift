@@ -25,13 +25,14 @@ public struct ControlPeer: Sendable, Equatable {
         var credentials = wk_peer_credentials()
         try systemCall { wk_get_peer_credentials(socket.rawValue, &credentials) }
         var groups = [gid_t](repeating: 0, count: 64)
-        var count = wk_get_peer_groups(socket.rawValue, &groups, Int32(groups.count))
-        if count < 0, errno == ERANGE {
+        var count = valueOrErrno { wk_get_peer_groups(socket.rawValue, &groups, Int32(groups.count)) }
+        if case .failure(.outOfRange) = count {
             groups = [gid_t](repeating: 0, count: 65_536)
-            count = wk_get_peer_groups(socket.rawValue, &groups, Int32(groups.count))
+            count = valueOrErrno { wk_get_peer_groups(socket.rawValue, &groups, Int32(groups.count)) }
         }
+        let received = (try? count.get()) ?? 0
         return ControlPeer(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
-                           groups: count > 0 ? Array(groups.prefix(Int(count))) : [])
+                           groups: received > 0 ? Array(groups.prefix(Int(received))) : [])
     }
 
     /// "uid 65534 (nobody), pid 4242 (python3)": user names and commands are the peer's to

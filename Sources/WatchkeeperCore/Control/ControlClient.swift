@@ -131,12 +131,11 @@ public final class ControlClient {
         var offset = 0
         while offset < bytes.count {
             try wait(for: Int16(POLLOUT), until: deadline, doing: "send the request")
-            let written = bytes.withUnsafeBytes { Glibc.send(socket.rawValue, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            if written < 0 {
-                if errno == EINTR || errno == EAGAIN { continue }
-                throw .failed(path: path, reason: Errno(rawValue: errno).unable("send the request"))
+            switch valueOrErrno({ bytes.withUnsafeBytes { Glibc.send(socket.rawValue, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) } }) {
+            case .success(let written): offset += written
+            case .failure(.resourceTemporarilyUnavailable): continue
+            case .failure(let error): throw .failed(path: path, reason: error.unable("send the request"))
             }
-            offset += written
         }
     }
 
@@ -153,13 +152,18 @@ public final class ControlClient {
             }
             searched = buffered.count
             try wait(for: Int16(POLLIN), until: deadline, doing: "read the reply")
-            let count = chunk.withUnsafeMutableBytes { recv(socket.rawValue, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-            if count > 0 {
+            let outcome = chunk.withUnsafeMutableBytes { buffer in
+                NonBlockingRead { recv(socket.rawValue, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT)) }
+            }
+            switch outcome {
+            case .bytes(let count):
                 buffered += chunk[..<count]
-            } else if count == 0 {
+            case .wouldBlock:
+                continue
+            case .endOfFile:
                 throw .failed(path: path, reason: "the daemon closed the connection before replying (it may be stopping)")
-            } else if errno != EINTR && errno != EAGAIN {
-                throw .failed(path: path, reason: Errno(rawValue: errno).unable("read the reply"))
+            case .failed(let error):
+                throw .failed(path: path, reason: error.unable("read the reply"))
             }
         }
     }
@@ -173,10 +177,11 @@ public final class ControlClient {
             }
             var descriptor = pollfd(fd: socket.rawValue, events: events, revents: 0)
             let milliseconds = Int32(clamping: (left.nanosecondsClamped + 999_999) / 1_000_000)
-            let ready = poll(&descriptor, 1, milliseconds)
-            if ready > 0 { return }
-            if ready < 0 && errno != EINTR {
-                throw .failed(path: path, reason: Errno(rawValue: errno).unable(what))
+            // Not retried here: an interrupted poll goes round again with the time left.
+            switch valueOrErrno(retryOnInterrupt: false, { poll(&descriptor, 1, milliseconds) }) {
+            case .success(let ready) where ready > 0: return
+            case .success, .failure(.interrupted): continue
+            case .failure(let error): throw .failed(path: path, reason: error.unable(what))
             }
         }
     }

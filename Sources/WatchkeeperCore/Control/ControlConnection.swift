@@ -114,18 +114,21 @@ final class ControlConnection {
     /// went away) close the connection on the next check, like any dead client.
     func flush(queue: DispatchQueue, now: UInt64) {
         while pendingReplyBytes > 0 {
-            let written = outbound.withUnsafeBytes { buffer in
-                send_nosignal(descriptor.rawValue, buffer.baseAddress! + outboundOffset, pendingReplyBytes)
+            let sent = valueOrErrno {
+                outbound.withUnsafeBytes { buffer in
+                    send_nosignal(descriptor.rawValue, buffer.baseAddress! + outboundOffset, pendingReplyBytes)
+                }
             }
-            if written > 0 {
+            switch sent {
+            case .success(let written) where written > 0:
                 outboundOffset += written
                 lastActivity = now
                 continue
-            }
-            if written < 0 && (errno == EAGAIN || errno == EINTR) {
-                if errno == EINTR { continue }
+            case .failure(.resourceTemporarilyUnavailable):
                 waitForWritable(queue: queue, now: now)
                 return
+            case .success, .failure:
+                break
             }
             // The peer is gone: nothing more can reach it.
             outbound.removeAll()

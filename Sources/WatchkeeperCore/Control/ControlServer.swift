@@ -215,12 +215,13 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
                 pauseAcceptingForDescriptors()
                 return
             }
-            let fd = wk_accept_nonblocking(listener.descriptor.rawValue)
-            if fd < 0 {
-                let failure = Errno(rawValue: errno)
+            let fd: Int32
+            switch valueOrErrno({ wk_accept_nonblocking(listener.descriptor.rawValue) }) {
+            case .success(let accepted): fd = accepted
+            case .failure(let failure):
                 switch failure {
                 case .resourceTemporarilyUnavailable: return
-                case .interrupted, .connectionAbort: continue
+                case .connectionAbort: continue
                 default:
                     // EMFILE/ENFILE: the pending connection stays readable, so without a pause
                     // this handler would spin. Pause accepting for a second; say so once.
@@ -342,13 +343,14 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     private func readable(_ id: UInt64) {
         guard let connection = connections[id], !connection.dropped else { return }
         let now = DispatchTime.now().uptimeNanoseconds
-        let count = scratch.withUnsafeMutableBytes { read(connection.descriptor.rawValue, $0.baseAddress, $0.count) }
-        if count < 0 {
-            if errno == EAGAIN || errno == EINTR { return }
-            drop(connection, reason: ("read failed", Errno(rawValue: errno).unable("read from the client")))
+        let count: Int
+        switch scratch.withUnsafeMutableBytes({ NonBlockingRead.read(connection.descriptor.rawValue, into: $0) }) {
+        case .bytes(let read): count = read
+        case .wouldBlock: return
+        case .failed(let error):
+            drop(connection, reason: ("read failed", error.unable("read from the client")))
             return
-        }
-        if count == 0 {
+        case .endOfFile:
             // The client hung up (or shut its side): answer what it already asked, then close.
             connection.stopReading()
             finishIfDone(connection)

@@ -27,7 +27,10 @@ extension Daemon {
             target.async {
                 var remaining = timespec(tv_sec: Int(stall.components.seconds), tv_nsec: Int(stall.components.attoseconds / 1_000_000_000))
                 var left = timespec()
-                while nanosleep(&remaining, &left) != 0 && errno == EINTR { remaining = left }
+                // Not retried as is: an interrupted sleep goes on for what was left of it.
+                while case .failure(.interrupted) = nothingOrErrno(retryOnInterrupt: false, { nanosleep(&remaining, &left) }) {
+                    remaining = left
+                }
             }
         }
         hook?.schedule(after: delay)

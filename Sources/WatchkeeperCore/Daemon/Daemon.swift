@@ -159,7 +159,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         let tasks = configuration.tasks
         let settings = configuration.daemon
         lockStateDirectory(settings.stateDirectory)
-        if case .failure(let error) = lockRuntimeDirectory(settings.runtimeDirectory), error.holder != nil || error.errorNumber == EWOULDBLOCK {
+        if case .failure(let error) = lockRuntimeDirectory(settings.runtimeDirectory), error.holder != nil || error.errorNumber == .wouldBlock {
             logger.critical("unable to start: \(error); give each watchkeeper its own runtime_dir")
             exitAfterLogging(ExitCode.alreadyRunning)
         }

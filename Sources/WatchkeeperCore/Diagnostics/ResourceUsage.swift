@@ -1,5 +1,6 @@
 import CSQLite
 import CWatchkeeperSystem
+import SystemPackage
 
 #if canImport(Glibc)
 import Glibc
@@ -80,29 +81,32 @@ extension Substring {
     }
 }
 
+/// A failed call and what it was called on ("open /proc/self/status"), for messages that
+/// name the call: "read /proc/self/status: Permission denied".
 struct SystemCallError: Error, CustomStringConvertible {
     let call: String
-    let errno: Int32
-    var description: String { "\(call): \(String(cString: strerror(errno)))" }
+    let errno: Errno
+    var description: String { "\(call): \(errno)" }
 }
 
 /// The whole file, read until EOF (/proc files report size 0), or the errno that stopped
 /// it; `limit` guards against a path that leads somewhere unexpectedly large (EFBIG).
 func readFileBytes(_ path: String, limit: Int = 16 << 20) -> Result<[UInt8], SystemCallError> {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return .failure(SystemCallError(call: "open \(path)", errno: errno)) }
-    defer { close(fd) }
+    let file: OwnedFileDescriptor
+    switch valueOrErrno({ open(path, O_RDONLY | O_CLOEXEC) }) {
+    case .success(let fd): file = OwnedFileDescriptor(adopting: fd)
+    case .failure(let error): return .failure(SystemCallError(call: "open \(path)", errno: error))
+    }
+    let fd = file.rawValue
     var bytes: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 16_384)
     while true {
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 {
-            if errno == EINTR { continue }
-            return .failure(SystemCallError(call: "read \(path)", errno: errno))
+        switch valueOrErrno({ chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) } }) {
+        case .failure(let error): return .failure(SystemCallError(call: "read \(path)", errno: error))
+        case .success(0): return .success(bytes)
+        case .success(let count): bytes.append(contentsOf: chunk[0..<count])
         }
-        if count == 0 { return .success(bytes) }
-        bytes.append(contentsOf: chunk[0..<count])
-        if bytes.count > limit { return .failure(SystemCallError(call: "read \(path)", errno: EFBIG)) }
+        if bytes.count > limit { return .failure(SystemCallError(call: "read \(path)", errno: .fileTooLarge)) }
     }
 }
 
@@ -115,8 +119,9 @@ func makeDirectories(_ path: String, mode: mode_t = 0o750) throws {
     var current = ""
     for component in path.split(separator: "/") {
         current += "/" + component
-        if mkdir(current, mode) != 0 && errno != EEXIST {
-            throw SystemCallError(call: "mkdir \(current)", errno: errno)
+        switch nothingOrErrno({ mkdir(current, mode) }) {
+        case .success, .failure(.fileExists): continue
+        case .failure(let error): throw SystemCallError(call: "mkdir \(current)", errno: error)
         }
     }
 }

@@ -291,30 +291,26 @@ final class OutputChannel: @unchecked Sendable {
                 // The sink is behind: read no more until it has taken this read's lines.
                 waitForSink()
                 return
-            case .retry:
-                continue
             case .empty:
                 return
             }
         }
     }
 
-    private enum ReadResult { case lines, retry, empty }
+    private enum ReadResult { case lines, empty }
 
     private func readOnce(fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
-        let count = read(fd, buffer.baseAddress, buffer.count)
-        if count > 0 {
-            bytes += UInt64(count)
-            writer.beginRead()
-            splitter.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { line, continues in
-                lines += 1
-                writer.line(line, continues: continues)
-            }
-            return .lines
+        guard case .bytes(let count) = NonBlockingRead.read(fd, into: buffer) else {
+            // EAGAIN: all read. (EOF cannot happen while we hold the write end.)
+            return .empty
         }
-        if count < 0 && errno == EINTR { return .retry }
-        // EAGAIN: all read. (EOF cannot happen while we hold the write end.)
-        return .empty
+        bytes += UInt64(count)
+        writer.beginRead()
+        splitter.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { line, continues in
+            lines += 1
+            writer.line(line, continues: continues)
+        }
+        return .lines
     }
 
     private func waitForSink() {
@@ -391,8 +387,6 @@ final class OutputChannel: @unchecked Sendable {
                 case .lines:
                     if !flushOrDrop(dropping) { return nil }
                     if MonotonicInstant.now > yieldAt { return false }
-                case .retry:
-                    continue
                 case .empty:
                     return true
                 }

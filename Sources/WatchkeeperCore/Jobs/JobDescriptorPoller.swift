@@ -48,10 +48,11 @@ final class JobDescriptorPoller: @unchecked Sendable {
         self.logger = logger
         refusals = ProblemAggregator(owner: "jobs", queue: queue, sources: sources, logger: logger)
         stats = sources.register(.read, owner: "jobs", target: "epoll of every job's pidfd, output and progress pipes", on: queue)
-        let fd = epoll_create1(Int32(EPOLL_CLOEXEC))
-        guard fd >= 0 else {
-            let code = errno
-            logger.warning("unable to create the epoll instance for job descriptors: \(errorText(code)); each job's descriptors will be polled every \(PolledDescriptor.fallbackInterval.compactDescription) instead")
+        let fd: Int32
+        switch valueOrErrno({ epoll_create1(Int32(EPOLL_CLOEXEC)) }) {
+        case .success(let created): fd = created
+        case .failure(let error):
+            logger.warning("unable to create the epoll instance for job descriptors: \(errorText(error.rawValue)); each job's descriptors will be polled every \(PolledDescriptor.fallbackInterval.compactDescription) instead")
             return
         }
         let source = OwnedFileDescriptor(adopting: fd).makeReadSource(queue: queue.queue, afterClose: { [sources, stats] in
@@ -95,12 +96,14 @@ final class JobDescriptorPoller: @unchecked Sendable {
     }
 
     /// EPOLL_CTL_ADD; the errno if epoll refuses the descriptor.
-    fileprivate func add(_ entry: PolledDescriptor) -> Int32? {
-        guard let epoll else { return ENOSYS }
+    fileprivate func add(_ entry: PolledDescriptor) -> Errno? {
+        guard let epoll else { return .noFunction }
         var event = epoll_event()
         event.events = UInt32(EPOLLIN.rawValue)
         event.data.u64 = entry.token
-        guard epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_ADD), entry.descriptor.rawValue, &event) == 0 else { return errno }
+        if case .failure(let error) = nothingOrErrno({ epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_ADD), entry.descriptor.rawValue, &event) }) {
+            return error
+        }
         watched[entry.token] = entry
         return nil
     }
@@ -123,9 +126,9 @@ final class JobDescriptorPoller: @unchecked Sendable {
         }, handler: handler)
     }
 
-    fileprivate func fallingBack(_ entry: PolledDescriptor, errorNumber: Int32) {
+    fileprivate func fallingBack(_ entry: PolledDescriptor, error: Errno) {
         let limit = (try? readSmallFile("/proc/sys/fs/epoll/max_user_watches"))?.split(whereSeparator: \.isWhitespace).first.map(String.init) ?? "unknown"
-        refusals.report("unable to add job descriptors to the jobs' epoll: \(errorText(errorNumber)) (fs.epoll.max_user_watches=\(limit)); polling them every \(PolledDescriptor.fallbackInterval.compactDescription) instead",
+        refusals.report("unable to add job descriptors to the jobs' epoll: \(errorText(error.rawValue)) (fs.epoll.max_user_watches=\(limit)); polling them every \(PolledDescriptor.fallbackInterval.compactDescription) instead",
                         example: "the \(entry.target) of \(entry.owner)")
     }
 
@@ -137,9 +140,12 @@ final class JobDescriptorPoller: @unchecked Sendable {
 
     private func deliverReadyEvents(epoll: Int32) {
         stats.fired()
-        let count = epoll_wait(epoll, events.baseAddress, Int32(events.count), 0)
-        guard count > 0 else {
-            if count < 0 && errno != EINTR { logger.error("unable to read the jobs' epoll: \(errorText(errno))") }
+        let count: Int32
+        switch valueOrErrno({ epoll_wait(epoll, events.baseAddress, Int32(events.count), 0) }) {
+        case .success(let ready) where ready > 0: count = ready
+        case .success: return
+        case .failure(let error):
+            logger.error("unable to read the jobs' epoll: \(errorText(error.rawValue))")
             return
         }
         for index in 0..<Int(count) {
@@ -228,7 +234,7 @@ final class PolledDescriptor: @unchecked Sendable {
     private func enterEpoll() {
         guard let poller else { return }
         if let failure = poller.add(self) {
-            poller.fallingBack(self, errorNumber: failure)
+            poller.fallingBack(self, error: failure)
             let timer = poller.makeFallbackTimer(for: self)
             timer.schedule(at: .now(), repeating: Self.fallbackInterval)
             state = .timerPolled(timer)

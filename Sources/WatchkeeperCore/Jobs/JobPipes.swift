@@ -86,13 +86,15 @@ extension OwnedPipe {
         }
         var written = 0
         while written < data.count {
-            let count = data.withUnsafeBytes { write(writer, $0.baseAddress! + written, data.count - written) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else {
-                let code = count < 0 ? errno : EIO
-                throw failure("unable to write the job's stdin (\(written) of \(data.count) bytes written): \(errorText(code))", code)
+            let code: Int32
+            switch valueOrErrno({ data.withUnsafeBytes { write(writer, $0.baseAddress! + written, data.count - written) } }) {
+            case .success(let count) where count > 0:
+                written += count
+                continue
+            case .success: code = EIO
+            case .failure(let error): code = error.rawValue
             }
-            written += count
+            throw failure("unable to write the job's stdin (\(written) of \(data.count) bytes written): \(errorText(code))", code)
         }
         return pipe.readEnd
     }

@@ -333,15 +333,9 @@ final class JobRun: @unchecked Sendable {
         guard progressSource != nil else { return }
         var changed = false
         context.poller.withReadBuffer { buffer in
-            while true {
-                let count = read(fd, buffer.baseAddress, buffer.count)
-                if count > 0 {
-                    if progress.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { changed = true }
-                    continue
-                }
-                if count < 0 && errno == EINTR { continue }
-                // EAGAIN: all read. EOF cannot happen: we hold the write end.
-                break
+            // Until EAGAIN: all read. EOF cannot happen: we hold the write end.
+            while case .bytes(let count) = NonBlockingRead.read(fd, into: buffer) {
+                if progress.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { changed = true }
             }
         }
         if changed {

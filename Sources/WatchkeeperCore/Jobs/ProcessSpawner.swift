@@ -116,12 +116,9 @@ public enum ProcessSpawner {
     /// The daemon must therefore read it on its main thread before any worker thread
     /// exists, by calling `captureBaseNiceness()` first thing in main.
     public static let baseNiceness: Int32 = {
-        // getpriority returns the nice value itself, so -1 is a valid answer; only errno
-        // tells a failure apart. For PRIO_PROCESS and 0 (this thread) it cannot fail, and
-        // 0 is the kernel's default if it ever did.
-        errno = 0
-        let value = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
-        return errno == 0 ? value : 0
+        // For PRIO_PROCESS and 0 (this thread) getpriority cannot fail, and 0 is the
+        // kernel's default if it ever did.
+        (try? niceValueOfThisThread().get()) ?? 0
     }()
 
     /// Fixes `baseNiceness` now, on this thread; returns it. Call at the top of main,
@@ -345,12 +342,10 @@ public func reap(pid: pid_t, pidfd: Int32) -> ProcessExit? {
     // P_PIDFD (Linux 5.4): the pidfd names this exact process even if its pid were reused.
     let idTypePIDFD = idtype_t(rawValue: UInt32(WK_P_PIDFD))
     var info = siginfo_t()
-    while waitid(idTypePIDFD, id_t(pidfd), &info, WEXITED | WNOHANG) != 0 {
-        switch errno {
-        case EINTR: continue
-        case EINVAL: return reapByPID(pid)  // kernel without P_PIDFD
-        default: return nil
-        }
+    switch nothingOrErrno({ waitid(idTypePIDFD, id_t(pidfd), &info, WEXITED | WNOHANG) }) {
+    case .success: break
+    case .failure(.invalidArgument): return reapByPID(pid)  // kernel without P_PIDFD
+    case .failure: return nil
     }
     guard info._sifields._sigchld.si_pid != 0 else { return nil }
     let status = info._sifields._sigchld.si_status
@@ -364,12 +359,7 @@ public func reap(pid: pid_t, pidfd: Int32) -> ProcessExit? {
 
 private func reapByPID(_ pid: pid_t) -> ProcessExit? {
     var status: Int32 = 0
-    while true {
-        let rc = waitpid(pid, &status, WNOHANG)
-        if rc == pid { break }
-        if rc < 0 && errno == EINTR { continue }
-        return nil
-    }
+    guard case .success(pid) = valueOrErrno({ waitpid(pid, &status, WNOHANG) }) else { return nil }
     if wk_wifsignaled(status) != 0 { return .signaled(wk_wtermsig(status), coreDumped: wk_wcoredump(status) != 0) }
     return .exited(wk_wexitstatus(status))
 }

@@ -197,17 +197,15 @@ public enum StandardError {
     static func write(bytes raw: UnsafeRawBufferPointer, fd: Int32) {
         var offset = 0
         while offset < raw.count {
-            let written = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
-            if written < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN {
-                    var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                    _ = poll(&poller, 1, -1)
-                    continue
-                }
+            switch valueOrErrno({ Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset) }) {
+            case .success(let written):
+                offset += written
+            case .failure(.resourceTemporarilyUnavailable):
+                var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                _ = poll(&poller, 1, -1)
+            case .failure:
                 return
             }
-            offset += written
         }
     }
 }

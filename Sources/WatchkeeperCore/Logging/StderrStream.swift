@@ -70,16 +70,19 @@ public final class StderrStream: Sendable {
         var offset = offset
         while offset < bytes.count {
             let length = Self.wholeLines(base + offset, count: bytes.count - offset)
-            let written = mode == .socket
-                ? send(fd, base + offset, length, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
-                : Glibc.write(fd, base + offset, length)
-            if written > 0 {
-                offset += written
-                continue
+            let result = valueOrErrno {
+                mode == .socket
+                    ? send(fd, base + offset, length, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                    : Glibc.write(fd, base + offset, length)
             }
-            if written < 0 && errno == EINTR { continue }
-            if written < 0 && errno == EAGAIN { return (offset, true) }
-            return (bytes.count, false)
+            switch result {
+            case .success(let written) where written > 0:
+                offset += written
+            case .failure(.resourceTemporarilyUnavailable):
+                return (offset, true)
+            case .success, .failure:
+                return (bytes.count, false)
+            }
         }
         return (offset, false)
     }

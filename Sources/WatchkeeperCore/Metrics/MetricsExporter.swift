@@ -2,6 +2,7 @@ import CoreMetrics
 import Dispatch
 import Logging
 import Prometheus
+import SystemPackage
 
 #if canImport(Glibc)
 import Glibc
@@ -49,7 +50,7 @@ public final class MetricsExporter: DumpContributor, @unchecked Sendable {
     /// changes on every attempt, the path and the cause do not.
     private struct WriteFailure: Equatable {
         let path: String
-        let errorNumber: Int32?
+        let errorNumber: Errno?
         let refusal: String?
     }
 
@@ -163,8 +164,9 @@ public final class MetricsExporter: DumpContributor, @unchecked Sendable {
     }
 
     private func remove(_ path: String) {
-        if unlink(path) != 0 && errno != ENOENT {
-            logger.warning("unable to remove the old metrics file \(path): \(String(cString: strerror(errno)))")
+        switch nothingOrErrno({ unlink(path) }) {
+        case .success, .failure(.noSuchFileOrDirectory): return
+        case .failure(let error): logger.warning("unable to remove the old metrics file \(path): \(error)")
         }
     }
 

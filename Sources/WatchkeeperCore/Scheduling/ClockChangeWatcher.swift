@@ -18,23 +18,23 @@ final class ClockChangeWatcher {
     private var offset: Int64
     private let stats: SourceStats
 
-    /// nil when no timerfd can be made (an old kernel, or no descriptors left): the caller
-    /// says so, and cron tasks then keep their timers across clock changes.
-    init?(queue: SubsystemQueue, sources: SourceRegistry, onChange: @escaping (_ movedBySeconds: Int64) -> Void) {
-        let raw = timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
-        guard raw >= 0 else { return nil }
-        let descriptor = OwnedFileDescriptor(adopting: raw)
-        guard Self.arm(raw) else { return nil }
+    /// Fails with the errno of timerfd_create or timerfd_settime when no timerfd can be
+    /// made (an old kernel, or no descriptors left): the caller says so, and cron tasks then
+    /// keep their timers across clock changes.
+    init(queue: SubsystemQueue, sources: SourceRegistry, onChange: @escaping (_ movedBySeconds: Int64) -> Void) throws(Errno) {
+        let descriptor = OwnedFileDescriptor(adopting: try systemCall { timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) })
+        let raw = descriptor.rawValue
+        try Self.arm(raw).get()
         offset = Self.wallMinusMonotonic()
         stats = sources.register(.read, owner: "tasks", target: "system clock changes (timerfd)", on: queue)
         source = descriptor.makeReadSource(queue: queue.queue)
         source.source.setEventHandler { [unowned self] in
             var expirations: UInt64 = 0
-            let count = read(raw, &expirations, MemoryLayout<UInt64>.size)
+            let outcome = withUnsafeMutableBytes(of: &expirations) { NonBlockingRead.read(raw, into: $0) }
             // ECANCELED: the clock was set. Either way the timer is armed again: after a
             // year of uptime it expires, and a timer that is not armed hears no change.
-            let wasSet = count < 0 && errno == ECANCELED
-            guard wasSet || count == MemoryLayout<UInt64>.size else { return }
+            let wasSet = outcome == .failed(.canceled)
+            guard wasSet || outcome == .bytes(MemoryLayout<UInt64>.size) else { return }
             _ = Self.arm(raw)
             guard wasSet else { return }
             stats.fired()
@@ -47,11 +47,11 @@ final class ClockChangeWatcher {
     }
 
     /// A year from now, absolute, cancelled on any set of the clock.
-    private static func arm(_ descriptor: Int32) -> Bool {
+    private static func arm(_ descriptor: Int32) -> Result<Void, Errno> {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         var spec = itimerspec(it_interval: timespec(), it_value: timespec(tv_sec: now.tv_sec + 366 * 86_400, tv_nsec: 0))
-        return timerfd_settime(descriptor, Int32(TFD_TIMER_ABSTIME) | Int32(WK_TFD_TIMER_CANCEL_ON_SET), &spec, nil) == 0
+        return nothingOrErrno { timerfd_settime(descriptor, Int32(TFD_TIMER_ABSTIME) | Int32(WK_TFD_TIMER_CANCEL_ON_SET), &spec, nil) }
     }
 
     private static func wallMinusMonotonic() -> Int64 {

@@ -1,3 +1,5 @@
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -32,15 +34,15 @@ extension TimeZoneRules {
         switch readZoneFile(path) {
         case .success(let contents):
             bytes = contents
-        case .failure(let failure) where failure.code == ENOENT || failure.code == ENOTDIR:
+        case .failure(.noSuchFileOrDirectory), .failure(.notDirectory):
             throw TimeZoneLoadError(subject: subject, reason: missingZoneReason(identifier, directory: directory))
-        case .failure(let failure) where failure.code == EISDIR:
+        case .failure(.isDirectory):
             throw TimeZoneLoadError(
                 subject: subject,
                 reason: "\(path) is a directory of zones; name a zone inside it, like \"Europe/Berlin\""
             )
         case .failure(let failure):
-            throw TimeZoneLoadError(subject: subject, reason: "\(path): \(String(cString: strerror(failure.code)))")
+            throw TimeZoneLoadError(subject: subject, reason: "\(path): \(failure)")
         }
         let rules: TimeZoneRules
         do {
@@ -73,16 +75,16 @@ extension TimeZoneRules {
         switch readZoneFile(path) {
         case .success(let contents):
             bytes = contents
-        case .failure(let failure) where failure.code == ENOENT && linkTarget == nil:
+        case .failure(.noSuchFileOrDirectory) where linkTarget == nil:
             // No /etc/localtime at all (common in containers): glibc, and so `date`, use UTC.
             return .utc
-        case .failure(let failure) where failure.code == ENOENT:
+        case .failure(.noSuchFileOrDirectory):
             throw TimeZoneLoadError(
                 subject: subject,
                 reason: "it links to \(linkTarget ?? "?"), which does not exist (is tzdata installed? `timedatectl set-timezone ZONE` repairs the link)"
             )
         case .failure(let failure):
-            throw TimeZoneLoadError(subject: subject, reason: String(cString: strerror(failure.code)))
+            throw TimeZoneLoadError(subject: subject, reason: failure.description)
         }
         let rules: TimeZoneRules
         do {
@@ -190,11 +192,7 @@ extension TimeZoneRules {
 
     /// The whole file, or the errno that stopped it. Zone files are a few kilobytes; the
     /// cap only guards against a name that leads somewhere unexpected.
-    struct SystemCallFailure: Error {
-        let code: Int32
-    }
-
-    private static func readZoneFile(_ path: String) -> Result<[UInt8], SystemCallFailure> {
-        readFileBytes(path, limit: 1 << 20).mapError { SystemCallFailure(code: $0.errno) }
+    private static func readZoneFile(_ path: String) -> Result<[UInt8], Errno> {
+        readFileBytes(path, limit: 1 << 20).mapError(\.errno)
     }
 }

@@ -75,10 +75,10 @@ public struct DamagedStateFile: Sendable, Equatable, CustomStringConvertible {
             var prefix = directory.hasPrefix("/") ? "" : "."
             for component in directory.split(separator: "/") {
                 prefix += "/" + component
-                if mkdir(prefix, 0o750) != 0 && errno != EEXIST {
-                    let number = errno
-                    throw failure("create the state directory for", "mkdir \(prefix): \(String(cString: strerror(number)))",
-                                  code: SQLITE_ERROR)
+                switch nothingOrErrno({ mkdir(prefix, 0o750) }) {
+                case .success, .failure(.fileExists): continue
+                case .failure(let error):
+                    throw failure("create the state directory for", "mkdir \(prefix): \(error)", code: SQLITE_ERROR)
                 }
             }
         }
@@ -138,15 +138,13 @@ public struct DamagedStateFile: Sendable, Equatable, CustomStringConvertible {
             }
             var kept: [String] = []
             for suffix in ["-wal", "-shm"] where Self.exists(path + suffix) {
-                guard rename(path + suffix, target + suffix) == 0 else {
-                    let number = errno
-                    throw failure("move the damaged", "\(reason); then unable to move \(path + suffix) to \(target + suffix): \(String(cString: strerror(number)))")
+                if case .failure(let error) = nothingOrErrno({ rename(path + suffix, target + suffix) }) {
+                    throw failure("move the damaged", "\(reason); then unable to move \(path + suffix) to \(target + suffix): \(error)")
                 }
                 kept.append(target + suffix)
             }
-            guard rename(path, target) == 0 else {
-                let number = errno
-                throw failure("move the damaged", "\(reason); then unable to move it to \(target): \(String(cString: strerror(number)))")
+            if case .failure(let error) = nothingOrErrno({ rename(path, target) }) {
+                throw failure("move the damaged", "\(reason); then unable to move it to \(target): \(error)")
             }
             return DamagedStateFile(path: path, keptAt: target, companionsKept: kept, reason: reason, label: label)
         }

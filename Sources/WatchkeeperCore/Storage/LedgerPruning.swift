@@ -3,6 +3,8 @@
 // The walk goes a step at a time (LedgerPruneWalk) so that the StateStore can run it on its
 // queue between commits; `prune(rule:missingUnder:)` runs it to the end at once.
 
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,10 +40,10 @@ struct LedgerPruneWalk: Sendable {
 
     /// errno when the root cannot be examined (ENOTDIR when it is not a directory): then
     /// nothing may be removed.
-    func rootUnavailable() -> Int32? {
+    func rootUnavailable() -> Errno? {
         var info = stat()
-        guard FileLedger.lstat(root, &info) == 0 else { return errno }
-        return info.st_mode & S_IFMT == S_IFDIR ? nil : ENOTDIR
+        if case .failure(let error) = nothingOrErrno({ FileLedger.lstat(root, &info) }) { return error }
+        return info.st_mode & S_IFMT == S_IFDIR ? nil : .notDirectory
     }
 
     /// Reads up to `limit` entries after the cursor and returns those whose file is gone;
@@ -55,10 +57,9 @@ struct LedgerPruneWalk: Sendable {
         for entry in page {
             examined += 1
             var info = stat()
-            if FileLedger.lstat(root + [slash] + entry.path, &info) != 0 && (errno == ENOENT || errno == ENOTDIR) {
-                gone.append(entry)
-            } else {
-                kept += 1
+            switch nothingOrErrno({ FileLedger.lstat(root + [slash] + entry.path, &info) }) {
+            case .failure(.noSuchFileOrDirectory), .failure(.notDirectory): gone.append(entry)
+            default: kept += 1
             }
         }
         return gone
@@ -81,7 +82,7 @@ extension FileLedger {
     /// state queue (StateStore); this form is for tools and tests.
     public func prune(rule: String, missingUnder root: [UInt8]) throws(SQLiteError) -> PruneOutcome {
         var walk = LedgerPruneWalk(rule: rule, root: root)
-        if let number = walk.rootUnavailable() { return .rootUnavailable(errorNumber: number) }
+        if let error = walk.rootUnavailable() { return .rootUnavailable(errorNumber: error.rawValue) }
         var gone: [LedgerPruneWalk.Gone] = []
         while !walk.finished {
             gone += try walk.step(self, limit: Self.pruneEntriesPerStep)

@@ -366,11 +366,12 @@ public final class SQLiteConnection {
     /// mode is the administrator's business. Failing here also gives errno, which says more
     /// than SQLite's "unable to open database file".
     private func createFileIfMissing() throws(SQLiteError) {
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, options.fileMode)
-        if descriptor < 0 {
-            let number = errno
-            if number == EEXIST { return }
-            throw failure(action: "open", code: SQLITE_CANTOPEN, message: String(cString: strerror(number)), errorNumber: number)
+        let descriptor: Int32
+        switch valueOrErrno({ open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, options.fileMode) }) {
+        case .success(let created): descriptor = created
+        case .failure(.fileExists): return
+        case .failure(let error):
+            throw failure(action: "open", code: SQLITE_CANTOPEN, message: error.description, errorNumber: error.rawValue)
         }
         fchmod(descriptor, options.fileMode)
         Glibc.close(descriptor)

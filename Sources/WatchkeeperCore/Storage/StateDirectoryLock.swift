@@ -8,6 +8,8 @@
 // (SQLite's own fcntl locks on other files are unaffected either way), and the kernel
 // releases it when the process dies, however it dies: no stale lock to clean up.
 
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,7 +20,7 @@ public struct StateDirectoryLockError: Error, Sendable, Equatable, CustomStringC
     /// and its pid could be read.
     public let holder: pid_t?
     /// errno of the failed call; EWOULDBLOCK when another process holds the lock.
-    public let errorNumber: Int32
+    public let errorNumber: Errno
     public let description: String
 }
 
@@ -43,16 +45,17 @@ public final class StateDirectoryLock {
         directory = stateDirectory
         self.what = what
         path = (stateDirectory.hasSuffix("/") ? stateDirectory : stateDirectory + "/") + Self.fileName
-        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
-        guard descriptor >= 0 else {
-            let number = errno
-            throw Self.failure(directory: directory, holder: nil, errorNumber: number,
-                               reason: "open \(path): \(String(cString: strerror(number)))")
+        let path = path
+        switch valueOrErrno({ open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600) }) {
+        case .success(let opened): descriptor = opened
+        case .failure(let error):
+            descriptor = -1
+            throw Self.failure(directory: directory, holder: nil, errorNumber: error, reason: "open \(path): \(error)")
         }
         do throws(StateDirectoryLockError) {
             var info = stat()
             guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
-                throw Self.failure(directory: directory, holder: nil, errorNumber: EINVAL, reason: "\(path) is not a regular file")
+                throw Self.failure(directory: directory, holder: nil, errorNumber: .invalidArgument, reason: "\(path) is not a regular file")
             }
             try lock()
             try write(pid: pid)
@@ -78,33 +81,28 @@ public final class StateDirectoryLock {
     public var isHeld: Bool { descriptor >= 0 }
 
     private func lock() throws(StateDirectoryLockError) {
-        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
-            let number = errno
-            if number == EINTR { continue }
-            guard number == EWOULDBLOCK else {
-                throw Self.failure(directory: directory, holder: nil, errorNumber: number,
-                                   reason: "flock \(path): \(String(cString: strerror(number)))")
+        if case .failure(let error) = nothingOrErrno({ flock(descriptor, LOCK_EX | LOCK_NB) }) {
+            guard error == .wouldBlock else {
+                throw Self.failure(directory: directory, holder: nil, errorNumber: error, reason: "flock \(path): \(error)")
             }
             // The holder writes its pid right after locking: an empty file means it is just
             // starting, and the message says the pid is unknown rather than guessing.
             let holder = Self.readPID(path: path)
             let who = holder.map { "another watchkeeper (pid \($0))" } ?? "another process (its pid is not in \(path) yet)"
-            throw Self.failure(directory: directory, holder: holder, errorNumber: number, reason: "\(who) is using this \(what)")
+            throw Self.failure(directory: directory, holder: holder, errorNumber: error, reason: "\(who) is using this \(what)")
         }
     }
 
     private func write(pid: pid_t) throws(StateDirectoryLockError) {
         let text = Array("\(pid)\n".utf8)
-        guard ftruncate(descriptor, 0) == 0 else {
-            let number = errno
-            throw Self.failure(directory: directory, holder: nil, errorNumber: number,
-                               reason: "write our pid into \(path): \(String(cString: strerror(number)))")
+        func failure(_ error: Errno) -> StateDirectoryLockError {
+            Self.failure(directory: directory, holder: nil, errorNumber: error, reason: "write our pid into \(path): \(error)")
         }
-        let written = text.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
-        guard written == text.count else {
-            let number = written < 0 ? errno : EIO
-            throw Self.failure(directory: directory, holder: nil, errorNumber: number,
-                               reason: "write our pid into \(path): \(String(cString: strerror(number)))")
+        if case .failure(let error) = nothingOrErrno({ ftruncate(descriptor, 0) }) { throw failure(error) }
+        switch valueOrErrno({ text.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) } }) {
+        case .success(text.count): return
+        case .success: throw failure(.ioError)
+        case .failure(let error): throw failure(error)
         }
     }
 
@@ -122,7 +120,7 @@ public final class StateDirectoryLock {
     }
 
     /// "unable to lock <directory>: <reason>".
-    private static func failure(directory: String, holder: pid_t?, errorNumber: Int32, reason: String) -> StateDirectoryLockError {
+    private static func failure(directory: String, holder: pid_t?, errorNumber: Errno, reason: String) -> StateDirectoryLockError {
         StateDirectoryLockError(directory: directory, holder: holder, errorNumber: errorNumber,
                                 description: "unable to lock \(directory): \(reason)")
     }

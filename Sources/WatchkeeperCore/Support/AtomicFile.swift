@@ -1,3 +1,5 @@
+import SystemPackage
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,7 +11,7 @@ struct FileWriteError: Error, Equatable, CustomStringConvertible {
     /// What went wrong, naming the call and its object, or the directory that was refused.
     let reason: String
     /// The errno of the failed call; nil when the directory was refused.
-    let errorNumber: Int32?
+    let errorNumber: Errno?
 
     var description: String { "unable to write \(path): \(reason)" }
 }
@@ -44,16 +46,19 @@ func writeFileAtomically(
     _ path: String, bytes: [UInt8], mode: mode_t = 0o640,
     temporaryName: (_ baseName: String) -> String = randomTemporaryName
 ) throws(FileWriteError) {
-    func failure(_ reason: String, _ code: Int32? = nil) -> FileWriteError {
-        FileWriteError(path: path, reason: code.map { "\(reason): \(String(cString: strerror($0)))" } ?? reason, errorNumber: code)
+    func failure(_ reason: String, _ error: Errno? = nil) -> FileWriteError {
+        FileWriteError(path: path, reason: error.map { "\(reason): \($0)" } ?? reason, errorNumber: error)
     }
     let (directory, baseName) = splitPath(path)
     guard !baseName.isEmpty, baseName != ".", baseName != ".." else {
         throw failure("the path does not name a file")
     }
 
-    let directoryDescriptor = retryingOnInterrupt { open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-    guard directoryDescriptor >= 0 else { throw failure("open \(directory)", errno) }
+    let directoryDescriptor: Int32
+    switch valueOrErrno({ open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }) {
+    case .success(let opened): directoryDescriptor = opened
+    case .failure(let error): throw failure("open \(directory)", error)
+    }
     defer { close(directoryDescriptor) }
     if let refusal = untrustedDirectoryReason(directoryDescriptor, directory: directory) {
         throw failure(refusal)
@@ -61,22 +66,26 @@ func writeFileAtomically(
 
     // 2^64 names: EEXIST again and again means something is wrong, not bad luck.
     var temporary = ""
-    var fileDescriptor: Int32 = -1
+    var opened: Result<Int32, Errno> = .failure(.fileExists)
     for _ in 0..<8 {
         temporary = temporaryName(baseName)
-        fileDescriptor = retryingOnInterrupt {
+        opened = valueOrErrno {
             openat(directoryDescriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
         }
-        if fileDescriptor >= 0 || errno != EEXIST { break }
+        if case .failure(.fileExists) = opened { continue }
+        break
     }
-    guard fileDescriptor >= 0 else { throw failure("open \(directory)/\(temporary)", errno) }
+    let fileDescriptor: Int32
+    switch opened {
+    case .success(let created): fileDescriptor = created
+    case .failure(let error): throw failure("open \(directory)/\(temporary)", error)
+    }
     // The mode asked for, not what the umask leaves of it: the unit's UMask=0027 would make
     // a 0644 metrics file unreadable to node_exporter, which runs as a user of its own.
-    if fchmod(fileDescriptor, mode) != 0 {
-        let code = errno
+    if case .failure(let error) = nothingOrErrno({ fchmod(fileDescriptor, mode) }) {
         close(fileDescriptor)
         _ = unlinkat(directoryDescriptor, temporary, 0)
-        throw failure("fchmod \(directory)/\(temporary)", code)
+        throw failure("fchmod \(directory)/\(temporary)", error)
     }
 
     func removeTemporary() {
@@ -86,36 +95,35 @@ func writeFileAtomically(
     }
     var offset = 0
     while offset < bytes.count {
-        let written = bytes.withUnsafeBytes { write(fileDescriptor, $0.baseAddress! + offset, $0.count - offset) }
-        if written < 0 {
-            if errno == EINTR { continue }
-            let code = errno
+        switch valueOrErrno({ bytes.withUnsafeBytes { write(fileDescriptor, $0.baseAddress! + offset, $0.count - offset) } }) {
+        case .success(let written):
+            offset += written
+        case .failure(let error):
             close(fileDescriptor)
             removeTemporary()
-            throw failure("write \(directory)/\(temporary)", code)
+            throw failure("write \(directory)/\(temporary)", error)
         }
-        offset += written
     }
-    if fsync(fileDescriptor) != 0 {
-        let code = errno
+    if case .failure(let error) = nothingOrErrno({ fsync(fileDescriptor) }) {
         close(fileDescriptor)
         removeTemporary()
-        throw failure("fsync \(directory)/\(temporary)", code)
+        throw failure("fsync \(directory)/\(temporary)", error)
     }
-    // close reports late write errors (NFS); after it the descriptor is gone either way.
-    if close(fileDescriptor) != 0 && errno != EINTR {
-        let code = errno
+    // close reports late write errors (NFS); after it the descriptor is gone either way,
+    // so it is never retried, and EINTR is no failure.
+    switch nothingOrErrno(retryOnInterrupt: false, { close(fileDescriptor) }) {
+    case .success, .failure(.interrupted): break
+    case .failure(let error):
         removeTemporary()
-        throw failure("close \(directory)/\(temporary)", code)
+        throw failure("close \(directory)/\(temporary)", error)
     }
-    guard renameat(directoryDescriptor, temporary, directoryDescriptor, baseName) == 0 else {
-        let code = errno
+    if case .failure(let error) = nothingOrErrno({ renameat(directoryDescriptor, temporary, directoryDescriptor, baseName) }) {
         removeTemporary()
-        throw failure("rename \(directory)/\(temporary) to \(baseName)", code)
+        throw failure("rename \(directory)/\(temporary) to \(baseName)", error)
     }
     // The rename is durable only once the directory is; the new contents are in place
     // already, so a failure here says the write may not survive a crash.
-    guard fsync(directoryDescriptor) == 0 else { throw failure("fsync \(directory)", errno) }
+    if case .failure(let error) = nothingOrErrno({ fsync(directoryDescriptor) }) { throw failure("fsync \(directory)", error) }
 }
 
 /// Why the daemon must not write in this directory, or nil when it may: it must be the
@@ -123,8 +131,8 @@ func writeFileAtomically(
 /// renaming or removing what the daemon puts there.
 func untrustedDirectoryReason(_ descriptor: Int32, directory: String) -> String? {
     var status = stat()
-    guard fstat(descriptor, &status) == 0 else {
-        return "fstat \(directory): \(String(cString: strerror(errno)))"
+    if case .failure(let error) = nothingOrErrno({ fstat(descriptor, &status) }) {
+        return "fstat \(directory): \(error)"
     }
     let owner = geteuid()
     if status.st_uid != owner {
@@ -150,11 +158,4 @@ private func splitPath(_ path: String) -> (directory: String, baseName: String) 
     guard let slash = path.lastIndex(of: "/") else { return (".", path) }
     let directory = String(path[..<slash])
     return (directory.isEmpty ? "/" : directory, String(path[path.index(after: slash)...]))
-}
-
-private func retryingOnInterrupt(_ call: () -> Int32) -> Int32 {
-    while true {
-        let result = call()
-        if result >= 0 || errno != EINTR { return result }
-    }
 }

@@ -18,11 +18,12 @@ import Glibc
 extension TaskScheduler {
     func watchClockChanges() {
         guard clockWatcher == nil else { return }
-        clockWatcher = ClockChangeWatcher(queue: queue, sources: context.sources) { [weak self] moved in
-            self?.clockWasSet(movedBySeconds: moved)
-        }
-        if clockWatcher == nil {
-            logger.warning("unable to watch for changes of the system clock (timerfd: \(errorText(errno))): after the clock is set back, cron tasks wait until it shows their next time again")
+        do {
+            clockWatcher = try ClockChangeWatcher(queue: queue, sources: context.sources) { [weak self] moved in
+                self?.clockWasSet(movedBySeconds: moved)
+            }
+        } catch {
+            logger.warning("unable to watch for changes of the system clock (timerfd: \(error)): after the clock is set back, cron tasks wait until it shows their next time again")
         }
     }
 

@@ -45,13 +45,15 @@ extension DirectoryWatcher {
 
     /// The real path of a directory (symbolic links resolved), or why there is none.
     static func resolveDirectory(_ path: String) -> ResolvedRoot {
-        guard let resolved = realpath(path, nil) else {
-            let error = errno
-            return .unusable(error == ENOENT ? "no such directory" : String(cString: strerror(error)))
+        let resolved: UnsafeMutablePointer<CChar>
+        switch pointerOrErrno({ realpath(path, nil) }) {
+        case .success(let real): resolved = real
+        case .failure(.noSuchFileOrDirectory): return .unusable("no such directory")
+        case .failure(let error): return .unusable(error.description)
         }
         defer { free(resolved) }
         var info = stat()
-        guard stat(resolved, &info) == 0 else { return .unusable(String(cString: strerror(errno))) }
+        if case .failure(let error) = nothingOrErrno({ stat(resolved, &info) }) { return .unusable(error.description) }
         guard (info.st_mode & S_IFMT) == S_IFDIR else { return .unusable("not a directory") }
         return .directory(Array(String(cString: resolved).utf8))
     }

@@ -246,19 +246,28 @@ public struct TreeScanner: Sendable {
         var listing = Listing()
         let path = absolute(relative)
         let flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (relative.isEmpty ? 0 : O_NOFOLLOW)
-        let descriptor = Self.withCString(path) { open($0, flags) }
-        guard descriptor >= 0, let stream = fdopendir(descriptor) else {
-            let number = errno
-            if descriptor >= 0 { close(descriptor) }
-            listing.failure = ListingFailure(directory: relative, step: .open, errorNumber: number)
+        let stream: OpaquePointer
+        switch valueOrErrno({ Self.withCString(path) { open($0, flags) } }) {
+        case .success(let descriptor):
+            switch pointerOrErrno({ fdopendir(descriptor) }) {
+            case .success(let opened): stream = opened
+            case .failure(let error):
+                close(descriptor)
+                listing.failure = ListingFailure(directory: relative, step: .open, errorNumber: error.rawValue)
+                return listing
+            }
+        case .failure(let error):
+            listing.failure = ListingFailure(directory: relative, step: .open, errorNumber: error.rawValue)
             return listing
         }
         defer { closedir(stream) }
         while true {
-            // readdir returns NULL at the end and on an error; only errno tells them apart.
-            errno = 0
-            guard let entry = readdir(stream) else {
-                if errno != 0 { listing.failure = ListingFailure(directory: relative, step: .read, errorNumber: errno) }
+            let entry: UnsafeMutablePointer<dirent>
+            switch nextDirectoryEntry(stream) {
+            case .success(let next?): entry = next
+            case .success(nil): return listing
+            case .failure(let error):
+                listing.failure = ListingFailure(directory: relative, step: .read, errorNumber: error.rawValue)
                 return listing
             }
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }

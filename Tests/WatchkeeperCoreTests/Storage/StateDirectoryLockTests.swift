@@ -1,4 +1,5 @@
 import Foundation
+import SystemPackage
 import XCTest
 
 @testable import WatchkeeperCore
@@ -61,7 +62,7 @@ final class StateDirectoryLockTests: ScratchDirectoryTestCase {
         XCTAssertThrowsError(try StateDirectoryLock(stateDirectory: directory)) { error in
             XCTAssertEqual("\(error)", "unable to lock \(self.directory): another watchkeeper (pid \(holder.firstLine)) is using this state directory")
             XCTAssertEqual((error as? StateDirectoryLockError)?.holder, pid_t(holder.firstLine))
-            XCTAssertEqual((error as? StateDirectoryLockError)?.errorNumber, EWOULDBLOCK)
+            XCTAssertEqual((error as? StateDirectoryLockError)?.errorNumber, .wouldBlock)
         }
         holder.finish()
         let lock = try StateDirectoryLock(stateDirectory: directory)
