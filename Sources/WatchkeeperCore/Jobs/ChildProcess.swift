@@ -228,7 +228,9 @@ final class OutputChannel: @unchecked Sendable {
     private enum Closing {
         case open
         /// The sink is waited for until `deadline` fires; `stage` says what happens then.
-        case draining(stage: FinalStage, deadline: JobDeadline)
+        /// No deadline yet while the close has not had to wait: most end in their first
+        /// turn, and a deadline each (registered, in the heap) cost the burst's jobs CPU.
+        case draining(stage: FinalStage, deadline: JobDeadline?)
         /// The deadlines passed: the rest is read, and what the sink does not take at once
         /// is dropped and counted.
         case dropping
@@ -361,8 +363,13 @@ final class OutputChannel: @unchecked Sendable {
         source.suspend()
         suspended = false
         keepAlive = self
-        closing = .draining(stage: .sink, deadline: finalDeadline())
+        closing = .draining(stage: .sink, deadline: nil)
         drainStep()
+    }
+
+    /// From the first turn the close has to wait.
+    private func armFinalDeadline() {
+        if case .draining(let stage, nil) = closing { closing = .draining(stage: stage, deadline: finalDeadline()) }
     }
 
     private func finalDeadline() -> JobDeadline {
@@ -396,8 +403,10 @@ final class OutputChannel: @unchecked Sendable {
         case nil:
             return retryLater()
         case false?:
-            // The time of this turn is used: the rest on the next, after what else waits.
+            // The time of this turn is used: the rest on the next, after what else waits
+            // (a leftover descendant that keeps writing is cut off by the deadline).
             closingRetry = Self.retryInterval
+            armFinalDeadline()
             return retryTimer().schedule(after: .zero)
         case true?:
             splitter.finish { line, continues in
@@ -422,6 +431,7 @@ final class OutputChannel: @unchecked Sendable {
     }
 
     private func retryLater() {
+        armFinalDeadline()
         retryTimer().schedule(after: closingRetry)
         closingRetry = min(closingRetry * 2, Self.closingRetryMax)
     }
@@ -444,14 +454,14 @@ final class OutputChannel: @unchecked Sendable {
     /// The drain's last resort: what still waits for a sink is dropped now.
     func stopWaitingForSink() {
         guard case .draining(_, let deadline) = closing else { return }
-        deadline.cancel()
+        deadline?.cancel()
         dropReason = "the daemon is stopping and its drain ran out"
         closing = .dropping
         drainStep()
     }
 
     private func finishClose() {
-        if case .draining(_, let deadline) = closing { deadline.cancel() }
+        if case .draining(_, let deadline) = closing { deadline?.cancel() }
         closing = .closed
         if writer.droppedBytes > 0 {
             context.logger.warning("\(owner): dropped the last \(writer.droppedBytes) bytes of its \(stream): \(dropReason)")

@@ -44,10 +44,15 @@ final class LogOutbox: Sendable {
 
     private let state = Mutex(State())
     private let queue = DispatchQueue(label: "watchkeeper.log")
-    private let write: @Sendable (Entry) -> Void
+    private let write: @Sendable ([Entry]) -> Void
+    /// A woken writer waits this long before taking what is queued: a burst's entries (a
+    /// run record per job) then go out in a few writes instead of a wake-up and a write
+    /// each, which cost the 20,000-file burst 15 % more daemon CPU than writing them on the
+    /// jobs queue had.
+    static let gathering: Duration = .milliseconds(1)
 
-    /// `write`: the blocking write of one entry, run only on the outbox's queue.
-    init(write: @escaping @Sendable (Entry) -> Void) {
+    /// `write`: the blocking write of entries in order, run only on the outbox's queue.
+    init(write: @escaping @Sendable ([Entry]) -> Void) {
         self.write = write
     }
 
@@ -72,6 +77,8 @@ final class LogOutbox: Sendable {
     }
 
     private func writeAll() {
+        let (seconds, attoseconds) = Self.gathering.components
+        usleep(useconds_t(seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
         while true {
             let taken = state.withLock { state -> (entries: [Entry], bytes: Int, dropped: (entries: UInt64, bytes: UInt64))? in
                 guard !state.entries.isEmpty else {
@@ -87,9 +94,9 @@ final class LogOutbox: Sendable {
             }
             guard let taken else { return }
             if taken.dropped.entries > 0 {
-                write(.dropReport("dropped \(taken.dropped.entries) log entries (\(taken.dropped.bytes) bytes): the log sink took nothing while \(Self.maxBytes >> 20) MiB waited"))
+                write([.dropReport("dropped \(taken.dropped.entries) log entries (\(taken.dropped.bytes) bytes): the log sink took nothing while \(Self.maxBytes >> 20) MiB waited")])
             }
-            for entry in taken.entries { write(entry) }
+            write(taken.entries)
             state.withLock { state in
                 state.bytes -= taken.bytes
                 state.written += UInt64(taken.entries.count)
@@ -101,12 +108,12 @@ final class LogOutbox: Sendable {
     /// and in tests. False when entries still wait (the sink is stuck).
     @discardableResult
     func flush(within timeout: Duration) -> Bool {
-        let deadline = MonotonicInstant.now + timeout
-        while true {
-            if state.withLock({ !$0.writing && $0.entries.isEmpty }) { return true }
-            guard MonotonicInstant.now < deadline else { return false }
-            usleep(1_000)
-        }
+        if state.withLock({ !$0.writing && $0.entries.isEmpty }) { return true }
+        // Behind whatever the queue is writing: the writer drains everything queued before
+        // it returns, so this runs once all that was submitted before the call is out.
+        let written = DispatchSemaphore(value: 0)
+        queue.async { written.signal() }
+        return written.wait(timeout: (MonotonicInstant.now + timeout).dispatchTime) == .success
     }
 
     /// For the dump: what waits, what was lost, and how long the sink has been blocking.

@@ -30,7 +30,7 @@ public final class LogSink: Sendable {
 
     public init(target: Target, level: Logger.Level, problemCapacity: Int, stderrStream: StderrStream = .shared) {
         self.target = target
-        self.outbox = LogOutbox { entry in Self.write(entry, target: target) }
+        self.outbox = LogOutbox { entries in Self.write(entries, target: target) }
         self.journalSocket = target == .journal ? JournalSocket() : nil
         self.stderrStream = stderrStream
         self.problems = ProblemRing(capacity: problemCapacity)
@@ -82,17 +82,32 @@ public final class LogSink: Sendable {
     }
 
     /// The one place the daemon's own entries are written, on the outbox's queue: here a
-    /// blocking sd_journal_sendv or write(2) holds nothing but that queue.
-    private static func write(_ entry: LogOutbox.Entry, target: Target) {
-        switch entry {
-        case .journal(let fields, let fallback):
-            if Journal.send(bytes: fields) != 0 { StandardError.write(fallback()) }
-        case .stderr(let bytes):
-            StandardError.write(bytes: bytes)
-        case .dropReport(let text):
-            if target == .journal, Journal.send([("MESSAGE", text), ("PRIORITY", "4"), ("SYSLOG_IDENTIFIER", "watchkeeper")]) == 0 { return }
-            StandardError.write(line(level: .warning, message: text, metadata: [:]))
+    /// blocking sd_journal_sendv or write(2) holds nothing but that queue. Lines for stderr
+    /// go out together, up to 64 KiB a write.
+    private static func write(_ entries: [LogOutbox.Entry], target: Target) {
+        var lines: [UInt8] = []
+        func writeLines() {
+            guard !lines.isEmpty else { return }
+            StandardError.write(bytes: lines)
+            lines.removeAll(keepingCapacity: true)
         }
+        for entry in entries {
+            switch entry {
+            case .journal(let fields, let fallback):
+                if Journal.send(bytes: fields) != 0 {
+                    writeLines()
+                    StandardError.write(fallback())
+                }
+            case .stderr(let bytes):
+                lines += bytes
+                if lines.count >= 65_536 { writeLines() }
+            case .dropReport(let text):
+                writeLines()
+                if target == .journal, Journal.send([("MESSAGE", text), ("PRIORITY", "4"), ("SYSLOG_IDENTIFIER", "watchkeeper")]) == 0 { continue }
+                StandardError.write(line(level: .warning, message: text, metadata: [:]))
+            }
+        }
+        writeLines()
     }
 
     private static func size(of fields: [(name: String, value: [UInt8])]) -> Int {

@@ -13,16 +13,18 @@ final class LogOutboxTests: XCTestCase {
         let open = DispatchSemaphore(value: 0)
         let written = Mutex<[String]>([])
 
-        func write(_ entry: LogOutbox.Entry) {
+        func write(_ entries: [LogOutbox.Entry]) {
             open.wait()
             open.signal()
-            let text: String
-            switch entry {
-            case .journal(_, let fallback): text = fallback()
-            case .stderr(let bytes): text = String(decoding: bytes, as: UTF8.self)
-            case .dropReport(let report): text = "REPORT " + report
+            for entry in entries {
+                let text: String
+                switch entry {
+                case .journal(_, let fallback): text = fallback()
+                case .stderr(let bytes): text = String(decoding: bytes, as: UTF8.self)
+                case .dropReport(let report): text = "REPORT " + report
+                }
+                written.withLock { $0.append(text) }
             }
-            written.withLock { $0.append(text) }
         }
     }
 
