@@ -62,21 +62,7 @@ public final class NotifySocket {
         let path = "/tmp/wk-notify-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
         self.path = path
         unlink(path)
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw NSError(domain: "socket", code: Int(errno)) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-            for (index, byte) in path.utf8.enumerated() { buffer[index] = byte }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard bound == 0 else {
-            close(fd)
-            throw NSError(domain: "bind", code: Int(errno))
-        }
-        let inbox = Inbox(fd: fd)
+        let inbox = Inbox(fd: try boundDatagramSocket(path))
         self.inbox = inbox
         Thread { inbox.readUntilStopped() }.start()
     }
@@ -125,5 +111,25 @@ public final class NotifySocket {
         }
         return messages
     }
+}
+/// A Unix datagram socket bound at `path` (CLOEXEC): the notify socket, or a journal
+/// socket a test binds and never reads.
+public func boundDatagramSocket(_ path: String) throws -> Int32 {
+    let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { throw NSError(domain: "socket", code: Int(errno)) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+        for (index, byte) in path.utf8.enumerated() { buffer[index] = byte }
+    }
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+    guard bound == 0 else {
+        let code = errno
+        close(fd)
+        throw NSError(domain: "bind", code: Int(code))
+    }
+    return fd
 }
 #endif

@@ -81,6 +81,8 @@ extension Daemon {
             ]))
         }
         for reply in answered { reply(answer) }
+        // The result is in the journal before systemd's "Reloaded" (as the ready line).
+        sink.flush(within: Self.readyLineBudget)
         notifier.send([("READY", "1"), ("STATUS", status.line())])
         if again { reload() }
     }

@@ -99,6 +99,8 @@ extension Daemon {
     }
 
     static let logFlushBudget: Duration = .seconds(2)
+    /// How long READY=1 waits for the ready line to be written.
+    static let readyLineBudget: Duration = .milliseconds(100)
 
     /// What the state file's last writes may take at a clean stop (a full disk retried).
     static let stateCloseBudget: Duration = .seconds(5)

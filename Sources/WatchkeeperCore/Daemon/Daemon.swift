@@ -300,7 +300,9 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
         readyAfter = elapsed
         logger.info("ready in \(elapsed.compactDescription): \(configuration.tasks.count) task(s), \(configuration.watches.count) watch rule(s), \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
                     metadata: [JournalFields.messageIDKey: .string(MessageID.ready.rawValue), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])
-        // Logged before READY=1 so the journal shows it before systemd's "Started".
+        // Logged before READY=1 so the journal shows it before systemd's "Started": the
+        // outbox gets a moment to write it, no more (a stuck journal does not hold READY).
+        sink.flush(within: Self.readyLineBudget)
         notifier.send([("READY", "1"), ("STATUS", status.line())])
         scheduleTestStallIfAsked()
     }

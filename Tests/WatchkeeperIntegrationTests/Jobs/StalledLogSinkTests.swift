@@ -150,24 +150,6 @@ final class StalledLogSinkTests: ControlTestCase {
         var count: Int32 = 0
         return ioctl(fd, UInt(FIONREAD), &count) == 0 ? Int(count) : 0
     }
-
-    private func boundDatagramSocket(_ path: String) throws -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw NSError(domain: "socket", code: Int(errno)) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-            for (index, byte) in path.utf8.enumerated() { buffer[index] = byte }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard bound == 0 else {
-            close(fd)
-            throw NSError(domain: "bind", code: Int(errno))
-        }
-        return fd
-    }
 }
 
 /// Reads a descriptor to its end on a thread of its own, keeping the text.
