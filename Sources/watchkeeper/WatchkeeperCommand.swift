@@ -8,8 +8,8 @@ import Glibc
 #endif
 
 enum ProcessStart {
-    nonisolated(unsafe) static var uptimeNanoseconds: UInt64 = 0
-    static func mark() { uptimeNanoseconds = DispatchTime.now().uptimeNanoseconds }
+    nonisolated(unsafe) static var instant = MonotonicInstant(nanoseconds: 0)
+    static func mark() { instant = .now }
 }
 
 struct WatchkeeperCommand: ParsableCommand {
@@ -55,7 +55,7 @@ struct Run: ParsableCommand {
         let environment = ProcessEnvironment.current()
         let path = ConfigLoader.resolvePath(explicit: config, environment: environment)
         Daemon.run(options: RunOptions(configPath: path, logLevelOverride: logLevel, environment: environment,
-                                       processStart: ProcessStart.uptimeNanoseconds))
+                                       processStart: ProcessStart.instant))
     }
 }
 

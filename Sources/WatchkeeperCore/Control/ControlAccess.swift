@@ -114,18 +114,18 @@ public struct ControlAccess: Sendable, Equatable {
 /// One journal line per refused uid per minute, with the count of the ones in between, so
 /// a script retrying in a loop cannot flood the journal.
 struct RefusalLog {
-    private var last: [UInt32: (at: UInt64, suppressed: Int)] = [:]
-    static let interval: UInt64 = 60_000_000_000
+    private var last: [UInt32: (at: MonotonicInstant, suppressed: Int)] = [:]
+    static let interval: Duration = .seconds(60)
 
     /// The suffix for the line to log now, or nil to stay quiet.
-    mutating func record(uid: UInt32, now: UInt64) -> String? {
-        if let entry = last[uid], now &- entry.at < Self.interval {
+    mutating func record(uid: UInt32, now: MonotonicInstant) -> String? {
+        if let entry = last[uid], now - entry.at < Self.interval {
             last[uid] = (entry.at, entry.suppressed + 1)
             return nil
         }
         let suppressed = last[uid]?.suppressed ?? 0
         last[uid] = (now, 0)
-        if last.count > 1_000 { last = last.filter { now &- $0.value.at < Self.interval } }
+        if last.count > 1_000 { last = last.filter { now - $0.value.at < Self.interval } }
         return suppressed > 0 ? " (\(suppressed) more from this uid in the last minute not logged)" : ""
     }
 }

@@ -73,13 +73,13 @@ final class ControlConnection {
     /// Set once the client is to be closed after its last reply is written.
     private(set) var closing = false
 
-    let openedAt: UInt64
-    var lastActivity: UInt64
-    var partialSince: UInt64?
-    private(set) var writeBlockedSince: UInt64?
+    let openedAt: MonotonicInstant
+    var lastActivity: MonotonicInstant
+    var partialSince: MonotonicInstant?
+    private(set) var writeBlockedSince: MonotonicInstant?
     var calls = 0
 
-    init(id: UInt64, peer: ControlPeer, reader: FileDescriptorReadSource, now: UInt64) {
+    init(id: UInt64, peer: ControlPeer, reader: FileDescriptorReadSource, now: MonotonicInstant) {
         self.id = id
         self.peer = peer
         self.reader = reader
@@ -98,7 +98,7 @@ final class ControlConnection {
 
     /// Appends a reply and writes what the socket takes now; the rest waits for a write
     /// source. False if the client is not reading and the backlog passed `limit`.
-    func send(_ bytes: [UInt8], limit: Int, queue: DispatchQueue, now: UInt64) -> Bool {
+    func send(_ bytes: [UInt8], limit: Int, queue: DispatchQueue, now: MonotonicInstant) -> Bool {
         guard !dropped else { return true }
         if outboundOffset > 0 && outboundOffset == outbound.count {
             outbound.removeAll(keepingCapacity: true)
@@ -112,7 +112,7 @@ final class ControlConnection {
 
     /// Writes until the socket is full or the backlog is empty. Errors (EPIPE: the client
     /// went away) close the connection on the next check, like any dead client.
-    func flush(queue: DispatchQueue, now: UInt64) {
+    func flush(queue: DispatchQueue, now: MonotonicInstant) {
         while pendingReplyBytes > 0 {
             let sent = valueOrErrno {
                 outbound.withUnsafeBytes { buffer in
@@ -169,7 +169,7 @@ final class ControlConnection {
         }
     }
 
-    private func waitForWritable(queue: DispatchQueue, now: UInt64) {
+    private func waitForWritable(queue: DispatchQueue, now: MonotonicInstant) {
         if writeBlockedSince == nil { writeBlockedSince = now }
         // Keep only what is still to be written: a reply the socket took half of would
         // otherwise hold its whole size until the client reads the rest.
@@ -181,7 +181,7 @@ final class ControlConnection {
             let source = DispatchSource.makeWriteSource(fileDescriptor: descriptor.rawValue, queue: queue)
             // Weak: a connection dropped while an event was already on its way is simply gone.
             source.setEventHandler { [weak self] in
-                self?.flush(queue: queue, now: DispatchTime.now().uptimeNanoseconds)
+                self?.flush(queue: queue, now: .now)
             }
             writer = source
             source.activate()

@@ -275,7 +275,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     /// `reservedForRoot` connections are root's, and at the limit a connection that is idle,
     /// half-sent or not reading makes room.
     private func admit(_ fd: consuming OwnedFileDescriptor) {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         let peer = try? ControlPeer.of(fd.descriptor)
         guard let peer, access.allows(peer) else {
             counters.refused += 1
@@ -319,7 +319,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     /// The journal says who it was and who may connect, once a minute per uid.
-    private func logRefusal(peer: ControlPeer?, now: UInt64) {
+    private func logRefusal(peer: ControlPeer?, now: MonotonicInstant) {
         let who = peer.map { LineEscaping.escaped($0.description) } ?? "a peer whose credentials could not be read"
         if let line = refusals.record(uid: peer?.uid ?? UInt32.max, now: now) {
             logger.warning("refused a control connection from \(who): \(access.whoMay)\(line)",
@@ -342,7 +342,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
 
     private func readable(_ id: UInt64) {
         guard let connection = connections[id], !connection.dropped else { return }
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         let count: Int
         switch scratch.withUnsafeMutableBytes({ NonBlockingRead.read(connection.descriptor.rawValue, into: $0) }) {
         case .bytes(let read): count = read
@@ -507,7 +507,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     private func write(_ bytes: [UInt8], to connection: ControlConnection) {
-        if !connection.send(bytes, limit: limits.maxReplyBytes, queue: queue.queue, now: DispatchTime.now().uptimeNanoseconds) {
+        if !connection.send(bytes, limit: limits.maxReplyBytes, queue: queue.queue, now: .now) {
             drop(connection, reason: ("replies not read", "over \(limits.maxReplyBytes) bytes of replies not read"))
             trimDue = true
             return
@@ -526,7 +526,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         counters.peakPendingReplyBytes = max(counters.peakPendingReplyBytes, pending)
         guard pending > limits.maxPendingReplyBytes else { return }
         let stalled = connections.values.filter { $0.pendingReplyBytes > 0 }.sorted {
-            ($0.writeBlockedSince ?? .max, $0.id) < ($1.writeBlockedSince ?? .max, $1.id)
+            ($0.writeBlockedSince ?? MonotonicInstant(nanoseconds: .max), $0.id) < ($1.writeBlockedSince ?? MonotonicInstant(nanoseconds: .max), $1.id)
         }
         for connection in stalled where pending > limits.maxPendingReplyBytes {
             pending -= connection.pendingReplyBytes
@@ -565,13 +565,13 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
 
     /// Once a second while any client is connected: drop the ones past a deadline.
     private func sweep() {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         for connection in Array(connections.values) {
-            if let since = connection.partialSince, now &- since > UInt64(limits.requestTimeout.nanosecondsClamped) {
+            if let since = connection.partialSince, now - since > limits.requestTimeout {
                 drop(connection, reason: ("request timeout", "request not finished within \(limits.requestTimeout.compactDescription)"))
-            } else if let since = connection.writeBlockedSince, now &- since > UInt64(limits.writeTimeout.nanosecondsClamped) {
+            } else if let since = connection.writeBlockedSince, now - since > limits.writeTimeout {
                 drop(connection, reason: ("write timeout", "reply not read within \(limits.writeTimeout.compactDescription)"))
-            } else if connection.isIdle, now &- connection.lastActivity > UInt64(limits.idleTimeout.nanosecondsClamped) {
+            } else if connection.isIdle, now - connection.lastActivity > limits.idleTimeout {
                 drop(connection, reason: ("idle timeout", "idle for \(limits.idleTimeout.compactDescription)"))
             } else if connection.closing, connection.inFlight == nil, connection.pendingReplyBytes == 0 {
                 drop(connection, reason: nil)
@@ -589,7 +589,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     // MARK: Dump
 
     public func describeForDump() -> DumpValue {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         let open = connections.values.sorted { $0.id < $1.id }
         return .object([
             .init("socket", socketPath.map { .string($0) } ?? .null),
@@ -616,7 +616,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
                     .init("id", .int(Int64(connection.id))),
                     .init("uid", .int(Int64(connection.peer.uid))),
                     .init("pid", .int(Int64(connection.peer.pid))),
-                    .init("age_s", .double(Double(now &- connection.openedAt) / 1e9)),
+                    .init("age_s", .double((now - connection.openedAt).secondsDouble)),
                     .init("calls", .int(Int64(connection.calls))),
                     .init("in_flight", connection.inFlight.map { .string($0.method) } ?? .null),
                 ])

@@ -10,10 +10,10 @@ public struct RunOptions: Sendable {
     public var configPath: String
     public var logLevelOverride: Logger.Level?
     public var environment: [String: String]
-    /// DispatchTime nanoseconds at the top of main, for uptime and time-to-READY.
-    public var processStart: UInt64
+    /// The top of main, for uptime and time-to-READY.
+    public var processStart: MonotonicInstant
 
-    public init(configPath: String, logLevelOverride: Logger.Level?, environment: [String: String], processStart: UInt64) {
+    public init(configPath: String, logLevelOverride: Logger.Level?, environment: [String: String], processStart: MonotonicInstant) {
         self.configPath = configPath
         self.logLevelOverride = logLevelOverride
         self.environment = environment
@@ -296,7 +296,7 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
     }
 
     private func announceReady() {
-        let elapsed = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds &- options.processStart))
+        let elapsed = options.processStart.elapsed()
         readyAfter = elapsed
         logger.info("ready in \(elapsed.compactDescription): \(configuration.tasks.count) task(s), \(configuration.watches.count) watch rule(s), \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
                     metadata: [JournalFields.messageIDKey: .string(MessageID.ready.rawValue), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])

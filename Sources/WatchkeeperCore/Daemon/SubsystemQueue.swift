@@ -13,10 +13,10 @@ public final class SubsystemQueue: Sendable {
     private let probe = Mutex(ProbeState())
 
     public struct ProbeState: Sendable, Equatable {
-        /// CLOCK_MONOTONIC (DispatchTime) nanoseconds when the unanswered probe was sent.
-        public var outstandingSince: UInt64?
-        public var lastLatencyNanoseconds: UInt64?
-        public var lastAnsweredAt: UInt64?
+        /// When the unanswered probe was sent.
+        public var outstandingSince: MonotonicInstant?
+        public var lastLatency: Duration?
+        public var lastAnsweredAt: MonotonicInstant?
         public var probesAnswered: UInt64 = 0
     }
 
@@ -44,7 +44,7 @@ public final class SubsystemQueue: Sendable {
 
     /// An empty block through the queue. It only answers once everything queued
     /// before it has run, so an unanswered probe means the queue is stuck.
-    public func sendProbe(at now: UInt64) {
+    public func sendProbe(at now: MonotonicInstant) {
         let alreadyOutstanding = probe.withLock { state -> Bool in
             if state.outstandingSince != nil { return true }
             state.outstandingSince = now
@@ -52,10 +52,10 @@ public final class SubsystemQueue: Sendable {
         }
         guard !alreadyOutstanding else { return }
         async {
-            let answered = DispatchTime.now().uptimeNanoseconds
+            let answered = MonotonicInstant.now
             self.probe.withLock { state in
                 if let sent = state.outstandingSince {
-                    state.lastLatencyNanoseconds = answered &- sent
+                    state.lastLatency = answered - sent
                 }
                 state.outstandingSince = nil
                 state.lastAnsweredAt = answered

@@ -19,7 +19,7 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
     private(set) var pingsSent: UInt64 = 0
     private(set) var pingsWithheld: UInt64 = 0
     private var ticks: UInt64 = 0
-    private var reportedStuck: [String: UInt64] = [:]
+    private var reportedStuck: [String: MonotonicInstant] = [:]
 
     /// Without systemd's watchdog the probes still run, less often, so the dump can
     /// show each queue's latency.
@@ -53,13 +53,13 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
 
     private func tick() {
         ticks += 1
-        let now = DispatchTime.now().uptimeNanoseconds
-        var stuck: [(SubsystemQueue, UInt64)] = []
+        let now = MonotonicInstant.now
+        var stuck: [(SubsystemQueue, Duration)] = []
         for subsystem in monitored {
             if let since = subsystem.probeState.outstandingSince {
-                stuck.append((subsystem, now &- since))
+                stuck.append((subsystem, now - since))
             } else if let reportedAt = reportedStuck.removeValue(forKey: subsystem.label) {
-                logger.notice("queue \(subsystem.label) answered again after \(Duration.nanoseconds(Int64(now &- reportedAt)).compactDescription) stuck")
+                logger.notice("queue \(subsystem.label) answered again after \((now - reportedAt).compactDescription) stuck")
             }
         }
         if stuck.isEmpty {
@@ -72,12 +72,12 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
             for (subsystem, age) in stuck {
                 // Once when first seen, then every 5 s: enough to follow in the journal without flooding it.
                 let last = reportedStuck[subsystem.label]
-                if last == nil || now &- (last ?? 0) >= 5_000_000_000 {
+                if last.map({ now - $0 >= .seconds(5) }) ?? true {
                     reportedStuck[subsystem.label] = reportedStuck[subsystem.label] ?? now
                     let action = systemdInterval != nil ? "; withholding the watchdog ping" : ""
-                    logger.error("queue \(subsystem.label) stuck for \(Duration.nanoseconds(Int64(age)).compactDescription): its probe is unanswered\(action)",
+                    logger.error("queue \(subsystem.label) stuck for \(age.compactDescription): its probe is unanswered\(action)",
                                  metadata: [JournalFields.messageIDKey: .string(MessageID.queueStuck.rawValue), "queue": .string(subsystem.label),
-                                            "stuck_ms": .stringConvertible(age / 1_000_000)])
+                                            "stuck_ms": .stringConvertible(age.nanosecondsClamped / 1_000_000)])
                 }
             }
         }

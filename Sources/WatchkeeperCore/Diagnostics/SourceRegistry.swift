@@ -16,7 +16,7 @@ public final class SourceStats: Sendable {
     public let owner: String
     public let target: String
     public let queueLabel: String
-    private let state = Mutex<(events: UInt64, lastFired: WallTime?, lastFiredMonotonic: UInt64?)>((0, nil, nil))
+    private let state = Mutex<(events: UInt64, lastFired: WallTime?, lastFiredMonotonic: MonotonicInstant?)>((0, nil, nil))
 
     init(kind: Kind, owner: String, target: String, queueLabel: String) {
         self.kind = kind
@@ -29,7 +29,7 @@ public final class SourceStats: Sendable {
     /// signals since the handler last ran.
     public func fired(count: UInt = 1) {
         let now = WallTime.now()
-        let monotonic = DispatchTime.now().uptimeNanoseconds
+        let monotonic = MonotonicInstant.now
         state.withLock { state in
             state.events += UInt64(max(count, 1))
             state.lastFired = now
@@ -39,7 +39,7 @@ public final class SourceStats: Sendable {
 
     public var events: UInt64 { state.withLock { $0.events } }
 
-    func describe(now: UInt64) -> DumpValue {
+    func describe(now: MonotonicInstant) -> DumpValue {
         let snapshot = state.withLock { $0 }
         var fields: [DumpField] = [
             .init("kind", .string(kind.rawValue)),
@@ -50,7 +50,7 @@ public final class SourceStats: Sendable {
         ]
         if let wall = snapshot.lastFired, let monotonic = snapshot.lastFiredMonotonic {
             fields.append(.init("last_fired", .string(wall.iso8601)))
-            fields.append(.init("last_fired_ago_s", .double(Double(now &- monotonic) / 1e9)))
+            fields.append(.init("last_fired_ago_s", .double((now - monotonic).secondsDouble)))
         } else {
             fields.append(.init("last_fired", .null))
         }

@@ -30,7 +30,7 @@ public final class StateDump: @unchecked Sendable {
     private let sink: LogSink
     private let notifier: SystemdNotifier
     private let logger: Logger
-    private let processStart: UInt64
+    private let processStart: MonotonicInstant
     // Confined to `queue`.
     private var sequence: Int64 = 0
     private var runtimeDirectory: String
@@ -38,7 +38,7 @@ public final class StateDump: @unchecked Sendable {
     private var lastWriteError: String?
 
     public init(queue: SubsystemQueue, contributors: [DumpContributor], queues: [SubsystemQueue], sources: SourceRegistry,
-                sink: LogSink, notifier: SystemdNotifier, logger: Logger, processStart: UInt64, settings: DaemonSettings) {
+                sink: LogSink, notifier: SystemdNotifier, logger: Logger, processStart: MonotonicInstant, settings: DaemonSettings) {
         self.queue = queue
         self.contributors = contributors
         self.queues = queues
@@ -124,10 +124,10 @@ public final class StateDump: @unchecked Sendable {
     /// The whole dump, or with `sections` only those components and no queue, source,
     /// resource or problem lists.
     func build(reason: String, sections: Set<String>? = nil) -> DumpValue {
-        let started = DispatchTime.now()
+        let started = MonotonicInstant.now
         let contributors = sections.map { wanted in self.contributors.filter { wanted.contains($0.dumpSectionName) } } ?? self.contributors
         let answers = collectContributions(contributors)
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         var fields: [DumpField] = [
             .init("format", .string(Self.formatName)),
             .init("format_version", .int(Self.formatVersion)),
@@ -136,7 +136,7 @@ public final class StateDump: @unchecked Sendable {
             .init("reason", .string(reason)),
             .init("version", .string(WatchkeeperVersion.current)),
             .init("pid", .int(Int64(getpid()))),
-            .init("uptime_s", .double(Double(now &- processStart) / 1e9)),
+            .init("uptime_s", .double((now - processStart).secondsDouble)),
             .init("status", .string(notifier.status)),
         ]
         var stuck: [DumpValue] = []
@@ -165,20 +165,20 @@ public final class StateDump: @unchecked Sendable {
             })),
         ])))
         fields.append(.init("stuck_components", .array(stuck)))
-        fields.append(.init("dump_build_ms", .double(Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e6)))
+        fields.append(.init("dump_build_ms", .double(started.elapsed().secondsDouble * 1e3)))
         return .object(fields)
     }
 
-    private func describe(_ subsystem: SubsystemQueue, now: UInt64) -> DumpValue {
+    private func describe(_ subsystem: SubsystemQueue, now: MonotonicInstant) -> DumpValue {
         let probe = subsystem.probeState
         var fields: [DumpField] = [
             .init("label", .string(subsystem.label)),
             .init("qos", .string(subsystem.qosName)),
             .init("pending", .int(Int64(subsystem.pendingItems))),
-            .init("last_probe_latency_ms", probe.lastLatencyNanoseconds.map { .double(Double($0) / 1e6) } ?? .null),
+            .init("last_probe_latency_ms", probe.lastLatency.map { .double($0.secondsDouble * 1e3) } ?? .null),
         ]
-        if let since = probe.outstandingSince, now &- since > 1_000_000_000 {
-            fields.append(.init("unanswered_probe_for_s", .double(Double(now &- since) / 1e9)))
+        if let since = probe.outstandingSince, now - since > .seconds(1) {
+            fields.append(.init("unanswered_probe_for_s", .double((now - since).secondsDouble)))
         }
         return .object(fields)
     }

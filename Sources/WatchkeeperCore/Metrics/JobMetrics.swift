@@ -75,7 +75,7 @@ public final class JobMetrics: @unchecked Sendable {
 
     /// A first attempt starts (a retry's wait is its backoff, not latency).
     public func started(_ key: JobKey, subject: JobSubject) {
-        guard !forgotten.contains(key), let latency = Self.startLatency(of: subject, now: DispatchTime.now().uptimeNanoseconds, wallNow: .now()) else { return }
+        guard !forgotten.contains(key), let latency = Self.startLatency(of: subject, now: MonotonicInstant.now.nanoseconds, wallNow: .now()) else { return }
         instruments(for: key).startLatency.recordNanoseconds(latency)
     }
 

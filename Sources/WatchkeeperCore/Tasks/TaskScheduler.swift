@@ -17,8 +17,8 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         /// dump is the task's number of fires.
         var timer: RegisteredTimer?
         /// Monotonic nanoseconds every = "…" fires are counted from (drift-free).
-        var anchor: UInt64 = 0
-        var nextFire: (monotonic: UInt64?, wall: WallTime)?
+        var anchor = MonotonicInstant(nanoseconds: 0)
+        var nextFire: (monotonic: MonotonicInstant?, wall: WallTime)?
         var zone: TimeZoneRules?
         /// overlap = "queue" or "replace": one run waits for the current one.
         /// The run that starts when the current one ends (`overlap = "queue"` or
@@ -112,14 +112,14 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
                 disarm(existing)
                 existing.settings = new
                 engine.configure(existing.group)
-                arm(existing, now: DispatchTime.now().uptimeNanoseconds)
+                arm(existing, now: .now)
                 logger.info("task \(new.name) changed; next run \(describeNext(existing))")
             } else {
                 let task = ScheduledTask(settings: new)
                 tasks[new.name] = task
                 engine.configure(task.group)
                 restoreHistory(task)
-                arm(task, now: DispatchTime.now().uptimeNanoseconds)
+                arm(task, now: .now)
                 if new.runOnStart && isStart { startNow.append(task) }
             }
         }
@@ -202,14 +202,14 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     // MARK: Timers
 
-    private func arm(_ task: ScheduledTask, now: UInt64) {
+    private func arm(_ task: ScheduledTask, now: MonotonicInstant) {
         let offset = jitterOffset(for: task.settings)
         switch task.settings.schedule {
         case .manual:
             task.nextFire = nil
             return
         case .every(let interval):
-            task.anchor = now + UInt64(offset.nanosecondsClamped)
+            task.anchor = now + offset
             scheduleEvery(task, interval: interval, after: now)
         case .cron(_, let timezone):
             do {
@@ -230,26 +230,28 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     /// The next k·interval after `now`, counted from the anchor: a late or long run does
     /// not shift later fires.
-    private func scheduleEvery(_ task: ScheduledTask, interval: Duration, after now: UInt64) {
-        let step = UInt64(max(1, interval.nanosecondsClamped))
-        let next: UInt64
+    private func scheduleEvery(_ task: ScheduledTask, interval: Duration, after now: MonotonicInstant) {
+        let next: MonotonicInstant
         if now < task.anchor {
             // The anchor is "time zero" (start plus the task's jitter): the first fire is a
             // whole interval after it, so jitter delays the first run too.
-            next = task.anchor + step
+            next = task.anchor + max(interval, .nanoseconds(1))
         } else {
-            next = task.anchor + ((now - task.anchor) / step + 1) * step
+            // Whole intervals on the anchor's grid, in integer nanoseconds.
+            let step = UInt64(max(1, interval.nanosecondsClamped))
+            let periods = (now.nanoseconds - task.anchor.nanoseconds) / step + 1
+            next = task.anchor + .nanoseconds(Int64(clamping: periods &* step))
         }
         let wallNow = WallTime.now()
-        let delta = Int64(next - min(next, DispatchTime.now().uptimeNanoseconds))
-        task.nextFire = (next, wallNow.adding(nanoseconds: delta))
+        let delta = max(.zero, next - .now)
+        task.nextFire = (next, wallNow.adding(nanoseconds: delta.nanosecondsClamped))
         setTimer(task, target: "every \(interval.compactDescription)") { [weak self] in
             guard let self else { return }
             let scheduled = task.nextFire?.wall ?? .now()
             self.fire(task, scheduledAt: scheduled, reason: "schedule")
-            self.scheduleEvery(task, interval: interval, after: max(DispatchTime.now().uptimeNanoseconds, next))
+            self.scheduleEvery(task, interval: interval, after: max(.now, next))
         }
-        task.timer?.schedule(at: DispatchTime(uptimeNanoseconds: next))
+        task.timer?.schedule(at: next.dispatchTime)
     }
 
     func scheduleCron(_ task: ScheduledTask, after: WallTime) {

@@ -29,11 +29,11 @@ final class ControlAccessPolicyTests: XCTestCase {
 
     func testRefusals_areLoggedOncePerUidPerMinute_withTheCountInBetween() {
         var log = RefusalLog()
-        let second: UInt64 = 1_000_000_000
-        XCTAssertEqual(log.record(uid: 5, now: 10 * second), "")
-        XCTAssertNil(log.record(uid: 5, now: 11 * second))
-        XCTAssertNil(log.record(uid: 5, now: 12 * second))
-        XCTAssertEqual(log.record(uid: 6, now: 12 * second), "", "another uid is logged at once")
-        XCTAssertEqual(log.record(uid: 5, now: 71 * second), " (2 more from this uid in the last minute not logged)")
+        func second(_ count: UInt64) -> MonotonicInstant { MonotonicInstant(nanoseconds: count * 1_000_000_000) }
+        XCTAssertEqual(log.record(uid: 5, now: second(10)), "")
+        XCTAssertNil(log.record(uid: 5, now: second(11)))
+        XCTAssertNil(log.record(uid: 5, now: second(12)))
+        XCTAssertEqual(log.record(uid: 6, now: second(12)), "", "another uid is logged at once")
+        XCTAssertEqual(log.record(uid: 5, now: second(71)), " (2 more from this uid in the last minute not logged)")
     }
 }

@@ -94,7 +94,7 @@ final class StateStoreTests: ScratchDirectoryTestCase {
     /// thread's wake-up on a loaded 2-core machine.
     private func answersProbe(_ queue: SubsystemQueue, within limit: Duration) -> Bool {
         let before = queue.probeState.probesAnswered
-        queue.sendProbe(at: DispatchTime.now().uptimeNanoseconds)
+        queue.sendProbe(at: .now)
         let seconds = Double(limit.components.seconds) + Double(limit.components.attoseconds) / 1e18
         return waitFor(seconds, every: .milliseconds(2)) { queue.probeState.probesAnswered > before }
     }
