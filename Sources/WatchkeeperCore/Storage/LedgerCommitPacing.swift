@@ -1,6 +1,6 @@
 // When the StateStore commits the writes waiting (the file ledger's records, and the task
 // state's that come with them). A value with no clock and no timer: the caller passes
-// monotonic nanoseconds and does what the transition returns.
+// the instants (MonotonicInstant) and does what the transition returns.
 //
 // One transaction per finished job cost the daemon about a seventh of its CPU in a burst
 // (docs/measurements/performance.md, "The file ledger's group commit"): SQLite's WAL
@@ -16,30 +16,33 @@ public struct LedgerCommitPacing: Sendable, Equatable {
         case none
         /// Write on the queue's next turn, after every completion already waiting there.
         case writeOnNextTurn
-        /// Arm the timer for this instant (monotonic nanoseconds) and write then.
-        case writeAt(UInt64)
+        /// Arm the timer for this instant and write then.
+        case writeAt(MonotonicInstant)
     }
 
-    public let interval: UInt64
+    public let interval: Duration
     /// The last write's start; nil before the first.
-    public private(set) var lastWriteAt: UInt64?
+    public private(set) var lastWriteAt: MonotonicInstant?
     public private(set) var writePending = false
 
     public init(interval: Duration) {
-        self.interval = UInt64(clamping: interval.nanosecondsClamped)
+        self.interval = max(.zero, interval)
     }
 
     /// A record joined the pending ones at `now`.
-    public mutating func recordAdded(now: UInt64) -> Action {
+    public mutating func recordAdded(now: MonotonicInstant) -> Action {
         guard !writePending else { return .none }
         writePending = true
-        guard let last = lastWriteAt, now &- last < interval else { return .writeOnNextTurn }
+        // `now` may be a moment before `last`: a submitter read the clock, then another
+        // thread's commit marked its write before the submitter took the lock. Such a record
+        // is written on the next turn, as when the difference was unsigned and wrapped.
+        guard let last = lastWriteAt, (.zero..<interval).contains(now - last) else { return .writeOnNextTurn }
         return .writeAt(last + interval)
     }
 
     /// Everything pending was written at `now` (by the paced write or by anyone who needed
     /// the file current: a history query, the end of a burst, the stop).
-    public mutating func wrote(now: UInt64) {
+    public mutating func wrote(now: MonotonicInstant) {
         lastWriteAt = now
         writePending = false
     }

@@ -19,7 +19,7 @@ extension StateStore {
     }
 
     func failed(_ error: SQLiteError) {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         writeFailures += 1
         lastError = (error.description, .now())
         if failingSince == nil { failingSince = now }
@@ -36,7 +36,7 @@ extension StateStore {
         retryTimer = timer
         // A closing store has a deadline: the last try is at it, not after it.
         if let deadline = closing?.deadline {
-            timer.schedule(at: DispatchTime(uptimeNanoseconds: min(deadline, now + UInt64(delay.nanosecondsClamped))))
+            timer.schedule(at: min(deadline, now + delay).dispatchTime)
         } else {
             timer.schedule(after: delay)
         }
@@ -53,8 +53,7 @@ extension StateStore {
     }
 
     func recovered() {
-        let now = DispatchTime.now().uptimeNanoseconds
-        let took = Duration.nanoseconds(Int64(now &- (failingSince ?? now)))
+        let took = failingSince?.elapsed() ?? .zero
         logger.notice("the state file is written again after \(took.compactDescription) of failures; \(pending.count) write(s) still waiting")
         failingSince = nil
         retryDelay = nil
@@ -75,9 +74,9 @@ extension StateStore {
         String(cString: sqlite3_errstr(error.primaryCode))
     }
 
-    func oldestAge(now: UInt64) -> Duration {
+    func oldestAge(now: MonotonicInstant) -> Duration {
         guard let first = pending.first else { return .zero }
-        return .nanoseconds(Int64(now &- min(now, first.submittedAt)))
+        return max(.zero, now - first.submittedAt)
     }
 
     func describeDropped() -> String {

@@ -55,7 +55,7 @@ extension StateStore {
             scheduleWalk()
             return
         }
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         var start = 0
         while start < gone.count {
             let end = min(gone.count, start + FileLedger.deletionsPerTransaction)
@@ -72,7 +72,7 @@ extension StateStore {
     }
 
     private func walkEnded(_ walk: LedgerPruneWalk) {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         enqueue(PendingWrite(write: .pruneFinished(rule: walk.rule), submittedAt: now, confirmation: nil))
         if walks.isEmpty { enqueue(PendingWrite(write: .checkpoint, submittedAt: now, confirmation: nil)) }
     }
@@ -130,7 +130,7 @@ extension StateStore {
             commitTimer.cancel()
             retryTimer?.cancel()
             retryTimer = nil
-            closing = (DispatchTime.now().uptimeNanoseconds + UInt64(budget.nanosecondsClamped), then)
+            closing = (.now + budget, then)
             closeStep()
         }
     }
@@ -145,7 +145,7 @@ extension StateStore {
             let outcome = commitFront(into: &confirmations)
             deliver(confirmations)
             if case .failed(let error) = outcome {
-                if DispatchTime.now().uptimeNanoseconds < deadline {
+                if MonotonicInstant.now < deadline {
                     failed(error)
                     return
                 }

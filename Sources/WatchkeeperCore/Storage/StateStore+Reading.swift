@@ -73,7 +73,7 @@ extension StateStore {
     /// (attempts, the last error, since when, the backoff), what was dropped, and the prune.
     public func describeForDump() -> DumpValue {
         takeSubmitted(markingWritten: false)
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         var path: DumpValue = .null
         var problem: DumpValue = .null
         var rebuilt: DumpValue = .null
@@ -109,9 +109,9 @@ extension StateStore {
             .init("writes_waiting", .int(Int64(pending.count))),
             .init("rows_waiting", .int(Int64(pendingRows))),
             .init("waiting_by_kind", byKind(waiting)),
-            .init("oldest_waiting_s", pending.isEmpty ? .null : .double(Double(oldestAge(now: now).nanosecondsClamped) / 1e9)),
+            .init("oldest_waiting_s", pending.isEmpty ? .null : .double(oldestAge(now: now).secondsDouble)),
             .init("write_failures", .int(Int64(writeFailures))),
-            .init("failing_for_s", failingSince.map { .double(Double(now &- $0) / 1e9) } ?? .null),
+            .init("failing_for_s", failingSince.map { .double((now - $0).secondsDouble) } ?? .null),
             .init("retry_backoff", retryDelay.map { .string($0.compactDescription) } ?? .null),
             .init("last_error", lastError.map { .string($0.message) } ?? .null),
             .init("last_error_at", lastError.map { .string($0.at.iso8601) } ?? .null),

@@ -34,8 +34,8 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// A write waiting to be committed, and whom to tell when it is.
     struct PendingWrite {
         let write: StateWrite
-        /// Monotonic nanoseconds at submission: the dump's age of the oldest.
-        let submittedAt: UInt64
+        /// When it was submitted: the dump's age of the oldest.
+        let submittedAt: MonotonicInstant
         let confirmation: Confirmation?
     }
 
@@ -74,7 +74,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// Armed while the last attempt failed: nothing is written before it fires.
     var retryTimer: RegisteredTimer?
     var retryDelay: Duration?
-    var failingSince: UInt64?
+    var failingSince: MonotonicInstant?
     var writeFailures: UInt64 = 0
     var lastError: (message: String, at: WallTime)?
     /// Writes dropped for good (past the bound, a write that can never succeed, the stop),
@@ -87,7 +87,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     var pruneRemoved: [String: Int] = [:]
     var prunesFinished: UInt64 = 0
     /// Set by `close`: the deadline of the last writes, then the report's receiver.
-    var closing: (deadline: UInt64, then: @Sendable (CloseReport) -> Void)?
+    var closing: (deadline: MonotonicInstant, then: @Sendable (CloseReport) -> Void)?
 
     /// In a burst, commits happen at most this often: a crash runs again the jobs that ended
     /// in the last 20 ms (besides those in flight); the per-file transactions this saves were
@@ -160,7 +160,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// dropped (past the bound, or unwritable for good), which is counted and said.
     func submit(_ write: StateWrite, confirmOn owner: SubsystemQueue? = nil, confirmed: (@Sendable () -> Void)? = nil) {
         let confirmation = owner.flatMap { owner in confirmed.map { Confirmation(queue: owner, confirmed: $0) } }
-        let item = PendingWrite(write: write, submittedAt: DispatchTime.now().uptimeNanoseconds, confirmation: confirmation)
+        let item = PendingWrite(write: write, submittedAt: .now, confirmation: confirmation)
         let action = mailbox.withLock { box -> LedgerCommitPacing.Action in
             guard !box.closed else { return .none }
             box.writes.append(item)
@@ -179,7 +179,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
         case .writeOnNextTurn:
             queue.async { [weak self] in self?.commitPending() }
         case .writeAt(let deadline):
-            commitTimer.schedule(at: DispatchTime(uptimeNanoseconds: deadline))
+            commitTimer.schedule(at: deadline.dispatchTime)
         }
     }
 
@@ -194,7 +194,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// Moves what was submitted onto the line, in order. `markingWritten`: a commit follows
     /// at once, so the pacing starts counting from now.
     func takeSubmitted(markingWritten: Bool) {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         let submitted = mailbox.withLock { box -> [PendingWrite] in
             if markingWritten { box.pacing.wrote(now: now) }
             defer { box.writes = [] }

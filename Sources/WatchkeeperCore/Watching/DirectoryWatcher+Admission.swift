@@ -14,7 +14,7 @@ extension DirectoryWatcher {
 
     func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false) {
         guard accepting else { return }
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         // A writer's close (or a move in) is evidence that the file is whole: a wait that only
         // a scan started (it cannot tell) ends, and the file goes on with the rule's window.
         if !fromScan, let waiting = rule.settle.item(for: relative), waiting.fromScan {
@@ -28,8 +28,7 @@ extension DirectoryWatcher {
             }
             return
         }
-        let deadline = now + UInt64(window.nanosecondsClamped)
-        rule.settle.add(path: relative, event: PendingFile(event: event), deadline: deadline, fromScan: fromScan)
+        rule.settle.add(path: relative, event: PendingFile(event: event), deadline: now + window, fromScan: fromScan)
         armSettleTimer(rule)
     }
 
@@ -45,22 +44,22 @@ extension DirectoryWatcher {
                 self.settleDue(rule)
             }
         }
-        rule.settleTimer?.schedule(at: DispatchTime(uptimeNanoseconds: next))
+        rule.settleTimer?.schedule(at: next.dispatchTime)
     }
 
     /// Starts every path whose window has ended, and re-arms for the next one.
     private func settleDue(_ rule: WatchRule) {
         // A batch also takes the files whose windows end a moment later (files written
         // together settle microseconds apart), up to a quarter of the window or 250 ms.
-        let lookahead = rule.settings.batch ? UInt64(min(rule.settings.settle / 4, .milliseconds(250)).nanosecondsClamped) : 0
-        let now = DispatchTime.now().uptimeNanoseconds
+        let lookahead = rule.settings.batch ? min(rule.settings.settle / 4, .milliseconds(250)) : .zero
+        let now = MonotonicInstant.now
         let due = rule.settle.takeDue(now: now, lookahead: lookahead)
         var admitted: [FileSubject] = []
         admitted.reserveCapacity(due.count)
         for item in due {
             // A window ends its length after the last event (or the scan that found the file).
-            let window = UInt64(settleWindow(rule, fromScan: item.fromScan).nanosecondsClamped)
-            switch admit(rule, relative: item.path, pending: item.event, fromScan: item.fromScan, eventAt: item.deadline &- window) {
+            let window = settleWindow(rule, fromScan: item.fromScan)
+            switch admit(rule, relative: item.path, pending: item.event, fromScan: item.fromScan, eventAt: item.deadline - window) {
             case .admitted(let subject):
                 admitted.append(subject)
             case .skipped:
@@ -86,13 +85,14 @@ extension DirectoryWatcher {
     /// is a regular file (a FIFO would block the job, a planted link would lead a root job
     /// elsewhere), and, where it is no evidence of new content (a scan, a move), was not
     /// handled before in this exact form (docs/architecture.md, "File identity").
-    func admit(_ rule: WatchRule, relative: [UInt8], pending: PendingFile, fromScan: Bool, eventAt: UInt64) -> Admission {
+    func admit(_ rule: WatchRule, relative: [UInt8], pending: PendingFile, fromScan: Bool, eventAt: MonotonicInstant) -> Admission {
         let absolute = rule.absolute(relative)
         let rootLength = absolute.count - relative.count - (relative.isEmpty ? 0 : 1)
         let event = pending.event
         let follows = rule.settings.followSymlinks
         guard event != .deleted && event != .movedOut else {
-            return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt, followsSymlinks: follows))
+            return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt.nanoseconds,
+                                         followsSymlinks: follows))
         }
         guard let status = FileStatus.of(absolute, followSymlinks: follows) else { return .skipped } // gone already
         guard status.type == .regular else {
@@ -132,7 +132,7 @@ extension DirectoryWatcher {
                 return .skipped
             }
         }
-        return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
+        return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt.nanoseconds,
                                      followsSymlinks: follows))
     }
 

@@ -13,7 +13,7 @@ extension DirectoryWatcher {
         let name: [UInt8]
     }
 
-    func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: UInt64,
+    func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: MonotonicInstant,
                      closedNow: Set<EntryKey>) {
         let path = location.path(of: event.name)
         rule.noteRawEvent(event, path: path, at: now)

@@ -153,7 +153,7 @@ extension DirectoryWatcher {
     // MARK: Dump
 
     public func describeForDump() -> DumpValue {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
             rule.describe(now: now, watchedDirectories: backend?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: ledger.size(of: rule))
         }

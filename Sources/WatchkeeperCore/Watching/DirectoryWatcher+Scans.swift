@@ -165,7 +165,7 @@ extension DirectoryWatcher {
             return
         }
         rule.fallbackScans += 1
-        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(Self.fallbackBudget.nanosecondsClamped)
+        let deadline = MonotonicInstant.now + Self.fallbackBudget
         let due = rule.unwatchable
         rule.unwatchable = []
         var stillUnwatched: [[UInt8]] = []
@@ -177,7 +177,7 @@ extension DirectoryWatcher {
             }
         }
         var index = 0
-        while index < due.count, DispatchTime.now().uptimeNanoseconds < deadline {
+        while index < due.count, MonotonicInstant.now < deadline {
             let relative = due[index]
             index += 1
             if addWatch(rule, relative: relative) {

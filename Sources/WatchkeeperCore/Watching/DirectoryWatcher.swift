@@ -170,7 +170,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     // MARK: Events
 
     private func handle(_ changes: [WatchBackend.Change]) {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = MonotonicInstant.now
         // Files whose writer's close is in this same read: their IN_CREATE needs no look (the
         // close is the evidence), which keeps a burst of written files off the created path.
         var closedNow: Set<EntryKey> = []

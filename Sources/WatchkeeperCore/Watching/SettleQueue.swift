@@ -1,7 +1,7 @@
 // The settle window of one watch rule: a file is handled only once no event has come for
 // it for a while, so a file written in many chunks runs one job, not one per chunk. This is
-// the bookkeeping only, a value with no clock and no timer: the caller passes monotonic
-// nanoseconds (DispatchTime.uptimeNanoseconds) and arms its timer for `nextDeadline`.
+// the bookkeeping only, a value with no clock and no timer: the caller passes the instants
+// (MonotonicInstant) and arms its timer for `nextDeadline`.
 
 /// Paths waiting for their settle window to end, each once, with the event that will be
 /// reported for it.
@@ -18,8 +18,8 @@ public struct SettleQueue<Event> {
         public let path: [UInt8]
         /// The latest event for the path: what the job is told happened.
         public let event: Event
-        /// When its window ends (monotonic nanoseconds).
-        public let deadline: UInt64
+        /// When its window ends.
+        public let deadline: MonotonicInstant
         /// Only a scan found it: no event for it came while it waited.
         public let fromScan: Bool
     }
@@ -35,7 +35,7 @@ public struct SettleQueue<Event> {
 
     fileprivate struct Waiting {
         var event: Event
-        var deadline: UInt64
+        var deadline: MonotonicInstant
         var fromScan: Bool
         var sequence: UInt64
     }
@@ -44,7 +44,7 @@ public struct SettleQueue<Event> {
     /// window moved) or is gone (taken or removed).
     private struct Slot: Sendable {
         let path: [UInt8]
-        let deadline: UInt64
+        let deadline: MonotonicInstant
         let sequence: UInt64
 
         func comesBefore(_ other: Slot) -> Bool {
@@ -73,7 +73,7 @@ public struct SettleQueue<Event> {
     public var isEmpty: Bool { waiting.isEmpty }
 
     /// When the earliest window ends, for the caller's timer; nil when nothing waits.
-    public var nextDeadline: UInt64? {
+    public var nextDeadline: MonotonicInstant? {
         switch (order.indices.contains(head) ? order[head] : nil, early.first) {
         case (let slot?, let heap?): return min(slot.deadline, heap.deadline)
         case (let slot?, nil): return slot.deadline
@@ -92,7 +92,7 @@ public struct SettleQueue<Event> {
     /// tell whether the file is still being written). A scan finding a waiting path changes
     /// nothing, or a rescan every second would keep a file waiting for ever.
     @discardableResult
-    public mutating func add(path: [UInt8], event: Event, deadline: UInt64, fromScan: Bool) -> Addition {
+    public mutating func add(path: [UInt8], event: Event, deadline: MonotonicInstant, fromScan: Bool) -> Addition {
         guard var current = waiting[path] else {
             let sequence = takeSequence()
             waiting[path] = Waiting(event: event, deadline: deadline, fromScan: fromScan, sequence: sequence)
@@ -120,9 +120,9 @@ public struct SettleQueue<Event> {
     /// Removes and returns, earliest window first, every path whose window ends at or before
     /// `now + lookahead`. The lookahead lets a batch take files whose windows end a moment
     /// later (files written together settle microseconds apart) instead of one job each.
-    public mutating func takeDue(now: UInt64, lookahead: UInt64 = 0) -> [Item] {
-        let (limit, overflow) = now.addingReportingOverflow(lookahead)
-        let horizon = overflow ? UInt64.max : limit
+    public mutating func takeDue(now: MonotonicInstant, lookahead: Duration = .zero) -> [Item] {
+        // Saturating (MonotonicInstant's +): a huge lookahead takes everything, never wraps.
+        let horizon = now + max(.zero, lookahead)
         var due: [Item] = []
         while true {
             let fromHeap: Bool

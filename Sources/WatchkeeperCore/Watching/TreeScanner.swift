@@ -163,7 +163,7 @@ public struct TreeScanner: Sendable {
     /// `Summary.remaining` says where to go on. One round always runs, so a pass makes
     /// progress whatever the budget.
     public func scan(
-        from start: [[UInt8]], until deadline: UInt64, now: () -> UInt64 = { DispatchTime.now().uptimeNanoseconds },
+        from start: [[UInt8]], until deadline: MonotonicInstant, now: () -> MonotonicInstant = { .now },
         roundLimit: Int = 256, visit: ([UInt8]) -> Bool = { _ in true }, descend: ([UInt8]) -> Bool = { _ in true },
         file: ([UInt8]) -> Void
     ) -> Summary {

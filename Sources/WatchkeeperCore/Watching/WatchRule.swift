@@ -59,7 +59,7 @@ final class WatchRule: @unchecked Sendable {
     var rescans: UInt64 = 0
     var fallbackScans: UInt64 = 0
     var rootsLost: UInt64 = 0
-    var lastEventAt: UInt64?
+    var lastEventAt: MonotonicInstant?
     /// Entries scans and events skipped because they are not regular files.
     var skipped = TreeScanner.TypeCounts()
 
@@ -108,7 +108,7 @@ final class WatchRule: @unchecked Sendable {
         settings.recursive && settings.filter.mayContainSelected(directory: relative)
     }
 
-    func noteRawEvent(_ event: InotifyEvent, path: [UInt8], at now: UInt64) {
+    func noteRawEvent(_ event: InotifyEvent, path: [UInt8], at now: MonotonicInstant) {
         eventsSeen += 1
         lastEventAt = now
         guard settings.recentEvents > 0 else { return }
@@ -194,8 +194,8 @@ final class WatchRule: @unchecked Sendable {
 
     // MARK: Dump
 
-    func describe(now: UInt64, watchedDirectories: Int, ledgerSize: DumpValue) -> DumpValue {
-        let lastEvent: DumpValue = lastEventAt.map { .double(Double(now &- $0) / 1e9) } ?? .null
+    func describe(now: MonotonicInstant, watchedDirectories: Int, ledgerSize: DumpValue) -> DumpValue {
+        let lastEvent: DumpValue = lastEventAt.map { .double((now - $0).secondsDouble) } ?? .null
         let skippedByType: [DumpField] = TreeScanner.EntryType.allCases.compactMap { type in
             type == .regular || type == .directory || skipped[type] == 0 ? nil : .init(type.name, .int(Int64(skipped[type])))
         }

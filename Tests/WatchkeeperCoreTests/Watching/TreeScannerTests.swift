@@ -222,9 +222,9 @@ final class TreeScannerTests: ScratchDirectoryTestCase {
         XCTAssertEqual(expected.count, 24)
 
         // A clock that moves one tick per reading: every round ends past a deadline one tick away.
-        var tick: UInt64 = 0
-        let clock = { () -> UInt64 in
-            tick += 1
+        var tick = MonotonicInstant(nanoseconds: 0)
+        let clock = { () -> MonotonicInstant in
+            tick += .nanoseconds(1)
             return tick
         }
         var files: [String] = []
@@ -232,7 +232,7 @@ final class TreeScannerTests: ScratchDirectoryTestCase {
         var passes = 0
         repeat {
             passes += 1
-            let summary = scanner.scan(from: start, until: tick + 1, now: clock, roundLimit: 4) { files.append(String(decoding: $0, as: UTF8.self)) }
+            let summary = scanner.scan(from: start, until: tick + .nanoseconds(1), now: clock, roundLimit: 4) { files.append(String(decoding: $0, as: UTF8.self)) }
             XCTAssertEqual(summary.failures, [])
             start = summary.remaining
             XCTAssertEqual(summary.isComplete, start.isEmpty)
@@ -246,7 +246,7 @@ final class TreeScannerTests: ScratchDirectoryTestCase {
     func testBudgetedScan_withTimeLeft_finishesInOnePass() throws {
         try make("a/b/c/file")
         var files: [[UInt8]] = []
-        let summary = scanner.scan(from: [[]], until: .max, roundLimit: 1) { files.append($0) }
+        let summary = scanner.scan(from: [[]], until: MonotonicInstant(nanoseconds: .max), roundLimit: 1) { files.append($0) }
         XCTAssertTrue(summary.isComplete)
         XCTAssertEqual(files, [Array("a/b/c/file".utf8)])
     }
