@@ -45,11 +45,11 @@ public struct FileSubject: Sendable {
     public let identity: FileIdentity?
     /// When its last event came, or a scan found it (monotonic nanoseconds): where its
     /// event-to-start latency is measured from.
-    public let eventAt: UInt64?
+    public let eventAt: MonotonicInstant?
     /// The rule follows symbolic links: the check before the start does too.
     public let followsSymlinks: Bool
 
-    public init(path: [UInt8], rootLength: Int, event: WatchEvent, identity: FileIdentity?, eventAt: UInt64? = nil,
+    public init(path: [UInt8], rootLength: Int, event: WatchEvent, identity: FileIdentity?, eventAt: MonotonicInstant? = nil,
                 followsSymlinks: Bool = false) {
         self.path = path
         self.rootLength = rootLength

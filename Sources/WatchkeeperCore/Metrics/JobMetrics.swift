@@ -75,14 +75,14 @@ public final class JobMetrics: @unchecked Sendable {
 
     /// A first attempt starts (a retry's wait is its backoff, not latency).
     public func started(_ key: JobKey, subject: JobSubject) {
-        guard !forgotten.contains(key), let latency = Self.startLatency(of: subject, now: MonotonicInstant.now.nanoseconds, wallNow: .now()) else { return }
+        guard !forgotten.contains(key), let latency = Self.startLatency(of: subject, now: .now, wallNow: .now()) else { return }
         instruments(for: key).startLatency.recordNanoseconds(latency)
     }
 
     /// Nanoseconds from what made the job due to `now`: a file's last event (monotonic), the
     /// oldest of a batch's, or a task's scheduled instant (wall clock; the schedule is one).
     /// nil when the subject carries no such instant (a run asked for "now").
-    static func startLatency(of subject: JobSubject, now: UInt64, wallNow: WallTime) -> Int64? {
+    static func startLatency(of subject: JobSubject, now: MonotonicInstant, wallNow: WallTime) -> Int64? {
         switch subject {
         case .schedule(let scheduledAt):
             guard let scheduledAt else { return nil }
@@ -90,9 +90,9 @@ public final class JobMetrics: @unchecked Sendable {
             let nanoseconds = Int64(wallNow.nanoseconds) - Int64(scheduledAt.nanoseconds)
             return max(0, seconds * 1_000_000_000 + nanoseconds)
         case .file(let file):
-            return file.eventAt.map { Int64(clamping: now >= $0 ? now - $0 : 0) }
+            return file.eventAt.map { max(.zero, now - $0).nanosecondsClamped }
         case .batch(let files, _):
-            return files.compactMap(\.eventAt).min().map { Int64(clamping: now >= $0 ? now - $0 : 0) }
+            return files.compactMap(\.eventAt).min().map { max(.zero, now - $0).nanosecondsClamped }
         }
     }
 

@@ -91,7 +91,7 @@ extension DirectoryWatcher {
         let event = pending.event
         let follows = rule.settings.followSymlinks
         guard event != .deleted && event != .movedOut else {
-            return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt.nanoseconds,
+            return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: nil, eventAt: eventAt,
                                          followsSymlinks: follows))
         }
         guard let status = FileStatus.of(absolute, followSymlinks: follows) else { return .skipped } // gone already
@@ -132,7 +132,7 @@ extension DirectoryWatcher {
                 return .skipped
             }
         }
-        return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt.nanoseconds,
+        return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
                                      followsSymlinks: follows))
     }
 

@@ -94,23 +94,25 @@ final class JobMetricsTests: XCTestCase {
 
     func testStartLatency_ofAFileIsFromItsEvent_ofABatchFromItsOldestFile_ofATaskFromItsScheduledInstant() {
         func file(_ eventAt: UInt64?) -> FileSubject {
-            FileSubject(path: Array("/in/a".utf8), rootLength: 3, event: .closedWrite, identity: nil, eventAt: eventAt)
+            FileSubject(path: Array("/in/a".utf8), rootLength: 3, event: .closedWrite, identity: nil,
+                        eventAt: eventAt.map { MonotonicInstant(nanoseconds: $0) })
         }
-        let now: UInt64 = 10_000_000_000
+        let nanoseconds: UInt64 = 10_000_000_000
+        let now = MonotonicInstant(nanoseconds: nanoseconds)
         let wallNow = WallTime(secondsSinceEpoch: 1_700_000_010, nanoseconds: 0)
-        XCTAssertEqual(JobMetrics.startLatency(of: .file(file(now - 2_500_000)), now: now, wallNow: wallNow), 2_500_000)
-        XCTAssertEqual(JobMetrics.startLatency(of: .batch([file(now - 100), file(now - 7_000), file(nil)], input: .argv), now: now, wallNow: wallNow), 7_000)
+        XCTAssertEqual(JobMetrics.startLatency(of: .file(file(nanoseconds - 2_500_000)), now: now, wallNow: wallNow), 2_500_000)
+        XCTAssertEqual(JobMetrics.startLatency(of: .batch([file(nanoseconds - 100), file(nanoseconds - 7_000), file(nil)], input: .argv), now: now, wallNow: wallNow), 7_000)
         XCTAssertNil(JobMetrics.startLatency(of: .file(file(nil)), now: now, wallNow: wallNow))
         let scheduled = WallTime(secondsSinceEpoch: 1_700_000_008, nanoseconds: 750_000_000)
         XCTAssertEqual(JobMetrics.startLatency(of: .schedule(scheduledAt: scheduled), now: now, wallNow: wallNow), 1_250_000_000)
         XCTAssertNil(JobMetrics.startLatency(of: .schedule(scheduledAt: nil), now: now, wallNow: wallNow))
         // A clock that went back between the event and now is no negative latency.
-        XCTAssertEqual(JobMetrics.startLatency(of: .file(file(now + 5)), now: now, wallNow: wallNow), 0)
+        XCTAssertEqual(JobMetrics.startLatency(of: .file(file(nanoseconds + 5)), now: now, wallNow: wallNow), 0)
     }
 
     func testStartedFirstAttempt_recordsItsLatencyInTheHistogram() throws {
         let exporter = makeExporter()
-        let eventAt = DispatchTime.now().uptimeNanoseconds
+        let eventAt = MonotonicInstant.now
         exporter.jobMetrics.started(watch, subject: .file(FileSubject(path: Array("/in/a".utf8), rootLength: 3, event: .closedWrite,
                                                                       identity: nil, eventAt: eventAt)))
         exporter.jobMetrics.started(watch, subject: .file(FileSubject(path: Array("/in/b".utf8), rootLength: 3, event: .closedWrite,
