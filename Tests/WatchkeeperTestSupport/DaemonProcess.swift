@@ -88,10 +88,11 @@ public final class DaemonProcess {
         kill(pid, signal)
     }
 
-    /// The exit code, or 128+signal if it was killed; nil if still running at the deadline.
+    /// The exit code, or 128+signal if it was killed; nil if still running at the deadline
+    /// (`timeout` seconds times `testDeadlineScale`).
     public func waitForExit(timeout: TimeInterval) -> Int32? {
         if let exitStatus { return exitStatus }
-        let deadline = Date().addingTimeInterval(timeout)
+        let deadline = Date().addingTimeInterval(timeout * testDeadlineScale)
         // Polls at least once, so that a zero timeout (isRunning) does see an exit.
         repeat {
             var status: Int32 = 0

@@ -40,7 +40,7 @@ public final class EventRecorder<Event: Sendable, Failure: Sendable>: @unchecked
     /// Waits until `done` holds for everything recorded so far, or the deadline passes;
     /// returns what was recorded either way, for the assertions to explain.
     public func wait(timeout: Duration = .seconds(10), until done: ([Event]) -> Bool) -> [Event] {
-        let deadline = MonotonicInstant.now + timeout
+        let deadline = MonotonicInstant.now + timeout * testDeadlineScale
         while true {
             let seen = recorded
             if done(seen) { return seen }

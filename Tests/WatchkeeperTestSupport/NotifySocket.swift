@@ -88,8 +88,9 @@ public final class NotifySocket {
     }
 
     /// Reads datagrams until one satisfies `predicate`.
+    /// Up to `timeout` seconds times `testDeadlineScale`.
     public func waitFor(timeout: TimeInterval, _ predicate: (Message) -> Bool) -> Message? {
-        let deadline = Date().addingTimeInterval(timeout)
+        let deadline = Date().addingTimeInterval(timeout * testDeadlineScale)
         while Date() < deadline {
             if let message = next(timeout: deadline.timeIntervalSinceNow), predicate(message) {
                 return message

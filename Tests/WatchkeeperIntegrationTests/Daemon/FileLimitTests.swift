@@ -30,7 +30,7 @@ final class FileLimitTests: XCTestCase {
             XCTAssertTrue(daemon.stderr.contains("unable to start: the open file limit RLIMIT_NOFILE=\(limit) (hard \(limit)) leaves no room for a job"),
                           "limit \(limit): \(daemon.stderr)")
             XCTAssertTrue(daemon.stderr.contains("raise LimitNOFILE= in the unit (or ulimit -Hn) to at least"), daemon.stderr)
-            XCTAssertNil(notify.next(timeout: 0.2).flatMap { $0["READY"] }, "limit \(limit): READY=1 sent by a daemon that cannot run a job")
+            XCTAssertNil(notify.next(timeout: 0.2 * testDeadlineScale).flatMap { $0["READY"] }, "limit \(limit): READY=1 sent by a daemon that cannot run a job")
         }
     }
 
