@@ -1,4 +1,3 @@
-import CWatchkeeperSystem
 import Dispatch
 import Logging
 
@@ -21,62 +20,11 @@ public struct RunOptions: Sendable {
     }
 }
 
-/// The composition root and the lifecycle owner. `init` builds every subsystem on its
-/// queue (`DaemonQueues`) and connects them; after that this holds the configuration,
-/// turns signals into lifecycle events and runs the actions the state machine returns,
-/// touching what it owns only on the lifecycle queue. Its parts, each in a file of its
-/// own: `StatusReporter` (STATUS=), `FileLimitCheck` (RLIMIT_NOFILE), `ReloadRequests`
-/// (who waits for which reload) and `DrainProgress` with the stopping sequence
-/// (Daemon+Stopping), reloads (Daemon+Reload), the control socket's answers
-/// (Daemon+Control), containment's report (Daemon+Containment), the watchdog's test
-/// hook (Daemon+TestStall).
-public final class Daemon: DumpContributor, @unchecked Sendable {
-    let queues = DaemonQueues()
-
-    let options: RunOptions
-    let sink: LogSink
-    let logger: Logger
-    let notifier: SystemdNotifier
-    /// How jobs are held together and limited: decided once at start.
-    let containment: JobContainment
-    /// The network jobs get, as the unit left it: read once at start.
-    let jobNetwork = JobNetwork.probe()
-    let sources = SourceRegistry()
-    // Internal, not private: Daemon+Control answers the control socket's calls with them.
-    let engine: JobEngine
-    private let watchdog: Watchdog
-    var stateDump: StateDump!
-    private var signals: SignalSources!
-    let scheduler: TaskScheduler
-    let watcher: DirectoryWatcher
-    let store: StateStore
-    var control: ControlServer!
-    /// `metrics.render { text in … }`: the Prometheus text, as `watchkeeper metrics` shows it.
-    var metrics: MetricsExporter!
-
-    // Confined to the lifecycle queue.
-    var machine = LifecycleMachine()
-    var configuration: Configuration
-    var generation: Int64 = 1
-    var loadedAt = WallTime.now()
-    var lastReload: (at: WallTime, errors: ConfigErrors?)?
-    private var readyAfter: Duration?
-    /// The drain, seen from this queue: since when, until when its phase runs, how it ended.
-    var drain = DrainProgress()
-    /// Who waits for which reload.
-    var reloads = ReloadRequests()
-    /// Held for the daemon's life; the kernel releases it when the process ends.
-    private var stateLock: StateDirectoryLock?
-    /// The runtime directory's: a second daemon there would run without a control socket
-    /// and overwrite this one's state.json.
-    var runtimeLock: StateDirectoryLock?
-    /// RLIMIT_NOFILE against the daemon's own descriptors, counted before READY=1.
-    private var fileLimits = FileLimitCheck()
-    /// STATUS= for `systemctl status`.
-    var status: StatusReporter!
-
-    /// Loads the configuration, starts every subsystem, and never returns: the
-    /// process ends in `finishStopping` (exit 0) or on a fatal start-up error.
+/// The composition root: reads the configuration, builds the log sink, the lifecycle
+/// owner and every subsystem on its queue, connects them, and hands over to dispatch.
+public enum Daemon {
+    /// Never returns: the process ends in the lifecycle's stop (exit 0) or on a fatal
+    /// start-up error.
     public static func run(options: RunOptions) -> Never {
         let configuration: Configuration
         switch ConfigLoader.load(path: options.configPath, environment: options.environment) {
@@ -94,262 +42,52 @@ public final class Daemon: DumpContributor, @unchecked Sendable {
             problemCapacity: configuration.daemon.recentProblems
         )
         LoggingSystem.bootstrap { label in WatchkeeperLogHandler(label: label, sink: sink) }
-        let daemon = Daemon(options: options, configuration: configuration, sink: sink)
-        daemon.start()
+        let owner = LifecycleOwner(options: options, configuration: configuration, sink: sink)
+        owner.connect(DaemonParts(owner: owner))
+        owner.start()
         dispatchMain()
     }
+}
 
-    init(options: RunOptions, configuration: Configuration, sink: LogSink) {
-        self.options = options
-        self.configuration = configuration
-        self.sink = sink
-        self.logger = Logger(label: "watchkeeper")
-        self.notifier = SystemdNotifier(environment: options.environment)
+/// Every subsystem of the daemon, each on its queue of `owner.queues`, connected to the
+/// others and to the lifecycle owner they answer to.
+struct DaemonParts {
+    let watchdog: Watchdog
+    let engine: JobEngine
+    let store: StateStore
+    let scheduler: TaskScheduler
+    let watcher: DirectoryWatcher
+    let control: ControlServer
+    let metrics: MetricsExporter
+    let stateDump: StateDump
+    let status: StatusReporter
+    let signals: SignalSources
+
+    init(owner: LifecycleOwner) {
+        let queues = owner.queues, sources = owner.sources, sink = owner.sink, logger = owner.logger, notifier = owner.notifier
+        let settings = owner.configuration.daemon
         watchdog = Watchdog(queue: queues.watchdog, monitored: queues.gated, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
-        // Before any job exists: under systemd this moves the daemon into its own leaf cgroup.
-        containment = JobContainment.setUp()
-        let jobContext = JobContext(queue: queues.jobs, sink: sink, logger: logger, sources: sources, daemonEnvironment: options.environment,
-                                    containment: containment)
-        engine = JobEngine(context: jobContext, maxJobs: configuration.daemon.maxJobs)
+        let jobContext = JobContext(queue: queues.jobs, sink: sink, logger: logger, sources: sources,
+                                    daemonEnvironment: owner.options.environment, containment: owner.containment)
+        engine = JobEngine(context: jobContext, maxJobs: settings.maxJobs)
         store = StateStore(queue: queues.state, sources: sources, logger: logger)
         scheduler = TaskScheduler(engine: engine)
         scheduler.stateStore = store
         watcher = DirectoryWatcher(queue: queues.watching, engine: engine)
         watcher.store = store
-        control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: self)
-        metrics = MetricsExporter(queue: queues.metrics, contributors: [self, watchdog, engine, watcher], sources: sources, logger: logger,
-                                  settings: configuration.daemon)
+        control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: owner)
+        metrics = MetricsExporter(queue: queues.metrics, contributors: [owner, watchdog, engine, watcher], sources: sources, logger: logger,
+                                  settings: settings)
         engine.metrics = metrics.jobMetrics
-        stateDump = StateDump(queue: queues.diagnostics, contributors: [self, watchdog, engine, scheduler, watcher, store, control, metrics], queues: queues.monitored, sources: sources,
-                              sink: sink, notifier: notifier, logger: logger, processStart: options.processStart,
-                              settings: configuration.daemon)
-        status = StatusReporter(notifier: notifier, sources: sources, lifecycleQueue: queues.lifecycle, jobsQueue: queues.jobs) { [unowned self] in
-            StatusReporter.Facts(state: self.machine.state, generation: self.generation, reloadErrors: self.lastReload?.errors)
+        stateDump = StateDump(queue: queues.diagnostics, contributors: [owner, watchdog, engine, scheduler, watcher, store, control, metrics],
+                              queues: queues.monitored, sources: sources, sink: sink, notifier: notifier, logger: logger,
+                              processStart: owner.options.processStart, settings: settings)
+        status = StatusReporter(notifier: notifier, sources: sources, lifecycleQueue: queues.lifecycle, jobsQueue: queues.jobs) { [unowned owner] in
+            StatusReporter.Facts(state: owner.machine.state, generation: owner.generation, reloadErrors: owner.lastReload?.errors)
         }
-        signals = SignalSources(queue: queues.signals, registry: sources) { [unowned self] signal in
-            self.received(signal)
+        signals = SignalSources(queue: queues.signals, registry: sources) { [unowned owner] signal in
+            owner.received(signal)
         }
-    }
-
-    public var dumpSectionName: String { "daemon" }
-    public var dumpQueue: SubsystemQueue { queues.lifecycle }
-
-    func start() {
-        queues.lifecycle.async { self.startOnLifecycleQueue() }
-    }
-
-    private func startOnLifecycleQueue() {
-        logger.info("starting watchkeeper \(WatchkeeperVersion.current) with \(configuration.path), logging to \(sink.target.rawValue)",
-                    metadata: [JournalFields.messageIDKey: .string(MessageID.started.rawValue), "config": .string(configuration.path)])
-        prepareRuntimeDirectory(configuration.daemon)
-        do {
-            try signals.registerAll(timeout: .seconds(5))
-        } catch {
-            logger.critical("\(error)")
-            exitAfterLogging(ExitCode.osError)
-        }
-        watchdog.start()
-        raiseFileLimit(maxJobs: configuration.daemon.maxJobs)
-        reportContainment(configuration, atStart: true)
-        engine.onBurstOver = { [unowned self] in
-            self.queues.watching.async { self.watcher.releaseMemoryAfterBurst() }
-        }
-        status.follow(engine)
-        let tasks = configuration.tasks
-        let settings = configuration.daemon
-        lockStateDirectory(settings.stateDirectory)
-        if case .failure(let error) = lockRuntimeDirectory(settings.runtimeDirectory), error.holder != nil || error.errorNumber == .wouldBlock {
-            logger.critical("unable to start: \(error); give each watchkeeper its own runtime_dir")
-            exitAfterLogging(ExitCode.alreadyRunning)
-        }
-        // The store opens the state file first, alone: if it has to move a damaged file
-        // aside, nothing else has it open; the owners then read it through connections of
-        // their own. The jobs and watching queues never wait for the state queue.
-        queues.state.queue.sync { _ = store.open(stateDirectory: settings.stateDirectory) }
-        // READY=1 promises the initial watches are in place.
-        let watches = configuration.watches
-        queues.watching.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
-        // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
-        queues.jobs.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
-        // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
-        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
-        metrics.start()
-        checkFileLimitAtStart(maxJobs: settings.maxJobs)
-        perform(machine.handle(.sourcesRegistered))
-    }
-
-    /// Before anything is opened: the soft limit raised, and a limit below what any daemon
-    /// needs refused at once, before an open fails with a message that names no limit.
-    func raiseFileLimit(maxJobs: Int) {
-        guard let limit = FileLimitCheck.raiseSoftLimit() else { return }
-        act(on: fileLimits.verdict(soft: limit.soft, hard: limit.hard, maxJobs: maxJobs, startOnly: true))
-    }
-
-    /// Once everything of the daemon's own is open, counted.
-    func checkFileLimitAtStart(maxJobs: Int) {
-        guard let limit = FileLimitCheck.current() else { return }
-        fileLimits.measure(counted: ResourceUsage.countOpenFileDescriptors(), soft: limit.soft)
-        act(on: fileLimits.verdict(soft: limit.soft, hard: limit.hard, maxJobs: maxJobs))
-    }
-
-    /// On a reload that changes max_jobs: a running daemon says what is wrong and goes on
-    /// (the limit can only have been lowered from outside, with prlimit).
-    func checkFileLimit(maxJobs: Int) {
-        guard let limit = FileLimitCheck.current() else { return }
-        act(on: fileLimits.verdict(soft: limit.soft, hard: limit.hard, maxJobs: maxJobs), starting: false)
-    }
-
-    private func act(on verdict: FileLimitCheck.Verdict, starting: Bool = true) {
-        switch verdict {
-        case .fine:
-            break
-        case .warn(let message):
-            logger.warning("\(message)")
-        case .refuse(let message) where starting:
-            logger.critical("unable to start: \(message)")
-            exitAfterLogging(ExitCode.osError)
-        case .refuse(let message):
-            logger.error("\(message)")
-        }
-    }
-
-    /// Two daemons on one state directory would run every job twice and write over each
-    /// other's ledger: the second refuses to start, naming the first.
-    private func lockStateDirectory(_ directory: String) {
-        do {
-            try makeDirectories(directory)
-            stateLock = try StateDirectoryLock(stateDirectory: directory)
-        } catch let error as StateDirectoryLockError {
-            logger.critical("unable to start: \(error)")
-            exitAfterLogging(error.holder == nil ? ExitCode.osError : ExitCode.alreadyRunning)
-        } catch {
-            logger.critical("unable to start: unable to create the state directory \(directory): \(error)")
-            exitAfterLogging(ExitCode.osError)
-        }
-    }
-
-    /// Locks `directory` as this daemon's runtime directory (the state directory's lock
-    /// covers it when they are one). Failing to create it is said where it is used.
-    func lockRuntimeDirectory(_ directory: String) -> Result<Void, StateDirectoryLockError> {
-        guard stateLock?.directory != directory else {
-            runtimeLock?.release()
-            runtimeLock = nil
-            return .success(())
-        }
-        do {
-            try makeDirectories(directory)
-        } catch {
-            return .success(())  // prepareRuntimeDirectory says so; nothing there to protect
-        }
-        do {
-            let lock = try StateDirectoryLock(stateDirectory: directory, what: "runtime directory")
-            runtimeLock?.release()
-            runtimeLock = lock
-            return .success(())
-        } catch {
-            return .failure(error)
-        }
-    }
-
-    func prepareRuntimeDirectory(_ settings: DaemonSettings) {
-        do {
-            try makeDirectories(settings.runtimeDirectory)
-        } catch {
-            logger.warning("unable to create runtime directory \(settings.runtimeDirectory): \(error); state.json will not be written")
-        }
-    }
-
-    /// Runs on the signals queue: only forwards, the owners act.
-    private func received(_ signal: Int32) {
-        switch signal {
-        case SIGUSR1:
-            stateDump.requestDump(reason: "SIGUSR1")
-        case SIGHUP:
-            queues.lifecycle.async { self.perform(self.machine.handle(.reloadRequested)) }
-        case SIGTERM, SIGINT:
-            queues.lifecycle.async { self.perform(self.machine.handle(.terminationRequested(signal: signal))) }
-        default:
-            break
-        }
-    }
-
-    func perform(_ actions: [LifecycleAction]) {
-        dispatchPrecondition(condition: .onQueue(queues.lifecycle.queue))
-        for action in actions {
-            switch action {
-            case .announceReady:
-                announceReady()
-            case .reload:
-                reload()
-            case .beginDrain(let signal):
-                beginDrain(signal: signal)
-            case .expireRunningWorkNow:
-                logger.warning("second termination signal while draining: expiring the running jobs now")
-                queues.jobs.async { self.engine.expireAllNow() }
-            case .finishStopping:
-                finishStopping()
-            case .ignore(let reason):
-                logger.notice("\(reason); ignored")
-            }
-        }
-    }
-
-    private func announceReady() {
-        let elapsed = options.processStart.elapsed()
-        readyAfter = elapsed
-        logger.info("ready in \(elapsed.compactDescription): \(configuration.tasks.count) task(s), \(configuration.watches.count) watch rule(s), \(HandledSignals.all.count) signal sources registered, watchdog \(watchdog.systemdInterval.map { _ in "every \(watchdog.tickInterval.compactDescription)" } ?? "off")",
-                    metadata: [JournalFields.messageIDKey: .string(MessageID.ready.rawValue), "ready_ms": .stringConvertible(elapsed.nanosecondsClamped / 1_000_000)])
-        // Logged before READY=1 so the journal shows it before systemd's "Started": the
-        // outbox gets a moment to write it, no more (a stuck journal does not hold READY).
-        sink.flush(within: Self.readyLineBudget)
-        notifier.send([("READY", "1"), ("STATUS", status.line())])
-        scheduleTestStallIfAsked()
-    }
-
-    public func describeForDump() -> DumpValue {
-        let settings = configuration.daemon
-        var reload: DumpValue = .null
-        if let lastReload {
-            reload = .object([
-                .init("at", .string(lastReload.at.iso8601)),
-                .init("result", .string(lastReload.errors == nil ? "ok" : "failed")),
-                .init("errors", .array((lastReload.errors?.lines ?? []).map { .string($0) })),
-            ])
-        }
-        return .object([
-            .init("state", .string(machine.state.description)),
-            // How long the drain has been going; null while running (the uptime says that).
-            .init("draining_s", drain.startedAt.map { .double($0.elapsed().secondsDouble) } ?? .null),
-            .init("ready_after_ms", readyAfter.map { .double(Double($0.nanosecondsClamped) / 1e6) } ?? .null),
-            .init("log_target", .string(sink.target.rawValue)),
-            .init("log_level", .string(sink.level.rawValue)),
-            // The daemon's own entries on their way to the sink: a stuck journal shows here.
-            .init("log_outbox", sink.outbox.describe()),
-            .init("config", .object([
-                .init("path", .string(configuration.path)),
-                .init("generation", .int(generation)),
-                .init("loaded_at", .string(loadedAt.iso8601)),
-                .init("last_reload", reload),
-                .init("shutdown_grace", .string(settings.shutdownGrace.compactDescription)),
-                .init("runtime_dir", .string(settings.runtimeDirectory)),
-                .init("state_dir", .string(settings.stateDirectory)),
-                .init("dump_component_timeout", .string(settings.dumpComponentTimeout.compactDescription)),
-                .init("max_jobs", .int(Int64(settings.maxJobs))),
-                .init("job_containment", .string(containment.description)),
-                .init("job_network", .string(jobNetwork.description)),
-                .init("tasks", .int(Int64(configuration.tasks.count))),
-            ])),
-        ])
-    }
-}
-
-extension Daemon: MetricsContributor {
-    public func sampleMetrics() -> [MetricSample] {
-        [
-            MetricSample(MetricCatalog.reloadSuccessful, value: lastReload?.errors == nil ? 1 : 0),
-            MetricSample(MetricCatalog.reloadSuccessTime, value: loadedAt.epochSeconds),
-            MetricSample(MetricCatalog.generation, value: Double(generation)),
-        ]
     }
 }

@@ -4,7 +4,7 @@ import Dispatch
 import Glibc
 #endif
 
-extension Daemon {
+extension LifecycleOwner {
     /// Fault injection for the watchdog's tests (docs/testing.md):
     /// WATCHKEEPER_TEST_STALL=<queue>:<duration>[:<delay>] blocks that subsystem's
     /// queue once, after READY, as a stuck handler would.

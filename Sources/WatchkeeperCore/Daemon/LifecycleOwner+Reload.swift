@@ -8,7 +8,7 @@ import Glibc
 
 /// Reloading: SIGHUP, `systemctl reload` and `watchkeeper reload` all come here, on the
 /// lifecycle queue; the file is read and checked on the config queue.
-extension Daemon {
+extension LifecycleOwner {
     /// The configuration is read and checked on a queue of its own, so a huge or hostile
     /// file delays only the reload: SIGTERM, the dump and the watchdog's probes of the
     /// lifecycle queue are answered meanwhile. A SIGHUP during a reload asks for one more.

@@ -18,7 +18,7 @@ struct DrainProgress {
 
 /// Stopping: SIGTERM or SIGINT begins the drain; its end closes the state file, the
 /// control socket and the metrics, and exits.
-extension Daemon {
+extension LifecycleOwner {
     func beginDrain(signal: Int32) {
         let grace = configuration.daemon.shutdownGrace
         // No new runs: files still settling and runs held for dependencies end with a
@@ -112,7 +112,7 @@ extension Daemon {
         // Served through the drain (`status` shows what it waits for); removed only now.
         queues.control.queue.sync { control.stop() }
         let logger = logger
-        let stateDump = stateDump!
+        let stateDump = stateDump
         let sink = sink
         metrics.writeFinal {
             stateDump.writeFinalState(reason: "stopped") {

@@ -1,6 +1,6 @@
 import Logging
 
-extension Daemon {
+extension LifecycleOwner {
     /// Once at start: how jobs are contained. At start and at every reload: each task or
     /// watch whose limits cannot be enforced here, by name, so no one trusts a limit
     /// that is not there.

@@ -4,7 +4,7 @@ import Dispatch
 /// owner's queue: the lifecycle for reloads, the jobs queue for trigger and cancel, the
 /// state store for history (asked through the jobs or watching queue, after the runs they
 /// recorded), the dump for everything shown.
-extension Daemon: ControlBackend {
+extension LifecycleOwner: ControlBackend {
     public func handle(_ method: ControlInterface.Method, parameters: DumpValue, peer: ControlPeer, reply: @escaping ControlReply) {
         do throws(VarlinkError) {
             switch method {
