@@ -51,14 +51,10 @@ struct FileLimitCheck: Equatable {
     /// The soft limit raised to the hard one (ours to take; select(2) is not used here),
     /// and the limits then in force.
     static func raiseSoftLimit() -> (soft: UInt64, hard: UInt64)? {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return nil }
-        if limit.rlim_cur < limit.rlim_max {
-            var raised = limit
-            raised.rlim_cur = limit.rlim_max
-            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
-        }
-        return (UInt64(limit.rlim_cur), UInt64(limit.rlim_max))
+        guard let limit = current() else { return nil }
+        guard limit.soft < limit.hard else { return limit }
+        var raised = rlimit(rlim_cur: rlim_t(limit.hard), rlim_max: rlim_t(limit.hard))
+        return setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 ? (limit.hard, limit.hard) : limit
     }
 
     static func current() -> (soft: UInt64, hard: UInt64)? {

@@ -160,14 +160,14 @@ private struct JSONParser {
     private mutating func string() throws(DumpValue.ParseError) -> String {
         index += 1
         let start = index
+        // Empty until the first escape: a string without one is validated in place.
         var decoded: [UInt8] = []
-        var escaped = false
         var runStart = index
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 let text: String?
-                if escaped {
+                if !decoded.isEmpty {
                     decoded.append(contentsOf: bytes[runStart ..< index])
                     text = String(validating: decoded, as: UTF8.self)
                 } else {
@@ -182,10 +182,7 @@ private struct JSONParser {
                 index += 1
                 continue
             }
-            if !escaped {
-                escaped = true
-                decoded.reserveCapacity(index - start + 16)
-            }
+            if decoded.isEmpty { decoded.reserveCapacity(index - start + 16) }
             decoded.append(contentsOf: bytes[runStart ..< index])
             index += 1
             guard index < bytes.count else { break }
