@@ -30,6 +30,17 @@ public enum WatchEvent: String, Sendable, CaseIterable {
     public static let ready: [WatchEvent] = [.closedWrite, .movedIn]
 }
 
+/// How a rule learns of files: the kernel's events, a periodic look, or both.
+public enum WatchMethod: String, Sendable, CaseIterable {
+    /// inotify everywhere, and polling too on each network or FUSE file system found at the
+    /// root or mounted below it (inotify sees only this host's writes there).
+    case auto
+    /// inotify only, whatever the file system.
+    case inotify
+    /// Polling only: no inotify watch at all.
+    case poll
+}
+
 /// One `[[watch]]` rule: a directory (tree) and the job its files start.
 public struct WatchSettings: Equatable, Sendable {
     public var name: String
@@ -59,6 +70,13 @@ public struct WatchSettings: Equatable, Sendable {
     }
     /// Keep the last N raw inotify events of this rule for the dump (debugging; 0 = off).
     public var recentEvents = 0
+    public var method: WatchMethod = .auto
+    /// How often a polled tree is looked at.
+    public var pollInterval: Duration = .seconds(10)
+    /// A file a poll finds new or changed is looked at again this much later, and starts its
+    /// job only if its size and modification time are the same in both looks: a file written
+    /// by another host gives no close event.
+    public var pollSettle: Duration = .seconds(5)
     /// A file whose job failed is tried again after a backoff, up to `attempts` in all.
     public var retry: RetryPolicy?
     /// A file whose job expired on its budget is retried too, as for tasks.
@@ -119,6 +137,11 @@ public struct WatchSettings: Equatable, Sendable {
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
         watch.batchInput = batchInput
         if let count = reader.integer("recent_events", range: 0 ... 10_000) { watch.recentEvents = count }
+        if let word = reader.oneOf("method", allowed: WatchMethod.allCases.map(\.rawValue)), let method = WatchMethod(rawValue: word) {
+            watch.method = method
+        }
+        if let interval = reader.duration("poll_interval", range: .seconds(1) ... .seconds(86_400)) { watch.pollInterval = interval }
+        if let settle = reader.duration("poll_settle", range: .seconds(1) ... .seconds(3_600)) { watch.pollSettle = settle }
         watch.retry = TaskSettings.readRetry(&reader)
         if let value = reader.bool("retry_expired") { watch.retryExpired = value }
         if let batchInput, let job {

@@ -48,21 +48,26 @@ public struct FileSubject: Sendable {
     public let eventAt: MonotonicInstant?
     /// The rule follows symbolic links: the check before the start does too.
     public let followsSymlinks: Bool
+    /// False for a file on a network or FUSE file system: its identity is not the kernel's
+    /// (PolledTree), and a stat there may hang, which must not happen on the jobs queue. Its
+    /// job finds out itself whether the file is still there.
+    public let checksBeforeStart: Bool
 
     public init(path: [UInt8], rootLength: Int, event: WatchEvent, identity: FileIdentity?, eventAt: MonotonicInstant? = nil,
-                followsSymlinks: Bool = false) {
+                followsSymlinks: Bool = false, checksBeforeStart: Bool = true) {
         self.path = path
         self.rootLength = rootLength
         self.event = event
         self.identity = identity
         self.eventAt = eventAt
         self.followsSymlinks = followsSymlinks
+        self.checksBeforeStart = checksBeforeStart
     }
 
     /// Still the file that was admitted: the same inode at the same path (its content may
     /// have grown since; that runs, at least once). One statx, no file handle.
     var isStillThere: Bool {
-        guard let identity else { return true }
+        guard let identity, checksBeforeStart else { return true }
         guard let now = FileStatus.of(path, followSymlinks: followsSymlinks, generation: false) else { return false }
         return now.identity.sameInode(as: identity)
     }

@@ -99,7 +99,7 @@ extension DirectoryWatcher {
             rule.skipped[status.type] += 1
             return .skipped
         }
-        let identity = status.identity
+        let identity = rule.identity(of: status.identity, at: relative)
         if fromScan {
             // Nobody said the writer is done: it must have stopped changing for the window.
             let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity)
@@ -133,7 +133,7 @@ extension DirectoryWatcher {
             }
         }
         return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
-                                     followsSymlinks: follows))
+                                     followsSymlinks: follows, checksBeforeStart: rule.remoteTree(holding: relative) == nil))
     }
 
     /// Neither written nor renamed, chmod'ed or touched for `window` (by the change time,

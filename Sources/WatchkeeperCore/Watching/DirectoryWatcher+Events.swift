@@ -74,7 +74,7 @@ extension DirectoryWatcher {
     private func followRenameOfFileInFlight(_ rule: WatchRule, relative: [UInt8]) {
         guard !rule.inFlight.isEmpty, let event = rule.readyEvent, rule.selects(relative),
               let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular else { return }
-        _ = rule.followIfInFlight(status.identity, at: relative, event: event)
+        _ = rule.followIfInFlight(rule.identity(of: status.identity, at: relative), at: relative, event: event)
     }
 
     /// IN_CREATE of a file is only a name until its writer closes it, except for a hard link

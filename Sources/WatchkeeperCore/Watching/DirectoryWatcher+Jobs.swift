@@ -136,9 +136,12 @@ extension DirectoryWatcher {
             cancelSettling(rule, detail: "the daemon is stopping")
             rule.fallbackTimer?.cancel()
             rule.fallbackTimer = nil
+            stopPolling(rule)
         }
         recheckTimer?.cancel()
         recheckTimer = nil
+        pollMonitor?.cancel()
+        pollMonitor = nil
         ledger.stop()
     }
 

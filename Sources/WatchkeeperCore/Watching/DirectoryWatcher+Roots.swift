@@ -12,7 +12,9 @@ extension DirectoryWatcher {
     /// for it to appear. `catchUp`: the files already there are handled (those not in the
     /// ledger in their current form).
     func watchRoot(_ rule: WatchRule, catchUp: Bool) {
-        guard backend != nil else { return }
+        // A rule that only polls needs no inotify for its tree (its ancestors are watched if
+        // inotify is there).
+        guard backend != nil || rule.settings.method == .poll else { return }
         switch Self.resolveDirectory(rule.settings.path) {
         case .unusable(let why):
             if !rule.isMissing || rule.rootNote == nil {
@@ -34,7 +36,10 @@ extension DirectoryWatcher {
             rule.root = resolved
             rule.rootNote = note
             watchAncestors(of: rule, resolved: resolved)
-            addTree(rule, from: [], emitFiles: catchUp)
+            // The polled trees first: a file of a network file system admitted from the walk
+            // below is known by its remote identity (PolledTree) from the start.
+            startPolling(rule)
+            if rule.settings.method != .poll { addTree(rule, from: [], emitFiles: catchUp) }
         }
     }
 
@@ -82,6 +87,7 @@ extension DirectoryWatcher {
         rule.fallbackTimer?.cancel()
         rule.fallbackTimer = nil
         rule.unwatchable.removeAll()
+        stopPolling(rule)
         backend?.unwatch(.rule(rule.name), under: [])
         backend?.unwatch(.ancestorsOf(rule.name), under: [])
         rule.rootLinks = []

@@ -29,7 +29,8 @@ extension DirectoryWatcher {
     /// Every file of the tree through the settle queue; directories without a watch (new
     /// ones whose events were lost) are watched on the way.
     func rescan(_ rule: WatchRule, from relative: [UInt8] = []) {
-        guard let root = rule.root else { return }
+        // A rule that only polls has no events to lose: its next pass sees everything.
+        guard let root = rule.root, rule.settings.method != .poll else { return }
         rule.rescans += 1
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
             self.backend?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
@@ -239,6 +240,12 @@ extension DirectoryWatcher {
             return
         }
         logger.notice("watch \(rule.name): \(why); watching it again and catching up its files")
+        if rule.settings.method == .poll {
+            // Polled from the root down: a new poll of the whole tree catches it up.
+            startPolling(rule)
+            return
+        }
+        refreshPolling(rule)
         dropSubtree(rule, relative: relative)
         addTree(rule, from: relative, emitFiles: true)
     }

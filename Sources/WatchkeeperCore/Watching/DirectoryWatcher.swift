@@ -45,6 +45,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     var accepting = true
     var overflowsTotal: UInt64 = 0
     var recheckTimer: RegisteredTimer?
+    /// Notices a polled file system that stopped answering (DirectoryWatcher+Polling).
+    var pollMonitor: RegisteredTimer?
     /// Directories renamed away from a rule (IN_MOVED_FROM) by cookie, until the matching
     /// IN_MOVED_TO says where in the tree they went.
     var pendingMoves: [UInt32: (rule: String, from: [UInt8])] = [:]

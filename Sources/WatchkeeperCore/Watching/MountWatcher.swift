@@ -17,12 +17,15 @@ public struct MountInfoEntry: Hashable, Sendable, CustomStringConvertible {
     public let mountPoint: [UInt8]
     /// The file system type after the " - " separator ("tmpfs", "ext4").
     public let fileSystemType: String
+    /// The mount source after the type ("server:/export", "/dev/sda1"), unescaped.
+    public let source: String
 
-    public init(mountID: Int64, parentID: Int64, mountPoint: [UInt8], fileSystemType: String) {
+    public init(mountID: Int64, parentID: Int64, mountPoint: [UInt8], fileSystemType: String, source: String = "") {
         self.mountID = mountID
         self.parentID = parentID
         self.mountPoint = mountPoint
         self.fileSystemType = fileSystemType
+        self.source = source
     }
 
     public var description: String { "\(String(decoding: mountPoint, as: UTF8.self)) (\(fileSystemType), id \(mountID))" }
@@ -39,7 +42,9 @@ public struct MountInfoEntry: Hashable, Sendable, CustomStringConvertible {
                   let parentID = Int64(String(decoding: fields[1], as: UTF8.self)) else { continue }
             let separator = fields.firstIndex { $0.elementsEqual([UInt8(ascii: "-")]) }
             let type = separator.flatMap { $0 + 1 < fields.count ? String(decoding: unescape(fields[$0 + 1]), as: UTF8.self) : nil } ?? ""
-            entries.append(MountInfoEntry(mountID: mountID, parentID: parentID, mountPoint: unescape(fields[4]), fileSystemType: type))
+            let source = separator.flatMap { $0 + 2 < fields.count ? String(decoding: unescape(fields[$0 + 2]), as: UTF8.self) : nil } ?? ""
+            entries.append(MountInfoEntry(mountID: mountID, parentID: parentID, mountPoint: unescape(fields[4]), fileSystemType: type,
+                                          source: source))
         }
         return entries
     }

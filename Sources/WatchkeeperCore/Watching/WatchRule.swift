@@ -39,6 +39,14 @@ final class WatchRule: @unchecked Sendable {
     /// fallback scan, which also tries to watch them again.
     var unwatchable: [[UInt8]] = []
     var fallbackTimer: RegisteredTimer?
+    /// The trees of this rule that are polled (PolledTree), and their pollers.
+    var polledTrees: [PolledTree] = []
+    var pollers: [TreePoller] = []
+    /// Trees already said in the log as polled (mount point and type): said once, not at
+    /// every remount.
+    var pollNotesSaid: Set<String> = []
+    /// Files the pollers handed on.
+    var polledFiles: UInt64 = 0
     /// The last `recent_events` raw events, oldest first (off unless configured).
     var recentEvents: [(time: WallTime, event: InotifyEvent, path: [UInt8])] = []
 
@@ -103,6 +111,17 @@ final class WatchRule: @unchecked Sendable {
     }
 
     func selects(_ relative: [UInt8]) -> Bool { settings.filter.selects(relative) }
+
+    /// The polled tree on a network or FUSE file system that holds `relative`, if any.
+    func remoteTree(holding relative: [UInt8]) -> PolledTree? {
+        polledTrees.first { $0.isRemote && $0.contains(relative) }
+    }
+
+    /// A file's identity as this rule knows it: on a network or FUSE file system, the form
+    /// that survives a remount (PolledTree.identity), whichever way the file was found.
+    func identity(of identity: FileIdentity, at relative: [UInt8]) -> FileIdentity {
+        remoteTree(holding: relative)?.identity(of: identity, relative: relative) ?? identity
+    }
 
     func mayContainSelected(directory relative: [UInt8]) -> Bool {
         settings.recursive && settings.filter.mayContainSelected(directory: relative)
@@ -205,6 +224,9 @@ final class WatchRule: @unchecked Sendable {
             .init("watched_root", root.map { .bytes($0) } ?? .null),
             .init("root_note", rootNote.map { .string($0) } ?? .null),
             .init("recursive", .bool(settings.recursive)),
+            .init("method", .string(settings.method.rawValue)),
+            .init("polled_trees", .array(pollers.map { .object($0.describe(now: now)) })),
+            .init("polled_files", .int(Int64(polledFiles))),
             .init("events", .array(settings.events.map { .string($0.rawValue) })),
             .init("root_missing", .bool(isMissing)),
             .init("roots_lost", .int(Int64(rootsLost))),
@@ -268,6 +290,7 @@ extension WatchSettings {
     /// tree (the job, its retry policy, settle, batching, limits).
     func selectsTheSameFiles(as other: WatchSettings) -> Bool {
         path == other.path && recursive == other.recursive && events == other.events && filter == other.filter
-            && followSymlinks == other.followSymlinks && catchUp == other.catchUp
+            && followSymlinks == other.followSymlinks && catchUp == other.catchUp && method == other.method
+            && pollInterval == other.pollInterval && pollSettle == other.pollSettle
     }
 }

@@ -1,0 +1,152 @@
+import Dispatch
+import SystemPackage
+
+/// Polling: the trees of a rule that inotify cannot fully see (a network or FUSE file system
+/// under `method = "auto"`) or that the rule asks to poll (`method = "poll"`) each get a
+/// TreePoller on a queue of its own. What a poller finds settled comes here and goes
+/// through the same admission as an event (this life's memory, the ledger, files in
+/// flight), so a file found both ways runs once.
+extension DirectoryWatcher {
+    /// Starts polling the rule's trees that need it, anew (after the root was found, a
+    /// mount changed, the root came back). Says once per tree why it is polled.
+    func startPolling(_ rule: WatchRule) {
+        stopPolling(rule)
+        guard accepting, let root = rule.root else { return }
+        let table: [MountInfoEntry]
+        if let mounts {
+            table = mounts.mounts
+        } else {
+            table = (try? readSmallFile("/proc/self/mountinfo")).map { MountInfoEntry.parse(Array($0.utf8)) } ?? []
+        }
+        let trees = PolledTree.trees(root: root, recursive: rule.settings.recursive, method: rule.settings.method, mounts: table)
+        rule.polledTrees = trees
+        for tree in trees {
+            let note = "\(String(decoding: tree.mountPoint, as: UTF8.self)) \(tree.fileSystemType) \(String(decoding: tree.relative, as: UTF8.self))"
+            if rule.pollNotesSaid.insert(note).inserted {
+                let path = LineEscaping.escaped(rule.absolute(tree.relative))
+                let how = rule.settings.method == .poll
+                    ? "polling it every \(rule.settings.pollInterval.compactDescription) (poll_settle \(rule.settings.pollSettle.compactDescription)), without inotify"
+                    : "polling it every \(rule.settings.pollInterval.compactDescription) (poll_settle \(rule.settings.pollSettle.compactDescription)) as well as watching it with inotify"
+                let what = rule.settings.method == .poll
+                    ? "is on \(tree.fileSystemType) and the rule says method = \"poll\""
+                    : "is on \(tree.fileSystemType) (\(LineEscaping.escaped(tree.source))), \(tree.reason)"
+                logger.notice("watch \(rule.name): \(path) \(what): \(how)")
+            }
+            let filter = rule.settings.filter
+            let recursive = rule.settings.recursive
+            let poller = TreePoller(
+                settings: .init(root: root, tree: tree, interval: rule.settings.pollInterval, settle: rule.settings.pollSettle,
+                                recursive: recursive, followSymlinks: rule.settings.followSymlinks, catchUp: rule.settings.catchUp),
+                name: rule.name, sources: context.sources,
+                selects: { filter.selects($0) },
+                descend: { recursive && filter.mayContainSelected(directory: $0) },
+                deliver: { [weak self] poller, settled in
+                    self?.queue.async { [weak self] in self?.polled(settled, from: poller, rule: rule) }
+                },
+                report: { [weak self] poller, report in
+                    self?.queue.async { [weak self] in self?.pollReported(report, from: poller, rule: rule) }
+                })
+            rule.pollers.append(poller)
+            poller.start()
+        }
+        armPollMonitorIfNeeded()
+    }
+
+    func stopPolling(_ rule: WatchRule) {
+        for poller in rule.pollers { poller.stop() }
+        rule.pollers = []
+        rule.polledTrees = []
+    }
+
+    /// A mount changed below a root: the trees to poll may be others now.
+    func refreshPolling(_ rule: WatchRule) {
+        guard let root = rule.root, let mounts else { return }
+        let trees = PolledTree.trees(root: root, recursive: rule.settings.recursive, method: rule.settings.method, mounts: mounts.mounts)
+        if trees != rule.polledTrees { startPolling(rule) }
+    }
+
+    /// Files a poller saw unchanged in two looks: admitted as a scan's find would be, with
+    /// the poller's look as the stat (none is made here: the file system may hang).
+    private func polled(_ settled: [TreePoller.Settled], from poller: TreePoller, rule: WatchRule) {
+        guard accepting, rules[rule.name] === rule, rule.pollers.contains(where: { $0 === poller }),
+              let event = rule.readyEvent, let root = rule.root else { return }
+        var admitted: [FileSubject] = []
+        for file in settled {
+            guard rule.selects(file.relative) else { continue }
+            rule.polledFiles += 1
+            // An event for it waits to settle (this host wrote it): that wait decides.
+            if rule.settle.item(for: file.relative) != nil {
+                rule.duplicates += 1
+                continue
+            }
+            let identity = file.identity
+            if let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
+                rule.duplicates += 1
+                continue
+            }
+            if rule.handledInThisLife(identity, at: file.relative)
+                || ledger.handledBefore(rule, relative: file.relative, identity: identity, mayHaveMoved: true) {
+                rule.duplicates += 1
+                continue
+            }
+            rule.matched += 1
+            admitted.append(FileSubject(path: rule.absolute(file.relative), rootLength: root.count, event: event, identity: identity,
+                                        eventAt: file.firstSeen, followsSymlinks: rule.settings.followSymlinks,
+                                        checksBeforeStart: !poller.settings.tree.isRemote))
+        }
+        submit(admitted, rule: rule)
+    }
+
+    private func pollReported(_ report: TreePoller.Report, from poller: TreePoller, rule: WatchRule) {
+        guard rules[rule.name] === rule, rule.pollers.contains(where: { $0 === poller }) else { return }
+        let tree = LineEscaping.escaped(rule.absolute(poller.settings.tree.relative))
+        switch report {
+        case .unreachable(let path, let error):
+            logger.warning("watch \(rule.name): unable to poll \(tree): \(error) (\(error.symbolicName)) at \(LineEscaping.escaped(path)); trying again every \(rule.settings.pollInterval.compactDescription), and the files written there meanwhile are handled once it answers")
+        case .reachableAgain(let after):
+            logger.notice("watch \(rule.name): \(tree) answers again after \(after.compactDescription); the files written there meanwhile are handled as they settle")
+        case .skipped(let counts):
+            rule.skipped += counts
+        }
+    }
+
+    // MARK: A file system that stopped answering
+
+    /// Every 5 s while anything is polled: a poller that has waited `TreePoller.stallAfter`
+    /// for one directory or stat is said once in the log (its queue is stuck in the kernel;
+    /// nothing else is), and again when it answers.
+    func armPollMonitorIfNeeded() {
+        guard pollMonitor == nil, accepting, rules.values.contains(where: { !$0.pollers.isEmpty }) else { return }
+        let timer = context.sources.makeTimer(owner: "watching", target: "polled trees: notice one that stopped answering (every 5s)",
+                                              on: queue) { [unowned self] in
+            self.checkPollers()
+        }
+        timer.schedule(at: .now() + .seconds(5), repeating: .seconds(5))
+        pollMonitor = timer
+    }
+
+    private func checkPollers() {
+        let now = MonotonicInstant.now
+        var anyPollers = false
+        for name in order {
+            guard let rule = rules[name] else { continue }
+            for poller in rule.pollers {
+                anyPollers = true
+                let progress = poller.progress.withLock { $0 }
+                let tree = LineEscaping.escaped(rule.absolute(poller.settings.tree.relative))
+                if let since = progress.busySince, now - since >= TreePoller.stallAfter {
+                    guard !poller.stallReported else { continue }
+                    poller.stallReported = true
+                    logger.warning("watch \(rule.name): polling \(tree) has waited \((now - since).compactDescription) for the file system (at \(LineEscaping.escaped(rule.absolute(progress.directory)))): its server may not be answering. Only this poll waits; it goes on when the file system answers")
+                } else if poller.stallReported {
+                    poller.stallReported = false
+                    logger.notice("watch \(rule.name): polling \(tree) goes on: the file system answered")
+                }
+            }
+        }
+        if !anyPollers {
+            pollMonitor?.cancel()
+            pollMonitor = nil
+        }
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+import Synchronization
+import WatchkeeperTestSupport
+import XCTest
+
+@testable import WatchkeeperCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A TreePoller on a real local directory: what it hands on, when, and what it lists.
+final class TreePollerTests: ScratchDirectoryTestCase {
+    private final class Locked<Value>: Sendable {
+        let value: Mutex<Value>
+        init(_ value: sending Value) { self.value = Mutex(value) }
+        func withLock<Result>(_ body: (inout sending Value) -> sending Result) -> sending Result { value.withLock(body) }
+    }
+
+    private let handedOn = Locked<[(path: String, size: Int64)]>([])
+    private let reports = Locked<[TreePoller.Report]>([])
+    private var poller: TreePoller?
+
+    override func tearDownWithError() throws {
+        poller?.stop()
+        poller.map { poller in poller.queue.queue.sync {} }
+        try super.tearDownWithError()
+    }
+
+    private func startPoller(recursive: Bool = true, catchUp: Bool = true, settle: Duration = .milliseconds(300),
+                             interval: Duration = .milliseconds(200), followSymlinks: Bool = false) {
+        let tree = PolledTree(relative: [], mountPoint: Array(directory.utf8), fileSystemType: "test", source: "", reason: "test",
+                              isRemote: false)
+        let poller = TreePoller(
+            settings: .init(root: Array(directory.utf8), tree: tree, interval: interval, settle: settle, recursive: recursive,
+                            followSymlinks: followSymlinks, catchUp: catchUp),
+            name: "test", sources: SourceRegistry(), selects: { _ in true }, descend: { _ in true },
+            deliver: { [handedOn] _, settled in
+                handedOn.withLock { list in list += settled.map { (String(decoding: $0.relative, as: UTF8.self), $0.identity.size) } }
+            },
+            report: { [reports] _, report in reports.withLock { $0.append(report) } })
+        self.poller = poller
+        poller.start()
+    }
+
+    private func handed() -> [String] { handedOn.withLock { $0.map(\.path) } }
+    private func progress() -> TreePoller.Progress { poller!.progress.withLock { $0 } }
+
+    private func write(_ relative: String, _ text: String = "data", append: Bool = false) {
+        let fd = open(directory + "/" + relative, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0o644)
+        XCTAssertGreaterThanOrEqual(fd, 0, relative)
+        _ = Array(text.utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+    }
+
+    func testANewFile_isHandedOnOnceAfterTwoLooks_anywhereInTheTree() throws {
+        try FileManager.default.createDirectory(atPath: directory + "/a/b", withIntermediateDirectories: true)
+        startPoller()
+        write("top")
+        write("a/b/deep")
+        XCTAssertTrue(waitFor(10) { Set(self.handed()) == ["top", "a/b/deep"] }, "\(handed())")
+        XCTAssertTrue(waitFor(10) { self.progress().passes >= 3 })
+        XCTAssertEqual(handed().count, 2, "each file once: \(handed())")
+        write("top", "rewritten in place")
+        XCTAssertTrue(waitFor(10) { self.handed().count == 3 }, "a file rewritten in place is new content: \(handed())")
+        XCTAssertEqual(handedOn.withLock { $0.last?.size }, 18)
+    }
+
+    func testAFileStillBeingWritten_isHandedOnOnlyOnceItStopsChanging() throws {
+        startPoller(settle: .milliseconds(500))
+        let appender = Thread { [directory] in
+            for _ in 0..<15 {
+                let fd = open(directory + "/growing", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+                _ = Array("0123456789".utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+                close(fd)
+                usleep(100_000)
+            }
+        }
+        appender.start()
+        XCTAssertTrue(waitFor(15) { !self.handed().isEmpty }, "\(handed())")
+        letTimePass(1)
+        XCTAssertEqual(handedOn.withLock { $0.map(\.size) }, [150], "handed on once, whole: \(handedOn.withLock { $0 })")
+        XCTAssertGreaterThan(progress().settleRestarts + UInt64(progress().passes), 0)
+    }
+
+    func testAnUnchangedDirectory_isNotListedAgain_butItsFilesAreStillLookedAt() throws {
+        for index in 0..<5 { try FileManager.default.createDirectory(atPath: directory + "/d\(index)", withIntermediateDirectories: true) }
+        for index in 0..<5 { write("d\(index)/f") }
+        startPoller()
+        XCTAssertTrue(waitFor(10) { self.handed().count == 5 }, "\(handed())")
+        // A change is listed twice (a coarse clock hides a second change in the same tick), then no more.
+        XCTAssertTrue(waitFor(10) { let now = self.progress(); return now.listedLastPass == 0 && now.unchangedLastPass == 6 }, "\(progress())")
+        XCTAssertEqual(progress().statsLastPass, 5, "every file is still stat'ed: an in-place rewrite changes no directory")
+        write("d3/new")
+        XCTAssertTrue(waitFor(10) { self.handed().contains("d3/new") }, "\(handed())")
+    }
+
+    func testFifosSocketsAndLinks_areSkippedAndCountedOnce() throws {
+        XCTAssertEqual(mkfifo(directory + "/fifo", 0o644), 0)
+        XCTAssertEqual(symlink(directory + "/regular", directory + "/link"), 0)
+        let socket = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socket) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            let bytes = Array((directory + "/socket").utf8)
+            raw.copyBytes(from: bytes.prefix(raw.count - 1))
+        }
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        XCTAssertEqual(bound, 0)
+        write("regular")
+        startPoller()
+        XCTAssertTrue(waitFor(10) { self.handed() == ["regular"] }, "\(handed())")
+        XCTAssertTrue(waitFor(10) { self.progress().passes >= 4 })
+        XCTAssertEqual(handed(), ["regular"])
+        var skipped = TreeScanner.TypeCounts()
+        for case .skipped(let counts) in reports.withLock({ $0 }) { skipped += counts }
+        XCTAssertEqual(skipped[.fifo], 1)
+        XCTAssertEqual(skipped[.socket], 1)
+        XCTAssertEqual(skipped[.symlink], 1)
+    }
+
+    func testWithoutCatchUp_theFilesAlreadyThereAreLeft_andNewOnesHandedOn() throws {
+        write("old")
+        // What changed within 2 s before the start counts as new (a coarse clock's slack).
+        letTimePass(2.2)
+        startPoller(catchUp: false)
+        XCTAssertTrue(waitFor(10) { self.progress().passes >= 1 })
+        write("new")
+        XCTAssertTrue(waitFor(10) { self.handed() == ["new"] }, "\(handed())")
+        letTimePass(0.5)
+        XCTAssertEqual(handed(), ["new"])
+    }
+
+    func testADirectoryThatGoes_isForgotten() throws {
+        try FileManager.default.createDirectory(atPath: directory + "/gone", withIntermediateDirectories: true)
+        write("gone/f")
+        startPoller()
+        XCTAssertTrue(waitFor(10) { self.handed() == ["gone/f"] }, "\(handed())")
+        try FileManager.default.removeItem(atPath: directory + "/gone")
+        XCTAssertTrue(waitFor(10) { self.progress().directoriesKnown == 1 && self.progress().filesKnown == 0 }, "\(progress())")
+    }
+}
