@@ -24,9 +24,10 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # in; python3-pip installs the `varlink` client the control socket is tested with.
 # prometheus-node-exporter serves the metrics file in the metrics test, and prometheus brings
 # promtool, which checks the alert rules. rsync, curl and unzip deliver files the way users do
-# in the delivery-pattern test (Tests/reliability/deliveries.py).
+# in the delivery-pattern test (Tests/reliability/deliveries.py). openssh-server and sshfs make
+# the real network share over loopback that NetworkShareTests polls (sshd on a test port).
 APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish tmux python3-pip \
-               prometheus-node-exporter prometheus rsync curl unzip
+               prometheus-node-exporter prometheus rsync curl unzip openssh-server sshfs
 # The Varlink client from PyPI (what other tools would call the control socket with), pinned,
 # into the build directory only: never into the system's Python.
 PYDEPS = .build/pydeps

@@ -150,7 +150,7 @@ def scenarios(long, binary):
     swift_test = ["swift", "test", "--disable-swift-testing", "--skip-build", "--filter"]
     kills, files, output, soak = (50, 10000, 1024, 30) if long else (8, 500, 8, 1)
     return [
-        ("corpus", "1", "79 bad configurations (Tests/config-corpus/bad): check-config and run refuse each with exit 78 and "
+        ("corpus", "1", "81 bad configurations (Tests/config-corpus/bad): check-config and run refuse each with exit 78 and "
          "its diagnostics at PATH:LINE:COLUMN, a reload with each keeps the old configuration running; a directory, a FIFO, "
          "a symlink loop, 17 MiB, a missing file and an unreadable one (as nobody) refused with the cause",
          swift_test + ["BadConfigCorpusTests"], summarise_swift_test, False),

@@ -5,8 +5,9 @@ import SystemPackage
 /// happened in those directories as table interpretations: an entry changed, a directory
 /// moved away, was deleted or unmounted, events were lost. The backend keeps the kernel's
 /// side (descriptors and which location each stands for). inotify is the one today; a
-/// polling and a fanotify backend implement the same next (issue 24), as watchman's
-/// `Watcher` does for its backends. Everything is called on the watching queue.
+/// fanotify backend implements the same next (issue 24), as watchman's `Watcher` does for
+/// its backends. Polling is not a backend: it runs beside one, off the watching queue
+/// (TreePoller). Everything is called on the watching queue.
 protocol WatchBackend: AnyObject {
     typealias Location = WatchTable<WatchOwner>.Location
     typealias Change = WatchTable<WatchOwner>.Interpretation

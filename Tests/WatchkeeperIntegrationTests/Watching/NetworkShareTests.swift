@@ -1,0 +1,186 @@
+import Foundation
+import WatchkeeperTestSupport
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real sshfs share over loopback (issue 24): files "another host" writes into the server's
+/// directory make no inotify event on the mount, and `method = "auto"` handles them by
+/// polling, each once and only when whole, through a client that dies or stops answering.
+final class NetworkShareTests: WatchTestCase {
+    private var share: SSHFSShare?
+
+    override func tearDown() {
+        if let daemon, daemon.isRunning { daemon.stop(within: 20) }
+        share = nil
+        super.tearDown()
+    }
+
+    /// Records each job's path and the size it found, tab-separated, NUL-terminated.
+    private static let sizeRecorder = #"command = ["/bin/sh", "-c", "printf '%s\\t%s\\0' \"$1\" \"$(stat -c %s \"$1\")\" >> @DIR@/handled", "sh", "{path}"]"#
+
+    private func handled() -> [(path: String, size: Int)] {
+        records(sandbox.root + "/handled").map { record in
+            let fields = String(decoding: record, as: UTF8.self).split(separator: "\t")
+            return (String(fields[0]), Int(fields.count > 1 ? fields[1] : "") ?? -1)
+        }
+    }
+
+    private func startOnShare(_ extra: String = "") throws {
+        try start("""
+            [[watch]]
+            name = "share"
+            path = "@DIR@/share/mnt"
+            recursive = true
+            poll_interval = "1s"
+            poll_settle = "1s"
+            \(Self.sizeRecorder)
+
+            \(extra)
+            """) { root in
+            self.share = try SSHFSShare(root: root + "/share")
+        }
+    }
+
+    private func serverWrite(_ relative: String, _ text: String = "data") {
+        create(share!.server + "/" + relative, text)
+    }
+
+    func testFilesAnotherHostWrites_makeNoInotifyEvent_yetAutoHandlesEachOnceAndWhole() throws {
+        try startOnShare()
+        let share = try XCTUnwrap(share)
+        XCTAssertTrue(daemon.waitForStderr(containing: "is on fuse.sshfs", timeout: 10), daemon.stderr)
+
+        // First, what the issue is about: inotify on the mount sees nothing of it.
+        let inotify = try InotifyProbe(directory: share.mountPoint)
+        serverWrite("unseen-by-inotify")
+        letTimePass(1)
+        XCTAssertEqual(inotify.events(), 0, "inotify reported a write made on the server")
+        XCTAssertTrue(waitFor(15) { self.handled().contains { $0.path.hasSuffix("/unseen-by-inotify") } }, daemon.stderr)
+
+        // A writer that appends for 5 s, and 2,000 files written meanwhile in 20 directories.
+        let server = share.server
+        let appender = Thread {
+            for _ in 0..<50 {
+                let fd = open(server + "/growing.log", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+                _ = Array("0123456789".utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+                close(fd)
+                usleep(100_000)
+            }
+        }
+        appender.start()
+        for directory in 0..<20 {
+            try FileManager.default.createDirectory(atPath: share.server + "/d\(directory)", withIntermediateDirectories: true)
+            for file in 0..<100 { serverWrite("d\(directory)/f\(file)", "file \(directory)/\(file)") }
+        }
+        // The things that are not files, as on a local disk, are left alone.
+        XCTAssertEqual(mkfifo(share.server + "/fifo", 0o644), 0)
+        XCTAssertEqual(symlink(share.server + "/d0/f0", share.server + "/link"), 0)
+        XCTAssertTrue(bindUnixSocket(share.server + "/socket"))
+
+        XCTAssertTrue(waitFor(90) { self.handled().count >= 2_002 }, "\(handled().count) handled\n\(daemon.stderr.suffix(3_000))")
+        letTimePass(3) // three more passes: a second job for any file would have run by now
+        let all = handled()
+        let paths = all.map(\.path)
+        XCTAssertEqual(paths.count, Set(paths).count, "handled twice: \(Dictionary(grouping: paths, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted().prefix(5))")
+        for directory in 0..<20 {
+            for file in 0..<100 where !paths.contains(share.mountPoint + "/d\(directory)/f\(file)") {
+                XCTFail("lost: d\(directory)/f\(file)")
+            }
+        }
+        XCTAssertEqual(all.filter { $0.path.hasSuffix("/growing.log") }.map(\.size), [500], "the appended file ran while still written, or more than once")
+        XCTAssertEqual(all.count, 2_002, "only regular files run: \(paths.filter { !$0.contains("/d") })")
+        let rule = try XCTUnwrap(dumpedRule())
+        XCTAssertEqual(rule["method"] as? String, "auto")
+        let trees = try XCTUnwrap(rule["polled_trees"] as? [[String: Any]])
+        XCTAssertEqual(trees.first?["file_system"] as? String, "fuse.sshfs")
+        let skipped = rule["skipped_not_regular"] as? [String: Int] ?? [:]
+        XCTAssertEqual(skipped["fifos"], 1, "\(skipped)")
+        XCTAssertEqual(skipped["symlinks"], 1, "\(skipped)")
+        XCTAssertEqual(skipped["sockets"], 1, "\(skipped)")
+    }
+
+    func testTheClientDying_isReportedOnce_andEveryFileWrittenMeanwhileIsHandledAfterTheRemount() throws {
+        try startOnShare()
+        let share = try XCTUnwrap(share)
+        for index in 0..<100 { serverWrite("before-\(index)") }
+        XCTAssertTrue(waitFor(30) { self.handled().count == 100 }, "\(handled().count)\n\(daemon.stderr.suffix(2_000))")
+
+        share.killClient()
+        XCTAssertTrue(daemon.waitForStderr(containing: "(ENOTCONN)", timeout: 15), daemon.stderr.suffix(2_000).description)
+        for index in 0..<100 { serverWrite("while-down-\(index)") }
+        letTimePass(3) // three passes fail meanwhile
+        XCTAssertEqual(daemon.stderr.components(separatedBy: "unable to poll").count - 1, 1, "said once per outage:\n\(daemon.stderr.suffix(2_000))")
+
+        try share.restore()
+        XCTAssertTrue(waitFor(30) { self.handled().count >= 200 }, "\(handled().count)\n\(daemon.stderr.suffix(2_000))")
+        letTimePass(3)
+        let paths = handled().map(\.path)
+        XCTAssertEqual(paths.count, 200, "the files handled before the outage ran again, or some were lost: \(paths.count)")
+        XCTAssertEqual(Set(paths).count, 200)
+    }
+
+    func testAServerThatStopsAnswering_stallsOnlyItsPoll() throws {
+        try startOnShare("""
+            [[watch]]
+            name = "local"
+            path = "@DIR@/in"
+            \(Self.sizeRecorder)
+            """)
+        let share = try XCTUnwrap(share)
+        serverWrite("first")
+        XCTAssertTrue(waitFor(15) { self.handled().count == 1 }, daemon.stderr)
+        share.stopClient()
+        defer { share.resumeClient() }
+        serverWrite("while-stopped")
+        XCTAssertTrue(daemon.waitForStderr(containing: "for the file system", timeout: 30), daemon.stderr.suffix(2_000).description)
+        // Everything else goes on: a local rule's file, the control socket.
+        write("local-file")
+        XCTAssertTrue(waitFor(10) { self.handled().contains { $0.path.hasSuffix("/in/local-file") } }, daemon.stderr.suffix(2_000).description)
+        share.resumeClient()
+        XCTAssertTrue(daemon.waitForStderr(containing: "goes on: the file system answered", timeout: 15), daemon.stderr.suffix(2_000).description)
+        XCTAssertTrue(waitFor(15) { self.handled().contains { $0.path.hasSuffix("/while-stopped") } }, daemon.stderr.suffix(2_000).description)
+    }
+}
+
+/// An inotify instance watching one directory for what would announce a new file.
+private final class InotifyProbe {
+    private let fd: Int32
+
+    init(directory: String) throws {
+        fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        guard fd >= 0, inotify_add_watch(fd, directory, UInt32(IN_CREATE | IN_CLOSE_WRITE | IN_MOVED_TO | IN_MODIFY)) >= 0 else {
+            throw NSError(domain: "inotify on \(directory)", code: Int(errno))
+        }
+    }
+
+    deinit { close(fd) }
+
+    /// Events waiting to be read.
+    func events() -> Int {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return 0 }
+        var offset = 0
+        var events = 0
+        while offset < count {
+            let length = buffer.withUnsafeBytes { $0.load(fromByteOffset: offset + 12, as: UInt32.self) }
+            offset += 16 + Int(length)
+            events += 1
+        }
+        return events
+    }
+}
+
+/// A listening-capable socket file at `path` (left bound until the process exits).
+private func bindUnixSocket(_ path: String) -> Bool {
+    let socket = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: Array(path.utf8).prefix(raw.count - 1)) }
+    let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+    close(socket)
+    return bound == 0
+}
