@@ -134,11 +134,22 @@ public enum StatusView {
             if rule["root_missing"]?.boolValue == true { problems.append("root missing") }
             if let count = rule["unwatched_total"]?.intValue, count > 0 { problems.append("\(count) unwatched") }
             if let count = rule["overflows"]?.intValue, count > 0 { problems.append("\(count) overflow(s)") }
+            for tree in rule["polled_trees"]?.arrayValue ?? [] where text(tree["state"]) != "polling" && text(tree["state"]) != "first pass" {
+                problems.append("poll \(text(tree["tree"])) \(text(tree["state"]))")
+            }
             let problem = problems.isEmpty ? "-" : style.paint(problems.joined(separator: ", "), .yellow)
             return [text(rule["name"]), text(rule["root"]), text(rule["inotify_watches"]), text(rule["events_seen"]),
                     text(rule["jobs_submitted"]), text(rule["pending_settle"]), problem]
         }
         var lines = ["", "Watches:"] + TableView.render(header: ["WATCH", "ROOT", "DIRS", "EVENTS", "JOBS", "SETTLING", "PROBLEMS"], rows: rows, indent: 2)
+        // Which trees are polled, and why: inotify does not see what other hosts write there.
+        for rule in rules {
+            for tree in rule["polled_trees"]?.arrayValue ?? [] {
+                let every = tree["interval_s"]?.doubleValue.map { Duration.milliseconds(Int64($0 * 1_000)).compactDescription } ?? "?"
+                let why = text(rule["method"]) == "poll" ? "method = poll" : "inotify does not see other hosts' writes"
+                lines.append("  \(text(rule["name"])): polls \(text(tree["tree"])) (\(text(tree["file_system"])), \(why)) every \(every): \(text(tree["state"])), \(text(tree["passes"])) passes, last \(text(tree["last_pass_ms"])) ms")
+            }
+        }
         for problem in section?["problems"]?.arrayValue ?? [] {
             lines.append("  " + style.paint(text(problem), .yellow))
         }
