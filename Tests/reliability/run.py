@@ -164,6 +164,12 @@ def scenarios(long, binary):
          script("faults.py") + [binary, "--files", "300" if long else "150"], summarise_faults, True),
         ] + ([("clock", "4", "the system clock set back two hours, then forward again, under a cron task due every minute "
                "(sets the machine's real clock: long run only)", script("clock.py") + [binary], summarise_clock, True)] if long else []) + [
+        ] + ([("shares", "24", "a real sshfs share over loopback, method = auto: 20,000 files written on the server in 200 "
+               "directories handled once each, a 5 s appender only once whole, a dead client (ENOTCONN) said once and caught up "
+               "after the remount, a stopped client stalling only its poll; method = poll on a local tree (long run only: "
+               "make test runs the same tests with 2,000 files)",
+               ["env", "WATCHKEEPER_TEST_SHARE_FILES=20000"] + swift_test + ["NetworkShareTests|PollMethodTests"],
+               summarise_swift_test, False)] if long else []) + [
         ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
          summarise_crash, True),
         ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "

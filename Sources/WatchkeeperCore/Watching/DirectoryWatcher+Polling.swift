@@ -41,7 +41,11 @@ extension DirectoryWatcher {
                 selects: { filter.selects($0) },
                 descend: { recursive && filter.mayContainSelected(directory: $0) },
                 deliver: { [weak self] poller, settled in
-                    self?.queue.async { [weak self] in self?.polled(settled, from: poller, rule: rule) }
+                    // In slices, so a catch-up of 100,000 files lets events in between.
+                    for start in stride(from: 0, to: settled.count, by: Self.pollDeliverySlice) {
+                        let slice = Array(settled[start..<min(settled.count, start + Self.pollDeliverySlice)])
+                        self?.queue.async { [weak self] in self?.polled(slice, from: poller, rule: rule) }
+                    }
                 },
                 report: { [weak self] poller, report in
                     self?.queue.async { [weak self] in self?.pollReported(report, from: poller, rule: rule) }
@@ -51,6 +55,8 @@ extension DirectoryWatcher {
         }
         armPollMonitorIfNeeded()
     }
+
+    static let pollDeliverySlice = 1_024
 
     func stopPolling(_ rule: WatchRule) {
         for poller in rule.pollers { poller.stop() }

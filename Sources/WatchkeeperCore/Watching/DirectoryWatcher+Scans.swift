@@ -21,7 +21,8 @@ extension DirectoryWatcher {
         }, descend: { child in
             rule.mayContainSelected(directory: child)
         }, file: { path in
-            if emitFiles { self.scanned(rule, relative: path) }
+            // A polled share's files come from its poller, off this queue (TreePoller).
+            if emitFiles && rule.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
         })
         account(rule, summary)
     }
@@ -37,7 +38,7 @@ extension DirectoryWatcher {
         }, descend: { child in
             rule.mayContainSelected(directory: child)
         }, file: { path in
-            self.scanned(rule, relative: path)
+            if rule.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
         })
         account(rule, summary)
     }
