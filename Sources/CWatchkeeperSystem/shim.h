@@ -185,4 +185,36 @@ static inline int wk_file_identity(const char *path, int follow, int with_genera
     return 0;
 }
 
+// fcntl.h gives AT_EMPTY_PATH only under _GNU_SOURCE.
+static const int WK_AT_EMPTY_PATH = 0x1000;
+// statx: ask the server, not the client's attribute cache (FUSE, NFS, CIFS honour it).
+static const int WK_AT_STATX_FORCE_SYNC = 0x2000;
+// And O_PATH likewise (010000000).
+static const int WK_O_PATH = 010000000;
+
+// What a poll needs of an entry, relative to its directory's descriptor (one path
+// component for the kernel to walk, not the whole path), without the birth time. 0, or -1
+// with errno. flags: AT_SYMLINK_NOFOLLOW, or AT_EMPTY_PATH with name "" for the directory.
+static inline int wk_poll_stat(int dirfd, const char *name, int flags, struct wk_file_identity *out) {
+    struct statx info;
+    long done;
+    do {
+        done = syscall(SYS_statx, dirfd, name, flags,
+                       STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE | STATX_MTIME | STATX_CTIME, &info);
+    } while (done < 0 && errno == EINTR);
+    if (done < 0) return -1;
+    out->device = wk_makedev(info.stx_dev_major, info.stx_dev_minor);
+    out->inode = info.stx_ino;
+    out->size = (long long)info.stx_size;
+    out->modified_ns = (long long)info.stx_mtime.tv_sec * 1000000000LL + info.stx_mtime.tv_nsec;
+    out->changed_ns = (long long)info.stx_ctime.tv_sec * 1000000000LL + info.stx_ctime.tv_nsec;
+    out->has_birth = 0;
+    out->born_ns = 0;
+    out->links = info.stx_nlink;
+    out->mode = info.stx_mode;
+    out->has_generation = 0;
+    out->generation = 0;
+    return 0;
+}
+
 #endif

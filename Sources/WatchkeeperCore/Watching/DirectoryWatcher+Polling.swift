@@ -36,7 +36,9 @@ extension DirectoryWatcher {
             let recursive = rule.settings.recursive
             let poller = TreePoller(
                 settings: .init(root: root, tree: tree, interval: rule.settings.pollInterval, settle: rule.settings.pollSettle,
-                                recursive: recursive, followSymlinks: rule.settings.followSymlinks, catchUp: rule.settings.catchUp),
+                                recursive: recursive, followSymlinks: rule.settings.followSymlinks, catchUp: rule.settings.catchUp,
+                                selectsAll: filter.include.isEmpty && filter.exclude.isEmpty,
+                                sweepEvery: tree.isRemote ? TreePoller.remoteSweepEvery : 1),
                 name: rule.name, sources: context.sources,
                 selects: { filter.selects($0) },
                 descend: { recursive && filter.mayContainSelected(directory: $0) },

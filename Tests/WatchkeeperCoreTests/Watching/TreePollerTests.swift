@@ -28,12 +28,12 @@ final class TreePollerTests: ScratchDirectoryTestCase {
     }
 
     private func startPoller(recursive: Bool = true, catchUp: Bool = true, settle: Duration = .milliseconds(300),
-                             interval: Duration = .milliseconds(200), followSymlinks: Bool = false) {
+                             interval: Duration = .milliseconds(200), followSymlinks: Bool = false, sweepEvery: Int = 1) {
         let tree = PolledTree(relative: [], mountPoint: Array(directory.utf8), fileSystemType: "test", source: "", reason: "test",
                               isRemote: false)
         let poller = TreePoller(
             settings: .init(root: Array(directory.utf8), tree: tree, interval: interval, settle: settle, recursive: recursive,
-                            followSymlinks: followSymlinks, catchUp: catchUp),
+                            followSymlinks: followSymlinks, catchUp: catchUp, sweepEvery: sweepEvery),
             name: "test", sources: SourceRegistry(), selects: { _ in true }, descend: { _ in true },
             deliver: { [handedOn] _, settled in
                 handedOn.withLock { list in list += settled.map { (String(decoding: $0.relative, as: UTF8.self), $0.identity.size) } }
@@ -68,15 +68,7 @@ final class TreePollerTests: ScratchDirectoryTestCase {
 
     func testAFileStillBeingWritten_isHandedOnOnlyOnceItStopsChanging() throws {
         startPoller(settle: .milliseconds(500))
-        let appender = Thread { [directory] in
-            for _ in 0..<15 {
-                let fd = open(directory + "/growing", O_WRONLY | O_CREAT | O_APPEND, 0o644)
-                _ = Array("0123456789".utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-                close(fd)
-                usleep(100_000)
-            }
-        }
-        appender.start()
+        startAppending(to: directory + "/growing", chunks: 15)
         XCTAssertTrue(waitFor(15) { !self.handed().isEmpty }, "\(handed())")
         letTimePass(1)
         XCTAssertEqual(handedOn.withLock { $0.map(\.size) }, [150], "handed on once, whole: \(handedOn.withLock { $0 })")
@@ -95,19 +87,25 @@ final class TreePollerTests: ScratchDirectoryTestCase {
         XCTAssertTrue(waitFor(10) { self.handed().contains("d3/new") }, "\(handed())")
     }
 
+    func testOnANetworkFileSystem_anUnchangedDirectorysFilesAreStatedInTurns_yetARewriteInPlaceIsFound() throws {
+        for index in 0..<6 { try FileManager.default.createDirectory(atPath: directory + "/d\(index)", withIntermediateDirectories: true) }
+        for index in 0..<6 { for file in 0..<10 { write("d\(index)/f\(file)") } }
+        startPoller(sweepEvery: 3)
+        XCTAssertTrue(waitFor(10) { self.handed().count == 60 }, "\(handed().count)")
+        XCTAssertTrue(waitFor(10) { self.progress().listedLastPass == 0 }, "\(progress())")
+        XCTAssertLessThan(progress().statsLastPass, 60, "every file of every unchanged directory was stat'ed: \(progress())")
+        write("d4/f7", "rewritten in place, its directory unchanged")
+        XCTAssertTrue(waitFor(10) { self.handed().count == 61 }, "\(handed().count)")
+        XCTAssertEqual(handed().last, "d4/f7")
+        // A new file changes its directory: found at the next pass, whatever the turn.
+        write("d1/new")
+        XCTAssertTrue(waitFor(10) { self.handed().contains("d1/new") })
+    }
+
     func testFifosSocketsAndLinks_areSkippedAndCountedOnce() throws {
         XCTAssertEqual(mkfifo(directory + "/fifo", 0o644), 0)
         XCTAssertEqual(symlink(directory + "/regular", directory + "/link"), 0)
-        let socket = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socket) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            let bytes = Array((directory + "/socket").utf8)
-            raw.copyBytes(from: bytes.prefix(raw.count - 1))
-        }
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-        XCTAssertEqual(bound, 0)
+        XCTAssertTrue(makeSocketFile(directory + "/socket"))
         write("regular")
         startPoller()
         XCTAssertTrue(waitFor(10) { self.handed() == ["regular"] }, "\(handed())")

@@ -64,16 +64,7 @@ final class NetworkShareTests: WatchTestCase {
         // (make reliability: 20,000 in 200).
         let total = Int(ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_SHARE_FILES"] ?? "") ?? 2_000
         let directories = max(1, total / 100)
-        let server = share.server
-        let appender = Thread {
-            for _ in 0..<50 {
-                let fd = open(server + "/growing.log", O_WRONLY | O_CREAT | O_APPEND, 0o644)
-                _ = Array("0123456789".utf8).withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-                close(fd)
-                usleep(100_000)
-            }
-        }
-        appender.start()
+        startAppending(to: share.server + "/growing.log", chunks: 50)
         for directory in 0..<directories {
             try FileManager.default.createDirectory(atPath: share.server + "/d\(directory)", withIntermediateDirectories: true)
             for file in 0..<100 { serverWrite("d\(directory)/f\(file)", "file \(directory)/\(file)") }
@@ -81,13 +72,15 @@ final class NetworkShareTests: WatchTestCase {
         // The things that are not files, as on a local disk, are left alone.
         XCTAssertEqual(mkfifo(share.server + "/fifo", 0o644), 0)
         XCTAssertEqual(symlink(share.server + "/d0/f0", share.server + "/link"), 0)
-        XCTAssertTrue(bindUnixSocket(share.server + "/socket"))
+        XCTAssertTrue(makeSocketFile(share.server + "/socket"))
 
         XCTAssertTrue(waitFor(90 + Double(total) / 100) { self.handled().count >= directories * 100 + 2 }, "\(handled().count) handled\n\(daemon.stderr.suffix(3_000))")
         letTimePass(3) // three more passes: a second job for any file would have run by now
         let all = handled()
         let paths = all.map(\.path)
-        XCTAssertEqual(paths.count, Set(paths).count, "handled twice: \(Dictionary(grouping: paths, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted().prefix(5))")
+        let twice = Dictionary(grouping: paths, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
+        XCTAssertEqual(paths.count, Set(paths).count, "handled twice: \(twice.prefix(5))\n" +
+                       daemon.stderr.split(separator: "\n").filter { line in twice.contains { line.contains($0) } }.joined(separator: "\n"))
         let seen = Set(paths)
         for directory in 0..<directories {
             for file in 0..<100 where !seen.contains(share.mountPoint + "/d\(directory)/f\(file)") {
@@ -176,15 +169,4 @@ private final class InotifyProbe {
         }
         return events
     }
-}
-
-/// A listening-capable socket file at `path` (left bound until the process exits).
-private func bindUnixSocket(_ path: String) -> Bool {
-    let socket = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: Array(path.utf8).prefix(raw.count - 1)) }
-    let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-    close(socket)
-    return bound == 0
 }
