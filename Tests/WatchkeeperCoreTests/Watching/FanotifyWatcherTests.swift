@@ -279,6 +279,25 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         try held.close()
     }
 
+    /// As InotifyWatcherTests does: the group is not read until more events than its
+    /// queue holds (fs.fanotify.max_queued_events) are queued. Distinct names, so that no
+    /// two merge.
+    func testMoreEventsThanTheQueueHolds_reportQueueOverflow() throws {
+        let limitText = try String(contentsOfFile: "/proc/sys/fs/fanotify/max_queued_events", encoding: .utf8)
+        let limit = try XCTUnwrap(Int(limitText.trimmingCharacters(in: .whitespacesAndNewlines)))
+        try XCTSkipIf(limit > 100_000, "max_queued_events is \(limit): too many files to create in a unit test")
+        try watchScratchFileSystem(.create)
+        for number in 0..<(limit + 16) { try createFile("f\(number)") }
+        startWatching()
+
+        let events = log.wait { $0.contains { $0.mask.contains(.queueOverflow) } }
+        let overflow = try XCTUnwrap(events.last)
+        XCTAssertEqual(overflow, FanotifyEvent(mask: .queueOverflow, pid: 0), "no records, and no process to blame")
+        XCTAssertEqual(events.count, limit + 1, "the queue holds `limit` events, then the overflow marker")
+        XCTAssertEqual(queue.sync { watcher!.statistics.overflows }, 1)
+        XCTAssertTrue(queue.sync { resolver!.forgetStalePaths(after: [overflow]) }, "a lost rename may have made any path stale")
+    }
+
     func testAHandleOfAnotherFileSystem_isRefusedWithEXDEV() throws {
         try watchScratchFileSystem()
         let resolver = try XCTUnwrap(resolver)
