@@ -115,10 +115,15 @@ public enum FanotifyMalformation: Error, Hashable, Sendable {
 /// One fanotify event of a group initialised with FAN_REPORT_DFID_NAME (and optionally
 /// FAN_REPORT_FID), copied out of the read buffer.
 ///
-/// The kernel merges an event into the last queued one when both concern the same entry
-/// (same directory, name and object), so one event may carry several bits: a new file
-/// written and closed arrives as one CREATE|MODIFY|CLOSE_WRITE. Order between the bits of
-/// one event is lost; that is fanotify's, not this decoder's.
+/// The kernel merges an event into one still queued for the same entry (same directory,
+/// name and, with FAN_REPORT_FID, object; the kernel searches up to 128 queued events, not
+/// only the last), so one event may carry several bits: a new file written and closed arrives
+/// as CREATE|MODIFY|CLOSE_WRITE, and a name created and removed before the read as
+/// CREATE|DELETE, with nothing to say which came first. Only the current state (a stat)
+/// tells; that is fanotify's, not this decoder's.
+///
+/// The metadata's fd is not kept: a group that reports file handles never opens one
+/// (it is always FAN_NOFD), so there is nothing to close.
 public struct FanotifyEvent: Hashable, Sendable, CustomStringConvertible {
     public let mask: FanotifyMask
     /// The process that caused it (a thread id with FAN_REPORT_TID); 0 for an overflow.
