@@ -17,11 +17,20 @@ import Glibc
 /// directory rename or an overflow. Directory renames are rare next to file events, and
 /// each cached path costs one open and one readlink to learn again.
 ///
+/// A file system mark reports the whole file system, not only the watched tree, so each
+/// answer also says whether the directory is inside the root; directories outside are
+/// cached too, since a busy one elsewhere sends as many events as one inside.
+///
 /// Confined to `queue`, the watcher's.
 public final class DirectoryHandleResolver: @unchecked Sendable {
     public enum Resolution: Hashable, Sendable {
-        /// The directory's absolute path as the kernel spells it from the root's mount.
+        /// The directory's absolute path as the kernel spells it from the root's mount: the
+        /// root itself or below it.
         case path([UInt8])
+        /// A directory of the same file system outside the root, with its path as /proc
+        /// spells it. When the root is a bind mount of a subdirectory, a directory the
+        /// mount does not show reads back as just "/", so the path is for messages only.
+        case outsideRoot([UInt8])
         /// The directory no longer exists (ESTALE, or open but unlinked): its events were
         /// queued before it was removed.
         case gone
@@ -36,6 +45,9 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
         public var evictions: UInt64 = 0
         public var gone: UInt64 = 0
         public var failures: UInt64 = 0
+        /// Answers, cached or not, of a directory outside the root: the file system mark's
+        /// noise.
+        public var outsideRoot: UInt64 = 0
         /// Times the whole cache was emptied by `forgetStalePaths(after:)` or `forgetAll()`.
         public var invalidations: UInt64 = 0
     }
@@ -44,13 +56,17 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
     public let capacity: Int
     /// The root's path as given, for messages.
     public let rootPath: [UInt8]
+    /// The root's path as the kernel spells it (symbolic links resolved), which resolved
+    /// paths are compared with.
+    public let canonicalRootPath: [UInt8]
     /// A read-only fd of the root: open_by_handle_at opens handles on its mount, so the
     /// paths come out as seen through that mount, in this mount namespace. Not O_PATH: the
     /// kernel looks mount_fd up with fdget, which refuses O_PATH fds with EBADF.
     private let root: OwnedFileDescriptor
     /// The root's f_fsid, read as FanotifyFileHandle reads an event's.
     public let fileSystemID: UInt64
-    private var cache: LeastRecentlyUsed
+    /// Only `.path` and `.outsideRoot` answers.
+    private var cache: LeastRecentlyUsed<Resolution>
     public private(set) var statistics = Statistics()
     /// PATH_MAX and one: readlink fills it all only when the path was cut short.
     private let linkBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(PATH_MAX) + 1, alignment: 1)
@@ -72,6 +88,9 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
         var fileSystemID: UInt64 = 0
         try nothingOrErrno { wk_file_system_id(root.rawValue, &fileSystemID) }.get()
         self.fileSystemID = fileSystemID
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(PATH_MAX) + 1, alignment: 1)
+        defer { scratch.deallocate() }
+        self.canonicalRootPath = try Self.linkTarget(of: root.rawValue, into: scratch).get()
         self.root = root
         self.queue = queue
         self.capacity = capacity
@@ -89,15 +108,17 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
     /// The path of the directory `handle` names, from the cache or the kernel.
     public func resolve(_ handle: FanotifyFileHandle) -> Resolution {
         dispatchPrecondition(condition: .onQueue(queue))
-        if let path = cache.value(for: handle) {
+        if let cached = cache.value(for: handle) {
             statistics.hits += 1
-            return .path(path)
+            if case .outsideRoot = cached { statistics.outsideRoot += 1 }
+            return cached
         }
         statistics.misses += 1
         let resolution = resolveUncached(handle)
         switch resolution {
-        case .path(let path):
-            if cache.insert(path, for: handle) { statistics.evictions += 1 }
+        case .path, .outsideRoot:
+            if case .outsideRoot = resolution { statistics.outsideRoot += 1 }
+            if cache.insert(resolution, for: handle) { statistics.evictions += 1 }
         case .gone:
             // Not cached: a handle whose directory is gone sends no events after the ones
             // already queued, so the entry would only push a live one out.
@@ -159,15 +180,8 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
     }
 
     private func path(ofOpen fd: Int32) -> Resolution {
-        let buffer = linkBuffer
-        let read = "/proc/self/fd/\(fd)".withCString { name in
-            valueOrErrno { readlink(name, buffer.baseAddress!.assumingMemoryBound(to: CChar.self), buffer.count) }
-        }
-        switch read {
-        case .success(let length) where length >= buffer.count:
-            return .failed(.fileNameTooLong)
-        case .success(let length):
-            let path = Array(UnsafeRawBufferPointer(rebasing: buffer[0..<length]))
+        switch Self.linkTarget(of: fd, into: linkBuffer) {
+        case .success(let path):
             // An unlinked directory still open somewhere (a process's working directory)
             // opens by handle and reads back as "<path> (deleted)"; a real name may end so
             // too, so the link count decides.
@@ -175,9 +189,27 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
                 var info = stat()
                 if case .success = nothingOrErrno({ fstat(fd, &info) }), info.st_nlink == 0 { return .gone }
             }
-            return .path(path)
+            return isInsideRoot(path) ? .path(path) : .outsideRoot(path)
         case .failure(let failure):
             return .failed(failure)
+        }
+    }
+
+    /// The root itself, or a path below it: the root and a "/".
+    private func isInsideRoot(_ path: [UInt8]) -> Bool {
+        guard path.count >= canonicalRootPath.count, path.starts(with: canonicalRootPath) else { return false }
+        return path.count == canonicalRootPath.count || canonicalRootPath == [UInt8(ascii: "/")]
+            || path[canonicalRootPath.count] == UInt8(ascii: "/")
+    }
+
+    /// What /proc/self/fd/N reads back: the open directory's path now. ENAMETOOLONG when
+    /// it does not fit PATH_MAX. The corresponding C function is `readlink`.
+    private static func linkTarget(of fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Result<[UInt8], Errno> {
+        let read = "/proc/self/fd/\(fd)".withCString { name in
+            valueOrErrno { readlink(name, buffer.baseAddress!.assumingMemoryBound(to: CChar.self), buffer.count) }
+        }
+        return read.flatMap { length in
+            length >= buffer.count ? .failure(.fileNameTooLong) : .success(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<length])))
         }
     }
 
@@ -194,18 +226,19 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
             .init("evictions", .int(Int64(statistics.evictions))),
             .init("gone", .int(Int64(statistics.gone))),
             .init("failures", .int(Int64(statistics.failures))),
+            .init("outside_root", .int(Int64(statistics.outsideRoot))),
             .init("invalidations", .int(Int64(statistics.invalidations))),
         ])
     }
 }
 
-/// A map from handle to path that holds at most `capacity` entries and drops the least
+/// A map from handle to answer that holds at most `capacity` entries and drops the least
 /// recently used one to make room. The recency list is threaded through arrays by slot
 /// number, so that a hit moves no memory and allocates nothing.
-struct LeastRecentlyUsed {
+struct LeastRecentlyUsed<Value> {
     private struct Slot {
         var key: FanotifyFileHandle
-        var value: [UInt8]
+        var value: Value?
         var newer: Int
         var older: Int
     }
@@ -235,7 +268,7 @@ struct LeastRecentlyUsed {
         return keys
     }
 
-    mutating func value(for key: FanotifyFileHandle) -> [UInt8]? {
+    mutating func value(for key: FanotifyFileHandle) -> Value? {
         guard let slot = index[key] else { return nil }
         moveToNewest(slot)
         return slots[slot].value
@@ -243,7 +276,7 @@ struct LeastRecentlyUsed {
 
     /// Returns whether an entry was evicted to make room.
     @discardableResult
-    mutating func insert(_ value: [UInt8], for key: FanotifyFileHandle) -> Bool {
+    mutating func insert(_ value: Value, for key: FanotifyFileHandle) -> Bool {
         if let slot = index[key] {
             slots[slot].value = value
             moveToNewest(slot)
@@ -272,7 +305,7 @@ struct LeastRecentlyUsed {
     mutating func remove(_ key: FanotifyFileHandle) {
         guard let slot = index.removeValue(forKey: key) else { return }
         unlink(slot)
-        slots[slot].value = []
+        slots[slot].value = nil
         free.append(slot)
     }
 

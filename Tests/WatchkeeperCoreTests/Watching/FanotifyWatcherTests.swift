@@ -298,6 +298,50 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         XCTAssertTrue(queue.sync { resolver!.forgetStalePaths(after: [overflow]) }, "a lost rename may have made any path stale")
     }
 
+    /// The mark hears the whole file system; the resolver tells the root's tree from the
+    /// rest, and keeps both answers.
+    func testADirectoryOutsideTheRoot_resolvesAsOutside() throws {
+        let mount = try mountScratchFileSystem()
+        try systemCall { mkdir(mount + "/inside", 0o755) }
+        try systemCall { mkdir(mount + "/inside/deeper", 0o755) }
+        try systemCall { mkdir(mount + "/inside-not", 0o755) }
+        resolver = try DirectoryHandleResolver(queue: queue, rootPath: Array((mount + "/inside").utf8))
+        XCTAssertEqual(try resolve(try handle(of: "inside")), resolved("inside"))
+        XCTAssertEqual(try resolve(try handle(of: "inside/deeper")), resolved("inside/deeper"))
+        XCTAssertEqual(try resolve(try handle(of: "inside-not")), .outsideRoot(Array(path("inside-not").utf8)),
+                       "a sibling whose name starts with the root's is not inside it")
+        XCTAssertEqual(try resolve(try handle(of: "")), .outsideRoot(Array(mount.utf8)))
+        XCTAssertEqual(try resolve(try handle(of: "")), .outsideRoot(Array(mount.utf8)))
+        let statistics = queue.sync { resolver!.statistics }
+        XCTAssertEqual(statistics.outsideRoot, 3)
+        XCTAssertEqual(statistics.hits, 1)
+    }
+
+    /// Through a bind mount of a subdirectory, a directory outside it is not reachable, and
+    /// /proc spells it "/": without the check it would pass for the file system's root.
+    func testThroughABindMountOfASubdirectory_aDirectoryItDoesNotShowIsOutside() throws {
+        let mount = try mountScratchFileSystem()
+        try systemCall { mkdir(mount + "/shown", 0o755) }
+        try systemCall { mkdir(mount + "/shown/child", 0o755) }
+        try systemCall { mkdir(mount + "/hidden", 0o755) }
+        let bind = directory + "/bind"
+        try systemCall { mkdir(bind, 0o755) }
+        try nothingOrErrno { Glibc.mount(mount + "/shown", bind, nil, UInt(MS_BIND), nil) }.get()
+        defer {
+            // The resolver's fd of the root keeps the bind mount busy.
+            queue.sync { resolver = nil }
+            XCTAssertNoThrow(try nothingOrErrno { umount2(bind, 0) }.get())
+        }
+        let viaBind = try DirectoryHandleResolver(queue: queue, rootPath: Array(bind.utf8))
+        resolver = viaBind
+        let child = try handle(of: "shown/child"), hidden = try handle(of: "hidden")
+        XCTAssertEqual(queue.sync { viaBind.resolve(child) }, .path(Array((bind + "/child").utf8)))
+        guard case .outsideRoot(let spelled) = queue.sync(execute: { viaBind.resolve(hidden) }) else {
+            return XCTFail("a directory the bind mount does not show resolved inside it")
+        }
+        XCTAssertEqual(String(decoding: spelled, as: UTF8.self), "/", "what this kernel spells")
+    }
+
     func testAHandleOfAnotherFileSystem_isRefusedWithEXDEV() throws {
         try watchScratchFileSystem()
         let resolver = try XCTUnwrap(resolver)
@@ -317,7 +361,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try resolve(one), resolved("one"))
         XCTAssertEqual(try resolve(two), resolved("two"), "a miss again, evicting `three`")
         let statistics = queue.sync { resolver!.statistics }
-        XCTAssertEqual(statistics, .init(hits: 2, misses: 4, evictions: 2, gone: 0, failures: 0, invalidations: 0))
+        XCTAssertEqual(statistics, .init(hits: 2, misses: 4, evictions: 2, gone: 0, failures: 0, outsideRoot: 0, invalidations: 0))
         XCTAssertEqual(queue.sync { resolver!.count }, 2)
     }
 
@@ -336,7 +380,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
 
     func testLeastRecentlyUsed_keepsRecencyOrder_andReusesRemovedSlots() {
         func key(_ n: UInt8) -> FanotifyFileHandle { FanotifyFileHandle(fileSystemID: 7, type: 1, bytes: [n]) }
-        var map = LeastRecentlyUsed(capacity: 3)
+        var map = LeastRecentlyUsed<[UInt8]>(capacity: 3)
         XCTAssertFalse(map.insert([1], for: key(1)))
         XCTAssertFalse(map.insert([2], for: key(2)))
         XCTAssertFalse(map.insert([3], for: key(3)))
