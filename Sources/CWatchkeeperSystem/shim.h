@@ -189,8 +189,6 @@ static inline int wk_file_identity(const char *path, int follow, int with_genera
 static const int WK_AT_EMPTY_PATH = 0x1000;
 // statx: ask the server, not the client's attribute cache (FUSE, NFS, CIFS honour it).
 static const int WK_AT_STATX_FORCE_SYNC = 0x2000;
-// And O_PATH likewise (010000000).
-static const int WK_O_PATH = 010000000;
 
 // What a poll needs of an entry, relative to its directory's descriptor (one path
 // component for the kernel to walk, not the whole path), without the birth time. 0, or -1
@@ -215,6 +213,74 @@ static inline int wk_poll_stat(int dirfd, const char *name, int flags, struct wk
     out->has_generation = 0;
     out->generation = 0;
     return 0;
+}
+
+// fanotify (Watching/FanotifyWatcher.swift): one mark on a whole file system that reports
+// each event's directory as a file handle plus the entry's name, instead of one inotify
+// watch per directory. linux/fanotify.h has the ABI (FAN_* bits, the record layouts);
+// glibc's fanotify_init and fanotify_mark are called by number here like the rest, and
+// open_by_handle_at and name_to_handle_at are _GNU_SOURCE only.
+#include <linux/fanotify.h>
+
+// Composite macros Swift does not import.
+enum {
+    WK_FAN_REPORT_DFID_NAME = FAN_REPORT_DFID_NAME,
+    WK_FANOTIFY_METADATA_LEN = sizeof(struct fanotify_event_metadata),
+    // Header, fsid and the file_handle's two ints: where the handle's bytes begin.
+    WK_FANOTIFY_FID_HEADER_LEN = sizeof(struct fanotify_event_info_fid) + 2 * sizeof(int),
+};
+// MAX_HANDLE_SZ, the largest handle the kernel encodes (include/linux/exportfs.h).
+enum { WK_MAX_HANDLE_SZ = 128 };
+// O_LARGEFILE is 0 in glibc's 64-bit headers without _LARGEFILE64_SOURCE; the kernel forces
+// it on 64-bit anyway, so 0 asks for nothing less.
+#ifdef O_LARGEFILE
+enum { WK_FAN_EVENT_FILE_FLAGS = O_RDONLY | O_LARGEFILE };
+#else
+enum { WK_FAN_EVENT_FILE_FLAGS = O_RDONLY };
+#endif
+
+#if !defined(__LP64__)
+#error "wk_fanotify_mark passes the 64-bit mask as one argument, which only 64-bit ABIs do"
+#endif
+
+// The fd, or -1 with errno.
+static inline int wk_fanotify_init(unsigned int flags, unsigned int event_file_flags) {
+    return (int)syscall(SYS_fanotify_init, flags, event_file_flags);
+}
+// 0, or -1 with errno.
+static inline int wk_fanotify_mark(int fd, unsigned int flags, unsigned long long mask, int dirfd, const char *path) {
+    return (int)syscall(SYS_fanotify_mark, fd, flags, mask, dirfd, path);
+}
+// A handle as fanotify reported it (type and bytes) opened relative to mount_fd's mount:
+// the fd, or -1 with errno (ESTALE: the inode no longer exists; EINVAL for a handle longer
+// than MAX_HANDLE_SZ, which the kernel would refuse the same way).
+static inline int wk_open_by_handle_at(int mount_fd, int handle_type, const unsigned char *bytes, unsigned int count, int flags) {
+    struct wk_file_handle handle;
+    if (count > sizeof(handle.f_handle)) { errno = EINVAL; return -1; }
+    handle.handle_bytes = count;
+    handle.handle_type = handle_type;
+    memcpy(handle.f_handle, bytes, count);
+    return (int)syscall(SYS_open_by_handle_at, mount_fd, &handle, flags);
+}
+// O_PATH is _GNU_SOURCE only; its value is kernel ABI (__O_PATH) on every architecture.
+#ifdef O_PATH
+enum { WK_O_PATH = O_PATH };
+#else
+enum { WK_O_PATH = 010000000 };
+#endif
+// statfs's f_fsid for fd, as the eight bytes fanotify reports in its records: 0, or -1
+// with errno.
+#include <sys/vfs.h>
+static inline int wk_file_system_id(int fd, unsigned long long *out) {
+    struct statfs info;
+    if (fstatfs(fd, &info) != 0) return -1;
+    memcpy(out, &info.f_fsid, sizeof *out);
+    return 0;
+}
+// 0, or -1 with errno; `handle->handle_bytes` is set to the capacity here.
+static inline int wk_name_to_handle_at(int dirfd, const char *path, struct wk_file_handle *handle, int *mount_id, int flags) {
+    handle->handle_bytes = sizeof(handle->f_handle);
+    return (int)syscall(SYS_name_to_handle_at, dirfd, path, handle, mount_id, flags);
 }
 
 #endif

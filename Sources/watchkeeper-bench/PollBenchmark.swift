@@ -9,6 +9,7 @@
 // Results and the reading: docs/measurements/polling.md.
 
 import Foundation
+import WatchkeeperCore
 
 #if canImport(Glibc)
 import Glibc
@@ -113,10 +114,12 @@ private final class LoopbackShare {
 }
 
 /// Latency probes: one file every `interval`/2 + a little, at phases across the interval.
-private func writeProbes(into server: String, count: Int, spacing: Double) -> [String: Double] {
+private func writeProbes(into server: String, count: Int, spacing: Double, prefix: String) -> [String: Double] {
     var written: [String: Double] = [:]
     for index in 0..<count {
-        let name = "probe-\(index)"
+        // New names for each case: the cases share the tree, and a name written before would
+        // be a rewrite in place, which a share's poll finds only in its directory's turn.
+        let name = "\(prefix)-probe-\(index)"
         let path = server + "/d0/" + name
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         _ = "probe".withCString { Glibc.write(fd, $0, 5) }
@@ -172,12 +175,21 @@ func runPollBenchmark() {
             command = ["/bin/sh", "-c", "echo \\"$(date +%s.%N) $1\\" >> \(directory)/started", "sh", "{name}"]
             """
         }, measure: { daemon in
-            // The first pass learns the tree; measuring starts after it.
-            sleep(UInt32(settings.interval + 2))
+            // The first pass learns the tree (13 s over sshfs): measuring starts after the second.
+            var dumps = 0
+            let learnt = MonotonicInstant.now + .seconds(300)
+            while MonotonicInstant.now < learnt {
+                dumps += 1
+                kill(daemon.pid, SIGUSR1)
+                usleep(300_000)
+                let dump = (try? String(contentsOfFile: daemon.directory + "/run/state.json", encoding: .utf8)) ?? ""
+                if let range = dump.range(of: "\"passes\":"), let passes = Int(dump[range.upperBound...].prefix { $0.isNumber }), passes >= 2 { break }
+                sleep(1)
+            }
             let startedCPU = daemon.cpuSeconds
             let shareCPU = share.map { cpuSeconds(of: $0.sshfs) } ?? 0
             let startedAt = wallSeconds()
-            let written = writeProbes(into: server, count: probes, spacing: spacing)
+            let written = writeProbes(into: server, count: probes, spacing: spacing, prefix: method)
             let remaining = Double(settings.windowSeconds) - (wallSeconds() - startedAt)
             if remaining > 0 { usleep(useconds_t(remaining * 1e6)) }
             let window = wallSeconds() - startedAt
@@ -256,7 +268,7 @@ private func fswatchCase(_ settings: PollBenchSettings, server: String, probes: 
     sleep(UInt32(settings.interval + 2))
     let startedCPU = cpuSeconds(of: pid)
     let startedAt = wallSeconds()
-    let written = writeProbes(into: server, count: probes, spacing: spacing)
+    let written = writeProbes(into: server, count: probes, spacing: spacing, prefix: "fswatch")
     let remaining = Double(settings.windowSeconds) - (wallSeconds() - startedAt)
     if remaining > 0 { usleep(useconds_t(remaining * 1e6)) }
     let window = wallSeconds() - startedAt

@@ -1,13 +1,13 @@
 @_spi(Fuzzing) import WatchkeeperCore
 
 /// The parsers that read what the daemon does not control: the configuration file, cron
-/// expressions and globs inside it, what read(2) returns from the inotify fd, requests on
+/// expressions and globs inside it, what read(2) returns from the inotify and fanotify fds, requests on
 /// the control socket, and TZif files. Each run takes one input and checks more than "no
 /// crash": a property every answer must have, so a wrong answer fails like a crash does.
 /// A failed check is a `fatalError` naming the property, which libFuzzer reports with the
 /// input that caused it.
 enum FuzzTarget: String, CaseIterable {
-    case config, cron, glob, inotify, varlink, tzif
+    case config, cron, glob, inotify, fanotify, varlink, tzif
 
     func run(_ input: UnsafeRawBufferPointer) {
         switch self {
@@ -15,6 +15,7 @@ enum FuzzTarget: String, CaseIterable {
         case .cron: Self.cron(String(decoding: input, as: UTF8.self))
         case .glob: Self.glob(Array(input))
         case .inotify: Self.inotify(input)
+        case .fanotify: Self.fanotify(input)
         case .varlink: Self.varlink(Array(input))
         case .tzif: Self.tzif(Array(input))
         }
@@ -83,6 +84,26 @@ enum FuzzTarget: String, CaseIterable {
         if input.count - used >= header {
             let length = Int(input.loadUnaligned(fromByteOffset: used + 12, as: UInt32.self))
             check(length > input.count - used - header, "decoding stopped at a whole record")
+        }
+    }
+
+    /// Any bytes: the decoder reads only inside the buffer (ASan would see a read past it),
+    /// walks whole events only, stops early only with a reason, and every handle it keeps
+    /// fits open_by_handle_at.
+    private static func fanotify(_ input: UnsafeRawBufferPointer) {
+        let metadata = 24  // event_len, vers, reserved, metadata_len, mask, fd, pid
+        var events: [FanotifyEvent] = []
+        let decoding = FanotifyEvent.decode(input, into: &events)
+        check(decoding.consumedBytes >= 0 && decoding.consumedBytes <= input.count,
+              "decode walked \(decoding.consumedBytes) of \(input.count) bytes")
+        check((events.count + decoding.droppedEvents) * metadata <= decoding.consumedBytes, "each event used at least its metadata")
+        check(decoding.consumedBytes == input.count || decoding.firstMalformation != nil, "decoding stopped early only with a reason")
+        check(decoding.droppedEvents == 0 || decoding.firstMalformation != nil, "a dropped event has a reason")
+        for event in events {
+            for handle in [event.directory, event.object, event.newDirectory].compactMap({ $0 }) {
+                check(handle.bytes.count <= 128, "a handle of \(handle.bytes.count) bytes is longer than MAX_HANDLE_SZ")
+            }
+            check(!event.name.contains(0) && !event.newName.contains(0), "a name stops at its NUL")
         }
     }
 

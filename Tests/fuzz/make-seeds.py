@@ -30,6 +30,29 @@ INOTIFY = [inotify_record(1, 0x100, 0, b"a.csv"),
            inotify_record(3, 0x40000100, 0, b"dir") + struct.pack("<iIII", 3, 2, 0, 4096)]
 
 
+def fanotify_fid_record(info_type, handle, name=None):
+    """A fanotify_event_info_fid record: header, fsid, file_handle, then the name, padded to 4."""
+    body = struct.pack("<QIi", 0x1122334455667788, len(handle), 1) + handle
+    if name is not None:
+        body += name + b"\0"
+    body += b"\0" * (-(4 + len(body)) % 4)
+    return struct.pack("<BBH", info_type, 0, 4 + len(body)) + body
+
+
+def fanotify_event(mask, records, pid=42):
+    body = b"".join(records)
+    return struct.pack("<IBBHQii", 24 + len(body), 3, 0, 24, mask, -1, pid) + body
+
+
+HANDLE = bytes(range(1, 13))
+FANOTIFY = [fanotify_event(0x4000010A, [fanotify_fid_record(2, HANDLE, b"new dir")]),
+            fanotify_event(0x40, [fanotify_fid_record(2, HANDLE, b"old")]) + fanotify_event(0x80, [fanotify_fid_record(2, HANDLE, b"new")]),
+            fanotify_event(0x4000, [], pid=0) + fanotify_event(0x40000800, [fanotify_fid_record(2, HANDLE, b".")]),
+            fanotify_event(0x10000000, [fanotify_fid_record(10, HANDLE, b"a"), fanotify_fid_record(12, HANDLE, b"b"),
+                                        fanotify_fid_record(1, HANDLE)]),
+            fanotify_event(0x404, [fanotify_fid_record(1, HANDLE)]) + struct.pack("<IBBHQii", 4096, 3, 0, 24, 0x100, -1, 1)]
+
+
 def tzif(version, transitions, types, footer):
     """A minimal TZif file: one block (v1) or the v1 header, an empty v1 block and a 64-bit block."""
     def block(width):
@@ -54,7 +77,7 @@ TZIF = [tzif(b"2", [(-100000, 0), (1_000_000_000, 1)], [(3600, 0, b"CET"), (7200
         tzif(b"\0", [(0, 0)], [(-18000, 0, b"EST")], b""),
         tzif(b"3", [(0, 0)], [(-10800, 0, b"-03")], b"<-03>3<-02>,M3.2.0/-1,J365/25")]
 
-for target, seeds in [("cron", CRON), ("glob", GLOB), ("varlink", VARLINK), ("inotify", INOTIFY), ("tzif", TZIF)]:
+for target, seeds in [("cron", CRON), ("glob", GLOB), ("varlink", VARLINK), ("inotify", INOTIFY), ("fanotify", FANOTIFY), ("tzif", TZIF)]:
     directory = os.path.join(HERE, target, "seeds")
     os.makedirs(directory, exist_ok=True)
     for index, seed in enumerate(seeds):

@@ -18,8 +18,9 @@ import Glibc
 /// `poll_settle` and is looked at again: it is handed on only if its size and modification
 /// time did not move between the two looks (a remote writer's close makes no event).
 ///
-/// A pass runs in chunks of a few milliseconds of CPU, each followed by a pause three times
-/// as long: at most a quarter of one core while it runs, whatever the tree's size.
+/// A pass runs in chunks of a few milliseconds of CPU, each followed by a pause that makes
+/// chunk and pause together four times the chunk's CPU: at most a quarter of one core while
+/// it runs, whatever the tree's size.
 final class TreePoller: @unchecked Sendable {
     struct Settings: Sendable {
         /// The rule's root (real path).
@@ -228,6 +229,7 @@ final class TreePoller: @unchecked Sendable {
     private func continuePass() {
         guard !stopped, var current = pass else { return }
         let cpuAtStart = Self.threadCPU()
+        let chunkStarted = MonotonicInstant.now
         var failure: (path: [UInt8], error: Errno)?
         while current.head < current.frontier.count {
             let directory = current.frontier[current.head]
@@ -258,8 +260,9 @@ final class TreePoller: @unchecked Sendable {
         }
         if current.head < current.frontier.count {
             pass = current
-            // Three times the chunk's CPU as a pause: a quarter of a core at most.
-            let pause = used * ((1 - settings.share) / settings.share)
+            // The chunk and its pause take at least its CPU / share: a quarter of a core at most.
+            // On a share most of a chunk is waiting for the server, which costs no CPU.
+            let pause = used * (1 / settings.share) - (MonotonicInstant.now - chunkStarted)
             chunkTimer?.schedule(after: max(pause, .microseconds(100)))
             return
         }
@@ -332,7 +335,7 @@ final class TreePoller: @unchecked Sendable {
     private func visit(_ directory: [UInt8], pass: inout Pass) -> (path: [UInt8], error: Errno)? {
         let path = absolute(directory)
         // The tree's own top follows a link (the rule's root was resolved); nothing below does.
-        let flags = WK_O_PATH | O_DIRECTORY | O_CLOEXEC | (directory == settings.tree.relative ? 0 : O_NOFOLLOW)
+        let flags = Int32(WK_O_PATH) | O_DIRECTORY | O_CLOEXEC | (directory == settings.tree.relative ? 0 : O_NOFOLLOW)
         let descriptor = TreeScanner.withCString(path) { open($0, flags) }
         guard descriptor >= 0 else {
             let error = Errno(rawValue: errno)
@@ -469,7 +472,9 @@ final class TreePoller: @unchecked Sendable {
     /// stats from eight threads at once made a pass over sshfs slower, not faster (18.4 s
     /// against 13.5 s for 100,000 files: sshfs answers one request at a time).
     private func statFiles(_ files: [FileEntry], in descriptor: Int32, directory: [UInt8]) -> [Look?] {
-        let flags = statFlags
+        // A pass comes poll_interval after the last look: the cache has expired, and the
+        // lookup that refills it asks the server once (forcing would ask twice).
+        let flags = settings.followSymlinks ? 0 : AT_SYMLINK_NOFOLLOW
         return files.map { file in
             if !settings.selectsAll && !selects(Self.join(directory, Array(file.bareName))) { return nil }
             var result = Look()
@@ -608,11 +613,11 @@ final class TreePoller: @unchecked Sendable {
         return state.passes == 0 ? "first pass" : "polling"
     }
 
-    /// How entries are stat'ed. On a network or FUSE file system the client keeps attributes
-    /// for a while (FUSE's attr_timeout, 1 s by default; NFS's actimeo, 3 s and more): two
-    /// looks poll_settle apart must both ask the server, or a file still being written can
-    /// look unchanged (seen with poll_settle = 1s on sshfs: a file appended to for 5 s ran
-    /// before its last append).
+    /// How a second look stats. On a network or FUSE file system the client keeps attributes
+    /// for a while (FUSE's attr_timeout, 1 s by default; NFS's actimeo, 3 s and more): the
+    /// second look, poll_settle after the first, must ask the server, or a file still being
+    /// written can look unchanged (seen with poll_settle = 1s on sshfs: a file appended to for
+    /// 5 s ran before its last append, in 2 of 9 runs).
     private var statFlags: Int32 {
         (settings.followSymlinks ? 0 : AT_SYMLINK_NOFOLLOW) | (settings.tree.isRemote ? WK_AT_STATX_FORCE_SYNC : 0)
     }
