@@ -195,7 +195,7 @@ def scenarios(long, binary):
         ("lateness", "23", "a burst of 20,000 files (a job each, max_jobs 4) while a high-priority task runs every 100 ms: "
          f"p99 of its lateness within {50 if long else 100} ms, every file handled",
          script("lateness.py") + ["--binary", binary, "--files", "20000", "--bound-ms", "50" if long else "100"], summarise_lateness, True),
-        ("fuzz", "5", "libFuzzer with ASan on the six parsers of outside input (configuration, cron, glob, inotify records, "
+        ("fuzz", "5", "libFuzzer with ASan on the seven parsers of outside input (configuration, cron, glob, inotify records, fanotify records, "
          "Varlink requests, TZif), each with a property check; the short run replays seeds and kept crashes",
          [sys.executable, os.path.join(ROOT, "Tests", "fuzz", "fuzz.py")] + (["--build", "--runs", "200000"] if long else
                                      ["--replay", os.path.join(os.path.dirname(binary), "watchkeeper-fuzz")]),

@@ -139,7 +139,6 @@ final class TreePoller: @unchecked Sendable {
     }
 
     private struct Pass {
-        let number: UInt64
         var frontier: [[UInt8]]
         var head = 0
         let startedAt: MonotonicInstant
@@ -220,7 +219,7 @@ final class TreePoller: @unchecked Sendable {
         let now = MonotonicInstant.now
         nextPassAt = now + settings.interval
         passesBegun += 1
-        pass = Pass(number: passesBegun, frontier: [settings.tree.relative], startedAt: now)
+        pass = Pass(frontier: [settings.tree.relative], startedAt: now)
         continuePass()
     }
 
@@ -334,9 +333,34 @@ final class TreePoller: @unchecked Sendable {
     /// walk). Returns the failure that stops the pass, if any.
     private func visit(_ directory: [UInt8], pass: inout Pass) -> (path: [UInt8], error: Errno)? {
         let path = absolute(directory)
+        let isTop = directory == settings.tree.relative
         // The tree's own top follows a link (the rule's root was resolved); nothing below does.
-        let flags = Int32(WK_O_PATH) | O_DIRECTORY | O_CLOEXEC | (directory == settings.tree.relative ? 0 : O_NOFOLLOW)
-        let descriptor = TreeScanner.withCString(path) { open($0, flags) }
+        // By path first: most directories neither changed nor have their files' turn, and need
+        // no descriptor (on a share an open is one more round trip).
+        var raw = wk_file_identity()
+        guard TreeScanner.withCString(path, { wk_poll_stat(AT_FDCWD, $0, isTop ? 0 : AT_SYMLINK_NOFOLLOW, &raw) }) == 0 else {
+            let error = Errno(rawValue: errno)
+            if Self.isFileSystemFailure(error) { return (directory, error) }
+            forget(directory)
+            return nil
+        }
+        guard mode_t(raw.mode) & S_IFMT == S_IFDIR else {
+            forget(directory)
+            return nil
+        }
+        if let known = directories[directory], known.inode == raw.inode, known.modified == raw.modified_ns, known.changed == raw.changed_ns,
+           !known.confirm, settings.sweepEvery > 1, (passesBegun % UInt64(settings.sweepEvery)) != UInt64(known.turn) {
+            // Unchanged, and not its files' turn: only its subdirectories are visited.
+            pass.unchanged += 1
+            if settings.recursive {
+                for name in known.subdirectories {
+                    let child = Self.join(directory, name)
+                    if descend(child) { pass.frontier.append(child) }
+                }
+            }
+            return nil
+        }
+        let descriptor = TreeScanner.withCString(path) { open($0, Int32(WK_O_PATH) | O_DIRECTORY | O_CLOEXEC | (isTop ? 0 : O_NOFOLLOW)) }
         guard descriptor >= 0 else {
             let error = Errno(rawValue: errno)
             if Self.isFileSystemFailure(error) { return (directory, error) }
@@ -344,13 +368,6 @@ final class TreePoller: @unchecked Sendable {
             return nil
         }
         defer { close(descriptor) }
-        var raw = wk_file_identity()
-        guard wk_poll_stat(descriptor, "", WK_AT_EMPTY_PATH | (settings.tree.isRemote ? WK_AT_STATX_FORCE_SYNC : 0), &raw) == 0 else {
-            let error = Errno(rawValue: errno)
-            if Self.isFileSystemFailure(error) { return (directory, error) }
-            forget(directory)
-            return nil
-        }
         var state = directories[directory]
         let changed = state.map { $0.inode != raw.inode || $0.modified != raw.modified_ns || $0.changed != raw.changed_ns } ?? true
         if changed || state?.confirm == true {
@@ -396,17 +413,6 @@ final class TreePoller: @unchecked Sendable {
         } else {
             pass.unchanged += 1
             state!.confirm = false
-            guard settings.sweepEvery <= 1 || pass.number % UInt64(settings.sweepEvery) == UInt64(state!.turn) else {
-                // Not its turn: its subdirectories are still visited.
-                if settings.recursive {
-                    for name in state!.subdirectories {
-                        let child = Self.join(directory, name)
-                        if descend(child) { pass.frontier.append(child) }
-                    }
-                }
-                directories[directory] = state
-                return nil
-            }
         }
         guard var current = state else { return nil }
         state = nil // the only reference left: the arrays below are changed in place, not copied
