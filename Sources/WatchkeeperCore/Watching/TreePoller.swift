@@ -338,8 +338,7 @@ final class TreePoller: @unchecked Sendable {
         // By path first: most directories neither changed nor have their files' turn, and need
         // no descriptor (on a share an open is one more round trip).
         var raw = wk_file_identity()
-        guard TreeScanner.withCString(path, { wk_poll_stat(AT_FDCWD, $0, isTop ? 0 : AT_SYMLINK_NOFOLLOW, &raw) }) == 0 else {
-            let error = Errno(rawValue: errno)
+        if case .failure(let error) = nothingOrErrno({ TreeScanner.withCString(path) { wk_poll_stat(AT_FDCWD, $0, isTop ? 0 : AT_SYMLINK_NOFOLLOW, &raw) } }) {
             if Self.isFileSystemFailure(error) { return (directory, error) }
             forget(directory)
             return nil
@@ -360,9 +359,11 @@ final class TreePoller: @unchecked Sendable {
             }
             return nil
         }
-        let descriptor = TreeScanner.withCString(path) { open($0, Int32(WK_O_PATH) | O_DIRECTORY | O_CLOEXEC | (isTop ? 0 : O_NOFOLLOW)) }
-        guard descriptor >= 0 else {
-            let error = Errno(rawValue: errno)
+        let descriptor: Int32
+        switch valueOrErrno({ TreeScanner.withCString(path) { open($0, Int32(WK_O_PATH) | O_DIRECTORY | O_CLOEXEC | (isTop ? 0 : O_NOFOLLOW)) } }) {
+        case .success(let opened):
+            descriptor = opened
+        case .failure(let error):
             if Self.isFileSystemFailure(error) { return (directory, error) }
             forget(directory)
             return nil
@@ -484,10 +485,12 @@ final class TreePoller: @unchecked Sendable {
         return files.map { file in
             if !settings.selectsAll && !selects(Self.join(directory, Array(file.bareName))) { return nil }
             var result = Look()
-            let stated = file.name.withUnsafeBufferPointer { bytes in
-                bytes.withMemoryRebound(to: CChar.self) { wk_poll_stat(descriptor, $0.baseAddress!, flags, &result.status) }
+            let stated = nothingOrErrno {
+                file.name.withUnsafeBufferPointer { bytes in
+                    bytes.withMemoryRebound(to: CChar.self) { wk_poll_stat(descriptor, $0.baseAddress!, flags, &result.status) }
+                }
             }
-            if stated != 0 { result.error = errno }
+            if case .failure(let error) = stated { result.error = error.rawValue }
             return result
         }
     }
@@ -540,11 +543,11 @@ final class TreePoller: @unchecked Sendable {
                 $0.busySince = .now
                 $0.directory = relative
             }
-            let stated = TreeScanner.withCString(absolute(relative), { wk_poll_stat(AT_FDCWD, $0, statFlags, &file) }) == 0
+            let stated = nothingOrErrno { TreeScanner.withCString(absolute(relative)) { wk_poll_stat(AT_FDCWD, $0, statFlags, &file) } }
             progress.withLock { $0.busySince = nil }
-            guard stated else {
+            if case .failure(let error) = stated {
                 // Unreachable: the next pass finds out and says so; gone: nothing to run.
-                if !Self.isFileSystemFailure(Errno(rawValue: errno)) { candidates[relative] = nil }
+                if !Self.isFileSystemFailure(error) { candidates[relative] = nil }
                 continue
             }
             let identity = settings.tree.identity(of: Self.identity(file), relative: relative)
