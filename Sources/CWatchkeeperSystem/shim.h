@@ -147,6 +147,22 @@ static inline unsigned long long wk_makedev(unsigned int major, unsigned int min
     return dev;
 }
 
+// What statx said, as an identity without the generation. with_birth: the birth time was
+// asked for (a file system may fill it only then).
+static inline void wk_fill_identity(const struct statx *info, int with_birth, struct wk_file_identity *out) {
+    out->device = wk_makedev(info->stx_dev_major, info->stx_dev_minor);
+    out->inode = info->stx_ino;
+    out->size = (long long)info->stx_size;
+    out->modified_ns = (long long)info->stx_mtime.tv_sec * 1000000000LL + info->stx_mtime.tv_nsec;
+    out->changed_ns = (long long)info->stx_ctime.tv_sec * 1000000000LL + info->stx_ctime.tv_nsec;
+    out->has_birth = with_birth && (info->stx_mask & STATX_BTIME) != 0;
+    out->born_ns = out->has_birth ? (long long)info->stx_btime.tv_sec * 1000000000LL + info->stx_btime.tv_nsec : 0;
+    out->links = info->stx_nlink;
+    out->mode = info->stx_mode;
+    out->has_generation = 0;
+    out->generation = 0;
+}
+
 // 0, or -1 with errno. follow: 1 to follow a final symbolic link. with_generation: also
 // read the inode generation (one more system call).
 static inline int wk_file_identity(const char *path, int follow, int with_generation, struct wk_file_identity *out) {
@@ -157,17 +173,7 @@ static inline int wk_file_identity(const char *path, int follow, int with_genera
         done = syscall(SYS_statx, AT_FDCWD, path, flags, STATX_BASIC_STATS | STATX_BTIME, &info);
     } while (done < 0 && errno == EINTR);
     if (done < 0) return -1;
-    out->device = wk_makedev(info.stx_dev_major, info.stx_dev_minor);
-    out->inode = info.stx_ino;
-    out->size = (long long)info.stx_size;
-    out->modified_ns = (long long)info.stx_mtime.tv_sec * 1000000000LL + info.stx_mtime.tv_nsec;
-    out->changed_ns = (long long)info.stx_ctime.tv_sec * 1000000000LL + info.stx_ctime.tv_nsec;
-    out->has_birth = (info.stx_mask & STATX_BTIME) != 0;
-    out->born_ns = out->has_birth ? (long long)info.stx_btime.tv_sec * 1000000000LL + info.stx_btime.tv_nsec : 0;
-    out->links = info.stx_nlink;
-    out->mode = info.stx_mode;
-    out->has_generation = 0;
-    out->generation = 0;
+    wk_fill_identity(&info, 1, out);
     if (with_generation) {
         struct wk_file_handle handle;
         int mount_id = 0;
@@ -201,17 +207,7 @@ static inline int wk_poll_stat(int dirfd, const char *name, int flags, struct wk
                        STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE | STATX_MTIME | STATX_CTIME, &info);
     } while (done < 0 && errno == EINTR);
     if (done < 0) return -1;
-    out->device = wk_makedev(info.stx_dev_major, info.stx_dev_minor);
-    out->inode = info.stx_ino;
-    out->size = (long long)info.stx_size;
-    out->modified_ns = (long long)info.stx_mtime.tv_sec * 1000000000LL + info.stx_mtime.tv_nsec;
-    out->changed_ns = (long long)info.stx_ctime.tv_sec * 1000000000LL + info.stx_ctime.tv_nsec;
-    out->has_birth = 0;
-    out->born_ns = 0;
-    out->links = info.stx_nlink;
-    out->mode = info.stx_mode;
-    out->has_generation = 0;
-    out->generation = 0;
+    wk_fill_identity(&info, 0, out);
     return 0;
 }
 

@@ -87,6 +87,15 @@ public struct FileIdentity: Sendable, Hashable {
     }
 }
 
+extension FileIdentity {
+    /// What the C shim read (wk_file_identity, wk_poll_stat): the parts it had.
+    init(_ raw: wk_file_identity) {
+        self.init(device: raw.device, inode: raw.inode, size: raw.size, modifiedNanoseconds: raw.modified_ns,
+                  changedNanoseconds: raw.changed_ns, bornNanoseconds: raw.has_birth != 0 ? raw.born_ns : nil,
+                  generation: raw.has_generation != 0 ? raw.generation : nil)
+    }
+}
+
 public struct InodeKey: Sendable, Hashable {
     public let device: UInt64
     public let inode: UInt64
@@ -103,9 +112,6 @@ struct FileStatus: Sendable {
         var raw = wk_file_identity()
         let result = TreeScanner.withCString(path) { wk_file_identity($0, followSymlinks ? 1 : 0, generation ? 1 : 0, &raw) }
         guard result == 0 else { return nil }
-        let identity = FileIdentity(device: raw.device, inode: raw.inode, size: raw.size, modifiedNanoseconds: raw.modified_ns,
-                                    changedNanoseconds: raw.changed_ns, bornNanoseconds: raw.has_birth != 0 ? raw.born_ns : nil,
-                                    generation: raw.has_generation != 0 ? raw.generation : nil)
-        return FileStatus(identity: identity, type: TreeScanner.EntryType(mode: mode_t(raw.mode)), links: raw.links)
+        return FileStatus(identity: FileIdentity(raw), type: TreeScanner.EntryType(mode: mode_t(raw.mode)), links: raw.links)
     }
 }

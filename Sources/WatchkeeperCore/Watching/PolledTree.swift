@@ -117,7 +117,7 @@ struct PolledTree: Sendable, Equatable, CustomStringConvertible {
                 let relative = Array(mount.mountPoint[(root.count + (root == [slash] ? 0 : 1))...])
                 // One poll per tree: a network mount inside another is polled with it.
                 guard !trees.contains(where: { $0.contains(relative) }) else { continue }
-                trees.removeAll { tree in relative.isEmpty == false && tree.relative.starts(with: relative + [slash]) }
+                trees.removeAll { $0.relative.starts(with: relative + [slash]) }
                 trees.append(tree(relative, mount, reason: reason))
             }
             return trees

@@ -76,7 +76,6 @@ final class TreePoller: @unchecked Sendable {
         var overruns: UInt64 = 0
         var lastPassWall: Duration?
         var lastPassCPU: Duration?
-        var lastPassEnded: MonotonicInstant?
         var totalCPU: Duration = .zero
         var directoriesKnown = 0
         var filesKnown = 0
@@ -278,7 +277,6 @@ final class TreePoller: @unchecked Sendable {
             if wall > settings.interval { state.overruns += 1 }
             state.lastPassWall = wall
             state.lastPassCPU = done.cpu
-            state.lastPassEnded = now
             state.totalCPU += done.cpu
             state.directoriesKnown = directories.count
             state.filesKnown = directories.values.reduce(0) { $0 + $1.files.count }
@@ -455,7 +453,7 @@ final class TreePoller: @unchecked Sendable {
             current.files[index].known = seen
             if known.size < 0 && isFirstPass && !settings.catchUp && !changedSinceStart(file) { continue }
             let path = relative ?? Self.join(directory, Array(current.files[index].bareName))
-            let identity = settings.tree.identity(of: Self.identity(file), relative: path)
+            let identity = settings.tree.identity(of: FileIdentity(file), relative: path)
             if var waiting = candidates[path] {
                 waiting.identity = identity
                 waiting.lookedAt = now
@@ -517,11 +515,6 @@ final class TreePoller: @unchecked Sendable {
         for name in state.subdirectories { forget(Self.join(directory, name)) }
     }
 
-    static func identity(_ raw: wk_file_identity) -> FileIdentity {
-        FileIdentity(device: raw.device, inode: raw.inode, size: raw.size, modifiedNanoseconds: raw.modified_ns,
-                     changedNanoseconds: raw.changed_ns, bornNanoseconds: raw.has_birth != 0 ? raw.born_ns : nil)
-    }
-
     // MARK: Second looks
 
     private func armSettle() {
@@ -550,7 +543,7 @@ final class TreePoller: @unchecked Sendable {
                 if !Self.isFileSystemFailure(error) { candidates[relative] = nil }
                 continue
             }
-            let identity = settings.tree.identity(of: Self.identity(file), relative: relative)
+            let identity = settings.tree.identity(of: FileIdentity(file), relative: relative)
             let before = candidate.identity
             if identity.inode == before.inode && identity.size == before.size && identity.modifiedNanoseconds == before.modifiedNanoseconds
                 && mode_t(file.mode) & S_IFMT == S_IFREG {
