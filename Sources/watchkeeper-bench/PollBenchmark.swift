@@ -241,30 +241,7 @@ private func fswatchCase(_ settings: PollBenchSettings, server: String, probes: 
         return print("poll fswatch: unable to start /usr/bin/fswatch (apt-get install fswatch)")
     }
     Glibc.close(pipeEnds[1])
-    let reader = pipeEnds[0]
-    final class Seen: @unchecked Sendable {
-        let lock = NSLock()
-        var at: [String: Double] = [:]
-    }
-    let seen = Seen()
-    let thread = Thread {
-        var pending = [UInt8]()
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(reader, $0.baseAddress, $0.count) }
-            if count <= 0 { return }
-            pending += buffer[..<count]
-            while let newline = pending.firstIndex(of: 10) {
-                let line = String(decoding: pending[..<newline], as: UTF8.self)
-                pending.removeSubrange(...newline)
-                let name = String(line.split(separator: "/").last ?? "")
-                seen.lock.lock()
-                if seen.at[name] == nil { seen.at[name] = wallSeconds() }
-                seen.lock.unlock()
-            }
-        }
-    }
-    thread.start()
+    let seen = FirstSeenLines(reading: pipeEnds[0], key: { String($0.split(separator: "/").last ?? "") }, clock: wallSeconds)
     sleep(UInt32(settings.interval + 2))
     let startedCPU = cpuSeconds(of: pid)
     let startedAt = wallSeconds()
@@ -277,10 +254,7 @@ private func fswatchCase(_ settings: PollBenchSettings, server: String, probes: 
     let rss = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8))?.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }
         .map { $0.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Double($0) } ?? 0 } ?? 0
     end(pid)
-    Glibc.close(reader)
-    seen.lock.lock()
-    let latencies = written.compactMap { name, wrote in seen.at[name].map { $0 - wrote } }.sorted()
-    seen.lock.unlock()
+    let latencies = written.compactMap { name, wrote in seen.firstSeen(name).map { $0 - wrote } }.sorted()
     let passes = max(1.0, window / Double(settings.interval))
     print(String(format: "poll fswatch -m poll_monitor -l %d: CPU %.3f s per pass, %.2f %% of a core on average; RSS %.1f MiB; probes seen %d of %d, median %.1f s, max %.1f s (no settle: a file still being written is reported as it is)",
                  settings.interval, used / passes, used / window * 100, rss / 1024, latencies.count, written.count,

@@ -143,20 +143,25 @@ struct ProcessMemory {
 
 func cString(_ text: String) -> UnsafeMutablePointer<CChar>? { strdup(text) }
 
-/// A process this benchmark started: stdin and stdout on /dev/null, stderr to a file.
+/// A process this benchmark started: stdin on /dev/null, stdout on /dev/null or the write
+/// end `stdout` of a pipe the bench reads, stderr to a file.
 final class BenchChild {
     let name: String
     let pid: pid_t
     let stderrPath: String
     private var reaped = false
 
-    init(name: String, arguments: [String], environment: [String], stderrPath: String) throws {
+    init(name: String, arguments: [String], environment: [String], stderrPath: String, stdout: Int32? = nil) throws {
         self.name = name
         self.stderrPath = stderrPath
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        if let stdout {
+            posix_spawn_file_actions_adddup2(&actions, stdout, 1)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        }
         posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         let argv = arguments.map(cString) + [nil]
         let envp = environment.map(cString) + [nil]
@@ -267,6 +272,41 @@ final class RecordTail {
     }
 }
 
+/// What a peer prints on a pipe, one event a line, read on a thread of its own until the
+/// peer closes it: when each key (what `key` makes of a line, a path or a name) was first
+/// printed, by `clock`. The descriptor is this reader's and is closed at the end.
+final class FirstSeenLines: @unchecked Sendable {  // `firstSeen` is only touched under `lock`.
+    private let lock = NSLock()
+    private var firstSeen: [String: Double] = [:]
+
+    init(reading fd: Int32, key: @escaping @Sendable (Substring) -> String, clock: @escaping @Sendable () -> Double) {
+        Thread { [self] in
+            var pending = [UInt8]()
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { break }
+                pending += buffer[..<count]
+                let at = clock()
+                guard let lastNewline = pending.lastIndex(of: 10) else { continue }
+                let lines = String(decoding: pending[..<lastNewline], as: UTF8.self).split(separator: "\n")
+                pending.removeSubrange(...lastNewline)
+                lock.lock()
+                for line in lines where firstSeen[key(line)] == nil { firstSeen[key(line)] = at }
+                lock.unlock()
+            }
+            close(fd)
+        }.start()
+    }
+
+    func firstSeen(_ key: String) -> Double? {
+        lock.lock()
+        defer { lock.unlock() }
+        return firstSeen[key]
+    }
+}
+
 // MARK: Peers
 
 /// One peer watching one directory and running the recording job for each file.
@@ -283,10 +323,11 @@ final class RunningPeer {
     var startedAt: UInt64 = 0
     var handlingAfter: UInt64 = 0
 
-    init(kind: WatchPeer, scratch: String) {
+    /// `directory`: the watched directory, by default `scratch/in`.
+    init(kind: WatchPeer, scratch: String, directory: String? = nil) {
         self.kind = kind
         self.scratch = scratch
-        directory = scratch + "/in"
+        self.directory = directory ?? scratch + "/in"
         records = scratch + "/records"
         tail = RecordTail(path: records)
     }
@@ -354,8 +395,8 @@ final class PeerLauncher {
     }
 
     /// `job`: the rule's keys that say what runs (the batch part's); by default one
-    /// recording job per file.
-    func startWatchkeeper(_ peer: RunningPeer, recursive: Bool, readyTimeout: Duration, job: String? = nil) throws {
+    /// recording job per file. `method`: the rule's `method` key, absent if nil.
+    func startWatchkeeper(_ peer: RunningPeer, recursive: Bool, readyTimeout: Duration, job: String? = nil, method: String? = nil) throws {
         let config = peer.scratch + "/watchkeeper.toml"
         // Left out unless asked for: `direct` takes the jobs' output off the daemon's CPU.
         var output = ""
@@ -374,6 +415,7 @@ final class PeerLauncher {
         name = "bench"
         path = "\(peer.directory)"
         recursive = \(recursive)
+        \(method.map { "method = \"\($0)\"" } ?? "")
         \(command)
         \(output)
         """.write(toFile: config, atomically: true, encoding: .utf8)
@@ -387,10 +429,18 @@ final class PeerLauncher {
             stderrPath: peer.scratch + "/stderr.log")
         peer.child = child
         peer.watcherPid = child.pid
-        do {
-            _ = try notify.wait(for: "READY=1", timeoutMilliseconds: Int32(readyTimeout.components.seconds * 1000))
-        } catch {
-            throw BenchFailure(description: "watchkeeper did not become ready: \(error); stderr: \(child.stderrTail())")
+        // In slices, so that a daemon that exits (a configuration it refuses) ends the wait.
+        let deadline = now() + UInt64(readyTimeout.components.seconds) * 1_000_000_000
+        while true {
+            do {
+                _ = try notify.wait(for: "READY=1", timeoutMilliseconds: 500)
+                break
+            } catch where !child.hasExited && now() < deadline {
+                continue
+            } catch {
+                let why = child.hasExited ? "it exited" : "no READY=1 within \(readyTimeout)"
+                throw BenchFailure(description: "watchkeeper did not become ready: \(why); stderr: \(child.stderrTail())")
+            }
         }
     }
 
