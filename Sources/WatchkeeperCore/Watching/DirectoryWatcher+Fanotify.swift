@@ -1,0 +1,124 @@
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Which backend watches a rule's tree, and moving a tree to fanotify: when the rule says
+/// `method = "fanotify"`, or under `auto` when the tree outgrows `fanotifyAbove` directories
+/// or reaches the inotify watch limit. A tree fanotify cannot take stays on inotify, and
+/// the journal says why once.
+extension DirectoryWatcher {
+    /// The backend of the rule's own tree (its ancestors are always inotify's).
+    func treeBackend(of rule: WatchRule) -> WatchBackend? {
+        rule.usesFanotify ? fanotify : backend
+    }
+
+    /// Directories of one tree beyond which `auto` moves it from inotify to fanotify: about
+    /// 100 MiB of kernel memory in inotify watches (each pins its directory's inode).
+    /// WATCHKEEPER_TEST_FANOTIFY_ABOVE lowers it for the tests (docs/testing.md).
+    var fanotifyAbove: Int {
+        if let text = context.daemonEnvironment["WATCHKEEPER_TEST_FANOTIFY_ABOVE"], let value = Int(text), value >= 0 { return value }
+        return Self.defaultFanotifyAbove
+    }
+
+    static let defaultFanotifyAbove = 100_000
+
+    /// Watches the rule's tree with fanotify from now on, because of `why`. The mark is
+    /// placed before the tree's inotify watches go, so no event falls between. False when
+    /// fanotify cannot take the tree; said once per reason, and not tried again until the
+    /// tree is watched anew.
+    @discardableResult
+    func startFanotify(_ rule: WatchRule, why: String) -> Bool {
+        guard let root = rule.root else { return false }
+        if rule.usesFanotify { return true }
+        if rule.fanotifyRefused != nil { return false }
+        let refusal: String
+        if let tree = rule.remoteTree(holding: []) {
+            refusal = "it is on \(tree.fileSystemType), a network or FUSE file system, which is polled instead"
+        } else if let fanotify = openFanotifyIfNeeded() {
+            let points = localMountPoints(below: root, rule: rule)
+            switch fanotify.startTree(.rule(rule.name), root: root, recursive: rule.settings.recursive, events: rule.watchMask, mountPoints: points) {
+            case .success(let unmarked):
+                rule.usesFanotify = true
+                let had = rule.inotifyDirectories
+                backend?.unwatch(.rule(rule.name), under: [])
+                rule.inotifyDirectories = 0
+                let marks = 1 + points.count - unmarked.count
+                logger.notice("watch \(rule.name): watching \(LineEscaping.escaped(root)) with fanotify, because \(why): \(marks) file system mark\(marks == 1 ? "" : "s") instead of one inotify watch per directory\(had > 0 ? " (its \(had) inotify watches are removed)" : "")")
+                for (path, error) in unmarked {
+                    if let relative = FanotifyBackend.relative(path, under: root) { reportWatchFailure(rule, relative: relative, error: error) }
+                }
+                return true
+            case .failure(let error):
+                refusal = Self.fanotifyRefusal(error, fileSystem: fileSystemType(of: root))
+            }
+        } else {
+            refusal = fanotifyProblem ?? "fanotify is not available"
+        }
+        rule.fanotifyRefused = refusal
+        if rule.fanotifyNote != refusal {
+            rule.fanotifyNote = refusal
+            logger.warning("watch \(rule.name): unable to use fanotify for \(LineEscaping.escaped(root)) (\(why)): \(refusal); watching it with inotify")
+        }
+        return false
+    }
+
+    static func fanotifyRefusal(_ error: Errno, fileSystem: String) -> String {
+        switch error {
+        case .improperLink:
+            return "its file system (\(fileSystem)) has no fsid, or it is inside a btrfs subvolume: fanotify cannot mark it as a whole"
+        case .operationNotSupportedByDevice, .notSupported:
+            return "its file system (\(fileSystem)) cannot encode file handles"
+        case .invalidArgument:
+            return "fanotify_mark refused the events (FAN_RENAME needs Linux 5.17 or later)"
+        case .notPermitted, .permissionDenied:
+            return "open_by_handle_at needs CAP_DAC_READ_SEARCH, which this process does not have"
+        case .noSpace:
+            return "the fanotify mark limit (fs.fanotify.max_user_marks=\(FanotifyBackend.sysctl("max_user_marks") ?? "?")) is reached"
+        case .staleNFSFileHandle:
+            return "the root's file handle does not lead back to it on \(fileSystem)"
+        default:
+            return "\(error) (\(error.symbolicName))"
+        }
+    }
+
+    /// A file system mounted (or unmounted) at `relative` in a fanotify tree: marked, if
+    /// local, or reported and scanned by the fallback like a directory inotify refused.
+    func markMountPoint(_ rule: WatchRule, relative: [UInt8]) {
+        guard let fanotify, let root = rule.root else { return }
+        let path = rule.absolute(relative)
+        guard localMountPoints(below: root, rule: rule).contains(path) else { return }
+        if case .failure(let error) = fanotify.addMountPoint(.rule(rule.name), path: path) {
+            reportWatchFailure(rule, relative: relative, error: error)
+        }
+    }
+
+    /// Local file systems mounted below `root` for a recursive rule: each needs a mark of
+    /// its own. Network and FUSE ones are polled, not marked.
+    private func localMountPoints(below root: [UInt8], rule: WatchRule) -> [[UInt8]] {
+        guard rule.settings.recursive else { return [] }
+        var points: [[UInt8]] = []
+        for mount in mountTable() where FilesystemClass.reasonToPoll(mount.fileSystemType) == nil {
+            guard let relative = FanotifyBackend.relative(mount.mountPoint, under: root), !relative.isEmpty,
+                  rule.remoteTree(holding: relative) == nil, !points.contains(mount.mountPoint) else { continue }
+            points.append(mount.mountPoint)
+        }
+        return points
+    }
+
+    private func fileSystemType(of path: [UInt8]) -> String {
+        var best: MountInfoEntry?
+        for mount in mountTable() {
+            guard FanotifyBackend.relative(path, under: mount.mountPoint) != nil else { continue }
+            if best == nil || mount.mountPoint.count >= best!.mountPoint.count { best = mount }
+        }
+        return best?.fileSystemType ?? "unknown"
+    }
+
+    /// The mount table as the mount watcher last read it, or read now without one.
+    func mountTable() -> [MountInfoEntry] {
+        if let mounts { return mounts.mounts }
+        return (try? readSmallFile("/proc/self/mountinfo")).map { MountInfoEntry.parse(Array($0.utf8)) } ?? []
+    }
+}
