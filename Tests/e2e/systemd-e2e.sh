@@ -97,6 +97,11 @@ ns_init() {
         mount -t tmpfs -o mode=0755 "$NAME-empty" "$dir"
     done
     rm -f "/etc/systemd/system/$UNIT" /usr/local/bin/watchkeeper
+    # The fanotify checks' tree: a file system mark needs one that encodes file handles,
+    # which the overlays do not. Mounted now: with container= set, systemd leaves / private,
+    # so a mount made after the daemon started would not reach its mount namespace.
+    mkdir -p /var/spool/wk-e2e-fan
+    mount -t tmpfs -o mode=0755 "$NAME-fan" /var/spool/wk-e2e-fan
     # Fresh temporary directories: systemd-tmpfiles empties /tmp at boot.
     mount -t tmpfs -o mode=1777,nosuid,nodev "$NAME-tmp" /tmp
     mount -t tmpfs -o mode=1777,nosuid,nodev "$NAME-tmp" /var/tmp
@@ -749,10 +754,9 @@ check_stop() {
 }
 
 # --- fanotify (issue 24) ------------------------------------------------------
-# A tmpfs: a file system mark needs one that encodes file handles, which the namespace's
-# overlays do not (EOPNOTSUPP). Mounted in the namespace's root mount namespace after the
-# daemon started: the unit's own (PrivateMounts=) receives it, as it would a disk mounted
-# on a host, and a file system mark sees what is written through any mount of it.
+# A tmpfs mounted by ns_init (the overlays encode no file handles: EOPNOTSUPP). The files
+# are written through the namespace's mount of it, not the daemon's (PrivateMounts=): a file
+# system mark hears them all the same.
 FAN_DIR=/var/spool/wk-e2e-fan
 FAN_CAPS_BEFORE=
 
@@ -796,7 +800,6 @@ fan_file_handled() {
 check_fanotify_refused() {
     local said method seen
     FAN_CAPS_BEFORE=$(prop CapabilityBoundingSet)
-    ns sh -c "mkdir -p $FAN_DIR && mount -t tmpfs -o mode=0755 wk-e2e-fan $FAN_DIR" || { WHY="unable to mount a tmpfs on $FAN_DIR"; return 1; }
     ns cp -p "$CONF" "/run/$NAME/watchkeeper.toml.before-fan" || { WHY="unable to save $CONF"; return 1; }
     printf '%s\n' '' '[[watch]]' 'name = "e2e-fan"' "path = \"$FAN_DIR\"" 'method = "fanotify"' 'command = ["/bin/true", "{path}"]' |
         ns sh -c "cat >> $CONF" || { WHY="unable to add a watch rule to $CONF"; return 1; }
