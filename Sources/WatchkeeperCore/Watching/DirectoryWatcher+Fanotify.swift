@@ -1,3 +1,4 @@
+import Dispatch
 import SystemPackage
 
 #if canImport(Glibc)
@@ -62,6 +63,61 @@ extension DirectoryWatcher {
             logger.warning("watch \(rule.name): unable to use fanotify for \(LineEscaping.escaped(root)) (\(why)): \(refusal); watching it with inotify")
         }
         return false
+    }
+
+    // MARK: Listing a fanotify tree
+
+    /// Lists `relative` and below for the files already there (catch-up, a directory that
+    /// came in, a rescan after an overflow) in slices of `listingSlice` on the watching
+    /// queue, each followed by a pause as long: the mark hears every change meanwhile, so a
+    /// tree of a million directories need not hold READY, events and the control socket
+    /// for the seconds its listing takes. Depth first, a few directories at a time, so what
+    /// is left to list stays small. A walk already under way takes the new start along.
+    func listInSlices(_ rule: WatchRule, from relative: [UInt8]) {
+        if rule.listing != nil {
+            rule.listing!.pending.append(relative)
+            return
+        }
+        rule.listing = .init(pending: [relative], began: .now)
+        let generation = rule.treeGeneration
+        queue.async { [weak self] in self?.listSlice(rule, generation: generation) }
+    }
+
+    static let listingSlice: Duration = .milliseconds(50)
+    /// Directories listed together (in parallel, as TreeScanner does from 64 up).
+    static let listingBatch = 64
+
+    private func listSlice(_ rule: WatchRule, generation: UInt64) {
+        guard accepting, rule.treeGeneration == generation, var listing = rule.listing, let root = rule.root else { return }
+        let deadline = MonotonicInstant.now + Self.listingSlice
+        let scanner = TreeScanner(root: root)
+        repeat {
+            let batch = Array(listing.pending.suffix(Self.listingBatch))
+            listing.pending.removeLast(batch.count)
+            var found: [[UInt8]] = []
+            let summary = scanner.scan(from: batch, descend: { child in
+                if rule.mayContainSelected(directory: child) { found.append(child) }
+                return false
+            }, file: { path in
+                if rule.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
+            })
+            account(rule, summary)
+            listing.pending += found.reversed()
+            listing.directories += summary.directoriesListed
+        } while !listing.pending.isEmpty && MonotonicInstant.now < deadline
+        listing.slices += 1
+        guard listing.pending.isEmpty else {
+            rule.listing = listing
+            queue.queue.asyncAfter(deadline: .now() + Self.listingSlice.dispatchInterval) { [weak self] in
+                self?.listSlice(rule, generation: generation)
+            }
+            return
+        }
+        rule.listing = nil
+        let took = MonotonicInstant.now - listing.began
+        if listing.slices > 1 {
+            logger.info("watch \(rule.name): listed \(listing.directories) directories of \(LineEscaping.escaped(root)) for the files already there in \(took.compactDescription) (\(listing.slices) slices; fanotify heard every change meanwhile)")
+        }
     }
 
     static func fanotifyRefusal(_ error: Errno, fileSystem: String) -> String {

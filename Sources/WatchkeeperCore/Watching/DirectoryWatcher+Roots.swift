@@ -94,6 +94,8 @@ extension DirectoryWatcher {
         fanotify?.unwatch(.rule(rule.name), under: [])
         rule.usesFanotify = false
         rule.fanotifyRefused = nil
+        rule.listing = nil
+        rule.treeGeneration += 1
         rule.inotifyDirectories = 0
         backend?.unwatch(.ancestorsOf(rule.name), under: [])
         rule.rootLinks = []

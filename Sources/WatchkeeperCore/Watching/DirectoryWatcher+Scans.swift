@@ -16,8 +16,12 @@ extension DirectoryWatcher {
     /// between is seen by the scan, the event, or both; the duplicate is dropped by identity).
     func addTree(_ rule: WatchRule, from relative: [UInt8], emitFiles: Bool) {
         guard let root = rule.root else { return }
-        // A fanotify mark already covers every directory: a walk only finds files.
-        if rule.usesFanotify && !emitFiles { return }
+        // A fanotify mark already covers every directory: a walk only finds files, and
+        // need not hold the queue to do it.
+        if rule.usesFanotify {
+            if emitFiles { listInSlices(rule, from: relative) }
+            return
+        }
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
             self.addWatch(rule, relative: directory) && (rule.settings.recursive || emitFiles)
         }, descend: { child in
@@ -35,6 +39,10 @@ extension DirectoryWatcher {
         // A rule that only polls has no events to lose: its next pass sees everything.
         guard let root = rule.root, rule.settings.method != .poll else { return }
         rule.rescans += 1
+        if rule.usesFanotify {
+            listInSlices(rule, from: relative)
+            return
+        }
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
             self.treeBackend(of: rule)?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
         }, descend: { child in
@@ -46,7 +54,7 @@ extension DirectoryWatcher {
     }
 
     /// What a scan skipped is counted; what it could not list is said, one line per cause.
-    private func account(_ rule: WatchRule, _ summary: TreeScanner.Summary) {
+    func account(_ rule: WatchRule, _ summary: TreeScanner.Summary) {
         // A big walk leaves its levels' path lists freed in pieces all over the heap (and
         // in both arenas, since levels are listed in parallel): give them back.
         if summary.directoriesListed >= Self.trimAfterDirectories { _ = malloc_trim(0) }
@@ -70,7 +78,7 @@ extension DirectoryWatcher {
     }
 
     /// A file found by a scan: the rule's "ready" event, with the scan's minimum settle.
-    private func scanned(_ rule: WatchRule, relative: [UInt8]) {
+    func scanned(_ rule: WatchRule, relative: [UInt8]) {
         guard let event = rule.readyEvent, rule.selects(relative) else { return }
         rule.matched += 1
         enqueue(rule, relative: relative, event: event, fromScan: true)

@@ -55,6 +55,18 @@ final class WatchRule: @unchecked Sendable {
     /// Why fanotify cannot take the tree, until it is watched anew: `auto` does not ask
     /// again at every directory past the threshold.
     var fanotifyRefused: String?
+    /// A fanotify tree's listing for the files already there, while it goes on in slices
+    /// (DirectoryWatcher.listInSlices).
+    var listing: Listing?
+    struct Listing {
+        /// Directories still to list, the next at the end.
+        var pending: [[UInt8]]
+        let began: MonotonicInstant
+        var directories = 0
+        var slices = 0
+    }
+    /// Moves on each time the tree is unwatched: a listing of the old tree stops.
+    var treeGeneration: UInt64 = 0
     /// inotify watches added for the tree since it was last watched from scratch: what
     /// `auto` compares with `DirectoryWatcher.fanotifyAbove`.
     var inotifyDirectories = 0
@@ -242,6 +254,13 @@ final class WatchRule: @unchecked Sendable {
             .init("root_missing", .bool(isMissing)),
             .init("roots_lost", .int(Int64(rootsLost))),
             .init("tree_method", .string(usesFanotify ? "fanotify" : settings.method == .poll ? "poll" : "inotify")),
+            .init("listing", listing.map { listing in
+                .object([
+                    .init("directories_listed", .int(Int64(listing.directories))),
+                    .init("directories_queued", .int(Int64(listing.pending.count))),
+                    .init("seconds", .double((now - listing.began).secondsDouble)),
+                ])
+            } ?? .null),
             // With fanotify: the file systems marked for the tree.
             .init(usesFanotify ? "fanotify_marks" : "inotify_watches", .int(Int64(watchedDirectories))),
             .init("events_seen", .int(Int64(eventsSeen))),

@@ -72,6 +72,11 @@ final class FanotifyMethodTests: WatchTestCase {
         }
         XCTAssertTrue(daemon.stderr.contains("with fanotify, because the rule says method = \"fanotify\": 1 file system mark"), daemon.stderr)
         XCTAssertTrue(waitFor(60) { self.handled().count == 100 }, "\(handled().count)\n\(daemon.stderr.suffix(3000))")
+        // The listing for the files already there went on after READY, in slices.
+        let listed = "listed \(count + 1) directories of \(tmpfs!.path) for the files already there"
+        XCTAssertTrue(daemon.waitForStderr(containing: listed, timeout: 60), daemon.stderr.suffix(3000).description)
+        let stderr = daemon.stderr
+        XCTAssertLessThan(try XCTUnwrap(stderr.range(of: "ready in ")).lowerBound, try XCTUnwrap(stderr.range(of: listed)).lowerBound)
         let rule = try XCTUnwrap(dumpedRule())
         XCTAssertEqual(rule["tree_method"] as? String, "fanotify")
         XCTAssertEqual(rule["fanotify_marks"] as? Int, 1)
