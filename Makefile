@@ -179,6 +179,9 @@ install-files:
 	install -d $(DESTDIR)$(DOCDIR)
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 	install -m 0644 etc/prometheus/watchkeeper-alerts.yml $(DESTDIR)$(DOCDIR)/
+	@# Beside the docs, not in a watchkeeper.service.d: only a unit whose rules use fanotify
+	@# should carry CAP_SYS_ADMIN (docs/operations.md, "Huge trees: fanotify").
+	install -m 0644 systemd/fanotify.conf $(DESTDIR)$(DOCDIR)/
 	install -D -m 0644 catalog/watchkeeper.catalog $(DESTDIR)$(CATALOGDIR)/watchkeeper.catalog
 	@# Completions come from the binary itself (swift-argument-parser), so they match its options.
 	install -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
