@@ -169,16 +169,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 self.handle(changes, from: .fanotify)
             }
         } catch {
-            switch error {
-            case .notPermitted:
-                fanotifyProblem = "fanotify_init needs CAP_SYS_ADMIN, which this process does not have (the unit's CapabilityBoundingSet leaves it out unless the fanotify drop-in adds it: docs/operations.md)"
-            case .invalidArgument:
-                fanotifyProblem = "this kernel cannot report directory handles and names to fanotify (Linux 5.9 or later is needed)"
-            case .tooManyOpenFiles:
-                fanotifyProblem = "fanotify_init: \(error) (fs.fanotify.max_user_groups=\(FanotifyBackend.sysctl("max_user_groups") ?? "?") reached?)"
-            default:
-                fanotifyProblem = "fanotify_init: \(error) (\(error.symbolicName))"
-            }
+            fanotifyProblem = Self.fanotifyInitRefusal(error, privileges: .current())
         }
         return fanotify
     }

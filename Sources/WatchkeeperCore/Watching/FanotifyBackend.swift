@@ -87,31 +87,53 @@ final class FanotifyBackend: WatchBackend {
         return mask
     }
 
+    /// Which step of starting a tree failed, and the kernel's errno: an EPERM means another
+    /// missing privilege at each step.
+    struct StartFailure: Error, Equatable {
+        enum Step: String {
+            /// open and fstatfs of the root.
+            case openRoot = "open"
+            /// name_to_handle_at of the root.
+            case rootHandle = "name_to_handle_at"
+            /// open_by_handle_at of the root's handle (CAP_DAC_READ_SEARCH).
+            case resolveRoot = "open_by_handle_at"
+            /// fanotify_mark(FAN_MARK_FILESYSTEM) (CAP_SYS_ADMIN).
+            case mark = "fanotify_mark"
+        }
+        let step: Step
+        let error: Errno
+    }
+
     /// Starts a tree: marks the root's file system and each of `mountPoints` (local file
     /// systems mounted below the root), and checks that the root's own handle opens and
     /// reads back as the root (open_by_handle_at needs CAP_DAC_READ_SEARCH). Fails only for
     /// the root; a mount point that cannot be marked is returned with its errno.
     func startTree(_ owner: WatchOwner, root: [UInt8], recursive: Bool, events: InotifyMask,
-                   mountPoints: [[UInt8]]) -> Result<[(path: [UInt8], error: Errno)], Errno> {
+                   mountPoints: [[UInt8]]) -> Result<[(path: [UInt8], error: Errno)], StartFailure> {
         unwatch(owner, under: [])
         let mask = Self.mask(for: events)
         let resolver: DirectoryHandleResolver
-        let rootHandle: FanotifyFileHandle
         do throws(Errno) {
             resolver = try DirectoryHandleResolver(queue: watcher.queue, rootPath: root)
-            rootHandle = try Self.handle(of: root, fileSystemID: resolver.fileSystemID).get()
         } catch {
-            return .failure(error)
+            return .failure(StartFailure(step: .openRoot, error: error))
+        }
+        let rootHandle: FanotifyFileHandle
+        switch Self.handle(of: root, fileSystemID: resolver.fileSystemID) {
+        case .success(let handle): rootHandle = handle
+        case .failure(let error): return .failure(StartFailure(step: .rootHandle, error: error))
         }
         switch resolver.resolve(rootHandle) {
         case .path(let path) where path == resolver.canonicalRootPath:
             break
         case .failed(let error):
-            return .failure(error)
+            return .failure(StartFailure(step: .resolveRoot, error: error))
         default:
-            return .failure(.staleNFSFileHandle)
+            return .failure(StartFailure(step: .resolveRoot, error: .staleNFSFileHandle))
         }
-        if case .failure(let error) = mark(resolver.fileSystemID, path: root, mask: mask) { return .failure(error) }
+        if case .failure(let error) = mark(resolver.fileSystemID, path: root, mask: mask) {
+            return .failure(StartFailure(step: .mark, error: error))
+        }
         var tree = Tree(root: root, recursive: recursive, rootHandle: rootHandle, resolvers: [resolver.fileSystemID: resolver], mask: mask)
         var failures: [(path: [UInt8], error: Errno)] = []
         if recursive {

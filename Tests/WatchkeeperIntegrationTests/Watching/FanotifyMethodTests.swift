@@ -164,6 +164,29 @@ final class FanotifyMethodTests: WatchTestCase {
         XCTAssertEqual(dumpedRule()?["tree_method"] as? String, "fanotify", "the new root is marked again")
     }
 
+    func testWithoutCapSysAdmin_theRuleSaysWhy_andItsTreeIsWatchedWithInotify() throws {
+        sandbox = try DaemonSandbox()
+        tmpfs = try ScratchTmpfs(at: sandbox.root + "/in")
+        try sandbox.writeConfig("""
+            [[watch]]
+            name = "huge"
+            path = "\(sandbox.root)/in"
+            method = "fanotify"
+            command = ["/bin/sh", "-c", "printf '%s\\\\0' \\"$1\\" >> \(sandbox.root)/handled", "sh", "{path}"]
+            """)
+        let notify = try NotifySocket()
+        // Root, as the daemon runs, less the capability a file system mark needs.
+        daemon = try sandbox.start(notifySocket: notify, launcher: ["/usr/bin/setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin", "--"])
+        XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("unable to use fanotify for \(tmpfs!.path) (the rule says method = \"fanotify\"): a fanotify mark on a whole file system needs CAP_SYS_ADMIN, which this process does not have"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("; watching it with inotify"), daemon.stderr)
+        write("still-handled")
+        XCTAssertTrue(waitFor(10) { self.handled().count == 1 }, daemon.stderr)
+        let rule = try XCTUnwrap(dumpedRule())
+        XCTAssertEqual(rule["tree_method"] as? String, "inotify")
+        XCTAssertEqual(rule["inotify_watches"] as? Int, 1)
+    }
+
     func testAuto_movesATreeThatOutgrowsTheThreshold_toFanotify() throws {
         try startOnTmpfs(method: "auto", environment: ["WATCHKEEPER_TEST_FANOTIFY_ABOVE": "50"]) { root in
             _ = self.makeTree(root, count: 400, tops: 4)
