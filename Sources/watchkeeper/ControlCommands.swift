@@ -228,7 +228,7 @@ struct Tasks: ParsableCommand {
 }
 
 struct Watches: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List the watch rules: root, directories watched, events, jobs, problems.")
+    static let configuration = CommandConfiguration(abstract: "List the watch rules: root, how the tree is watched (inotify watches or fanotify marks), events, jobs, problems.")
 
     @OptionGroup var control: ControlOptions
     @Flag(name: .long, help: "Print JSON.")
@@ -238,11 +238,13 @@ struct Watches: ParsableCommand {
         let watches = try control.call(.watches)["watches"] ?? .null
         if json { print(watches.json); return }
         let rows = (watches["rules"]?.arrayValue ?? []).map { rule -> [String] in
-            [StatusViewText.of(rule["name"]), StatusViewText.of(rule["root"]), StatusViewText.of(rule["inotify_watches"]),
+            // A tree on fanotify has marks (one per file system), not a watch per directory.
+            let watching = rule["fanotify_marks"].map { "\(StatusViewText.of($0)) mark(s)" } ?? StatusViewText.of(rule["inotify_watches"])
+            return [StatusViewText.of(rule["name"]), StatusViewText.of(rule["root"]), StatusViewText.of(rule["tree_method"]), watching,
              StatusViewText.of(rule["events_seen"]), StatusViewText.of(rule["jobs_submitted"]), StatusViewText.of(rule["pending_settle"]),
              StatusViewText.of(rule["unwatched_total"]), rule["root_missing"]?.boolValue == true ? "root missing" : "-"]
         }
-        TableView.render(header: ["WATCH", "ROOT", "DIRS", "EVENTS", "JOBS", "SETTLING", "UNWATCHED", "PROBLEM"], rows: rows).forEach { print($0) }
+        TableView.render(header: ["WATCH", "ROOT", "METHOD", "WATCHES", "EVENTS", "JOBS", "SETTLING", "UNWATCHED", "PROBLEM"], rows: rows).forEach { print($0) }
     }
 }
 

@@ -142,7 +142,8 @@ public final class DaemonSandbox {
     public let root: String
 
     public init() throws {
-        let template = "/tmp/wk-it-XXXXXX"
+        let parent = ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_SANDBOX_PARENT"] ?? "/tmp"
+        let template = parent + "/wk-it-XXXXXX"
         var bytes = Array(template.utf8CString)
         guard let made = mkdtemp(&bytes) else { throw NSError(domain: "mkdtemp", code: Int(errno)) }
         root = String(cString: made)
@@ -157,7 +158,29 @@ public final class DaemonSandbox {
     public var statePath: String { runtimeDirectory + "/state.json" }
 
     public func writeConfig(_ text: String) throws {
-        try text.write(toFile: configPath, atomically: true, encoding: .utf8)
+        try Self.withWatchMethod(text).write(toFile: configPath, atomically: true, encoding: .utf8)
+    }
+
+    /// The watch method every rule is run with when WATCHKEEPER_TEST_WATCH_METHOD is set
+    /// (`make test` runs the watch tests again with "fanotify"); nil for the rules' own.
+    public static var watchMethodUnderTest: String? {
+        ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_WATCH_METHOD"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// `text` with `method = "<method under test>"` in every [[watch]] table that names no
+    /// method of its own.
+    static func withWatchMethod(_ text: String) -> String {
+        guard let method = watchMethodUnderTest else { return text }
+        var tables = text.components(separatedBy: "[[watch]]")
+        for index in tables.indices.dropFirst() {
+            // The table ends where the next one starts.
+            let body = tables[index]
+            let end = body.range(of: "\n[", options: .literal).map { body.distance(from: body.startIndex, to: $0.lowerBound) } ?? body.count
+            let own = body.prefix(end)
+            guard !own.contains("method =") else { continue }
+            tables[index] = "\nmethod = \"\(method)\"" + body
+        }
+        return tables.joined(separator: "[[watch]]")
     }
 
     public static let basicConfig = """

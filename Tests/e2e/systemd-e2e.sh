@@ -32,6 +32,11 @@ ID_RUN_FINISHED=b665bf3c2f6c4766ab20db516c7d25dd
 ID_UNIT_STARTED=39f53479d3a045ac8e11786248231fbf
 ID_UNIT_SUCCESS=7ad2d189f7e94e70a38c781354912448
 
+# Where `make install-files` puts systemd/fanotify.conf, and where docs/operations.md has the
+# administrator copy it.
+FANOTIFY_DROPIN_DOC=/usr/local/share/doc/watchkeeper/fanotify.conf
+FANOTIFY_DROPIN=/etc/systemd/system/$UNIT.d/fanotify.conf
+
 # ---------------------------------------------------------------------------
 # Inside the new namespaces, before systemd: runs as their PID 1 (see start_ns).
 # Arguments: repository root, binary, file that receives the console output.
@@ -92,6 +97,11 @@ ns_init() {
         mount -t tmpfs -o mode=0755 "$NAME-empty" "$dir"
     done
     rm -f "/etc/systemd/system/$UNIT" /usr/local/bin/watchkeeper
+    # The fanotify checks' tree: a file system mark needs one that encodes file handles,
+    # which the overlays do not. Mounted now: with container= set, systemd leaves / private,
+    # so a mount made after the daemon started would not reach its mount namespace.
+    mkdir -p /var/spool/wk-e2e-fan
+    mount -t tmpfs -o mode=0755 "$NAME-fan" /var/spool/wk-e2e-fan
     # Fresh temporary directories: systemd-tmpfiles empties /tmp at boot.
     mount -t tmpfs -o mode=1777,nosuid,nodev "$NAME-tmp" /tmp
     mount -t tmpfs -o mode=1777,nosuid,nodev "$NAME-tmp" /var/tmp
@@ -210,7 +220,7 @@ ns() {
 PASSED=0 FAILED=0 WHY=
 CHECKS=(
     "systemd boots as PID 1 in a private namespace"
-    "make install-files installs the unit, binary, configuration, man pages, catalog and completions"
+    "make install-files installs the unit, binary, configuration, man pages, catalog, completions and the fanotify drop-in (not in force)"
     "start becomes active after READY"
     "SIGUSR1 writes a state dump to the journal and state.json"
     "journalctl -x explains the daemon's entries from its installed catalog"
@@ -223,6 +233,8 @@ CHECKS=(
     "with Delegate=yes each job has a cgroup, and expiry ends a process that left the job's session"
     "a watch job's record names its rule and the file's exact bytes, never a task"
     "systemd-analyze security rates the unit at most 2.0, and the daemon says jobs have no network"
+    "without the fanotify drop-in, a method = \"fanotify\" rule says why, uses inotify and handles a file"
+    "with the fanotify drop-in from the docs, CAP_SYS_ADMIN is added, the rule uses fanotify and handles a file"
     "stop is clean, and the control socket is gone"
 )
 NEXT=0
@@ -285,6 +297,18 @@ wait_id() {
     return 1
 }
 prop() { ns systemctl show "$UNIT" -p "$1" --value; }
+# wait_said TEXT [PID]: waits up to 10 s for an entry of the unit (of that process) whose
+# message holds TEXT, and prints the last such message.
+wait_said() {
+    local i out
+    for i in $(seq 50); do
+        ns journalctl --sync 2>/dev/null
+        out=$(ns journalctl -u watchkeeper ${2:+_PID=$2} -o cat --no-pager 2>/dev/null | grep -F -- "$1" | tail -n 1)
+        [ -n "$out" ] && { printf '%s\n' "$out"; return 0; }
+        sleep 0.2
+    done
+    return 1
+}
 
 # ---------------------------------------------------------------------------
 # Boot. The namespace's cgroup is a fresh child of the root of the host's
@@ -360,9 +384,14 @@ install_unit() {
     for f in /usr/local/bin/watchkeeper "$CONF" /usr/local/lib/systemd/catalog/watchkeeper.catalog \
             /usr/local/share/bash-completion/completions/watchkeeper /usr/local/share/zsh/site-functions/_watchkeeper \
             /usr/local/share/fish/vendor_completions.d/watchkeeper.fish \
-            /usr/local/share/man/man8/watchkeeper.8 /usr/local/share/man/man5/watchkeeper.toml.5; do
+            /usr/local/share/man/man8/watchkeeper.8 /usr/local/share/man/man5/watchkeeper.toml.5 \
+            "$FANOTIFY_DROPIN_DOC"; do
         ns test -f "$f" || { WHY="$f is missing after installing"; return 1; }
     done
+    # Beside the docs only: CAP_SYS_ADMIN is for units whose rules use fanotify.
+    local dropins
+    dropins=$(prop DropInPaths)
+    [ -z "$dropins" ] || { WHY="the unit has drop-ins right after installing: $dropins"; return 1; }
 }
 
 # --- the checks -------------------------------------------------------------
@@ -724,6 +753,106 @@ check_stop() {
     WHY="systemctl stop took $took ms"
 }
 
+# --- fanotify (issue 24) ------------------------------------------------------
+# A tmpfs mounted by ns_init (the overlays encode no file handles: EOPNOTSUPP). The files
+# are written through the namespace's mount of it, not the daemon's (PrivateMounts=): a file
+# system mark hears them all the same.
+FAN_DIR=/var/spool/wk-e2e-fan
+FAN_CAPS_BEFORE=
+
+# tree_method RULE: the rule's "tree_method" in the state dump (JSON), or why there is none.
+tree_method() {
+    ns /usr/local/bin/watchkeeper dump --json 2>&1 | python3 -c '
+import json, sys
+try:
+    dump = json.load(sys.stdin)
+except ValueError as err:
+    sys.exit("the dump does not parse: %s" % err)
+for rule in dump.get("watches", {}).get("rules", []):
+    if rule.get("name") == sys.argv[1]:
+        print(rule.get("tree_method", "no tree_method in the rule"))
+        break
+else:
+    print("no rule %s in the dump" % sys.argv[1])
+' "$1"
+}
+
+# fan_file_handled NAME: writes NAME into the tmpfs and waits up to 10 s for its run record.
+fan_file_handled() {
+    local i out
+    ns sh -c 'printf data > "$1"' sh "$FAN_DIR/$1" || { WHY="unable to write $FAN_DIR/$1"; return 1; }
+    for i in $(seq 50); do
+        ns journalctl --sync 2>/dev/null
+        out=$(ns journalctl -u watchkeeper "MESSAGE_ID=$ID_RUN_FINISHED" "WATCHKEEPER_PATH=$FAN_DIR/$1" -o cat --no-pager 2>/dev/null | tail -n 1)
+        [ -n "$out" ] && break
+        sleep 0.2
+    done
+    case $out in
+        *": ok (exit 0)"*) ;;
+        "") WHY="no run record for $FAN_DIR/$1 within 10 s"; return 1 ;;
+        *) WHY="the run of $FAN_DIR/$1: $out"; return 1 ;;
+    esac
+}
+
+# The shipped unit lacks CAP_SYS_ADMIN and the fanotify syscalls (SystemCallFilter=
+# @system-service): a rule that asks for fanotify says why it cannot have it, and its tree
+# is watched with inotify instead.
+check_fanotify_refused() {
+    local said method seen
+    FAN_CAPS_BEFORE=$(prop CapabilityBoundingSet)
+    ns cp -p "$CONF" "/run/$NAME/watchkeeper.toml.before-fan" || { WHY="unable to save $CONF"; return 1; }
+    printf '%s\n' '' '[[watch]]' 'name = "e2e-fan"' "path = \"$FAN_DIR\"" 'method = "fanotify"' 'command = ["/bin/true", "{path}"]' |
+        ns sh -c "cat >> $CONF" || { WHY="unable to add a watch rule to $CONF"; return 1; }
+    check_reload || return 1
+    seen=$(ns nsenter --target "$MAIN_PID" --mount findmnt -n -o FSTYPE "$FAN_DIR" 2>&1)
+    [ "$seen" = tmpfs ] || { WHY="the daemon sees ${seen:-nothing} on $FAN_DIR, not the tmpfs"; return 1; }
+    said=$(wait_said "unable to use fanotify" "$MAIN_PID") || { WHY="no \"unable to use fanotify\" line within 10 s of the reload"; return 1; }
+    fan_file_handled refused.txt || return 1
+    method=$(tree_method e2e-fan)
+    [ "$method" = inotify ] || { WHY="tree_method is \"$method\" after: $said"; return 1; }
+    WHY="said: $said"
+}
+
+# The drop-in as docs/operations.md has the administrator install it: CapabilityBoundingSet=
+# in a drop-in adds to the unit's, so the bounding set is the shipped one plus CAP_SYS_ADMIN.
+# After a restart the rule's tree is watched with fanotify, and a file written once the
+# daemon says so is handled.
+check_fanotify_dropin() {
+    local caps want said method security level
+    ns install -D -m 0644 "$FANOTIFY_DROPIN_DOC" "$FANOTIFY_DROPIN" || { WHY="unable to copy $FANOTIFY_DROPIN_DOC to $FANOTIFY_DROPIN"; return 1; }
+    ns systemctl daemon-reload || { WHY="systemctl daemon-reload failed"; return 1; }
+    caps=$(prop CapabilityBoundingSet)
+    want=$(printf '%s\n' $FAN_CAPS_BEFORE cap_sys_admin | sort -u | tr '\n' ' ')
+    [ "$(printf '%s\n' $caps | sort -u | tr '\n' ' ')" = "$want" ] ||
+        { WHY="CapabilityBoundingSet is \"$caps\", want \"$want\" (the unit's and CAP_SYS_ADMIN)"; return 1; }
+    ns timeout 30 systemctl restart "$UNIT" || { WHY="systemctl restart with the drop-in failed"; return 1; }
+    MAIN_PID=$(prop MainPID)
+    said=$(wait_said "with fanotify" "$MAIN_PID") || {
+        WHY="no \"with fanotify\" line within 10 s of the restart: $(ns journalctl -u watchkeeper _PID="$MAIN_PID" -o cat --no-pager | grep -F fanotify | tail -n 1)"
+        return 1
+    }
+    fan_file_handled with-fanotify.txt || return 1
+    method=$(tree_method e2e-fan)
+    [ "$method" = fanotify ] || { WHY="tree_method is \"$method\" after: $said"; return 1; }
+    # What the drop-in costs (docs/measurements/fanotify-unit.md); E2E_SECURITY_REPORT_FANOTIFY=FILE keeps the table.
+    security=$(ns systemd-analyze security "$UNIT" --no-pager 2>/dev/null)
+    [ -n "${E2E_SECURITY_REPORT_FANOTIFY:-}" ] && printf '%s\n' "$security" > "$E2E_SECURITY_REPORT_FANOTIFY"
+    level=$(printf '%s\n' "$security" | grep -i 'overall exposure' | grep -oE '[0-9]+\.[0-9]+' | head -n 1)
+    WHY="said: $said; systemd-analyze security with the drop-in: ${level:-unknown}"
+}
+
+# After a failed fanotify check: the configuration without the rule and the unit running,
+# so that the checks after it fail only for what they check.
+fanotify_recover() {
+    ns cp -p "/run/$NAME/watchkeeper.toml.before-fan" "$CONF" 2>/dev/null || return 0
+    if [ "$(prop ActiveState)" = active ]; then
+        ns timeout 30 systemctl reload "$UNIT" >/dev/null 2>&1
+    else
+        ns timeout 30 systemctl restart "$UNIT" >/dev/null 2>&1
+    fi
+    MAIN_PID=$(prop MainPID)
+}
+
 # Informational, for the closing notes: SIGUSR1 (sent with kill through nsenter) to the dump
 # entry's arrival in journald (__REALTIME_TIMESTAMP), ten times. An upper bound: it includes
 # starting nsenter and kill.
@@ -791,5 +920,7 @@ check_security_exposure() {
     fi
 }
 check check_security_exposure
+check check_fanotify_refused || fanotify_recover
+check check_fanotify_dropin || fanotify_recover
 check check_stop
 finish ""

@@ -33,12 +33,18 @@ public enum WatchEvent: String, Sendable, CaseIterable {
 /// How a rule learns of files: the kernel's events, a periodic look, or both.
 public enum WatchMethod: String, Sendable, CaseIterable {
     /// inotify everywhere, and polling too on each network or FUSE file system found at the
-    /// root or mounted below it (inotify sees only this host's writes there).
+    /// root or mounted below it (inotify sees only this host's writes there). A tree that
+    /// grows past `DirectoryWatcher.fanotifyAbove` directories (or reaches the inotify watch
+    /// limit) moves to fanotify if the daemon can use it.
     case auto
     /// inotify only, whatever the file system.
     case inotify
     /// Polling only: no inotify watch at all.
     case poll
+    /// One fanotify mark on each local file system of the tree instead of one inotify watch
+    /// per directory (huge trees; needs CAP_SYS_ADMIN), polling network and FUSE trees as
+    /// `auto` does. Without what fanotify needs, the daemon says why and uses inotify.
+    case fanotify
 }
 
 /// One `[[watch]]` rule: a directory (tree) and the job its files start.

@@ -61,7 +61,7 @@ extension DirectoryWatcher: MetricsContributor {
             samples += [
                 MetricSample(MetricCatalog.rescans, [name], count: rule.rescans),
                 MetricSample(MetricCatalog.filesSettling, [name], value: Double(rule.settle.count)),
-                MetricSample(MetricCatalog.directoriesWatched, [name], value: Double(backend?.watchedCount(of: .rule(name)) ?? 0)),
+                MetricSample(MetricCatalog.directoriesWatched, [name], value: Double(treeBackend(of: rule)?.watchedCount(of: .rule(name)) ?? 0)),
                 MetricSample(MetricCatalog.directoriesUnwatched, [name], value: Double(rule.unwatchable.count)),
                 MetricSample(MetricCatalog.rootMissing, [name], value: rule.isMissing ? 1 : 0),
             ]

@@ -61,8 +61,10 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
     public let canonicalRootPath: [UInt8]
     /// A read-only fd of the root: open_by_handle_at opens handles on its mount, so the
     /// paths come out as seen through that mount, in this mount namespace. Not O_PATH: the
-    /// kernel looks mount_fd up with fdget, which refuses O_PATH fds with EBADF.
-    private let root: OwnedFileDescriptor
+    /// kernel looks mount_fd up with fdget, which refuses O_PATH fds with EBADF. Opened
+    /// when a handle needs the kernel and closed by `releaseRoot()`: held for good, it
+    /// would make `umount` of the file system fail with EBUSY, which inotify never does.
+    private var root: OwnedFileDescriptor?
     /// The root's f_fsid, read as FanotifyFileHandle reads an event's.
     public let fileSystemID: UInt64
     /// Only `.path` and `.outsideRoot` answers.
@@ -78,20 +80,14 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
     public init(queue: DispatchQueue, rootPath: [UInt8], capacity: Int = DirectoryHandleResolver.defaultCapacity) throws(Errno) {
         precondition(capacity > 0, "a resolver caches at least one path")
         guard !rootPath.isEmpty, !rootPath.contains(0) else { throw .invalidArgument }
-        let terminated = rootPath + [0]
-        let fd = try terminated.withUnsafeBufferPointer { (bytes) throws(Errno) -> Int32 in
-            try bytes.withMemoryRebound(to: CChar.self) { (name) throws(Errno) -> Int32 in
-                try systemCall { open(name.baseAddress!, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-            }
-        }
-        let root = OwnedFileDescriptor(adopting: fd)
+        let root = OwnedFileDescriptor(adopting: try Self.openDirectory(rootPath).get())
         var fileSystemID: UInt64 = 0
         try nothingOrErrno { wk_file_system_id(root.rawValue, &fileSystemID) }.get()
         self.fileSystemID = fileSystemID
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(PATH_MAX) + 1, alignment: 1)
         defer { scratch.deallocate() }
         self.canonicalRootPath = try Self.linkTarget(of: root.rawValue, into: scratch).get()
-        self.root = root
+        self.root = consume root
         self.queue = queue
         self.capacity = capacity
         self.rootPath = rootPath
@@ -100,6 +96,37 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
 
     deinit {
         linkBuffer.deallocate()
+    }
+
+    private static func openDirectory(_ path: [UInt8]) -> Result<Int32, Errno> {
+        (path + [0]).withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { name in
+                valueOrErrno { open(name.baseAddress!, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+            }
+        }
+    }
+
+    /// The root's fd, opened again if released. A path that now leads to another file
+    /// system (the root renamed away, something mounted over it) cannot resolve handles of
+    /// this one: ESTALE, as for a handle that names nothing.
+    private func rootDescriptor() -> Result<Int32, Errno> {
+        if let raw = root?.rawValue { return .success(raw) }
+        let opened = Self.openDirectory(rootPath)
+        guard case .success(let raw) = opened else { return opened }
+        let fd = OwnedFileDescriptor(adopting: raw)
+        var id: UInt64 = 0
+        guard case .success = nothingOrErrno({ wk_file_system_id(raw, &id) }), id == fileSystemID else {
+            return .failure(.staleNFSFileHandle)
+        }
+        root = consume fd
+        return .success(raw)
+    }
+
+    /// Closes the root's fd until the next handle that needs it: the owner calls this after
+    /// each batch, so the file system can be unmounted between batches.
+    public func releaseRoot() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        root = nil
     }
 
     /// How many paths are cached.
@@ -164,9 +191,11 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
     /// /proc/self/fd/N.
     private func resolveUncached(_ handle: FanotifyFileHandle) -> Resolution {
         guard handle.fileSystemID == fileSystemID else { return .failed(.improperLink) }
-        let opened = handle.bytes.withUnsafeBufferPointer { bytes in
-            valueOrErrno {
-                wk_open_by_handle_at(root.rawValue, handle.type, bytes.baseAddress, UInt32(bytes.count), Int32(WK_O_PATH) | O_DIRECTORY | O_CLOEXEC)
+        let opened = rootDescriptor().flatMap { root in
+            handle.bytes.withUnsafeBufferPointer { bytes in
+                valueOrErrno {
+                    wk_open_by_handle_at(root, handle.type, bytes.baseAddress, UInt32(bytes.count), Int32(WK_O_PATH) | O_DIRECTORY | O_CLOEXEC)
+                }
             }
         }
         let raw: Int32

@@ -99,7 +99,7 @@ extension DirectoryWatcher {
     /// A directory moved out of the tree (or within it, to be watched again at its new
     /// path): its watches would report paths that no longer belong to it.
     func dropSubtree(_ rule: WatchRule, relative: [UInt8]) {
-        backend?.unwatch(.rule(rule.name), under: relative)
+        treeBackend(of: rule)?.unwatch(.rule(rule.name), under: relative)
     }
 
     /// A directory moved within the tree: the ledger follows it, so its files are found

@@ -158,10 +158,11 @@ extension DirectoryWatcher {
     public func describeForDump() -> DumpValue {
         let now = MonotonicInstant.now
         let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
-            rule.describe(now: now, watchedDirectories: backend?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: ledger.size(of: rule))
+            rule.describe(now: now, watchedDirectories: treeBackend(of: rule)?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: ledger.size(of: rule))
         }
         let backendFields = backend?.describe() ?? [.init("inotify", .string(backendProblem ?? "not needed"))]
-        return .object(backendFields + [
+        let fanotifyFields: [DumpField] = [.init("fanotify", fanotify.map { .object($0.describe()) } ?? .string(fanotifyProblem ?? "not needed"))]
+        return .object(backendFields + fanotifyFields + [
             .init("overflows", .int(Int64(overflowsTotal))),
             .init("mounts", mounts?.describe() ?? .string(mountsProblem ?? "not needed")),
         ] + ledger.describe() + [

@@ -12,12 +12,7 @@ extension DirectoryWatcher {
     func startPolling(_ rule: WatchRule) {
         stopPolling(rule)
         guard accepting, let root = rule.root else { return }
-        let table: [MountInfoEntry]
-        if let mounts {
-            table = mounts.mounts
-        } else {
-            table = (try? readSmallFile("/proc/self/mountinfo")).map { MountInfoEntry.parse(Array($0.utf8)) } ?? []
-        }
+        let table = mountTable()
         let trees = PolledTree.trees(root: root, recursive: rule.settings.recursive, method: rule.settings.method, mounts: table)
         rule.polledTrees = trees
         for tree in trees {

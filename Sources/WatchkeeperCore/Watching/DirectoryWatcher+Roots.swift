@@ -14,7 +14,7 @@ extension DirectoryWatcher {
     func watchRoot(_ rule: WatchRule, catchUp: Bool) {
         // A rule that only polls needs no inotify for its tree (its ancestors are watched if
         // inotify is there).
-        guard backend != nil || rule.settings.method == .poll else { return }
+        guard backend != nil || rule.settings.method == .poll || rule.settings.method == .fanotify else { return }
         switch Self.resolveDirectory(rule.settings.path) {
         case .unusable(let why):
             if !rule.isMissing || rule.rootNote == nil {
@@ -39,7 +39,9 @@ extension DirectoryWatcher {
             // The polled trees first: a file of a network file system admitted from the walk
             // below is known by its remote identity (PolledTree) from the start.
             startPolling(rule)
-            if rule.settings.method != .poll { addTree(rule, from: [], emitFiles: catchUp) }
+            guard rule.settings.method != .poll else { return }
+            if rule.settings.method == .fanotify { _ = startFanotify(rule, why: "the rule says method = \"fanotify\"") }
+            addTree(rule, from: [], emitFiles: catchUp)
         }
     }
 
@@ -89,6 +91,12 @@ extension DirectoryWatcher {
         rule.unwatchable.removeAll()
         stopPolling(rule)
         backend?.unwatch(.rule(rule.name), under: [])
+        fanotify?.unwatch(.rule(rule.name), under: [])
+        rule.usesFanotify = false
+        rule.fanotifyRefused = nil
+        rule.listing = nil
+        rule.treeGeneration += 1
+        rule.inotifyDirectories = 0
         backend?.unwatch(.ancestorsOf(rule.name), under: [])
         rule.rootLinks = []
     }

@@ -16,6 +16,12 @@ extension DirectoryWatcher {
     /// between is seen by the scan, the event, or both; the duplicate is dropped by identity).
     func addTree(_ rule: WatchRule, from relative: [UInt8], emitFiles: Bool) {
         guard let root = rule.root else { return }
+        // A fanotify mark already covers every directory: a walk only finds files, and
+        // need not hold the queue to do it.
+        if rule.usesFanotify {
+            if emitFiles { listInSlices(rule, from: relative) }
+            return
+        }
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
             self.addWatch(rule, relative: directory) && (rule.settings.recursive || emitFiles)
         }, descend: { child in
@@ -33,8 +39,12 @@ extension DirectoryWatcher {
         // A rule that only polls has no events to lose: its next pass sees everything.
         guard let root = rule.root, rule.settings.method != .poll else { return }
         rule.rescans += 1
+        if rule.usesFanotify {
+            listInSlices(rule, from: relative)
+            return
+        }
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
-            self.backend?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
+            self.treeBackend(of: rule)?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
         }, descend: { child in
             rule.mayContainSelected(directory: child)
         }, file: { path in
@@ -44,7 +54,7 @@ extension DirectoryWatcher {
     }
 
     /// What a scan skipped is counted; what it could not list is said, one line per cause.
-    private func account(_ rule: WatchRule, _ summary: TreeScanner.Summary) {
+    func account(_ rule: WatchRule, _ summary: TreeScanner.Summary) {
         // A big walk leaves its levels' path lists freed in pieces all over the heap (and
         // in both arenas, since levels are listed in parallel): give them back.
         if summary.directoriesListed >= Self.trimAfterDirectories { _ = malloc_trim(0) }
@@ -68,7 +78,7 @@ extension DirectoryWatcher {
     }
 
     /// A file found by a scan: the rule's "ready" event, with the scan's minimum settle.
-    private func scanned(_ rule: WatchRule, relative: [UInt8]) {
+    func scanned(_ rule: WatchRule, relative: [UInt8]) {
         guard let event = rule.readyEvent, rule.selects(relative) else { return }
         rule.matched += 1
         enqueue(rule, relative: relative, event: event, fromScan: true)
@@ -79,17 +89,27 @@ extension DirectoryWatcher {
 
     /// One directory watched; false (and a report) when it could not be.
     func addWatch(_ rule: WatchRule, relative: [UInt8]) -> Bool {
-        guard let backend else { return false }
+        guard let backend = treeBackend(of: rule) else { return false }
         switch backend.watch(.init(owner: .rule(rule.name), relative: relative), path: rule.absolute(relative), events: rule.watchMask) {
         case .success:
+            guard !rule.usesFanotify else { return true }
+            rule.inotifyDirectories += 1
+            if rule.inotifyDirectories > fanotifyAbove && rule.settings.method == .auto {
+                _ = startFanotify(rule, why: "it has more than \(fanotifyAbove) directories")
+            }
             return true
+        case .failure(.noSpace) where rule.settings.method == .auto && !rule.usesFanotify:
+            let limit = InotifyBackend.sysctl("max_user_watches") ?? "?"
+            if startFanotify(rule, why: "the inotify watch limit (fs.inotify.max_user_watches=\(limit)) was reached") { return true }
+            reportWatchFailure(rule, relative: relative, error: .noSpace)
+            return false
         case .failure(let error):
             reportWatchFailure(rule, relative: relative, error: error)
             return false
         }
     }
 
-    private func reportWatchFailure(_ rule: WatchRule, relative: [UInt8], error: Errno) {
+    func reportWatchFailure(_ rule: WatchRule, relative: [UInt8], error: Errno) {
         let path = LineEscaping.escaped(rule.absolute(relative))
         switch error {
         case .noSuchFileOrDirectory, .notDirectory:
@@ -97,6 +117,9 @@ extension DirectoryWatcher {
         case .fileNameTooLong:
             reportTooDeep(rule, relative: relative)
             return
+        case .noSpace where rule.usesFanotify:
+            problems.report("watch \(rule.name): unable to mark a file system for fanotify: the mark limit (fs.fanotify.max_user_marks=\(FanotifyBackend.sysctl("max_user_marks") ?? "?")) is reached; its directories are scanned every \(fallbackInterval.compactDescription) instead",
+                            example: path)
         case .noSpace:
             let limit = InotifyBackend.sysctl("max_user_watches") ?? "?"
             problems.report("unable to watch directories: inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(backend?.watchCount ?? 0) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then they are scanned every \(fallbackInterval.compactDescription)",
@@ -120,14 +143,20 @@ extension DirectoryWatcher {
 
     /// IN_Q_OVERFLOW: the kernel dropped events. Every tree is scanned again; files not
     /// handled yet in the form they have now get their job, so nothing is lost.
-    func overflowed() {
+    func overflowed(_ source: EventSource) {
         overflowsTotal += 1
-        // The instance's queue was sized when it was made; the sysctl may have changed since.
-        let now = InotifyBackend.sysctl("max_queued_events") ?? "?"
-        let size = (backend as? InotifyBackend)?.queueSize.map { $0 == now ? $0 : "\($0) when watching started, \(now) now" } ?? now
-        logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.inotify.max_queued_events=\(size)); rescanning every watched tree")
+        switch source {
+        case .inotify:
+            // The instance's queue was sized when it was made; the sysctl may have changed since.
+            let now = InotifyBackend.sysctl("max_queued_events") ?? "?"
+            let size = (backend as? InotifyBackend)?.queueSize.map { $0 == now ? $0 : "\($0) when watching started, \(now) now" } ?? now
+            logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.inotify.max_queued_events=\(size)); rescanning every tree watched with inotify")
+        case .fanotify:
+            logger.warning("fanotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.fanotify.max_queued_events=\(FanotifyBackend.sysctl("max_queued_events") ?? "16384")); rescanning every tree watched with fanotify")
+        }
         for name in order {
-            guard let rule = rules[name], !rule.isMissing else { continue }
+            // Only the trees whose events were lost: the other backend's are intact.
+            guard let rule = rules[name], !rule.isMissing, rule.usesFanotify == (source == .fanotify) else { continue }
             rule.overflows += 1
             rescan(rule)
         }
@@ -248,6 +277,7 @@ extension DirectoryWatcher {
         }
         refreshPolling(rule)
         dropSubtree(rule, relative: relative)
+        if rule.usesFanotify { markMountPoint(rule, relative: relative) }
         addTree(rule, from: relative, emitFiles: true)
     }
 }

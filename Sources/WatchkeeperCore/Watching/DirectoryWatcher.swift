@@ -24,8 +24,9 @@ enum WatchOwner: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// The watching subsystem's coordinator, on the watching queue: it owns the watch backend
-/// (InotifyBackend: the inotify instance and the WatchTable of who each descriptor is for),
+/// The watching subsystem's coordinator, on the watching queue: it owns the watch backends
+/// (InotifyBackend: the inotify instance and the WatchTable of who each descriptor is for;
+/// FanotifyBackend for the rules on huge trees),
 /// the mount table watcher, the ledger's reader, and the rules (WatchRule: selection, settle, admission); it
 /// routes typed events to rules, follows roots that are renamed away, deleted, replaced by
 /// a link or mounted over, scans (TreeScanner) wherever events may have been missed, and
@@ -38,6 +39,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// How directories are watched (inotify); nil until a rule needs it, or if it failed.
     var backend: WatchBackend?
     var backendProblem: String?
+    /// One fanotify group for the rules on huge trees (FanotifyBackend); nil until a rule
+    /// asks for it, and nil for good, with why, when this daemon cannot have it.
+    var fanotify: FanotifyBackend?
+    var fanotifyProblem: String?
     var mounts: MountWatcher?
     var mountsProblem: String?
     var rules: [String: WatchRule] = [:]
@@ -142,7 +147,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private func openBackend() {
         do throws(Errno) {
             backend = try InotifyBackend(queue: queue, sources: context.sources, problems: problems) { [unowned self] changes in
-                self.handle(changes)
+                self.handle(changes, from: .inotify)
             }
         } catch {
             var message = "unable to create an inotify instance: \(error)"
@@ -152,6 +157,21 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             backendProblem = message
             logger.error("\(message); watch rules will not see events")
         }
+    }
+
+    /// The fanotify group, made the first time a rule needs it; nil (and `fanotifyProblem`
+    /// says why) when the kernel or this process's capabilities do not allow it.
+    func openFanotifyIfNeeded() -> FanotifyBackend? {
+        if let fanotify { return fanotify }
+        guard fanotifyProblem == nil else { return nil }
+        do throws(Errno) {
+            fanotify = try FanotifyBackend(queue: queue, sources: context.sources, problems: problems) { [unowned self] changes in
+                self.handle(changes, from: .fanotify)
+            }
+        } catch {
+            fanotifyProblem = Self.fanotifyInitRefusal(error, privileges: .current())
+        }
+        return fanotify
     }
 
     private func openMountWatcher() {
@@ -171,7 +191,12 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     // MARK: Events
 
-    private func handle(_ changes: [WatchBackend.Change]) {
+    enum EventSource {
+        case inotify
+        case fanotify
+    }
+
+    private func handle(_ changes: [WatchBackend.Change], from source: EventSource) {
         let now = MonotonicInstant.now
         // Files whose writer's close is in this same read: their IN_CREATE needs no look (the
         // close is the evidence), which keeps a burst of written files off the created path.
@@ -182,7 +207,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         for change in changes {
             switch change {
             case .overflow:
-                overflowed()
+                overflowed(source)
             case .entry(let event, let locations):
                 for location in locations {
                     switch location.owner {

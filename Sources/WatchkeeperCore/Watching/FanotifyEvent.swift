@@ -52,14 +52,7 @@ public struct FanotifyMask: OptionSet, Hashable, Sendable, CustomStringConvertib
 
     /// "CREATE|ONDIR"; bits without a name here in hex; "0" for none.
     public var description: String {
-        var parts: [String] = []
-        var rest = rawValue
-        for (mask, name) in Self.names where contains(mask) {
-            parts.append(name)
-            rest &= ~mask.rawValue
-        }
-        if rest != 0 { parts.append("0x" + String(rest, radix: 16)) }
-        return parts.isEmpty ? "0" : parts.joined(separator: "|")
+        describeBits(rawValue, names: Self.names.map { ($0.mask.rawValue, $0.name) })
     }
 }
 

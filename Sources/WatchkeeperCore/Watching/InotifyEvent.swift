@@ -92,15 +92,21 @@ public struct InotifyMask: OptionSet, Hashable, Sendable, CustomStringConvertibl
     /// "CLOSE_WRITE|ISDIR", for the dump and logs; bits without a name (a newer kernel's)
     /// are shown in hex rather than dropped; "0" for no bits.
     public var description: String {
-        var parts: [String] = []
-        var rest = rawValue
-        for (mask, name) in Self.names where contains(mask) {
-            parts.append(name)
-            rest &= ~mask.rawValue
-        }
-        if rest != 0 { parts.append("0x" + String(rest, radix: 16)) }
-        return parts.isEmpty ? "0" : parts.joined(separator: "|")
+        describeBits(rawValue, names: Self.names.map { ($0.mask.rawValue, $0.name) })
     }
+}
+
+/// "CLOSE_WRITE|ISDIR": the named bits of `rawValue`, in the order of `names`, then any
+/// left without a name in hex; "0" for none. For inotify's and fanotify's masks.
+func describeBits<Bits: FixedWidthInteger>(_ rawValue: Bits, names: [(Bits, String)]) -> String {
+    var parts: [String] = []
+    var rest = rawValue
+    for (bits, name) in names where rawValue & bits == bits {
+        parts.append(name)
+        rest &= ~bits
+    }
+    if rest != 0 { parts.append("0x" + String(rest, radix: 16)) }
+    return parts.isEmpty ? "0" : parts.joined(separator: "|")
 }
 
 /// One `struct inotify_event` as read from the inotify fd, copied out of the read buffer.

@@ -106,7 +106,7 @@ struct PolledTree: Sendable, Equatable, CustomStringConvertible {
             return []
         case .poll:
             return [tree([], containing, reason: "method = \"poll\"")]
-        case .auto:
+        case .auto, .fanotify:
             if let containing, let reason = FilesystemClass.reasonToPoll(containing.fileSystemType) {
                 return [tree([], containing, reason: reason)]
             }

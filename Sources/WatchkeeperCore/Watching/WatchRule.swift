@@ -47,6 +47,29 @@ final class WatchRule: @unchecked Sendable {
     var pollNotesSaid: Set<String> = []
     /// Files the pollers handed on.
     var polledFiles: UInt64 = 0
+    /// The tree is watched by one fanotify mark per file system (FanotifyBackend), not by
+    /// an inotify watch per directory; its ancestors stay on inotify.
+    var usesFanotify = false
+    /// Why fanotify was not used, said once per reason.
+    var fanotifyNote: String?
+    /// Why fanotify cannot take the tree, until it is watched anew: `auto` does not ask
+    /// again at every directory past the threshold.
+    var fanotifyRefused: String?
+    /// A fanotify tree's listing for the files already there, while it goes on in slices
+    /// (DirectoryWatcher.listInSlices).
+    var listing: Listing?
+    struct Listing {
+        /// Directories still to list, the next at the end.
+        var pending: [[UInt8]]
+        let began: MonotonicInstant
+        var directories = 0
+        var slices = 0
+    }
+    /// Moves on each time the tree is unwatched: a listing of the old tree stops.
+    var treeGeneration: UInt64 = 0
+    /// inotify watches added for the tree since it was last watched from scratch: what
+    /// `auto` compares with `DirectoryWatcher.fanotifyAbove`.
+    var inotifyDirectories = 0
     /// The last `recent_events` raw events, oldest first (off unless configured).
     var recentEvents: [(time: WallTime, event: InotifyEvent, path: [UInt8])] = []
 
@@ -230,7 +253,16 @@ final class WatchRule: @unchecked Sendable {
             .init("events", .array(settings.events.map { .string($0.rawValue) })),
             .init("root_missing", .bool(isMissing)),
             .init("roots_lost", .int(Int64(rootsLost))),
-            .init("inotify_watches", .int(Int64(watchedDirectories))),
+            .init("tree_method", .string(usesFanotify ? "fanotify" : settings.method == .poll ? "poll" : "inotify")),
+            .init("listing", listing.map { listing in
+                .object([
+                    .init("directories_listed", .int(Int64(listing.directories))),
+                    .init("directories_queued", .int(Int64(listing.pending.count))),
+                    .init("seconds", .double((now - listing.began).secondsDouble)),
+                ])
+            } ?? .null),
+            // With fanotify: the file systems marked for the tree.
+            .init(usesFanotify ? "fanotify_marks" : "inotify_watches", .int(Int64(watchedDirectories))),
             .init("events_seen", .int(Int64(eventsSeen))),
             .init("matched", .int(Int64(matched))),
             .init("coalesced", .int(Int64(settle.coalesced))),

@@ -34,25 +34,9 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
 
     // MARK: - Setting up
 
-    private struct SetupFailure: Error, CustomStringConvertible {
-        let description: String
-        init(_ description: String) { self.description = description }
-    }
-
     /// Mounts a tmpfs on the scratch directory's "mnt" and returns its real path.
     private func mountScratchFileSystem() throws -> String {
-        try XCTSkipUnless(geteuid() == 0, "mounting a tmpfs and marking a file system need root")
-        let target = directory + "/mnt"
-        try systemCall { mkdir(target, 0o755) }
-        switch nothingOrErrno({ mount("watchkeeper-test", target, "tmpfs", 0, nil) }) {
-        case .success: break
-        case .failure(let failure) where failure == .notPermitted:
-            throw XCTSkip(failure.unable("mount a tmpfs on \(target)") + " (no CAP_SYS_ADMIN here)")
-        case .failure(let failure): throw SetupFailure(failure.unable("mount a tmpfs on \(target)"))
-        }
-        guard let real = realpath(target, nil) else { throw SetupFailure("unable to resolve \(target)") }
-        defer { free(real) }
-        mountPoint = String(cString: real)
+        mountPoint = try ScratchTmpfs(at: directory + "/mnt").path
         return mountPoint!
     }
 

@@ -218,7 +218,7 @@ final class ControlCommandTests: ControlTestCase {
         XCTAssertTrue(taskLines.contains { $0.hasPrefix("slow ") }, tasks.stdout)
         let watches = try cli(["watches"])
         XCTAssertEqual(watches.status, 0, watches.stderr)
-        XCTAssertTrue(watches.stdout.split(separator: "\n").contains { $0.hasPrefix("inbox ") && $0.contains(sandbox.root + "/inbox") }, watches.stdout)
+        XCTAssertTrue(watches.stdout.split(separator: "\n").contains { $0.hasPrefix("inbox ") && $0.contains(sandbox.root + "/inbox") && $0.contains(" inotify ") }, watches.stdout)
     }
 
     func testHistory_ofAWatch_listsTheFilesItHandled() throws {

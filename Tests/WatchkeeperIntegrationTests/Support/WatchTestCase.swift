@@ -31,6 +31,25 @@ class WatchTestCase: XCTestCase {
             \(rules.replacingOccurrences(of: "@DIR@", with: sandbox.root))
             """)
         daemon = try sandbox.startReady(notifySocket: notify, extra: environment)
+        if DaemonSandbox.watchMethodUnderTest == "fanotify" {
+            // A run that quietly fell back to inotify would prove nothing about fanotify.
+            XCTAssertFalse(daemon.stderr.contains("unable to use fanotify"), daemon.stderr)
+        }
+    }
+
+    /// Whether the rule's tree is watched in full: with inotify, `directories` watches; with
+    /// fanotify, its one mark, which covers every directory from the start.
+    func watchesTree(_ rule: [String: Any]?, directories: Int) -> Bool {
+        if DaemonSandbox.watchMethodUnderTest == "fanotify" { return rule?["fanotify_marks"] as? Int == 1 }
+        return rule?["inotify_watches"] as? Int == directories
+    }
+
+    /// Skips a test that is about inotify itself when the watch tests run with another
+    /// method (WATCHKEEPER_TEST_WATCH_METHOD).
+    func skipUnlessInotify(_ why: String) throws {
+        if let method = DaemonSandbox.watchMethodUnderTest, method != "inotify", method != "auto" {
+            throw XCTSkip("about inotify (\(why)); the watch tests run with method = \"\(method)\"")
+        }
     }
 
     override func tearDown() {

@@ -98,7 +98,9 @@ final class DeliveryPatternTests: WatchTestCase {
                     && access(path, F_OK) != 0
             }, "round \(round) never consumed\n\(daemon.stderr)")
         }
-        // Without reuse the test proves nothing: ext4 and tmpfs hand the freed inode out again.
+        // Without reuse the test proves nothing: ext4 hands the freed inode out again; tmpfs
+        // (where the watch tests run again for fanotify) numbers every new inode afresh.
+        try XCTSkipIf(inodes.count == 12 && DaemonSandbox.watchMethodUnderTest != nil, "no inode was reused under \(sandbox.root)")
         XCTAssertLessThan(inodes.count, 12, "no inode was reused: \(inodes)")
     }
 

@@ -58,7 +58,7 @@ final class WatchEdgeCaseTests: WatchTestCase {
         XCTAssertTrue(waitFor(5) { handled() == [sandbox.root + "/real/through-link"] }, "\(handled())\n\(daemon.stderr)")
         let rule = try rule(in: try dump(1))
         XCTAssertEqual(rule["watched_root"] as? String, sandbox.root + "/real")
-        XCTAssertEqual(rule["inotify_watches"] as? Int, 1, "never zero watches in silence")
+        XCTAssertTrue(watchesTree(rule, directories: 1), "never zero watches in silence: \(rule)")
     }
 
     func testScans_handJobsRegularFilesOnly_andCountWhatTheySkip() throws {
