@@ -18,6 +18,7 @@ let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("metrics", "idle RSS on the demo configuration with and without metrics_file (WATCHKEEPER_BENCH_BASELINE: a binary to compare)", runMetricsMemoryBenchmark),
     ("output", "a job's 1 GiB of output through the daemon: CPU per GiB, throughput, peak RSS (WATCHKEEPER_BENCH_OUTPUT_MIB, _READ_MIBS, _CASES=lines,flat)", runOutputBenchmark),
     ("poll", "polling 100,000 files in 1,000 directories every 10 s: CPU per pass, share of a core, write-to-job latency; locally, through sshfs, beside fswatch's poll monitor", runPollBenchmark),
+    ("fanotify", "a tree of 1,000,000 directories on a tmpfs: watchkeeper with method = fanotify and inotify, fsnotifywait -r/-S, inotifywait -r: start to watching, RSS, kernel memory of the marks, close-to-job latency (WATCHKEEPER_BENCH_FANOTIFY_DIRS, _FILES, _CASES, _TIMEOUT_S)", runFanotifyBenchmark),
     ("watch", "watch rules vs a C inotify loop, inotifywait, incrond: event-to-job latency, 100k-file burst, idle 10k dirs; batch = \"stdin\" vs a watchman trigger", runWatchBenchmarks),
 ]
 

@@ -1,0 +1,471 @@
+// fanotify for huge trees (issue 24): one tree of a million directories on a tmpfs this
+// benchmark mounts, watched in turn by the release daemon with method = "fanotify" (one
+// filesystem mark), the daemon with method = "inotify" (one watch per directory),
+// fsnotifywait -r (fanotify, one inode mark per directory), fsnotifywait -S (one filesystem
+// mark) and inotifywait -r. For each: start to watching, RSS, the kernel memory of its marks,
+// and the time from a file closed in a random deep directory to its job starting (the daemon;
+// the job is inotify-spawn-baseline --record, as in the watch benchmark) or to its line on
+// the peer's stdout.
+//
+// WATCHKEEPER_BENCH_FANOTIFY_DIRS (1000000), _FILES (200), _CASES (all five), _TIMEOUT_S (600).
+// Results and the reading: docs/measurements/fanotify.md.
+
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+private enum FanotifyBenchCase: String, CaseIterable {
+    case fanotify
+    case inotify
+    case fsnotifywait
+    case fsnotifywaitFilesystem = "fsnotifywait-S"
+    case inotifywait
+
+    var label: String {
+        switch self {
+        case .fanotify: "watchkeeper fanotify"
+        case .inotify: "watchkeeper inotify"
+        case .fsnotifywait: "fsnotifywait -r"
+        case .fsnotifywaitFilesystem: "fsnotifywait -S"
+        case .inotifywait: "inotifywait -r"
+        }
+    }
+
+    /// The peer's command line before the watched directory; nil for the daemon. Both tools
+    /// print "Watches established." on stderr once every mark is in place.
+    var peerArguments: [String]? {
+        let events = ["-m", "-e", "close_write", "--format", "%w%f"]
+        return switch self {
+        case .fanotify, .inotify: nil
+        // fsnotifywait watches with fanotify by default (-F); -r puts an inode mark on each
+        // directory, -S one filesystem mark on the directory's filesystem.
+        case .fsnotifywait: ["/usr/bin/fsnotifywait", "-r"] + events
+        // With -S it leaves stdout to stdio's buffering (4 KiB on a pipe), where -r flushes
+        // each event: line-buffered through stdbuf, as anyone reading it live would.
+        case .fsnotifywaitFilesystem: ["/usr/bin/stdbuf", "-oL", "/usr/bin/fsnotifywait", "-S"] + events
+        case .inotifywait: ["/usr/bin/inotifywait", "-r"] + events
+        }
+    }
+
+    /// Descriptors it keeps open for each directory: fsnotifywait -r (3.22.6) opens each
+    /// directory twice (for its handle and an O_PATH descriptor) and closes neither.
+    var descriptorsPerDirectory: Int { self == .fsnotifywait ? 2 : 0 }
+
+    /// The per-user limit its marks count against, one a directory.
+    var markLimit: String? {
+        switch self {
+        case .inotify, .inotifywait: "/proc/sys/fs/inotify/max_user_watches"
+        case .fsnotifywait: "/proc/sys/fs/fanotify/max_user_marks"
+        case .fanotify, .fsnotifywaitFilesystem: nil
+        }
+    }
+}
+
+private struct FanotifyBenchSettings {
+    let directories, files: Int
+    let timeout: Duration
+    let cases: [FanotifyBenchCase]
+    /// Between two files: no job is still running when the next file is closed.
+    let spacingNanoseconds: UInt64 = 20_000_000
+
+    init() {
+        let environment = ProcessInfo.processInfo.environment
+        directories = Int(environment["WATCHKEEPER_BENCH_FANOTIFY_DIRS"] ?? "") ?? 1_000_000
+        files = Int(environment["WATCHKEEPER_BENCH_FANOTIFY_FILES"] ?? "") ?? 200
+        timeout = .seconds(Int(environment["WATCHKEEPER_BENCH_FANOTIFY_TIMEOUT_S"] ?? "") ?? 600)
+        cases = (environment["WATCHKEEPER_BENCH_FANOTIFY_CASES"] ?? FanotifyBenchCase.allCases.map(\.rawValue).joined(separator: ","))
+            .split(separator: ",").compactMap { FanotifyBenchCase(rawValue: String($0)) }
+    }
+}
+
+private struct FanotifyCaseResult {
+    var failure: String?
+    var watchingAfter: Double = 0
+    /// At watching; at the end, after the files (its VmHWM is the peak).
+    var atWatching: ProcessMemory?
+    var atEnd: ProcessMemory?
+    /// Bytes in the fsnotify mark caches at watching, less before the start; and the
+    /// unreclaimable slab's growth over the same span (every cache, so other work shows too).
+    var markBytes: Int?
+    var unreclaimableSlabBytes: Int?
+    var latency = LatencyResult()
+    /// The daemon's: "tree_method" of its rule in the dump, and when its tree was fully listed.
+    var treeMethod: String?
+    var listedAfter: Double?
+    var notes: [String] = []
+}
+
+// MARK: Kernel memory
+
+/// Bytes of the fsnotify mark caches' objects in use. SLUB merges caches of one size and
+/// flags: here inotify_inode_mark, fanotify_mark, dnotify_mark and sigqueue are one cache
+/// (:A-0000080), and fsnotify_mark_connector shares one with lsm_file_cache. /proc/slabinfo
+/// lists a merged cache under one of its names only; /sys/kernel/slab has a link for every
+/// name, so each merged cache is read once, through its link's target. The event caches
+/// (fanotify_fid_event...) are left out: they hold queued events, not marks, and are merged
+/// with busy caches (vmap_area, jbd2_inode).
+private func markCacheBytes() -> Int? {
+    let base = "/sys/kernel/slab/"
+    var caches = Set<String>()
+    var bytes = 0
+    for name in ["inotify_inode_mark", "fanotify_mark", "fsnotify_mark_connector"] {
+        let cache = (try? FileManager.default.destinationOfSymbolicLink(atPath: base + name)) ?? name
+        guard caches.insert(cache).inserted else { continue }
+        func number(_ file: String) -> Int? {
+            (try? String(contentsOfFile: base + name + "/" + file, encoding: .utf8))?.split(separator: " ").first
+                .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+        guard let objects = number("objects"), let size = number("slab_size") else { return nil }
+        bytes += objects * size
+    }
+    return bytes
+}
+
+private func unreclaimableSlabBytes() -> Int? {
+    let meminfo = (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8)) ?? ""
+    return meminfo.split(separator: "\n").first { $0.hasPrefix("SUnreclaim:") }?
+        .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
+}
+
+// MARK: The tree
+
+/// The tmpfs the tree lives on, mounted on `mountPoint`, unmounted at teardown.
+private func mountTmpfs(_ mountPoint: String, teardown: WatchTeardown) throws {
+    try makeDirectory(mountPoint)
+    // nr_inodes=0: no inode limit (the default, half the RAM's pages, would do too).
+    guard mount("tmpfs", mountPoint, "tmpfs", 0, "mode=0755,size=1g,nr_inodes=0") == 0 else {
+        throw BenchFailure(description: "unable to mount a tmpfs on \(mountPoint): \(String(cString: strerror(errno)))")
+    }
+    teardown.add {
+        // A process still in it (one that would not stop) keeps it busy: detached then.
+        if umount2(mountPoint, 0) != 0 && umount2(mountPoint, Int32(MNT_DETACH)) != 0 {
+            report("fanotify: unable to unmount \(mountPoint): \(String(cString: strerror(errno)))")
+        }
+        rmdir(mountPoint)
+    }
+}
+
+/// `count` distinct-enough deep directories `d<i>/s<j>` of the tree makeTree made, the same
+/// for every case (a fixed seed), so that each case's files land where the others' did.
+private func randomDeepDirectories(_ root: String, directories: Int, count: Int) -> [String] {
+    let width = max(1, Int(Double(directories).squareRoot()))
+    var state: UInt64 = 24
+    func next() -> UInt64 {  // SplitMix64
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    return (0..<count).map { _ in
+        // makeTree's index i is d<i / width>, itself when i % width is 0, else s<i % width - 1>.
+        while true {
+            let index = Int(next() % UInt64(directories))
+            if width == 1 { return root + "/d\(index)" }
+            if index % width != 0 { return root + "/d\(index / width)/s\(index % width - 1)" }
+        }
+    }
+}
+
+// MARK: One case
+
+/// Files closed one at a time, `spacing` apart, into `directories`; waits until `arrived`
+/// knows every one (or 30 s pass) and returns each file's close-to-arrival time.
+private func closeToArrival(_ directories: [String], name: String, spacing: UInt64, arrived: () -> [String: UInt64]) throws -> LatencyResult {
+    var closedAt: [String: UInt64] = [:]
+    defer { for path in closedAt.keys { unlink(path) } }
+    var next = now()
+    for (index, directory) in directories.enumerated() {
+        let path = directory + "/\(name)-\(index)"
+        closedAt[path] = try writeFile(path)
+        next += spacing
+        monotonicSleep(until: next)
+    }
+    var seen: [String: UInt64] = [:]
+    let deadline = now() + 30_000_000_000
+    while now() < deadline {
+        seen = arrived().filter { closedAt[$0.key] != nil }
+        if seen.count == closedAt.count { break }
+        usleep(20_000)
+    }
+    var result = LatencyResult()
+    for (path, at) in seen { result.samples.append(Int64(bitPattern: at) - Int64(bitPattern: closedAt[path]!)) }
+    result.missing = closedAt.count - seen.count
+    return result
+}
+
+private func runDaemonCase(_ kind: FanotifyBenchCase, _ settings: FanotifyBenchSettings, launcher: PeerLauncher, scratch: String,
+                           tree: String, directories: [String]) throws -> FanotifyCaseResult {
+    var result = FanotifyCaseResult()
+    let peer = RunningPeer(kind: .watchkeeper, scratch: scratch, directory: tree)
+    launcher.teardown.add { peer.stop() }
+    defer { peer.stop() }
+    let marksBefore = markCacheBytes()
+    let slabBefore = unreclaimableSlabBytes()
+    peer.startedAt = now()
+    try launcher.startWatchkeeper(peer, recursive: true, readyTimeout: settings.timeout, method: kind.rawValue)
+    result.watchingAfter = Double(now() - peer.startedAt) / 1e9
+    result.atWatching = ProcessMemory(pid: peer.watcherPid)
+    if let before = marksBefore, let after = markCacheBytes() { result.markBytes = after - before }
+    if let before = slabBefore, let after = unreclaimableSlabBytes() { result.unreclaimableSlabBytes = after - before }
+    result.treeMethod = benchRule(peer)?["tree_method"] as? String
+    // Only the fanotify backend names itself on stderr ("... with fanotify").
+    if (peer.child?.stderrText ?? "").contains("with fanotify") != (kind == .fanotify) {
+        result.notes.append("stderr \(kind == .fanotify ? "does not say" : "says") \"with fanotify\"")
+    }
+    result.listedAfter = waitUntilListed(peer, timeout: settings.timeout, notes: &result.notes)
+    var started: [String: UInt64] = [:]
+    result.latency = try closeToArrival(directories, name: "f-\(kind.rawValue)", spacing: settings.spacingNanoseconds) {
+        for record in peer.tail.readNew() where started[record.path] == nil { started[record.path] = record.started }
+        return started
+    }
+    result.atEnd = ProcessMemory(pid: peer.watcherPid)
+    if let rule = benchRule(peer) {
+        result.notes.append(["overflows", "rescans", "events_seen", "jobs_submitted"].map { "\($0) \(rule[$0] ?? "?")" }.joined(separator: ", "))
+    }
+    return result
+}
+
+/// The daemon's rule in a fresh dump (the benchmark's configuration has one).
+private func benchRule(_ peer: RunningPeer) -> [String: Any]? {
+    guard let dump = peer.stateDump(), let watches = dump["watches"] as? [String: Any] else { return nil }
+    return (watches["rules"] as? [[String: Any]])?.first
+}
+
+/// Seconds from the start until the rule's tree is fully listed for the files already there:
+/// a fanotify tree is listed after READY, in slices, and the rule's "listing" in the dump is
+/// an object until it is done (an inotify tree is listed before READY). Asked every 250 ms,
+/// so it is the first dump that shows no listing; nil if none did within `timeout`.
+private func waitUntilListed(_ peer: RunningPeer, timeout: Duration, notes: inout [String]) -> Double? {
+    let deadline = peer.startedAt + UInt64(timeout.components.seconds) * 1_000_000_000
+    var lastSeen: [String: Any]?
+    while now() < deadline {
+        guard let rule = benchRule(peer) else { return nil }
+        guard let listing = rule["listing"] as? [String: Any] else {
+            if let last = lastSeen {
+                notes.append(String(format: "last dump while listing: %@ directories listed, %@ queued, %.1f s into the listing",
+                                    "\(last["directories_listed"] ?? "?")", "\(last["directories_queued"] ?? "?")", last["seconds"] as? Double ?? .nan))
+            }
+            return Double(now() - peer.startedAt) / 1e9
+        }
+        lastSeen = listing
+        usleep(250_000)
+    }
+    notes.append("tree not fully listed within \(timeout): \(lastSeen?["directories_listed"] ?? "?") directories listed")
+    return nil
+}
+
+private func runPeerCase(_ kind: FanotifyBenchCase, _ settings: FanotifyBenchSettings, teardown: WatchTeardown, scratch: String,
+                         tree: String, directories: [String]) throws -> FanotifyCaseResult {
+    guard let arguments = kind.peerArguments, access(arguments[0], X_OK) == 0 else {
+        throw BenchFailure(description: "unable to find \(kind.peerArguments?.first ?? "?"): apt-get install -y inotify-tools")
+    }
+    var result = FanotifyCaseResult()
+    if kind.descriptorsPerDirectory > 0 {
+        let limit = raiseOpenFileLimit(to: kind.descriptorsPerDirectory * (settings.directories + 1) + 1_024, teardown: teardown)
+        result.notes.append("it keeps \(kind.descriptorsPerDirectory) descriptors open a directory; \(limit)")
+    }
+    var pipeEnds: [Int32] = [0, 0]
+    guard pipe(&pipeEnds) == 0 else { throw BenchFailure(description: "unable to make a pipe: \(String(cString: strerror(errno)))") }
+    // Neither end leaks into the next case's processes; dup2 makes the child's stdout without it.
+    for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+    let marksBefore = markCacheBytes()
+    let slabBefore = unreclaimableSlabBytes()
+    let started = now()
+    let child: BenchChild
+    do {
+        child = try BenchChild(name: kind.rawValue, arguments: arguments + [tree], environment: ["PATH=/usr/bin:/bin"],
+                               stderrPath: scratch + "/stderr.log", stdout: pipeEnds[1])
+    } catch {
+        close(pipeEnds[0])
+        close(pipeEnds[1])
+        throw error
+    }
+    close(pipeEnds[1])
+    teardown.add { child.stop() }
+    defer { child.stop() }
+    // fsnotifywait's fanotify mode also prints "[fid=...;name='f'] /dir/f" before the event
+    // line: the path is the last word of both.
+    let lines = FirstSeenLines(reading: pipeEnds[0], key: { String($0.split(separator: " ").last ?? "") }, clock: { Double(now()) })
+    let deadline = started + UInt64(settings.timeout.components.seconds) * 1_000_000_000
+    let context = result.notes.isEmpty ? "" : " (\(result.notes.joined(separator: "; ")))"
+    while !child.stderrText.contains("Watches established.") {
+        if child.hasExited { throw BenchFailure(description: "\(kind.label) exited before watching: \(child.stderrTail())\(context)") }
+        if now() > deadline { throw BenchFailure(description: "\(kind.label) was not watching within \(settings.timeout): \(child.stderrTail())\(context)") }
+        usleep(10_000)
+    }
+    result.watchingAfter = Double(now() - started) / 1e9
+    result.atWatching = ProcessMemory(pid: child.pid)
+    if let before = marksBefore, let after = markCacheBytes() { result.markBytes = after - before }
+    if let before = slabBefore, let after = unreclaimableSlabBytes() { result.unreclaimableSlabBytes = after - before }
+    result.latency = try closeToArrival(directories, name: "f-\(kind.rawValue)", spacing: settings.spacingNanoseconds) {
+        var seen: [String: UInt64] = [:]
+        for directory in directories.indices {
+            let path = directories[directory] + "/f-\(kind.rawValue)-\(directory)"
+            if let at = lines.firstSeen(path) { seen[path] = UInt64(at) }
+        }
+        return seen
+    }
+    result.atEnd = ProcessMemory(pid: child.pid)
+    return result
+}
+
+/// RLIMIT_NOFILE of this process, which its children inherit, to `needed` (and fs.nr_open,
+/// its ceiling, with it), both put back at teardown. Without CAP_SYS_RESOURCE the hard limit
+/// cannot rise: the soft one goes up to it, and what was done is returned to be said.
+private func raiseOpenFileLimit(to needed: Int, teardown: WatchTeardown) -> String {
+    raiseKernelLimit("/proc/sys/fs/nr_open", to: needed, teardown: teardown)
+    var old = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &old)
+    guard old.rlim_cur < rlim_t(needed) else { return "RLIMIT_NOFILE \(old.rlim_cur)" }
+    teardown.add { _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &old) }
+    var raised = rlimit(rlim_cur: rlim_t(needed), rlim_max: max(old.rlim_max, rlim_t(needed)))
+    if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { return "RLIMIT_NOFILE raised to \(needed) for it" }
+    let why = String(cString: strerror(errno))
+    var soft = rlimit(rlim_cur: old.rlim_max, rlim_max: old.rlim_max)
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &soft)
+    return "RLIMIT_NOFILE only \(old.rlim_max), its hard limit: unable to raise it to \(needed): \(why)"
+}
+
+// MARK: Entry point
+
+func runFanotifyBenchmark() {
+    let settings = FanotifyBenchSettings()
+    guard geteuid() == 0 else {
+        return report("fanotify: skipped: it mounts a tmpfs, raises fs.inotify.max_user_watches and fs.fanotify.max_user_marks, and fanotify needs CAP_SYS_ADMIN: run it as root")
+    }
+    let watchSettings = WatchBenchSettings()
+    let teardown = WatchTeardown()
+    defer { teardown.run() }
+    for program in [watchSettings.daemonBinary, watchSettings.baseline] where access(program, X_OK) != 0 {
+        return report("fanotify: failed: unable to run \(program): make release")
+    }
+    var template = Array("/tmp/wk-fanotify-bench-XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { return report("fanotify: failed: unable to create a scratch directory: \(String(cString: strerror(errno)))") }
+    let root = String(cString: made)
+    teardown.add { try? FileManager.default.removeItem(atPath: root) }
+    // Ctrl-C in `make bench`: the children get the terminal's SIGINT too; the limits go back
+    // and the tmpfs goes away here, from a dispatch source, while the main thread waits.
+    let interrupts = [SIGINT, SIGTERM].map { signo in
+        signal(signo, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signo, queue: .global())
+        source.setEventHandler {
+            teardown.run()
+            exit(128 + signo)
+        }
+        source.resume()
+        return source
+    }
+    teardown.add {
+        interrupts.forEach { $0.cancel() }
+        signal(SIGINT, SIG_DFL)
+        signal(SIGTERM, SIG_DFL)
+    }
+    let mountPoint = root + "/tmpfs"
+    let tree = mountPoint + "/tree"
+    report("fanotify: \(settings.directories) directories on a tmpfs at \(mountPoint), \(settings.files) files a case into random deep directories, \(settings.spacingNanoseconds / 1_000_000) ms apart")
+    do {
+        try mountTmpfs(mountPoint, teardown: teardown)
+        let building = now()
+        try makeTree(tree, directories: settings.directories)
+        report(String(format: "  tree of %d directories made in %.1f s (not a result)", settings.directories, Double(now() - building) / 1e9))
+    } catch {
+        return report("fanotify: failed: \(error)")
+    }
+    let directories = randomDeepDirectories(tree, directories: settings.directories, count: settings.files)
+    var results: [FanotifyBenchCase: FanotifyCaseResult] = [:]
+    for kind in settings.cases {
+        // The case's processes and limits are undone when it ends, or by an interrupt.
+        let caseTeardown = WatchTeardown()
+        teardown.add { caseTeardown.run() }
+        defer { caseTeardown.run() }
+        if let limit = kind.markLimit { raiseKernelLimit(limit, to: settings.directories + 1 + 8_192, teardown: caseTeardown) }
+        var result: FanotifyCaseResult
+        do {
+            let scratch = root + "/" + kind.rawValue
+            try makeDirectory(scratch)
+            result = kind.peerArguments == nil
+                ? try runDaemonCase(kind, settings, launcher: PeerLauncher(settings: watchSettings, teardown: caseTeardown), scratch: scratch,
+                                    tree: tree, directories: directories)
+                : try runPeerCase(kind, settings, teardown: caseTeardown, scratch: scratch, tree: tree, directories: directories)
+        } catch {
+            result = FanotifyCaseResult(failure: "\(error)")
+        }
+        results[kind] = result
+        reportCase(kind, result)
+    }
+    reportTable(settings, results)
+}
+
+// MARK: Report
+
+private func mebibytes(_ kibibytes: Int?) -> String {
+    kibibytes.map { String(format: "%.1f", Double($0) / 1024) } ?? "-"
+}
+
+private func reportCase(_ kind: FanotifyBenchCase, _ result: FanotifyCaseResult) {
+    if let failure = result.failure { return report("  \(kind.label): failed: \(failure)") }
+    var line = "  " + kind.label.padding(toLength: 22, withPad: " ", startingAt: 0)
+        + String(format: " watching after %.2f s, VmRSS %@ MiB", result.watchingAfter, mebibytes(result.atWatching?.resident))
+    line += ", at the end \(mebibytes(result.atEnd?.resident)) MiB (peak \(mebibytes(result.atEnd?.peak)) MiB)"
+    if let bytes = result.markBytes { line += String(format: "; mark caches %+.1f MiB", Double(bytes) / 1_048_576) }
+    if let bytes = result.unreclaimableSlabBytes { line += String(format: ", SUnreclaim %+.1f MiB", Double(bytes) / 1_048_576) }
+    if let method = result.treeMethod { line += "; tree_method \(method)" }
+    if let listed = result.listedAfter { line += String(format: "; tree fully listed %.1f s after the start", listed) }
+    if !result.notes.isEmpty { line += "; " + result.notes.joined(separator: "; ") }
+    report(line)
+    printLatency(kind.label, result.latency)
+}
+
+private func reportTable(_ settings: FanotifyBenchSettings, _ results: [FanotifyBenchCase: FanotifyCaseResult]) {
+    func cell(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text : String(repeating: " ", count: width - text.count) + text
+    }
+    func perDirectory(_ bytes: Int?) -> Double? { bytes.map { Double($0) / Double(settings.directories) } }
+    report("")
+    report("\(settings.directories) directories        | watching s | RSS MiB | peak MiB | marks MiB | B/dir | SUnreclaim MiB | p50 ms |  p99 ms | missing")
+    for kind in settings.cases {
+        guard let result = results[kind], result.failure == nil else {
+            report(kind.label.padding(toLength: 24, withPad: " ", startingAt: 0) + " | failed")
+            continue
+        }
+        let memory = [result.atWatching?.resident, result.atEnd?.resident].compactMap { $0 }.max()
+        report(kind.label.padding(toLength: 24, withPad: " ", startingAt: 0)
+            + " | " + cell(String(format: "%.2f", result.watchingAfter), 10)
+            + " | " + cell(mebibytes(memory), 7) + " | " + cell(mebibytes(result.atEnd?.peak), 8)
+            + " | " + cell(result.markBytes.map { String(format: "%.1f", Double($0) / 1_048_576) } ?? "-", 9)
+            + " | " + cell(perDirectory(result.markBytes).map { String(format: "%.1f", $0) } ?? "-", 5)
+            + " | " + cell(result.unreclaimableSlabBytes.map { String(format: "%.1f", Double($0) / 1_048_576) } ?? "-", 14)
+            + " | " + cell(result.latency.percentile(0.5).map { String(format: "%.2f", $0) } ?? "-", 6)
+            + " | " + cell(result.latency.percentile(0.99).map { String(format: "%.2f", $0) } ?? "-", 7)
+            + " | " + cell("\(result.latency.missing)", 7))
+    }
+    report("RSS: the larger VmRSS of at watching and after the files; peak: VmHWM after the files. marks: the fsnotify mark")
+    report("  caches (objects in use x slab size) at watching less before the start; SUnreclaim: all unreclaimable slab, same span.")
+    report("  p50/p99: close(2) to the job's first instruction (watchkeeper) or to the event's line on stdout (the peers).")
+
+    // Issue 24's bounds for method = "fanotify".
+    guard let fanotify = results[.fanotify], fanotify.failure == nil else { return report("issue 24's bounds: not checked, the fanotify case did not run") }
+    let inotify = results[.inotify].flatMap { $0.failure == nil ? $0 : nil }
+    func verdict(_ holds: Bool?) -> String { holds.map { $0 ? "holds" : "DOES NOT HOLD" } ?? "not checked" }
+    report(String(format: "bound: watching starts in <= 3 s: %.2f s: %@", fanotify.watchingAfter, verdict(fanotify.watchingAfter <= 3)))
+    let rss = [fanotify.atWatching?.resident, fanotify.atEnd?.resident].compactMap { $0 }.max()
+    report("bound: daemon RSS <= 40 MiB: \(mebibytes(rss)) MiB: \(verdict(rss.map { $0 <= 40 * 1024 })); peak \(mebibytes(fanotify.atEnd?.peak)) MiB: \(verdict(fanotify.atEnd.map { $0.peak <= 40 * 1024 }))")
+    // "About 0 per directory against inotify's": under a hundredth of inotify mode's.
+    if let ours = perDirectory(fanotify.markBytes), let theirs = perDirectory(inotify?.markBytes), theirs > 0 {
+        report(String(format: "bound: kernel memory for marks ~ 0 per directory against inotify's: %.3f B/dir against %.1f B/dir (%.2f %%, taken as ~ 0 under 1 %%): %@",
+                      ours, theirs, ours / theirs * 100, verdict(ours / theirs < 0.01)))
+    } else {
+        report("bound: kernel memory for marks: not checked (no inotify case or no slab figures)")
+    }
+    for (name, p) in [("median", 0.5), ("p99", 0.99)] {
+        if let ours = fanotify.latency.percentile(p), let theirs = inotify?.latency.percentile(p), theirs > 0 {
+            report(String(format: "bound: event-to-job latency within 1.1x of inotify mode, %@: %.2f ms against %.2f ms = %.2fx: %@",
+                          name, ours, theirs, ours / theirs, verdict(ours / theirs <= 1.1)))
+        } else {
+            report("bound: event-to-job latency, \(name): not checked (no inotify case or no samples)")
+        }
+    }
+}
