@@ -1,11 +1,12 @@
 // fanotify for huge trees (issue 24): one tree of a million directories on a tmpfs this
-// benchmark mounts, watched in turn by the release daemon with method = "fanotify" (one
-// filesystem mark), the daemon with method = "inotify" (one watch per directory),
-// fsnotifywait -r (fanotify, one inode mark per directory), fsnotifywait -S (one filesystem
-// mark) and inotifywait -r. For each: start to watching, RSS, the kernel memory of its marks,
-// and the time from a file closed in a random deep directory to its job starting (the daemon;
-// the job is inotify-spawn-baseline --record, as in the watch benchmark) or to its line on
-// the peer's stdout.
+// benchmark mounts, watched by the release daemon with method = "fanotify" (one filesystem
+// mark) and with method = "inotify" (one watch per directory), then in turn by fsnotifywait
+// -r (fanotify, one inode mark per directory), fsnotifywait -S (one filesystem mark) and
+// inotifywait -r. For each: start to watching, RSS, the kernel memory of its marks, and the
+// time from a file closed in a random deep directory to its job starting (the daemons; the
+// job is inotify-spawn-baseline --record, as in the watch benchmark) or to its line on the
+// peer's stdout. The two daemons start one after the other and then run side by side, the
+// files going to each in turn, so that this 2-core machine's noise hits both alike.
 //
 // WATCHKEEPER_BENCH_FANOTIFY_DIRS (1000000), _FILES (200), _CASES (all five), _TIMEOUT_S (600).
 // Results and the reading: docs/measurements/fanotify.md.
@@ -48,6 +49,9 @@ private enum FanotifyBenchCase: String, CaseIterable {
         case .inotifywait: ["/usr/bin/inotifywait", "-r"] + events
         }
     }
+
+    /// Its files' names start with this.
+    var fileName: String { "f-" + rawValue }
 
     /// Descriptors it keeps open for each directory: fsnotifywait -r (3.22.6) opens each
     /// directory twice (for its handle and an O_PATH descriptor) and closes neither.
@@ -94,6 +98,8 @@ private struct FanotifyCaseResult {
     /// The daemon's: "tree_method" of its rule in the dump, and when its tree was fully listed.
     var treeMethod: String?
     var listedAfter: Double?
+    /// The daemon's CPU (user + system) from its start until the tree was fully listed.
+    var cpuUntilListed: Double?
     var notes: [String] = []
 }
 
@@ -129,6 +135,17 @@ private func unreclaimableSlabBytes() -> Int? {
         .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
 }
 
+/// Both figures at one moment.
+private struct KernelMemory {
+    let markBytes = markCacheBytes()
+    let unreclaimableSlab = unreclaimableSlabBytes()
+
+    func growth(since before: KernelMemory) -> (marks: Int?, unreclaimableSlab: Int?) {
+        (markBytes.flatMap { after in before.markBytes.map { after - $0 } },
+         unreclaimableSlab.flatMap { after in before.unreclaimableSlab.map { after - $0 } })
+    }
+}
+
 // MARK: The tree
 
 /// The tmpfs the tree lives on, mounted on `mountPoint`, unmounted at teardown.
@@ -147,7 +164,7 @@ private func mountTmpfs(_ mountPoint: String, teardown: WatchTeardown) throws {
     }
 }
 
-/// `count` distinct-enough deep directories `d<i>/s<j>` of the tree makeTree made, the same
+/// `count` random deep directories `d<i>/s<j>` of the tree makeTree made, the same
 /// for every case (a fixed seed), so that each case's files land where the others' did.
 private func randomDeepDirectories(_ root: String, directories: Int, count: Int) -> [String] {
     let width = max(1, Int(Double(directories).squareRoot()))
@@ -171,61 +188,71 @@ private func randomDeepDirectories(_ root: String, directories: Int, count: Int)
 
 // MARK: One case
 
-/// Files closed one at a time, `spacing` apart, into `directories`; waits until `arrived`
-/// knows every one (or 30 s pass) and returns each file's close-to-arrival time.
-private func closeToArrival(_ directories: [String], name: String, spacing: UInt64, arrived: () -> [String: UInt64]) throws -> LatencyResult {
-    var closedAt: [String: UInt64] = [:]
-    defer { for path in closedAt.keys { unlink(path) } }
+/// Closes one file at a time, `spacing` apart, into each of `directories` for each of the
+/// `names` in turn (the order flipped every directory), so that machine noise hits every case
+/// alike; waits until `arrived(i)` knows every file of `names[i]` (or 30 s pass) and returns
+/// each one's close-to-arrival times. The files are removed after.
+private func closeToArrival(_ directories: [String], names: [String], spacing: UInt64, arrived: (Int) -> [String: UInt64]) throws -> [LatencyResult] {
+    var closedAt: [[String: UInt64]] = names.map { _ in [:] }
+    defer { for files in closedAt { for path in files.keys { unlink(path) } } }
     var next = now()
     for (index, directory) in directories.enumerated() {
-        let path = directory + "/\(name)-\(index)"
-        closedAt[path] = try writeFile(path)
-        next += spacing
-        monotonicSleep(until: next)
+        for which in index % 2 == 0 ? Array(names.indices) : names.indices.reversed() {
+            let path = directory + "/\(names[which])-\(index)"
+            closedAt[which][path] = try writeFile(path)
+            next += spacing
+            monotonicSleep(until: next)
+        }
     }
-    var seen: [String: UInt64] = [:]
+    var seen: [[String: UInt64]] = names.map { _ in [:] }
     let deadline = now() + 30_000_000_000
     while now() < deadline {
-        seen = arrived().filter { closedAt[$0.key] != nil }
-        if seen.count == closedAt.count { break }
+        for which in names.indices { seen[which] = arrived(which).filter { closedAt[which][$0.key] != nil } }
+        if names.indices.allSatisfy({ seen[$0].count == closedAt[$0].count }) { break }
         usleep(20_000)
     }
-    var result = LatencyResult()
-    for (path, at) in seen { result.samples.append(Int64(bitPattern: at) - Int64(bitPattern: closedAt[path]!)) }
-    result.missing = closedAt.count - seen.count
-    return result
+    return names.indices.map { which in
+        var result = LatencyResult()
+        for (path, at) in seen[which] { result.samples.append(Int64(bitPattern: at) - Int64(bitPattern: closedAt[which][path]!)) }
+        result.missing = closedAt[which].count - seen[which].count
+        return result
+    }
 }
 
-private func runDaemonCase(_ kind: FanotifyBenchCase, _ settings: FanotifyBenchSettings, launcher: PeerLauncher, scratch: String,
-                           tree: String, directories: [String]) throws -> FanotifyCaseResult {
+/// A daemon case: its daemon started while no other case's is starting, its start-up
+/// figures taken, and it left running for the files, which go to every daemon case in turn.
+private func startDaemonCase(_ kind: FanotifyBenchCase, _ settings: FanotifyBenchSettings, launcher: PeerLauncher, scratch: String,
+                             tree: String) throws -> (RunningPeer, FanotifyCaseResult) {
     var result = FanotifyCaseResult()
     let peer = RunningPeer(kind: .watchkeeper, scratch: scratch, directory: tree)
     launcher.teardown.add { peer.stop() }
-    defer { peer.stop() }
-    let marksBefore = markCacheBytes()
-    let slabBefore = unreclaimableSlabBytes()
+    let kernelBefore = KernelMemory()
     peer.startedAt = now()
-    try launcher.startWatchkeeper(peer, recursive: true, readyTimeout: settings.timeout, method: kind.rawValue)
+    // Every daemon sees every file: each one's jobs are only for its own.
+    try launcher.startWatchkeeper(peer, recursive: true, readyTimeout: settings.timeout,
+                                  ruleKeys: ["method = \"\(kind.rawValue)\"", "include = [\"**/\(kind.fileName)-*\"]"])
     result.watchingAfter = Double(now() - peer.startedAt) / 1e9
     result.atWatching = ProcessMemory(pid: peer.watcherPid)
-    if let before = marksBefore, let after = markCacheBytes() { result.markBytes = after - before }
-    if let before = slabBefore, let after = unreclaimableSlabBytes() { result.unreclaimableSlabBytes = after - before }
+    (result.markBytes, result.unreclaimableSlabBytes) = KernelMemory().growth(since: kernelBefore)
     result.treeMethod = benchRule(peer)?["tree_method"] as? String
     // Only the fanotify backend names itself on stderr ("... with fanotify").
     if (peer.child?.stderrText ?? "").contains("with fanotify") != (kind == .fanotify) {
         result.notes.append("stderr \(kind == .fanotify ? "does not say" : "says") \"with fanotify\"")
     }
     result.listedAfter = waitUntilListed(peer, timeout: settings.timeout, notes: &result.notes)
-    var started: [String: UInt64] = [:]
-    result.latency = try closeToArrival(directories, name: "f-\(kind.rawValue)", spacing: settings.spacingNanoseconds) {
-        for record in peer.tail.readNew() where started[record.path] == nil { started[record.path] = record.started }
-        return started
+    if result.listedAfter != nil, let stat = readProcessStat(peer.watcherPid) {
+        result.cpuUntilListed = Double(stat.cpuTicks) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
+    return (peer, result)
+}
+
+/// After the files: memory at the end, and what the rule counted.
+private func finishDaemonCase(_ peer: RunningPeer, _ result: inout FanotifyCaseResult) {
     result.atEnd = ProcessMemory(pid: peer.watcherPid)
     if let rule = benchRule(peer) {
         result.notes.append(["overflows", "rescans", "events_seen", "jobs_submitted"].map { "\($0) \(rule[$0] ?? "?")" }.joined(separator: ", "))
     }
-    return result
+    peer.stop()
 }
 
 /// The daemon's rule in a fresh dump (the benchmark's configuration has one).
@@ -271,8 +298,7 @@ private func runPeerCase(_ kind: FanotifyBenchCase, _ settings: FanotifyBenchSet
     guard pipe(&pipeEnds) == 0 else { throw BenchFailure(description: "unable to make a pipe: \(String(cString: strerror(errno)))") }
     // Neither end leaks into the next case's processes; dup2 makes the child's stdout without it.
     for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
-    let marksBefore = markCacheBytes()
-    let slabBefore = unreclaimableSlabBytes()
+    let kernelBefore = KernelMemory()
     let started = now()
     let child: BenchChild
     do {
@@ -298,16 +324,15 @@ private func runPeerCase(_ kind: FanotifyBenchCase, _ settings: FanotifyBenchSet
     }
     result.watchingAfter = Double(now() - started) / 1e9
     result.atWatching = ProcessMemory(pid: child.pid)
-    if let before = marksBefore, let after = markCacheBytes() { result.markBytes = after - before }
-    if let before = slabBefore, let after = unreclaimableSlabBytes() { result.unreclaimableSlabBytes = after - before }
-    result.latency = try closeToArrival(directories, name: "f-\(kind.rawValue)", spacing: settings.spacingNanoseconds) {
+    (result.markBytes, result.unreclaimableSlabBytes) = KernelMemory().growth(since: kernelBefore)
+    result.latency = try closeToArrival(directories, names: [kind.fileName], spacing: settings.spacingNanoseconds) { _ in
         var seen: [String: UInt64] = [:]
-        for directory in directories.indices {
-            let path = directories[directory] + "/f-\(kind.rawValue)-\(directory)"
+        for (index, directory) in directories.enumerated() {
+            let path = directory + "/\(kind.fileName)-\(index)"
             if let at = lines.firstSeen(path) { seen[path] = UInt64(at) }
         }
         return seen
-    }
+    }[0]
     result.atEnd = ProcessMemory(pid: child.pid)
     return result
 }
@@ -376,25 +401,52 @@ func runFanotifyBenchmark() {
     }
     let directories = randomDeepDirectories(tree, directories: settings.directories, count: settings.files)
     var results: [FanotifyBenchCase: FanotifyCaseResult] = [:]
-    for kind in settings.cases {
-        // The case's processes and limits are undone when it ends, or by an interrupt.
-        let caseTeardown = WatchTeardown()
-        teardown.add { caseTeardown.run() }
-        defer { caseTeardown.run() }
-        if let limit = kind.markLimit { raiseKernelLimit(limit, to: settings.directories + 1 + 8_192, teardown: caseTeardown) }
-        var result: FanotifyCaseResult
+    func run(_ kind: FanotifyBenchCase, teardown: WatchTeardown, _ body: (String) throws -> Void) {
+        if let limit = kind.markLimit { raiseKernelLimit(limit, to: settings.directories + 1 + 8_192, teardown: teardown) }
         do {
             let scratch = root + "/" + kind.rawValue
             try makeDirectory(scratch)
-            result = kind.peerArguments == nil
-                ? try runDaemonCase(kind, settings, launcher: PeerLauncher(settings: watchSettings, teardown: caseTeardown), scratch: scratch,
-                                    tree: tree, directories: directories)
-                : try runPeerCase(kind, settings, teardown: caseTeardown, scratch: scratch, tree: tree, directories: directories)
+            try body(scratch)
         } catch {
-            result = FanotifyCaseResult(failure: "\(error)")
+            results[kind] = FanotifyCaseResult(failure: "\(error)")
         }
-        results[kind] = result
-        reportCase(kind, result)
+    }
+    // The daemons one after another, each started while the others idle; then the files,
+    // to each daemon in turn. Their processes and limits are undone after, or by an interrupt.
+    let daemonTeardown = WatchTeardown()
+    teardown.add { daemonTeardown.run() }
+    var daemons: [(kind: FanotifyBenchCase, peer: RunningPeer)] = []
+    for kind in settings.cases where kind.peerArguments == nil {
+        run(kind, teardown: daemonTeardown) { scratch in
+            let (peer, result) = try startDaemonCase(kind, settings, launcher: PeerLauncher(settings: watchSettings, teardown: daemonTeardown),
+                                                     scratch: scratch, tree: tree)
+            daemons.append((kind, peer))
+            results[kind] = result
+        }
+    }
+    if !daemons.isEmpty {
+        var started: [[String: UInt64]] = daemons.map { _ in [:] }
+        do {
+            let latencies = try closeToArrival(directories, names: daemons.map(\.kind.fileName), spacing: settings.spacingNanoseconds) { which in
+                for record in daemons[which].peer.tail.readNew() where started[which][record.path] == nil { started[which][record.path] = record.started }
+                return started[which]
+            }
+            for (which, daemon) in daemons.enumerated() { results[daemon.kind]?.latency = latencies[which] }
+        } catch {
+            report("  the files for the daemons: failed: \(error)")
+        }
+        for daemon in daemons { finishDaemonCase(daemon.peer, &results[daemon.kind]!) }
+    }
+    daemonTeardown.run()
+    for kind in settings.cases where kind.peerArguments == nil { if let result = results[kind] { reportCase(kind, result) } }
+    for kind in settings.cases where kind.peerArguments != nil {
+        let caseTeardown = WatchTeardown()
+        teardown.add { caseTeardown.run() }
+        defer { caseTeardown.run() }
+        run(kind, teardown: caseTeardown) { scratch in
+            results[kind] = try runPeerCase(kind, settings, teardown: caseTeardown, scratch: scratch, tree: tree, directories: directories)
+        }
+        if let result = results[kind] { reportCase(kind, result) }
     }
     reportTable(settings, results)
 }
@@ -414,6 +466,7 @@ private func reportCase(_ kind: FanotifyBenchCase, _ result: FanotifyCaseResult)
     if let bytes = result.unreclaimableSlabBytes { line += String(format: ", SUnreclaim %+.1f MiB", Double(bytes) / 1_048_576) }
     if let method = result.treeMethod { line += "; tree_method \(method)" }
     if let listed = result.listedAfter { line += String(format: "; tree fully listed %.1f s after the start", listed) }
+    if let cpu = result.cpuUntilListed { line += String(format: " (daemon CPU until then %.1f s)", cpu) }
     if !result.notes.isEmpty { line += "; " + result.notes.joined(separator: "; ") }
     report(line)
     printLatency(kind.label, result.latency)

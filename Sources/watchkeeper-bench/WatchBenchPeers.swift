@@ -395,8 +395,8 @@ final class PeerLauncher {
     }
 
     /// `job`: the rule's keys that say what runs (the batch part's); by default one
-    /// recording job per file. `method`: the rule's `method` key, absent if nil.
-    func startWatchkeeper(_ peer: RunningPeer, recursive: Bool, readyTimeout: Duration, job: String? = nil, method: String? = nil) throws {
+    /// recording job per file. `ruleKeys`: more of the rule's `key = value` lines.
+    func startWatchkeeper(_ peer: RunningPeer, recursive: Bool, readyTimeout: Duration, job: String? = nil, ruleKeys: [String] = []) throws {
         let config = peer.scratch + "/watchkeeper.toml"
         // Left out unless asked for: `direct` takes the jobs' output off the daemon's CPU.
         var output = ""
@@ -415,7 +415,7 @@ final class PeerLauncher {
         name = "bench"
         path = "\(peer.directory)"
         recursive = \(recursive)
-        \(method.map { "method = \"\($0)\"" } ?? "")
+        \(ruleKeys.joined(separator: "\n"))
         \(command)
         \(output)
         """.write(toFile: config, atomically: true, encoding: .utf8)
