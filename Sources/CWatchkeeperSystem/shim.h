@@ -197,17 +197,19 @@ static const int WK_AT_EMPTY_PATH = 0x1000;
 static const int WK_AT_STATX_FORCE_SYNC = 0x2000;
 
 // What a poll needs of an entry, relative to its directory's descriptor (one path
-// component for the kernel to walk, not the whole path), without the birth time. 0, or -1
-// with errno. flags: AT_SYMLINK_NOFOLLOW, or AT_EMPTY_PATH with name "" for the directory.
+// component for the kernel to walk, not the whole path), with the birth time where the file
+// system keeps one (the same statx: what tells a reused inode from the file it replaced).
+// 0, or -1 with errno. flags: AT_SYMLINK_NOFOLLOW, or AT_EMPTY_PATH with name "" for the
+// directory.
 static inline int wk_poll_stat(int dirfd, const char *name, int flags, struct wk_file_identity *out) {
     struct statx info;
     long done;
     do {
         done = syscall(SYS_statx, dirfd, name, flags,
-                       STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE | STATX_MTIME | STATX_CTIME, &info);
+                       STATX_TYPE | STATX_MODE | STATX_INO | STATX_SIZE | STATX_MTIME | STATX_CTIME | STATX_BTIME, &info);
     } while (done < 0 && errno == EINTR);
     if (done < 0) return -1;
-    wk_fill_identity(&info, 0, out);
+    wk_fill_identity(&info, 1, out);
     return 0;
 }
 

@@ -178,7 +178,9 @@ public final class DaemonSandbox {
             let end = body.range(of: "\n[", options: .literal).map { body.distance(from: body.startIndex, to: $0.lowerBound) } ?? body.count
             let own = body.prefix(end)
             guard !own.contains("method =") else { continue }
-            tables[index] = "\nmethod = \"\(method)\"" + body
+            // A poll at its quickest, so that waits written for events still hold.
+            let extra = method == "poll" && !own.contains("poll_interval") ? "\npoll_interval = \"1s\"\npoll_settle = \"1s\"" : ""
+            tables[index] = "\nmethod = \"\(method)\"" + extra + body
         }
         return tables.joined(separator: "[[watch]]")
     }

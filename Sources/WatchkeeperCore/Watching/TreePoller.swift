@@ -99,10 +99,26 @@ final class TreePoller: @unchecked Sendable {
     let progress = Mutex(Progress())
 
     // Everything below is touched only on `queue`.
+    /// What a pass compares. The change time too: a deleted file's inode number given to
+    /// the next one, with the same size and a preserved mtime (`cp -p`, `tar -x`), differs
+    /// from it only there; admission then tells it apart by its birth time, and a chmod
+    /// that only moved the change time runs nothing.
     private struct KnownFile: Equatable {
         var inode: UInt64
         var size: Int64
         var modified: Int64
+        var changed: Int64
+
+        init(inode: UInt64, size: Int64, modified: Int64, changed: Int64) {
+            self.inode = inode
+            self.size = size
+            self.modified = modified
+            self.changed = changed
+        }
+
+        init(_ file: wk_file_identity) {
+            self.init(inode: file.inode, size: file.size, modified: file.modified_ns, changed: file.changed_ns)
+        }
     }
 
     /// An array, not a dictionary: a pass walks every entry of every directory, and an
@@ -115,7 +131,7 @@ final class TreePoller: @unchecked Sendable {
         var bareName: ArraySlice<UInt8> { name.dropLast() }
     }
 
-    private static let unknownFile = KnownFile(inode: 0, size: -1, modified: 0)
+    private static let unknownFile = KnownFile(inode: 0, size: -1, modified: 0, changed: 0)
 
     private struct DirectoryState {
         var inode: UInt64
@@ -447,7 +463,7 @@ final class TreePoller: @unchecked Sendable {
                 dropped = true
                 continue
             }
-            let seen = KnownFile(inode: file.inode, size: file.size, modified: file.modified_ns)
+            let seen = KnownFile(file)
             let known = current.files[index].known
             guard seen != known else { continue }
             current.files[index].known = seen
@@ -549,7 +565,7 @@ final class TreePoller: @unchecked Sendable {
                 && mode_t(file.mode) & S_IFMT == S_IFREG {
                 candidates[relative] = nil
                 settled.append(Settled(relative: relative, identity: identity, firstSeen: candidate.firstSeen))
-                remember(relative, KnownFile(inode: file.inode, size: file.size, modified: file.modified_ns))
+                remember(relative, KnownFile(file))
             } else {
                 restarted += 1
                 candidates[relative] = Candidate(identity: identity, lookedAt: now, firstSeen: candidate.firstSeen)
@@ -624,8 +640,11 @@ final class TreePoller: @unchecked Sendable {
         (settings.followSymlinks ? 0 : AT_SYMLINK_NOFOLLOW) | (settings.tree.isRemote ? WK_AT_STATX_FORCE_SYNC : 0)
     }
 
-    /// `sweepEvery` on a network or FUSE file system.
-    static let remoteSweepEvery = 6
+    /// `sweepEvery` on a network or FUSE file system: each stat there is a round trip that
+    /// costs the daemon ~12 µs of kernel CPU (sshfs), and a file rewritten in place is the
+    /// only one an unchanged directory hides. Every sixth pass cost 0.244 s a pass on
+    /// 100,000 files over sshfs, over issue 24's 0.2 s (docs/measurements/polling.md).
+    static let remoteSweepEvery = 10
 
     /// A directory or stat this long in the making is a file system that stopped answering.
     static let stallAfter: Duration = .seconds(10)

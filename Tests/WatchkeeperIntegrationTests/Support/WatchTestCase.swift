@@ -40,8 +40,19 @@ class WatchTestCase: XCTestCase {
     /// Whether the rule's tree is watched in full: with inotify, `directories` watches; with
     /// fanotify, its one mark, which covers every directory from the start.
     func watchesTree(_ rule: [String: Any]?, directories: Int) -> Bool {
-        if DaemonSandbox.watchMethodUnderTest == "fanotify" { return rule?["fanotify_marks"] as? Int == 1 }
-        return rule?["inotify_watches"] as? Int == directories
+        switch DaemonSandbox.watchMethodUnderTest {
+        case "fanotify": return rule?["fanotify_marks"] as? Int == 1
+        case "poll": return rule?["tree_method"] as? String == "poll" && (rule?["polled_trees"] as? [Any])?.count == 1
+        default: return rule?["inotify_watches"] as? Int == directories
+        }
+    }
+
+    /// Skips a test about what only events give (a deletion, a settle window shorter than a
+    /// poll, a root's rename seen at once) when the watch tests run with `method = "poll"`.
+    func skipIfPolling(_ why: String) throws {
+        if DaemonSandbox.watchMethodUnderTest == "poll" {
+            throw XCTSkip("about events (\(why)); the watch tests run with method = \"poll\"")
+        }
     }
 
     /// Skips a test that is about inotify itself when the watch tests run with another
