@@ -169,6 +169,12 @@ def scenarios(long, binary):
                "after the remount, a stopped client stalling only its poll; method = poll on a local tree (long run only: "
                "make test runs the same tests with 2,000 files)",
                ["env", "WATCHKEEPER_TEST_SHARE_FILES=20000"] + swift_test + ["NetworkShareTests|PollMethodTests"],
+               summarise_swift_test, False),
+              ("huge-trees", "24", "method = fanotify on a tmpfs of 1,000,000 directories: one mark, the listing after READY, "
+               "a burst of 2,000 files (half renamed into place) each handled once, an overflow rescanned, a directory "
+               "renamed within the tree, a root renamed away, no CAP_SYS_ADMIN said and inotify used (long run only: make "
+               "test runs the same tests on 100,000 directories)",
+               ["env", "WATCHKEEPER_TEST_FANOTIFY_DIRECTORIES=1000000"] + swift_test + ["FanotifyMethodTests"],
                summarise_swift_test, False)] if long else []) + [
         ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
          summarise_crash, True),
