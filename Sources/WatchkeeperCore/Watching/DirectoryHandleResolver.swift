@@ -218,17 +218,10 @@ public final class DirectoryHandleResolver: @unchecked Sendable {
                 var info = stat()
                 if case .success = nothingOrErrno({ fstat(fd, &info) }), info.st_nlink == 0 { return .gone }
             }
-            return isInsideRoot(path) ? .path(path) : .outsideRoot(path)
+            return relativePath(path, under: canonicalRootPath) != nil ? .path(path) : .outsideRoot(path)
         case .failure(let failure):
             return .failed(failure)
         }
-    }
-
-    /// The root itself, or a path below it: the root and a "/".
-    private func isInsideRoot(_ path: [UInt8]) -> Bool {
-        guard path.count >= canonicalRootPath.count, path.starts(with: canonicalRootPath) else { return false }
-        return path.count == canonicalRootPath.count || canonicalRootPath == [UInt8(ascii: "/")]
-            || path[canonicalRootPath.count] == UInt8(ascii: "/")
     }
 
     /// What /proc/self/fd/N reads back: the open directory's path now. ENAMETOOLONG when

@@ -45,10 +45,10 @@ extension DirectoryWatcher {
                 let had = rule.inotifyDirectories
                 backend?.unwatch(.rule(rule.name), under: [])
                 rule.inotifyDirectories = 0
-                let marks = 1 + points.count - unmarked.count
+                let marks = fanotify.watchedCount(of: .rule(rule.name))
                 logger.notice("watch \(rule.name): watching \(LineEscaping.escaped(root)) with fanotify, because \(why): \(marks) file system mark\(marks == 1 ? "" : "s") instead of one inotify watch per directory\(had > 0 ? " (its \(had) inotify watches are removed)" : "")")
                 for (path, error) in unmarked {
-                    if let relative = FanotifyBackend.relative(path, under: root) { reportWatchFailure(rule, relative: relative, error: error) }
+                    if let relative = relativePath(path, under: root) { reportWatchFailure(rule, relative: relative, error: error) }
                 }
                 return true
             case .failure(let failure):
@@ -194,7 +194,7 @@ extension DirectoryWatcher {
         guard rule.settings.recursive else { return [] }
         var points: [[UInt8]] = []
         for mount in mountTable() where FilesystemClass.reasonToPoll(mount.fileSystemType) == nil {
-            guard let relative = FanotifyBackend.relative(mount.mountPoint, under: root), !relative.isEmpty,
+            guard let relative = relativePath(mount.mountPoint, under: root), !relative.isEmpty,
                   rule.remoteTree(holding: relative) == nil, !points.contains(mount.mountPoint) else { continue }
             points.append(mount.mountPoint)
         }
@@ -202,12 +202,7 @@ extension DirectoryWatcher {
     }
 
     private func fileSystemType(of path: [UInt8]) -> String {
-        var best: MountInfoEntry?
-        for mount in mountTable() {
-            guard FanotifyBackend.relative(path, under: mount.mountPoint) != nil else { continue }
-            if best == nil || mount.mountPoint.count >= best!.mountPoint.count { best = mount }
-        }
-        return best?.fileSystemType ?? "unknown"
+        MountInfoEntry.containing(path, in: mountTable())?.fileSystemType ?? "unknown"
     }
 
     /// The mount table as the mount watcher last read it, or read now without one.

@@ -255,8 +255,6 @@ final class FanotifyBackend: WatchBackend {
     /// Marks, all trees together (what counts against fs.fanotify.max_user_marks).
     var watchCount: Int { marks.count }
 
-    var isEmpty: Bool { trees.isEmpty }
-
     // MARK: Events
 
     /// What the kernel's events mean for the trees, in order.
@@ -343,7 +341,7 @@ final class FanotifyBackend: WatchBackend {
             guard let resolver = tree.resolvers[handle.fileSystemID] else { continue }
             switch resolver.resolve(handle) {
             case .path(let path):
-                guard let relative = Self.relative(path, under: tree.root), tree.recursive || relative.isEmpty else { continue }
+                guard let relative = relativePath(path, under: tree.root), tree.recursive || relative.isEmpty else { continue }
                 found.append(Location(owner: owner, relative: relative))
             case .outsideRoot, .gone:
                 continue
@@ -354,15 +352,6 @@ final class FanotifyBackend: WatchBackend {
             }
         }
         return found
-    }
-
-    /// `path` relative to `root`, or nil when it is not `root` or below it.
-    static func relative(_ path: [UInt8], under root: [UInt8]) -> [UInt8]? {
-        let slash = UInt8(ascii: "/")
-        if path == root { return [] }
-        if root == [slash] { return path.first == slash ? Array(path.dropFirst()) : nil }
-        guard path.count > root.count, path.starts(with: root), path[root.count] == slash else { return nil }
-        return Array(path[(root.count + 1)...])
     }
 
     func describe() -> [DumpField] {

@@ -34,7 +34,6 @@ public final class FanotifyWatcher: KernelEventWatcher<FanotifyEvent>, @unchecke
     public let reportsObjectHandles: Bool
     private let decoding: Decoding
 
-    public var malformedEvents: UInt64 { decoding.malformedEvents }
 
     /// Creates the group (fanotify_init: notification class, non-blocking, close-on-exec,
     /// directory handle and name reporting) and its read source, inactive until `start()`.

@@ -7,6 +7,16 @@ import SystemPackage
 import Glibc
 #endif
 
+/// `path` relative to `root` ("" for `root` itself), or nil when it is neither `root` nor
+/// below it, by whole components: "/srv/in" is under "/srv", "/srv/inbox" not under "/srv/in".
+func relativePath(_ path: [UInt8], under root: [UInt8]) -> [UInt8]? {
+    let slash = UInt8(ascii: "/")
+    if path == root { return [] }
+    if root == [slash] { return path.first == slash ? Array(path.dropFirst()) : nil }
+    guard path.count > root.count, path.starts(with: root), path[root.count] == slash else { return nil }
+    return Array(path[(root.count + 1)...])
+}
+
 /// One line of /proc/self/mountinfo, the fields the watcher needs.
 public struct MountInfoEntry: Hashable, Sendable, CustomStringConvertible {
     /// Unique while the mount exists (field 1); a mount point can hold several mounts
@@ -33,6 +43,16 @@ public struct MountInfoEntry: Hashable, Sendable, CustomStringConvertible {
     /// Parses mountinfo's text (proc(5)): "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3
     /// /dev/root rw". Lines that do not parse are skipped rather than failing the whole
     /// table: a future kernel may add fields, and the ones used here are fixed.
+    /// The mount `path` is on: the deepest mount point at or above it, and of mounts stacked
+    /// on that point the last in mountinfo's order (the one that hides the others).
+    static func containing(_ path: [UInt8], in mounts: [MountInfoEntry]) -> MountInfoEntry? {
+        var containing: MountInfoEntry?
+        for mount in mounts where relativePath(path, under: mount.mountPoint) != nil {
+            if containing == nil || mount.mountPoint.count >= containing!.mountPoint.count { containing = mount }
+        }
+        return containing
+    }
+
     public static func parse(_ text: [UInt8]) -> [MountInfoEntry] {
         var entries: [MountInfoEntry] = []
         for line in text.split(separator: UInt8(ascii: "\n")) {

@@ -88,14 +88,7 @@ struct PolledTree: Sendable, Equatable, CustomStringConvertible {
     /// mountinfo's order: a later mount on the same point hides an earlier one).
     static func trees(root: [UInt8], recursive: Bool, method: WatchMethod, mounts: [MountInfoEntry]) -> [PolledTree] {
         let slash = UInt8(ascii: "/")
-        func isAtOrAbove(_ point: [UInt8], _ path: [UInt8]) -> Bool {
-            point == path || point == [slash] || (path.count > point.count && path.starts(with: point) && path[point.count] == slash)
-        }
-        // The mount the root is on: the deepest mount point at or above it, the last of those.
-        var containing: MountInfoEntry?
-        for mount in mounts where isAtOrAbove(mount.mountPoint, root) {
-            if containing == nil || mount.mountPoint.count >= containing!.mountPoint.count { containing = mount }
-        }
+        let containing = MountInfoEntry.containing(root, in: mounts)
         func tree(_ relative: [UInt8], _ mount: MountInfoEntry?, reason: String) -> PolledTree {
             PolledTree(relative: relative, mountPoint: mount?.mountPoint ?? root, fileSystemType: mount?.fileSystemType ?? "unknown",
                        source: mount?.source ?? "", reason: reason,
@@ -112,9 +105,9 @@ struct PolledTree: Sendable, Equatable, CustomStringConvertible {
             }
             guard recursive else { return [] }
             var trees: [PolledTree] = []
-            for mount in mounts where mount.mountPoint.count > root.count && isAtOrAbove(root, mount.mountPoint) {
-                guard let reason = FilesystemClass.reasonToPoll(mount.fileSystemType) else { continue }
-                let relative = Array(mount.mountPoint[(root.count + (root == [slash] ? 0 : 1))...])
+            for mount in mounts {
+                guard let relative = relativePath(mount.mountPoint, under: root), !relative.isEmpty,
+                      let reason = FilesystemClass.reasonToPoll(mount.fileSystemType) else { continue }
                 // One poll per tree: a network mount inside another is polled with it.
                 guard !trees.contains(where: { $0.contains(relative) }) else { continue }
                 trees.removeAll { $0.relative.starts(with: relative + [slash]) }
