@@ -1,0 +1,400 @@
+import Dispatch
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What moves bytes over a connected socket: the socket itself, or TLS over it. Both
+/// answer the same way, so the connection drives them alike.
+protocol GatewayStream: AnyObject {
+    /// Connected at the TCP level; `.done(0)` once the stream can carry requests.
+    func handshake() throws(GatewayFailure) -> StreamProgress
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(GatewayFailure) -> StreamProgress
+    func write(_ bytes: UnsafeRawBufferPointer) throws(GatewayFailure) -> StreamProgress
+}
+
+enum StreamProgress: Equatable {
+    case done(Int)
+    case wantRead
+    case wantWrite
+    case closed
+}
+
+/// Why an exchange with an endpoint failed, worded for the operator.
+public enum GatewayFailure: Error, Equatable, CustomStringConvertible {
+    case resolve(String)
+    case connect(Errno)
+    case io(Errno)
+    case tls(String)
+    case closed
+    case malformed(String)
+    case timedOut(Duration)
+
+    public var description: String {
+        switch self {
+        case .resolve(let reason): return "unable to resolve the host: \(reason)"
+        case .connect(let errno): return "unable to connect: \(errno.description) (\(errno.symbolicName))"
+        case .io(let errno): return "connection failed: \(errno.description) (\(errno.symbolicName))"
+        case .tls(let reason): return "TLS failed: \(reason)"
+        case .closed: return "the endpoint closed the connection"
+        case .malformed(let reason): return "unreadable answer: \(reason)"
+        case .timedOut(let limit): return "no answer within \(limit.compactDescription)"
+        }
+    }
+}
+
+final class PlainStream: GatewayStream {
+    let descriptor: Int32
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    func handshake() throws(GatewayFailure) -> StreamProgress { .done(0) }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(GatewayFailure) -> StreamProgress {
+        switch NonBlockingRead({ Glibc.recv(descriptor, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT)) }) {
+        case .bytes(let count): return .done(count)
+        case .wouldBlock: return .wantRead
+        case .endOfFile: return .closed
+        case .failed(let errno): throw .io(errno)
+        }
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) throws(GatewayFailure) -> StreamProgress {
+        switch valueOrErrno({ Glibc.send(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }) {
+        case .success(let count): return .done(count)
+        case .failure(.resourceTemporarilyUnavailable): return .wantWrite
+        case .failure(let errno): throw .io(errno)
+        }
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection to one etcd endpoint, on the cluster client's
+/// queue: a non-blocking socket, its read source (whose cancel handler closes the fd) and
+/// a write source while a connect or a write waits. One exchange at a time; the caller
+/// keeps the deadline and closes the connection when it passes.
+final class GatewayConnection: @unchecked Sendable {
+    enum Event {
+        case head(status: Int)
+        case body([UInt8])
+        case end
+        case failed(GatewayFailure)
+    }
+
+    private enum State {
+        case connecting
+        case handshaking
+        case open
+        case closed
+    }
+
+    let endpoint: EtcdEndpoint
+    private let queue: DispatchQueue
+    private var reader: FileDescriptorReadSource
+    private var writer: DispatchSourceWrite?
+    private var writerSuspended = false
+    private var state = State.connecting
+    private var stream: GatewayStream
+    private var outbound: [UInt8] = []
+    private var outboundOffset = 0
+    private var parser: HTTPResponseParser?
+    private var onEvent: ((Event) -> Void)?
+    /// Made once the socket is connected: TLS needs the connected fd.
+    private let makeSecureStream: ((Int32) throws(GatewayFailure) -> GatewayStream)?
+    private(set) var exchanges = 0
+    var isIdle: Bool { state == .open && parser == nil && onEvent == nil }
+    var isClosed: Bool { state == .closed }
+    var reusable: Bool { state != .closed }
+
+    /// Starts connecting to `address`. The first exchange may be sent at once: it is
+    /// written when the connection (and TLS) is up.
+    init(endpoint: EtcdEndpoint, address: SocketAddress, queue: DispatchQueue,
+         secureStream: ((Int32) throws(GatewayFailure) -> GatewayStream)?) throws(GatewayFailure) {
+        self.endpoint = endpoint
+        self.queue = queue
+        self.makeSecureStream = secureStream
+        let descriptor: Int32
+        do {
+            descriptor = try systemCall { socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        } catch {
+            throw .connect(error)
+        }
+        var one: Int32 = 1
+        _ = setsockopt(descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let owned = OwnedFileDescriptor(adopting: descriptor)
+        let connectResult = address.withPointer { pointer, length in
+            nothingOrErrno { Glibc.connect(descriptor, pointer, length) }
+        }
+        reader = owned.makeReadSource(queue: queue)
+        stream = PlainStream(descriptor: descriptor)
+        switch connectResult {
+        case .success:
+            state = .handshaking
+        case .failure(.nowInProgress):
+            state = .connecting
+        case .failure(let errno):
+            reader.source.activate()
+            reader.cancel()
+            state = .closed
+            throw .connect(errno)
+        }
+        reader.source.setEventHandler { [weak self] in self?.pump() }
+        reader.source.activate()
+        if state == .connecting {
+            wantWritable()
+        } else {
+            queue.async { [weak self] in self?.pump() }
+        }
+    }
+
+    deinit {
+        if state != .closed { close() }
+    }
+
+    /// Sends one request; `onEvent` gets the head, body pieces and end, or one failure.
+    func send(_ request: [UInt8], onEvent: @escaping (Event) -> Void) {
+        precondition(self.onEvent == nil, "one exchange at a time on a gateway connection")
+        guard state != .closed else {
+            onEvent(.failed(.closed))
+            return
+        }
+        outbound = request
+        outboundOffset = 0
+        parser = HTTPResponseParser(maxBody: 64 * 1024 * 1024)
+        self.onEvent = onEvent
+        exchanges += 1
+        if state == .open { pump() }
+    }
+
+    /// Closes the socket; an exchange in flight is not told (the caller closed it).
+    func close() {
+        guard state != .closed else { return }
+        state = .closed
+        onEvent = nil
+        parser = nil
+        let reader = self.reader
+        if let writer {
+            writer.setCancelHandler { reader.cancel() }
+            if writerSuspended { writer.resume() }
+            writer.cancel()
+            self.writer = nil
+        } else {
+            reader.cancel()
+        }
+    }
+
+    private func fail(_ failure: GatewayFailure) {
+        let handler = onEvent
+        close()
+        handler?(.failed(failure))
+    }
+
+    private func wantWritable() {
+        if let writer {
+            if writerSuspended {
+                writer.resume()
+                writerSuspended = false
+            }
+            return
+        }
+        let source = DispatchSource.makeWriteSource(fileDescriptor: reader.descriptor.rawValue, queue: queue)
+        source.setEventHandler { [weak self] in self?.pump() }
+        writer = source
+        source.activate()
+    }
+
+    private func writableNotNeeded() {
+        guard let writer, !writerSuspended else { return }
+        writer.suspend()
+        writerSuspended = true
+    }
+
+    /// Moves the connection on as far as it can go now: connect, handshake, write, read.
+    private func pump() {
+        do throws(GatewayFailure) {
+            var needWrite = false
+            if state == .connecting {
+                var error: Int32 = 0
+                var length = socklen_t(MemoryLayout<Int32>.size)
+                _ = getsockopt(reader.descriptor.rawValue, SOL_SOCKET, SO_ERROR, &error, &length)
+                if error == EINPROGRESS || error == EALREADY {
+                    wantWritable()
+                    return
+                }
+                guard error == 0 else { throw .connect(Errno(rawValue: error)) }
+                // A read event can come before the write event; only a connected socket
+                // has a peer.
+                var peer = sockaddr_storage()
+                var peerLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+                let connected = withUnsafeMutablePointer(to: &peer) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(reader.descriptor.rawValue, $0, &peerLength) == 0 }
+                }
+                guard connected else {
+                    wantWritable()
+                    return
+                }
+                state = .handshaking
+                if let makeSecureStream { stream = try makeSecureStream(reader.descriptor.rawValue) }
+            }
+            if state == .handshaking {
+                switch try stream.handshake() {
+                case .done: state = .open
+                case .wantRead:
+                    writableNotNeeded()
+                    return
+                case .wantWrite:
+                    wantWritable()
+                    return
+                case .closed: throw .closed
+                }
+            }
+            guard state == .open else { return }
+            while outboundOffset < outbound.count {
+                let offset = outboundOffset
+                let progress = try outbound.withUnsafeBytes { bytes in
+                    Result { () throws(GatewayFailure) in try stream.write(UnsafeRawBufferPointer(rebasing: bytes[offset...])) }
+                }.get()
+                switch progress {
+                case .done(let count): outboundOffset += count
+                case .wantWrite:
+                    needWrite = true
+                case .wantRead: break
+                case .closed: throw .closed
+                }
+                if case .done = progress { continue }
+                break
+            }
+            if outboundOffset >= outbound.count && !outbound.isEmpty {
+                outbound = []
+                outboundOffset = 0
+            }
+            try readAvailable()
+            if state == .closed { return }
+            if needWrite { wantWritable() } else { writableNotNeeded() }
+        } catch {
+            fail(error)
+        }
+    }
+
+    private func readAvailable() throws(GatewayFailure) {
+        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+        while state != .closed {
+            let progress = try buffer.withUnsafeMutableBytes { bytes in
+                Result { () throws(GatewayFailure) in try stream.read(into: bytes) }
+            }.get()
+            switch progress {
+            case .done(let count):
+                guard var parser else {
+                    // Nothing asked: an idle keep-alive connection the server closed or wrote to.
+                    throw .malformed("data on an idle connection")
+                }
+                let events: [HTTPResponseParser.Event]
+                do {
+                    events = try parser.feed(buffer[0..<count])
+                } catch {
+                    throw .malformed(error.description)
+                }
+                self.parser = parser
+                for event in events { deliver(event, keepAlive: parser.keepAlive) }
+            case .wantRead, .wantWrite:
+                return
+            case .closed:
+                if var parser, let end = parser.closed() {
+                    self.parser = parser
+                    deliver(end, keepAlive: false)
+                }
+                if onEvent != nil { throw .closed }
+                close()
+                return
+            }
+        }
+    }
+
+    private func deliver(_ event: HTTPResponseParser.Event, keepAlive: Bool) {
+        guard let handler = onEvent else { return }
+        switch event {
+        case .head(let status): handler(.head(status: status))
+        case .body(let bytes): if !bytes.isEmpty { handler(.body(bytes)) }
+        case .end:
+            onEvent = nil
+            parser = nil
+            if !keepAlive { close() }
+            handler(.end)
+        }
+    }
+}
+
+/// An IPv4 or IPv6 socket address, as getaddrinfo or inet_pton gives it.
+struct SocketAddress: Sendable, CustomStringConvertible {
+    private var storage = sockaddr_storage()
+    private let length: socklen_t
+    let family: Int32
+
+    init?(numericHost host: String, port: UInt16) {
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = port.bigEndian
+            family = AF_INET
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            withUnsafeMutableBytes(of: &storage) { raw in withUnsafeBytes(of: v4) { raw.copyMemory(from: $0) } }
+            return
+        }
+        var v6 = sockaddr_in6()
+        if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
+            v6.sin6_family = sa_family_t(AF_INET6)
+            v6.sin6_port = port.bigEndian
+            family = AF_INET6
+            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            withUnsafeMutableBytes(of: &storage) { raw in withUnsafeBytes(of: v6) { raw.copyMemory(from: $0) } }
+            return
+        }
+        return nil
+    }
+
+    init(copying address: UnsafePointer<sockaddr>, length: socklen_t) {
+        self.length = min(length, socklen_t(MemoryLayout<sockaddr_storage>.size))
+        family = Int32(address.pointee.sa_family)
+        withUnsafeMutableBytes(of: &storage) { raw in raw.copyMemory(from: UnsafeRawBufferPointer(start: address, count: Int(self.length))) }
+    }
+
+    func withPointer<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        withUnsafeBytes(of: storage) { raw in body(raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) }
+    }
+
+    var description: String {
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        withUnsafeBytes(of: storage) { raw in
+            if family == AF_INET {
+                var address = raw.load(as: sockaddr_in.self).sin_addr
+                _ = inet_ntop(AF_INET, &address, &text, socklen_t(text.count))
+            } else {
+                var address = raw.load(as: sockaddr_in6.self).sin6_addr
+                _ = inet_ntop(AF_INET6, &address, &text, socklen_t(text.count))
+            }
+        }
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// getaddrinfo, which may block on DNS: called off every owner's queue.
+    static func resolve(host: String, port: UInt16) -> Result<[SocketAddress], GatewayFailure> {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_family = AF_UNSPEC
+        var list: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(host, String(port), &hints, &list)
+        guard status == 0, let first = list else {
+            return .failure(.resolve(String(cString: gai_strerror(status))))
+        }
+        defer { freeaddrinfo(first) }
+        var addresses: [SocketAddress] = []
+        var cursor: UnsafeMutablePointer<addrinfo>? = first
+        while let entry = cursor {
+            if let address = entry.pointee.ai_addr { addresses.append(SocketAddress(copying: address, length: entry.pointee.ai_addrlen)) }
+            cursor = entry.pointee.ai_next
+        }
+        return addresses.isEmpty ? .failure(.resolve("no address")) : .success(addresses)
+    }
+}
