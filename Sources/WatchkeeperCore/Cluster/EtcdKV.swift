@@ -24,6 +24,8 @@ public struct EtcdWatchEvent: Sendable, Equatable {
     public enum Kind: Sendable, Equatable { case put, delete }
     public let kind: Kind
     public let kv: EtcdKeyValue
+    /// What the key held before (the watch asks for it): how a deleted key is told apart.
+    public let previous: EtcdKeyValue?
 }
 
 public enum EtcdCreateResult: Sendable, Equatable {
@@ -79,24 +81,70 @@ extension EtcdClient {
     /// hosts is decided by etcd.
     public func create(_ key: String, value: String, lease: Int64, timeout: Duration,
                        completion: @escaping (Result<EtcdCreateResult, EtcdError>) -> Void) {
-        var put = [DumpField("key", Self.key(key)), DumpField("value", .string(Base64.encode(value)))]
-        if lease != 0 { put.append(DumpField("lease", .string(String(lease)))) }
+        createAll([(key, value)], lease: lease, timeout: timeout) { result in
+            completion(result.flatMap { outcome in
+                switch outcome {
+                case .created(let revision): return .success(.created(revision: revision))
+                case .exists(let found):
+                    guard let kv = found.first else { return .failure(.server(self.endpointInUse, code: 10, message: "the key vanished during the claim; retry")) }
+                    return .success(.exists(kv))
+                }
+            })
+        }
+    }
+
+    public enum CreateAllResult: Sendable, Equatable {
+        case created(revision: Int64)
+        /// Those of the keys that exist (possibly none, if they vanished in between).
+        case exists([EtcdKeyValue])
+    }
+
+    /// Creates every key only if none of them exists, all bound to `lease`; otherwise
+    /// reads those that exist. One transaction.
+    public func createAll(_ entries: [(key: String, value: String)], lease: Int64, timeout: Duration,
+                          completion: @escaping (Result<CreateAllResult, EtcdError>) -> Void) {
+        let compare = entries.map { entry in
+            DumpValue.object([DumpField("target", .string("CREATE")), DumpField("key", Self.key(entry.key)),
+                              DumpField("create_revision", .string("0")), DumpField("result", .string("EQUAL"))])
+        }
+        let success = entries.map { entry -> DumpValue in
+            var put = [DumpField("key", Self.key(entry.key)), DumpField("value", .string(Base64.encode(entry.value)))]
+            if lease != 0 { put.append(DumpField("lease", .string(String(lease)))) }
+            return .object([DumpField("request_put", .object(put))])
+        }
+        let failure = entries.map { entry in
+            DumpValue.object([DumpField("request_range", .object([DumpField("key", Self.key(entry.key))]))])
+        }
+        let body = DumpValue.object([DumpField("compare", .array(compare)), DumpField("success", .array(success)), DumpField("failure", .array(failure))])
+        call("/v3/kv/txn", body, timeout: timeout) { result in
+            completion(result.map { answer in
+                if answer["succeeded"] == .bool(true) {
+                    return .created(revision: answer["header"]?["revision"]?.int64Value ?? 0)
+                }
+                let found = (answer["responses"]?.arrayValue ?? []).compactMap { response in
+                    response["response_range"]?["kvs"]?.arrayValue?.first.flatMap(EtcdKeyValue.init)
+                }
+                return .exists(found)
+            })
+        }
+    }
+
+    /// If `key` is still at `modRevision`: runs `puts` (each bound to nothing) and deletes
+    /// `deletes`. False if the key changed or went since.
+    public func commit(ifKey key: String, atModRevision modRevision: Int64, puts: [(key: String, value: String)], deletes: [String],
+                       timeout: Duration, completion: @escaping (Result<Bool, EtcdError>) -> Void) {
+        let operations = puts.map { put in
+            DumpValue.object([DumpField("request_put", .object([DumpField("key", Self.key(put.key)), DumpField("value", .string(Base64.encode(put.value)))]))])
+        } + deletes.map { key in
+            DumpValue.object([DumpField("request_delete_range", .object([DumpField("key", Self.key(key))]))])
+        }
         let body = DumpValue.object([
-            DumpField("compare", .array([.object([DumpField("target", .string("CREATE")), DumpField("key", Self.key(key)),
-                                                  DumpField("create_revision", .string("0")), DumpField("result", .string("EQUAL"))])])),
-            DumpField("success", .array([.object([DumpField("request_put", .object(put))])])),
-            DumpField("failure", .array([.object([DumpField("request_range", .object([DumpField("key", Self.key(key))]))])])),
+            DumpField("compare", .array([.object([DumpField("target", .string("MOD")), DumpField("key", Self.key(key)),
+                                                  DumpField("mod_revision", .string(String(modRevision))), DumpField("result", .string("EQUAL"))])])),
+            DumpField("success", .array(operations)),
         ])
         call("/v3/kv/txn", body, timeout: timeout) { result in
-            completion(result.flatMap { answer -> Result<EtcdCreateResult, EtcdError> in
-                if answer["succeeded"] == .bool(true) {
-                    return .success(.created(revision: answer["header"]?["revision"]?.int64Value ?? 0))
-                }
-                let kv = answer["responses"]?.arrayValue?.first?["response_range"]?["kvs"]?.arrayValue?.first.flatMap(EtcdKeyValue.init)
-                // Deleted between the compare and the read (a lease expiring): try again.
-                guard let kv else { return .failure(.server(self.endpointInUse, code: 10, message: "the key vanished during the claim; retry")) }
-                return .success(.exists(kv))
-            })
+            completion(result.map { $0["succeeded"] == .bool(true) })
         }
     }
 
@@ -171,6 +219,7 @@ extension EtcdClient {
                       onEvents: @escaping ([EtcdWatchEvent], Int64) -> Void, onCompacted: @escaping (Int64) -> Void,
                       completion: @escaping (Result<Void, EtcdError>) -> Void) {
         var create = [DumpField("key", Self.key(prefix)), DumpField("range_end", .string(Base64.encode(Self.prefixEnd(prefix))))]
+        create.append(DumpField("prev_kv", .bool(true)))
         if revision > 0 { create.append(DumpField("start_revision", .string(String(revision)))) }
         stream("/v3/watch", .object([DumpField("create_request", .object(create))]), timeout: timeout, onMessage: { message in
             let result = message["result"] ?? message
@@ -181,7 +230,8 @@ extension EtcdClient {
             let headerRevision = result["header"]?["revision"]?.int64Value ?? 0
             let events = (result["events"]?.arrayValue ?? []).compactMap { event -> EtcdWatchEvent? in
                 guard let kv = event["kv"].flatMap(EtcdKeyValue.init) else { return nil }
-                return EtcdWatchEvent(kind: event["type"]?.stringValue == "DELETE" ? .delete : .put, kv: kv)
+                return EtcdWatchEvent(kind: event["type"]?.stringValue == "DELETE" ? .delete : .put, kv: kv,
+                                      previous: event["prev_kv"].flatMap(EtcdKeyValue.init))
             }
             onEvents(events, headerRevision)
         }, completion: { result in completion(result.map { _ in () }) })

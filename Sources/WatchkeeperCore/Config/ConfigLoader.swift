@@ -78,6 +78,7 @@ public enum ConfigLoader {
     public static func acceptedKeys() -> [String: [String]] {
         let probe = """
             [daemon]
+            [cluster]
             [[task]]
             name = "t"
             retry = {}
@@ -107,6 +108,12 @@ public enum ConfigLoader {
             readDaemon(&reader, into: &daemon)
             reader.reportUnknownKeys()
         }
+        var cluster: ClusterSettings?
+        if let clusterTable = top.table("cluster") {
+            var reader = TableReader(table: clusterTable, path: [.key("cluster")], displayName: "[cluster]", context: context)
+            cluster = ClusterSettings.read(&reader)
+            reader.reportUnknownKeys()
+        }
         var tasks: [TaskSettings] = []
         if let entries = top.arrayOfTables(NamedEntryKind.task.rawValue) {
             var declared: [String: [TOMLPathComponent]] = [:]
@@ -117,6 +124,7 @@ public enum ConfigLoader {
                 reader.reportUnknownKeys()
             }
             TaskSettings.validateDependencies(tasks, declared: declared, context: context)
+            TaskSettings.validateFleet(tasks, cluster: cluster, declared: declared, context: context)
         }
         var watches: [WatchSettings] = []
         if let entries = top.arrayOfTables(NamedEntryKind.watch.rawValue) {
@@ -127,7 +135,7 @@ public enum ConfigLoader {
             }
         }
         top.reportUnknownKeys()
-        return Configuration(path: path, daemon: daemon, tasks: tasks, watches: watches)
+        return Configuration(path: path, daemon: daemon, tasks: tasks, watches: watches, cluster: cluster)
     }
 
     static func readDaemon(_ reader: inout TableReader, into daemon: inout DaemonSettings) {

@@ -41,11 +41,14 @@ public struct Configuration: Sendable {
     public var daemon: DaemonSettings
     public var tasks: [TaskSettings]
     public var watches: [WatchSettings]
+    /// nil without a `[cluster]` table: no etcd client, no lease, nothing loaded.
+    public var cluster: ClusterSettings?
 
-    public init(path: String, daemon: DaemonSettings, tasks: [TaskSettings] = [], watches: [WatchSettings] = []) {
+    public init(path: String, daemon: DaemonSettings, tasks: [TaskSettings] = [], watches: [WatchSettings] = [], cluster: ClusterSettings? = nil) {
         self.path = path
         self.daemon = daemon
         self.tasks = tasks
         self.watches = watches
+        self.cluster = cluster
     }
 }

@@ -52,6 +52,8 @@ public struct TaskSettings: Equatable, Sendable {
     public var after: [String] = []
     public var persistent = false
     public var catchUpWindow: Duration = .seconds(86_400)
+    /// `one`: each fire runs on one host of the cluster, decided in etcd (docs/fleet.md).
+    public var fleet: FleetScope = .each
 
     /// Placeholders a task's command may use.
     public static let placeholders = ["task", "run_id", "attempt", "scheduled"]
@@ -113,6 +115,7 @@ public struct TaskSettings: Equatable, Sendable {
         var task = TaskSettings(name: name, schedule: schedules.first ?? .manual, job: job ?? JobSettings(command: .arguments(["/bin/true"])))
         if let jitter = reader.duration("jitter", range: .zero ... .seconds(86_400)) { task.jitter = jitter }
         if let value = reader.bool("run_on_start") { task.runOnStart = value }
+        if let scope = reader.oneOf("fleet", allowed: FleetScope.allCases.map(\.rawValue)) { task.fleet = FleetScope(rawValue: scope) ?? .each }
         let policy = reader.oneOf("overlap", allowed: OverlapPolicy.allCases.map(\.rawValue))
         if let policy { task.overlap = OverlapPolicy(rawValue: policy) ?? .skip }
         // With overlap refused, which policy was meant is unknown: no second error here.
@@ -253,6 +256,33 @@ public struct TaskSettings: Equatable, Sendable {
     /// `after` must name other tasks, and the graph must have no cycle. `declared` holds
     /// every named entry's table path, including entries refused for other reasons, so
     /// positions are right and a refused task is not also reported as missing.
+    /// `fleet = "one"` needs a cluster, and the policies that only mean something on one
+    /// host are refused rather than run differently on each.
+    static func validateFleet(_ tasks: [TaskSettings], cluster: ClusterSettings?, declared: [String: [TOMLPathComponent]], context: ValidationContext) {
+        let fleetNames = Set(tasks.filter { $0.fleet == .one }.map(\.name))
+        for task in tasks {
+            func position(_ key: String) -> SourcePosition? {
+                declared[task.name].flatMap { context.sourceMap.valuePosition($0 + [.key(key)]) }
+            }
+            if task.fleet == .one {
+                if cluster == nil {
+                    context.error(at: position("fleet"), "task \"\(task.name)\": fleet = \"one\" needs a [cluster] section: the etcd cluster the hosts decide through")
+                }
+                if task.runOnStart {
+                    context.error(at: position("run_on_start"), "task \"\(task.name)\": run_on_start would start one run per host of the fleet; a fleet task runs at instants every host computes alike (use `watchkeeper trigger --fleet`)")
+                }
+                if task.overlap == .queue || task.overlap == .replace {
+                    context.error(at: position("overlap"), "task \"\(task.name)\": overlap = \"\(task.overlap.rawValue)\" is not available with fleet = \"one\" (skip or allow): a fire waiting or replacing on one host would not be seen by the others")
+                }
+                if !task.after.isEmpty {
+                    context.error(at: position("after"), "task \"\(task.name)\": after is not available with fleet = \"one\": the tasks it waits for run on this host, the fire on any")
+                }
+            } else if let dependency = task.after.first(where: fleetNames.contains) {
+                context.error(at: position("after"), "task \"\(task.name)\": after = \"\(dependency)\": a fleet task runs on any host, so this host cannot wait for it")
+            }
+        }
+    }
+
     static func validateDependencies(_ tasks: [TaskSettings], declared: [String: [TOMLPathComponent]], context: ValidationContext) {
         let names = Set(tasks.map(\.name))
         func afterPosition(_ task: TaskSettings) -> SourcePosition? {

@@ -54,6 +54,9 @@ public enum ControlInterface {
           exit_code: ?int,
           signal: ?string,
           expiry: ?string,
+          # A fleet task's run: the host the fire ran on (ran_elsewhere: the host that
+          # claimed it, whose run ID run_id then is).
+          host: ?string,
           # A watch rule's file: its name when that is valid UTF-8, otherwise the name
           # escaped as the journal and the dump's text show it (\\xNN for each byte that
           # is not UTF-8, a backslash doubled), with the exact bytes in path_bytes.

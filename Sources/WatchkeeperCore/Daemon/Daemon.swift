@@ -62,6 +62,8 @@ struct DaemonParts {
     let stateDump: StateDump
     let status: StatusReporter
     let signals: SignalSources
+    /// nil without `[cluster]`: nothing of the fleet is made.
+    let cluster: ClusterMember?
 
     init(owner: LifecycleOwner) {
         let queues = owner.queues, sources = owner.sources, sink = owner.sink, logger = owner.logger, notifier = owner.notifier
@@ -74,13 +76,16 @@ struct DaemonParts {
         store = StateStore(queue: queues.state, sources: sources, logger: logger)
         scheduler = TaskScheduler(engine: engine)
         scheduler.stateStore = store
+        cluster = owner.configuration.cluster.map { ClusterMember(settings: $0, queue: queues.cluster, sources: sources, logger: logger) }
+        scheduler.cluster = cluster
         watcher = DirectoryWatcher(queue: queues.watching, engine: engine)
         watcher.store = store
         control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: owner)
         metrics = MetricsExporter(queue: queues.metrics, contributors: [owner, watchdog, engine, watcher], sources: sources, logger: logger,
                                   settings: settings)
         engine.metrics = metrics.jobMetrics
-        stateDump = StateDump(queue: queues.diagnostics, contributors: [owner, watchdog, engine, scheduler, watcher, store, control, metrics],
+        let clusterSection: [any DumpContributor] = cluster.map { [$0] } ?? []
+        stateDump = StateDump(queue: queues.diagnostics, contributors: [owner, watchdog, engine, scheduler, watcher, store, control, metrics] + clusterSection,
                               queues: queues.monitored, sources: sources, sink: sink, notifier: notifier, logger: logger,
                               processStart: owner.options.processStart, settings: settings)
         status = StatusReporter(notifier: notifier, sources: sources, lifecycleQueue: queues.lifecycle, jobsQueue: queues.jobs) { [unowned owner] in

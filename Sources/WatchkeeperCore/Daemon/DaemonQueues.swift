@@ -13,6 +13,9 @@ struct DaemonQueues {
     /// The control socket: its listener, connections and deadlines.
     let control = SubsystemQueue(name: "control", qos: .userInitiated)
     let metrics = SubsystemQueue(name: "metrics", qos: .utility)
+    /// The etcd client, the lease and fleet claims (`[cluster]` only; idle otherwise). Never
+    /// blocks: its sockets are non-blocking and every call has a deadline.
+    let cluster = SubsystemQueue(name: "cluster", qos: .userInitiated)
     /// Reads and checks the configuration on reload; not watched by the watchdog, since a
     /// slow parse there harms nothing else.
     let config = SubsystemQueue(name: "config", qos: .utility)
@@ -21,7 +24,7 @@ struct DaemonQueues {
     /// state disk that hangs blocks only its writes (held in order, shown as stuck in the
     /// dump), while watching and jobs go on; a restart by systemd would not unhang the disk
     /// and would lose what waits.
-    var gated: [SubsystemQueue] { [lifecycle, signals, watchdog, diagnostics, jobs, watching, control, metrics] }
+    var gated: [SubsystemQueue] { [lifecycle, signals, watchdog, diagnostics, jobs, watching, control, metrics, cluster] }
     /// The queues the dump reports on.
     var monitored: [SubsystemQueue] { gated + [state] }
     /// Every queue, for the test stall hook.

@@ -60,6 +60,12 @@ extension LifecycleOwner {
             result = .failure(ConfigErrors([ConfigDiagnostic(file: loaded.path, position: nil, message:
                 "state_dir cannot change on reload (from \(configuration.daemon.stateDirectory) to \(loaded.daemon.stateDirectory)): restart watchkeeper to use the new state directory")]))
         }
+        if case .success(let loaded) = result, loaded.cluster != configuration.cluster {
+            // Claims of running fleet jobs are bound to the lease of the cluster in force:
+            // another cluster, prefix or name would orphan them. Refused whole.
+            result = .failure(ConfigErrors([ConfigDiagnostic(file: loaded.path, position: nil, message:
+                "[cluster] cannot change on reload (fleet claims in force are bound to this host's current etcd lease): restart watchkeeper to apply it")]))
+        }
         switch result {
         case .success(let loaded):
             apply(loaded)

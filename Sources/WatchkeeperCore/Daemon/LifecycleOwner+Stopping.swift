@@ -82,9 +82,16 @@ extension LifecycleOwner {
         queues.watching.queue.sync { watcher.close() }
         queues.jobs.queue.sync { scheduler.closeStore() }
         notifier.send([("EXTEND_TIMEOUT_USEC", String((Self.stateCloseBudget + .seconds(5)).microseconds))])
-        store.close(within: Self.stateCloseBudget) { [unowned self] _ in
-            self.queues.lifecycle.async { self.finishStoppingAfterState(took: took, how: how, code: code) }
+        let closeState: @Sendable () -> Void = { [unowned self] in
+            self.store.close(within: Self.stateCloseBudget) { [unowned self] _ in
+                self.queues.lifecycle.async { self.finishStoppingAfterState(took: took, how: how, code: code) }
+            }
         }
+        // Every fleet job has ended: the lease is revoked (within a second) so its claims go
+        // at once, and a persistent fire cut short by the stop is taken over without
+        // waiting for the TTL.
+        guard let cluster else { return closeState() }
+        cluster.stop { [unowned self] in self.queues.lifecycle.async { closeState() } }
     }
 
     /// The process ends here: what the daemon logged last is written first (its own entries

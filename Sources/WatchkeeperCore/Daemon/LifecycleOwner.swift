@@ -34,6 +34,7 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
     var watchdog: Watchdog { parts.watchdog }
     var stateDump: StateDump { parts.stateDump }
     var scheduler: TaskScheduler { parts.scheduler }
+    var cluster: ClusterMember? { parts.cluster }
     var watcher: DirectoryWatcher { parts.watcher }
     var store: StateStore { parts.store }
     var control: ControlServer { parts.control }
@@ -117,6 +118,9 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
         queues.watching.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
         // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
         queues.jobs.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
+        // The lease is asked for once the tasks are armed: fires held until it is granted
+        // are claimed then. READY=1 does not wait for etcd (local work runs without it).
+        cluster?.start(listener: scheduler)
         // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
         queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
         metrics.start()

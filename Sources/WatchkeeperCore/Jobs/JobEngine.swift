@@ -234,8 +234,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     /// Ends the running jobs of a group early (overlap = "replace").
-    public func expire(_ key: JobKey, reason: ExpiryReason) {
-        for run in runs(of: key) { run.expire(reason) }
+    public func expire(_ key: JobKey, reason: ExpiryReason, by deadline: MonotonicInstant? = nil) {
+        for run in runs(of: key) { run.expire(reason, by: deadline) }
     }
 
     /// Ends one running job early through its expiry sequence (on_expire first). False if no

@@ -8,6 +8,9 @@ public enum ExpiryReason: String, Sendable, Equatable {
     case replaced
     /// `watchkeeper cancel RUN_ID`: an operator ended it.
     case cancelled
+    /// A fleet job whose host could not renew its etcd lease: stopped before the lease can
+    /// expire and another host take the fire over (docs/fleet.md, "Fencing").
+    case fleetLeaseLost = "fleet_lease_lost"
 }
 
 /// A running job's life, from spawn to reaped exit, modelled on
@@ -52,6 +55,10 @@ public enum RunOutcome: String, Sendable, Equatable, CaseIterable {
     case skippedOverlap = "skipped-overlap"
     case missed
     case cancelled
+    /// A fleet fire another host claimed: not a failure (docs/fleet.md).
+    case ranElsewhere = "ran_elsewhere"
+    /// A fleet fire that could not be claimed (no etcd quorum) and was given up.
+    case held
 }
 
 public struct JobMachine: Sendable {

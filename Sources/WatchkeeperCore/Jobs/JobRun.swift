@@ -15,6 +15,8 @@ final class JobRun: @unchecked Sendable {
     private var expireHandler: ChildProcess?
     private var timers: [JobDeadline] = []
     private var killTimer: JobDeadline?
+    /// When a squeezed expiry sequence must be over (a fleet fence); nil: the configured one.
+    private var sequenceEnd: MonotonicInstant?
     private var progressSource: PolledDescriptor?
     private var progressSuspended = false
     private var progressFD: Int32 = -1
@@ -192,8 +194,26 @@ final class JobRun: @unchecked Sendable {
     }
 
     /// The one way a job is ended early: budget, shutdown and replacement all come here.
-    func expire(_ reason: ExpiryReason) {
+    /// With `deadline`, the whole sequence (on_expire, stop signal, kill_grace) is squeezed
+    /// to end by then: a fenced fleet job must be gone before its lease can expire.
+    func expire(_ reason: ExpiryReason, by deadline: MonotonicInstant? = nil) {
+        let alreadyEnding = machine.phase != .running
+        if let deadline { sequenceEnd = min(sequenceEnd ?? deadline, deadline) }
         perform(machine.handle(.expire(reason)))
+        if let deadline, alreadyEnding, machine.phase != .finished {
+            // Already ending on a longer schedule (its budget ran out): SIGKILL by the deadline.
+            addTimer(after: max(.zero, deadline - .now), target: "\(request.name) fence") { [weak self] in
+                guard let self, self.machine.phase != .finished else { return }
+                self.child?.signalGroup(SIGKILL)
+            }
+        }
+    }
+
+    /// How long is left of a squeezed sequence, or `configured` if nothing squeezes it.
+    private func squeezed(_ configured: Duration, share: Double = 1) -> Duration {
+        guard let sequenceEnd else { return configured }
+        let left = max(.zero, sequenceEnd - .now)
+        return min(configured, .nanoseconds(Int64(Double(left.nanosecondsClamped) * share)))
     }
 
     // MARK: Actions
@@ -212,6 +232,7 @@ final class JobRun: @unchecked Sendable {
                 case .shutdown: why = "the daemon is stopping and shutdown_grace ran out"
                 case .replaced: why = "overlap = \"replace\" and a new run is due"
                 case .cancelled: why = "it was cancelled (watchkeeper cancel \(request.runID))"
+                case .fleetLeaseLost: why = "this host could not renew its etcd lease, and another host may take the fire over once it expires"
                 }
                 logger.warning("\(label) is expiring: \(why)",
                                metadata: [request.kind.rawValue: .string(request.name), "run_id": .string(request.runID), "expiry": .string(reason.rawValue),
@@ -221,7 +242,7 @@ final class JobRun: @unchecked Sendable {
             case .signalGroup(let signal):
                 child?.signalGroup(signal)
             case .startKillGrace:
-                killTimer = addTimer(after: request.settings.killGrace, target: "\(request.name) kill_grace") { [weak self] in
+                killTimer = addTimer(after: squeezed(request.settings.killGrace), target: "\(request.name) kill_grace") { [weak self] in
                     guard let self else { return }
                     if self.machine.phase != .finished {
                         self.logger.warning("\(self.label) did not stop within kill_grace \(self.request.settings.killGrace.compactDescription): SIGKILL to \(self.child?.containerDescription ?? "its process group")")
@@ -293,7 +314,8 @@ final class JobRun: @unchecked Sendable {
                 if let cgroup { context.release(cgroup) }
                 throw error
             }
-            let handlerBudget = request.settings.onExpireBudget
+            // Squeezed, the handler gets half of what is left; the stop signal and SIGKILL the rest.
+            let handlerBudget = squeezed(request.settings.onExpireBudget, share: 0.5)
             let logger = self.logger
             let label = self.label
             expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned,

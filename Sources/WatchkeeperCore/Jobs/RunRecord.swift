@@ -28,6 +28,7 @@ public struct RunRecord: Sendable, Equatable {
         case .shutdown?: text += " after its shutdown grace ran out"
         case .replaced?: text += " after its replacement was started"
         case .cancelled?: text += " after it was cancelled"
+        case .fleetLeaseLost?: text += " after its host lost its etcd lease"
         case nil: break
         }
         if let detail { text += ": \(detail)" }

@@ -21,7 +21,7 @@ public final class JobMetrics: @unchecked Sendable {
         let startLatency: Timer
     }
 
-    static let expiryReasons: [ExpiryReason] = [.budget, .shutdown, .replaced]
+    static let expiryReasons: [ExpiryReason] = [.budget, .shutdown, .replaced, .fleetLeaseLost]
 
     private let factory: any MetricsFactory
     private var instruments: [JobKey: Instruments] = [:]
@@ -61,7 +61,7 @@ public final class JobMetrics: @unchecked Sendable {
             instruments.lastSuccess.record(finished)
         case .failed, .expired:
             instruments.lastFailure.record(finished)
-        case .skippedOverlap, .missed, .cancelled:
+        case .skippedOverlap, .missed, .cancelled, .ranElsewhere, .held:
             break
         }
         if record.outcome == .expired, let reason = record.expiry {

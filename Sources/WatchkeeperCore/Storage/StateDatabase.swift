@@ -88,6 +88,12 @@ public enum StateDatabase {
             "ALTER TABLE file_ledger ADD COLUMN born_ns INTEGER",
             "ALTER TABLE file_ledger ADD COLUMN generation INTEGER",
         ],
+        // 6: where a fleet task's fire ran (issue 25; docs/fleet.md): this host's [cluster]
+        // name, or the host that claimed it, whose run ID is then the run's. NULL for runs
+        // of tasks that are not fleet tasks, and in rows written before.
+        [
+            "ALTER TABLE run_history ADD COLUMN host TEXT",
+        ],
     ]
 
     /// The `PRAGMA user_version` this build writes and understands.

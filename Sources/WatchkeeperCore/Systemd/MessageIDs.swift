@@ -16,4 +16,7 @@ public enum MessageID: String, CaseIterable, Sendable {
     case dump = "a2f80729ec6c45298dafab0ee7b10f49", queueStuck = "a11f84df9593472fbc9eb1bc8c97edf0"
     // The control socket.
     case controlRefused = "c2a58c00ebef4931900a00cbe83f87be"
+    // The fleet (docs/fleet.md).
+    case clusterUnavailable = "618a1e221eb54da7b465cfb9b8cb7db4", clusterAvailable = "af502e6fbd404260bb71cb9b106d8a00",
+        fleetLeaseLost = "0ac4f3801f8a4493bea37bd51d2f1315", fleetTakeover = "e1a8b18fd8fa49f4b8ce0860d92a6326"
 }

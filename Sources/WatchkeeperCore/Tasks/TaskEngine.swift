@@ -16,7 +16,8 @@ public protocol TaskEngine: AnyObject {
     func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject)
     @discardableResult
     func cancel(runID: RunID, detail: String) -> Bool
-    func expire(_ key: JobKey, reason: ExpiryReason)
+    /// With `deadline`, the expiry sequence is squeezed to end by then (a fleet fence).
+    func expire(_ key: JobKey, reason: ExpiryReason, by deadline: MonotonicInstant?)
     /// Running, waiting, or waiting for a retry: what an overlap policy counts as busy.
     func activeCount(of key: JobKey) -> Int
     /// The group's running jobs as the dump shows them.

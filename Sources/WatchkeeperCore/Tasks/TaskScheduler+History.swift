@@ -89,6 +89,7 @@ extension TaskScheduler {
             .init("exit_code", run.exitCode.map { .int(Int64($0)) } ?? .null),
             .init("signal", run.signal.map { .string(HandledSignals.name($0)) } ?? .null),
             .init("expiry", run.expiry.map { .string($0) } ?? .null),
+            .init("host", run.host.map { .string($0) } ?? .null),
         ])
     }
 
@@ -179,6 +180,8 @@ extension TaskScheduler {
                 .init("schedule", .string(schedule)),
                 .init("next_run", .string(describeNext(task))),
                 .init("overlap", .string(settings.overlap.rawValue)),
+                .init("fleet", .string(settings.fleet.rawValue)),
+                .init("fleet_state", describeFleet(task)),
                 .init("budget", .string(settings.job.budget.compactDescription)),
                 .init("running", .array(engine.describeRuns(of: task.key, now: now))),
                 .init("waiting_for_current_run", .bool(task.runAfterCurrent != nil)),
@@ -196,6 +199,7 @@ extension TaskScheduler {
             .init("state_file", reader.map { .string($0.path) } ?? .null),
             .init("state_problem", storeProblem.map { .string($0) } ?? .null),
             .init("tasks", .array(entries)),
+            .init("fleet_held_cause", fleetHeldCause.map { .string($0) } ?? .null),
         ])
     }
 }

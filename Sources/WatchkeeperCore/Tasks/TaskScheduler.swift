@@ -35,6 +35,8 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         var onFire: (() -> Void)?
         var history: [RunRecord] = []
         var totals: [RunOutcome: UInt64] = [:]
+        /// fleet = "one": claims, fires run elsewhere, held fires (TaskScheduler+Fleet.swift).
+        var fleet = FleetTaskState()
 
         init(settings: TaskSettings) {
             self.settings = settings
@@ -67,6 +69,11 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// runs on, without catch-up, and says so in the dump).
     var reader: StateReader?
     var clockWatcher: ClockChangeWatcher?
+    /// This host in the fleet, when `[cluster]` is configured (set by Daemon.init).
+    public var cluster: ClusterMember?
+    var fleetCheckTimer: RegisteredTimer?
+    /// Why fleet fires are held now (no etcd lease), for the dump and `status`.
+    var fleetHeldCause: String?
     var storeProblem: String?
     static let historyLength = 10
 
@@ -208,6 +215,8 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         case .manual:
             task.nextFire = nil
             return
+        case .every(let interval) where task.settings.fleet == .one && cluster != nil:
+            scheduleFleetEvery(task, interval: interval, after: WallTime.now())
         case .every(let interval):
             task.anchor = now + offset
             scheduleEvery(task, interval: interval, after: now)
@@ -281,7 +290,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     /// The task's one timer, made on first use; a changed schedule changes what it does
     /// on the next fire, not the timer (its count of firings goes on).
-    private func setTimer(_ task: ScheduledTask, target: String, onFire: @escaping () -> Void) {
+    func setTimer(_ task: ScheduledTask, target: String, onFire: @escaping () -> Void) {
         task.onFire = onFire
         guard task.timer == nil else { return }
         task.timer = context.sources.makeTimer(owner: "task \(task.settings.name)", target: "schedule: \(target)", on: queue) { [weak task] in
@@ -291,8 +300,18 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     /// A delay that is random across tasks and machines but the same every time for one
     /// task on one machine, so restarts do not reshuffle it.
-    private func jitterOffset(for settings: TaskSettings) -> Duration {
+    /// A fleet task's is derived from its name alone: every host must compute the same
+    /// instants (whole milliseconds, as fire keys name them).
+    func jitterOffset(for settings: TaskSettings) -> Duration {
         guard settings.jitter > .zero else { return .zero }
+        if settings.fleet == .one {
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in settings.name.utf8 {
+                hash ^= UInt64(byte)
+                hash = hash &* 0x100_0000_01b3
+            }
+            return .milliseconds(Int64(hash % UInt64(max(1, settings.jitter.nanosecondsClamped / 1_000_000))))
+        }
         var hash = machineSeed ^ 0xcbf2_9ce4_8422_2325
         for byte in settings.name.utf8 {
             hash ^= UInt64(byte)
@@ -317,6 +336,9 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// submitted, held for its dependencies, or queued behind the current run now.
     @discardableResult
     func fire(_ task: ScheduledTask, scheduledAt: WallTime, reason: String, runID given: RunID? = nil) -> String? {
+        if task.settings.fleet == .one, cluster != nil, reason != "trigger" {
+            return fireFleet(task, scheduledAt: scheduledAt, reason: reason)
+        }
         let name = task.settings.name
         let active = engine.activeCount(of: task.key) + (task.held == nil ? 0 : 1)
         if active > 0 {
@@ -336,7 +358,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
             case .replace:
                 let runID = task.runAfterCurrent?.runID ?? given ?? RunID.random()
                 task.runAfterCurrent = (scheduledAt, runID)
-                engine.expire(task.key, reason: .replaced)
+                engine.expire(task.key, reason: .replaced, by: nil)
                 return runID.description
             case .allow:
                 if active >= task.settings.maxConcurrent {
@@ -407,7 +429,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     /// Logged once per streak, not per tick: a task that always overlaps would
     /// otherwise fill the journal.
-    private func recordSkip(_ task: ScheduledTask, scheduledAt: WallTime) {
+    func recordSkip(_ task: ScheduledTask, scheduledAt: WallTime) {
         persist(.taskScheduled(task: task.settings.name, at: scheduledAt))
         task.skipStreak += 1
         task.totals[.skippedOverlap, default: 0] += 1
@@ -419,11 +441,13 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     /// Every attempt's record goes to the history; dependents and a queued run go on once
     /// the last attempt is over.
-    func finished(_ completion: JobCompletion, task: ScheduledTask) {
+    func finished(_ completion: JobCompletion, task: ScheduledTask, host: String? = nil) {
         for record in completion.records {
             task.history.append(record)
             task.totals[record.outcome, default: 0] += 1
-            persist(.taskRun(StoredRun(record)))
+            var stored = StoredRun(record)
+            stored.host = host
+            persist(.taskRun(stored))
         }
         if task.history.count > Self.historyLength { task.history.removeFirst(task.history.count - Self.historyLength) }
         task.lastOutcome = completion.final.outcome

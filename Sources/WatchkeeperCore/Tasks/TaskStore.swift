@@ -43,6 +43,8 @@ public struct StoredRun: Sendable, Equatable {
     public let signal: Int32?
     /// An `ExpiryReason` raw value when the run expired.
     public let expiry: String?
+    /// A fleet task's: the host the fire ran on (docs/fleet.md).
+    public var host: String?
 
     public init(
         task: String, runID: String, attempt: Int, outcome: String, scheduledAt: WallTime?, startedAt: WallTime?,
@@ -204,13 +206,14 @@ public final class TaskStore {
         try execute(
             """
             INSERT INTO run_history (task, run_id, attempt, outcome, scheduled_at, started_at, finished_at,
-                                     duration_ns, exit_code, signal, expiry)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                                     duration_ns, exit_code, signal, expiry, host)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
             """,
             [
                 .text(run.task), .text(run.runID), .integer(Int64(run.attempt)), .text(run.outcome), scheduledAt,
                 startedAt, finishedAt, .integer(run.durationNanoseconds), run.exitCode.map { .integer(Int64($0)) } ?? .null,
                 run.signal.map { .integer(Int64($0)) } ?? .null, run.expiry.map { .text($0) } ?? .null,
+                run.host.map { .text($0) } ?? .null,
             ], action: action)
         try execute(
             """
@@ -273,7 +276,7 @@ public final class TaskStore {
         var runs: [StoredRun] = []
         try execute(
             """
-            SELECT run_id, attempt, outcome, scheduled_at, started_at, finished_at, duration_ns, exit_code, signal, expiry
+            SELECT run_id, attempt, outcome, scheduled_at, started_at, finished_at, duration_ns, exit_code, signal, expiry, host
             FROM run_history WHERE task = ?1 ORDER BY id DESC LIMIT ?2
             """,
             [.text(task), .integer(Int64(limit))], action: "read the history of task \"\(task)\" from"
@@ -284,6 +287,7 @@ public final class TaskStore {
                 finishedAt: row.time(5) ?? WallTime(secondsSinceEpoch: 0, nanoseconds: 0),
                 durationNanoseconds: row.integer(6) ?? 0, exitCode: row.integer(7).map { Int32(clamping: $0) },
                 signal: row.integer(8).map { Int32(clamping: $0) }, expiry: row.text(9)))
+            runs[runs.count - 1].host = row.text(10)
         }
         return runs
     }

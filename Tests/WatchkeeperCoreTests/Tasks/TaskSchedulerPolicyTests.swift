@@ -46,7 +46,7 @@ private final class FakeTaskEngine: TaskEngine {
     func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject) { notRun.append(record) }
     /// Everything submitted counts as started here: only held runs can be cancelled.
     func cancel(runID: RunID, detail: String) -> Bool { false }
-    func expire(_ key: JobKey, reason: ExpiryReason) { expired.append((key, reason)) }
+    func expire(_ key: JobKey, reason: ExpiryReason, by deadline: MonotonicInstant?) { expired.append((key, reason)) }
     func activeCount(of key: JobKey) -> Int { active.filter { $0.key == key }.count }
     func describeRuns(of key: JobKey, now: MonotonicInstant) -> [DumpValue] { [] }
 

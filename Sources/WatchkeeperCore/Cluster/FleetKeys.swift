@@ -1,0 +1,127 @@
+/// Where the fleet's state lives in etcd, under `[cluster] prefix` (docs/fleet.md, "Keys"):
+///
+///     <prefix>/tasks/<task>/fires/<instant>   one fire: who claimed it, then how it ended
+///     <prefix>/tasks/<task>/running           overlap = "skip": the fire running somewhere now
+///
+/// Instants are UTC ISO 8601 with milliseconds, so keys sort in time order.
+struct FleetKeys: Sendable, Equatable {
+    let prefix: String
+
+    var tasks: String { "\(prefix)/tasks/" }
+    func fires(_ task: String) -> String { "\(prefix)/tasks/\(task)/fires/" }
+    func fire(_ task: String, at instant: WallTime) -> String { fires(task) + instant.iso8601 }
+    func running(_ task: String) -> String { "\(prefix)/tasks/\(task)/running" }
+
+    /// A key under `tasks`, taken apart: the task and, for a fire, its instant.
+    enum Parsed: Equatable {
+        case fire(task: String, instant: String)
+        case running(task: String)
+    }
+
+    func parse(_ key: String) -> Parsed? {
+        guard key.hasPrefix(tasks) else { return nil }
+        let parts = key.dropFirst(tasks.count).split(separator: "/", omittingEmptySubsequences: false)
+        if parts.count == 3, parts[1] == "fires" { return .fire(task: String(parts[0]), instant: String(parts[2])) }
+        if parts.count == 2, parts[1] == "running" { return .running(task: String(parts[0])) }
+        return nil
+    }
+}
+
+/// What a fire's key holds: the claim while the run goes on (bound to the winner's
+/// lease), then the record of how it ended (bound to nothing, so it stays).
+public struct FleetFire: Sendable, Equatable {
+    public enum State: String, Sendable { case running, done }
+
+    public var task: String
+    public var instant: String
+    public var host: String
+    public var runID: String
+    public var state: State
+    public var outcome: String?
+    public var claimedAt: WallTime?
+    public var startedAt: WallTime?
+    public var finishedAt: WallTime?
+    /// A takeover: the host whose claim expired before its run ended.
+    public var takenOverFrom: String?
+
+    public init(task: String, instant: String, host: String, runID: String, state: State) {
+        self.task = task
+        self.instant = instant
+        self.host = host
+        self.runID = runID
+        self.state = state
+    }
+
+    var json: String {
+        var fields = [DumpField("host", .string(host)), DumpField("run_id", .string(runID)), DumpField("state", .string(state.rawValue)),
+                      DumpField("instant", .string(instant))]
+        if let outcome { fields.append(DumpField("outcome", .string(outcome))) }
+        if let claimedAt { fields.append(DumpField("claimed_at", .string(claimedAt.iso8601))) }
+        if let startedAt { fields.append(DumpField("started_at", .string(startedAt.iso8601))) }
+        if let finishedAt { fields.append(DumpField("finished_at", .string(finishedAt.iso8601))) }
+        if let takenOverFrom { fields.append(DumpField("taken_over_from", .string(takenOverFrom))) }
+        return DumpValue.object(fields).json
+    }
+
+    /// nil for a value this version did not write (it is shown raw, never trusted).
+    init?(task: String, instant: String, json text: String) {
+        guard let value = try? DumpValue.parse(json: text), let host = value["host"]?.stringValue,
+              let runID = value["run_id"]?.stringValue, let state = value["state"]?.stringValue.flatMap(State.init(rawValue:)) else { return nil }
+        self.init(task: task, instant: instant.isEmpty ? value["instant"]?.stringValue ?? "" : instant, host: host, runID: runID, state: state)
+        outcome = value["outcome"]?.stringValue
+        claimedAt = value["claimed_at"]?.stringValue.flatMap(WallTime.init(iso8601:))
+        startedAt = value["started_at"]?.stringValue.flatMap(WallTime.init(iso8601:))
+        finishedAt = value["finished_at"]?.stringValue.flatMap(WallTime.init(iso8601:))
+        takenOverFrom = value["taken_over_from"]?.stringValue
+    }
+
+    var dumpValue: DumpValue {
+        var fields = [DumpField("task", .string(task)), DumpField("instant", .string(instant)), DumpField("host", .string(host)),
+                      DumpField("run_id", .string(runID)), DumpField("state", .string(state.rawValue))]
+        fields.append(DumpField("outcome", outcome.map { .string($0) } ?? .null))
+        fields.append(DumpField("started_at", startedAt.map { .string($0.iso8601) } ?? .null))
+        fields.append(DumpField("finished_at", finishedAt.map { .string($0.iso8601) } ?? .null))
+        fields.append(DumpField("taken_over_from", takenOverFrom.map { .string($0) } ?? .null))
+        return .object(fields)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension WallTime {
+    /// The form `iso8601` writes (UTC, "2026-11-26T18:40:00.000Z"), and the same without
+    /// the milliseconds; nil for anything else.
+    init?(iso8601 text: String) {
+        let bytes = Array(text.utf8)
+        guard bytes.count == 20 || bytes.count == 24, bytes.last == UInt8(ascii: "Z") else { return nil }
+        func number(_ range: Range<Int>) -> Int32? {
+            var value: Int32 = 0
+            for index in range {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) else { return nil }
+                value = value * 10 + Int32(bytes[index] - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        guard bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"), bytes[10] == UInt8(ascii: "T"),
+              bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
+              let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
+              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19) else { return nil }
+        var milliseconds: Int32 = 0
+        if bytes.count == 24 {
+            guard bytes[19] == UInt8(ascii: "."), let value = number(20..<23) else { return nil }
+            milliseconds = value
+        }
+        var parts = tm()
+        parts.tm_year = year - 1900
+        parts.tm_mon = month - 1
+        parts.tm_mday = day
+        parts.tm_hour = hour
+        parts.tm_min = minute
+        parts.tm_sec = second
+        let seconds = timegm(&parts)
+        guard seconds != -1 || (year == 1969) else { return nil }
+        self.init(secondsSinceEpoch: Int64(seconds), nanoseconds: milliseconds * 1_000_000)
+    }
+}
