@@ -15,14 +15,14 @@ public struct TLSError: Error, Equatable, CustomStringConvertible {
 /// The C calls' error text: long enough for two paths and OpenSSL's reasons.
 private let errorCapacity = 1024
 
-/// Runs `body` with a buffer for the C side's error sentence, and that sentence.
-private func withErrorText<Result>(_ body: (UnsafeMutablePointer<CChar>, Int) -> Result) -> (Result, () -> TLSError) {
+/// Runs `body` with a buffer for the C side's error sentence; its result, and the
+/// sentence (empty unless the call failed).
+private func withErrorText<Result>(_ body: (UnsafeMutablePointer<CChar>, Int) -> Result) -> (Result, TLSError) {
     withUnsafeTemporaryAllocation(of: CChar.self, capacity: errorCapacity) { buffer in
         let base = buffer.baseAddress!
         base[0] = 0
         let result = body(base, errorCapacity)
-        let text = String(cString: base)
-        return (result, { TLSError(text) })
+        return (result, TLSError(String(cString: base)))
     }
 }
 
@@ -53,7 +53,7 @@ public final class TLSContext: @unchecked Sendable {
                 }
             }
         }
-        guard let handle else { throw error() }
+        guard let handle else { throw error }
         return TLSContext(handle: handle)
     }
 
@@ -92,7 +92,7 @@ public final class TLSSession {
         let (handle, error) = withErrorText { text, capacity in
             wk_tls_session_new(context.handle, fd, serverName, text, capacity)
         }
-        guard let handle else { throw error() }
+        guard let handle else { throw error }
         self.context = context
         self.handle = handle
     }
@@ -127,13 +127,13 @@ public final class TLSSession {
         return try Self.progress(result, done: result, error)
     }
 
-    private static func progress(_ result: Int, done count: Int, _ error: () -> TLSError) throws(TLSError) -> Progress {
+    private static func progress(_ result: Int, done count: Int, _ error: TLSError) throws(TLSError) -> Progress {
+        if result > 0 { return .done(count) }
         switch Int32(truncatingIfNeeded: result) {
-        case _ where result > 0: return .done(count)
         case WK_TLS_CLOSED.rawValue: return .closed
         case WK_TLS_WANT_READ.rawValue: return .wantRead
         case WK_TLS_WANT_WRITE.rawValue: return .wantWrite
-        default: throw error()
+        default: throw error
         }
     }
 
