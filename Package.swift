@@ -31,6 +31,9 @@ let package = Package(
         // default dispositions and closed fds, none of which posix_spawn or Foundation.Process
         // offers all together (docs/architecture.md).
         .target(name: "CWatchkeeperSpawn"),
+        // TLS for the etcd client: OpenSSL 3 through dlopen, on first use only, so that a
+        // daemon without TLS maps none of it and the build needs no libssl-dev (tls.c).
+        .target(name: "CWatchkeeperTLS"),
         // The system's SQLite for the task state and file ledger (Tasks/TaskStore.swift):
         // the C API directly, no wrapper package to build in CI.
         .systemLibrary(
@@ -43,6 +46,7 @@ let package = Package(
             dependencies: [
                 "CWatchkeeperSystem",
                 "CWatchkeeperSpawn",
+                "CWatchkeeperTLS",
                 "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
