@@ -66,7 +66,10 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
         keys = FleetKeys(prefix: settings.prefix)
         lease = FleetLease(ttl: settings.leaseTTL)
         var options = EtcdClient.Options(endpoints: settings.endpoints, username: settings.username, password: settings.password)
-        options.secureStream = nil
+        if settings.endpoints.contains(where: \.secure) {
+            let factory = SecureStreamFactory(caFile: settings.caFile, certFile: settings.certFile, keyFile: settings.keyFile)
+            options.secureStream = { endpoint, descriptor throws(GatewayFailure) in try factory.stream(for: endpoint, descriptor: descriptor) }
+        }
         client = EtcdClient(options: options, queue: queue, sources: sources)
     }
 

@@ -398,3 +398,64 @@ struct SocketAddress: Sendable, CustomStringConvertible {
         return addresses.isEmpty ? .failure(.resolve("no address")) : .success(addresses)
     }
 }
+
+/// TLS over the connected socket (an https:// endpoint), through the dlopen'ed libssl.
+final class SecureStream: GatewayStream {
+    private let session: TLSSession
+
+    init(session: TLSSession) {
+        self.session = session
+    }
+
+    private static func map(_ progress: TLSSession.Progress) -> StreamProgress {
+        switch progress {
+        case .done(let count): return .done(count)
+        case .wantRead: return .wantRead
+        case .wantWrite: return .wantWrite
+        case .closed: return .closed
+        }
+    }
+
+    func handshake() throws(GatewayFailure) -> StreamProgress {
+        do { return Self.map(try session.handshake()) } catch { throw .tls(error.description) }
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(GatewayFailure) -> StreamProgress {
+        do { return Self.map(try session.read(into: buffer)) } catch { throw .tls(error.description) }
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) throws(GatewayFailure) -> StreamProgress {
+        do { return Self.map(try session.write(bytes)) } catch { throw .tls(error.description) }
+    }
+}
+
+/// The client's TLS context, made on first use (which loads libssl) and kept: a daemon
+/// whose endpoints are all http:// never loads it.
+final class SecureStreamFactory: @unchecked Sendable {
+    private let caFile: String?
+    private let certFile: String?
+    private let keyFile: String?
+    // Confined to the cluster queue, where connections are made.
+    private var context: Result<TLSContext, TLSError>?
+
+    init(caFile: String?, certFile: String?, keyFile: String?) {
+        self.caFile = caFile
+        self.certFile = certFile
+        self.keyFile = keyFile
+    }
+
+    func stream(for endpoint: EtcdEndpoint, descriptor: Int32) throws(GatewayFailure) -> GatewayStream {
+        if context == nil {
+            context = Result { () throws(TLSError) in try TLSContext.make(caFile: caFile, certFile: certFile, keyFile: keyFile) }
+        }
+        switch context! {
+        case .failure(let error): throw .tls(error.description)
+        case .success(let context):
+            do {
+                return SecureStream(session: try TLSSession(context: context, fd: descriptor, serverName: endpoint.host))
+            } catch {
+                throw .tls(error.description)
+            }
+        }
+    }
+}

@@ -88,9 +88,16 @@ extension RunRecord {
         if let expiry { pairs.append(("expiry", Array(expiry.rawValue.utf8))) }
         var message = "\(key) run \(runID)"
         if let about = subject.summary { message += " (\(LineEscaping.escaped(about)))" }
-        message += ": \(summary) in \(duration.compactDescription)"
+        message += ": \(summary)"
+        if startedAt != nil { message += " in \(duration.compactDescription)" }
         if let lateness, lateness > .milliseconds(1) { message += ", started \(lateness.compactDescription) late" }
-        let level: Logger.Level = outcome == .ok ? .info : (outcome == .cancelled ? (inBulk ? .debug : .notice) : .warning)
+        let level: Logger.Level
+        switch outcome {
+        case .ok, .ranElsewhere: level = .info  // another host's run of a fleet fire: the fleet working
+        case .cancelled: level = inBulk ? .debug : .notice
+        case .held: level = .notice
+        default: level = .warning
+        }
         guard level >= sink.level else { return }
         if level >= .warning { sink.problems.record(level: level.rawValue, message: message) }
         var fields: [(name: String, value: [UInt8])] = [

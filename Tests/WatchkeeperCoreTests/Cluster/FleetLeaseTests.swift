@@ -1,0 +1,78 @@
+import XCTest
+
+@testable import WatchkeeperCore
+
+/// The lease's timing rules, one event at a time on a clock the test moves.
+final class FleetLeaseTests: XCTestCase {
+    private let zero = MonotonicInstant(nanoseconds: 1_000_000_000_000)
+
+    private func held(_ lease: inout FleetLease, sentAt: MonotonicInstant) {
+        XCTAssertEqual(lease.handle(.start), [.grant])
+        _ = lease.handle(.granted(id: 7, ttl: .seconds(9), sentAt: sentAt))
+    }
+
+    func testAGrantedLeaseIsRenewedAtAThirdOfItsTTL() {
+        var lease = FleetLease(ttl: .seconds(9))
+        XCTAssertEqual(lease.handle(.start), [.grant])
+        let actions = lease.handle(.granted(id: 7, ttl: .seconds(9), sentAt: zero))
+        XCTAssertEqual(actions, [.available(id: 7), .armTimer(at: zero + .seconds(3))])
+        XCTAssertEqual(lease.claimable, 7)
+        XCTAssertEqual(lease.handle(.timer(now: zero + .seconds(3))), [.renew(id: 7), .armTimer(at: zero + .seconds(6))])
+    }
+
+    func testTheExpiryBoundCountsFromWhenTheRenewalWasSentNotAnswered() {
+        var lease = FleetLease(ttl: .seconds(9))
+        held(&lease, sentAt: zero)
+        _ = lease.handle(.renewed(ttl: .seconds(9), sentAt: zero + .seconds(3)))
+        XCTAssertEqual(lease.expiresBy, zero + .seconds(12))
+    }
+
+    func testFailedRenewalsFenceFleetJobsBeforeTheLeaseCanExpire() {
+        var lease = FleetLease(ttl: .seconds(9))
+        held(&lease, sentAt: zero)
+        _ = lease.handle(.timer(now: zero + .seconds(3)))
+        XCTAssertEqual(lease.handle(.renewalFailed(now: zero + .seconds(4))), [.armTimer(at: zero + .milliseconds(4_500))])
+        XCTAssertEqual(lease.claimable, 7, "one failed renewal does not stop claims")
+        _ = lease.handle(.renewalFailed(now: zero + .seconds(5)))
+        // Fence point: expiry (9 s) minus a third of the TTL (3 s).
+        let actions = lease.handle(.timer(now: zero + .seconds(6)))
+        XCTAssertEqual(actions.first, .fence(stopBy: zero + .seconds(9) - .milliseconds(500)))
+        XCTAssertNil(lease.claimable, "no claim is made on a lease that is being fenced")
+        XCTAssertEqual(lease.leaseID, 7, "but it is still renewed")
+        XCTAssertEqual(lease.handle(.timer(now: zero + .seconds(9))), [.lost(id: 7), .grant])
+        XCTAssertEqual(lease.fences, 1)
+    }
+
+    func testARenewalThatComesBackDuringTheFenceMakesTheLeaseClaimableAgain() {
+        var lease = FleetLease(ttl: .seconds(9))
+        held(&lease, sentAt: zero)
+        _ = lease.handle(.timer(now: zero + .seconds(6)))
+        XCTAssertNil(lease.claimable)
+        let actions = lease.handle(.renewed(ttl: .seconds(9), sentAt: zero + .seconds(7)))
+        XCTAssertEqual(actions.first, .available(id: 7))
+        XCTAssertEqual(lease.claimable, 7)
+    }
+
+    func testALeaseEtcdNoLongerHasFencesAtOnceAndAsksForANewOne() {
+        var lease = FleetLease(ttl: .seconds(9))
+        held(&lease, sentAt: zero)
+        let actions = lease.handle(.leaseGone)
+        guard case .fence = actions.first else { return XCTFail("\(actions)") }
+        XCTAssertEqual(Array(actions.dropFirst()), [.lost(id: 7), .grant])
+        XCTAssertNil(lease.claimable)
+    }
+
+    func testALateTimerPastExpiryStillFences() {
+        var lease = FleetLease(ttl: .seconds(9))
+        held(&lease, sentAt: zero)
+        let actions = lease.handle(.timer(now: zero + .seconds(20)))
+        XCTAssertEqual(actions, [.fence(stopBy: zero + .seconds(20)), .lost(id: 7), .grant])
+    }
+
+    func testAFailedGrantIsRetried() {
+        var lease = FleetLease(ttl: .seconds(9))
+        _ = lease.handle(.start)
+        XCTAssertEqual(lease.handle(.grantFailed(now: zero)), [.armTimer(at: zero + .seconds(1))])
+        XCTAssertEqual(lease.handle(.timer(now: zero + .seconds(1))), [.grant])
+    }
+}
