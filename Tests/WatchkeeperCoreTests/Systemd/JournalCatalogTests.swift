@@ -66,7 +66,7 @@ final class JournalCatalogTests: XCTestCase {
         let written: Set<String> = [
             // metadata keys of the messages with an ID, as JournalFields names them
             "config", "ready_ms", "generation", "errors", "signal", "queue", "stuck_ms", "run_id", "expiry", "task", "scheduled_at",
-            "outcome", "dump_sequence", "peer_uid",
+            "outcome", "dump_sequence", "peer_uid", "cause",
         ]
         let names = Set(written.map { JournalFields.fieldName(forMetadataKey: $0) })
         for entry in try entries() {
