@@ -141,9 +141,11 @@ struct Trigger: ParsableCommand {
     @OptionGroup var control: ControlOptions
     @Argument(help: "The task's name.", completion: .custom { words, _, prefix in DaemonNames.complete(words, tasks: true, watches: false, prefix: prefix) })
     var task: String
+    @Flag(name: .long, help: "A fleet task: claim the run in etcd like a scheduled fire, so it runs on one host and every host records it.")
+    var fleet = false
 
     func run() throws {
-        let reply = try control.call(.trigger, [.init("task", .string(task))])
+        let reply = try control.call(.trigger, [.init("task", .string(task))] + (fleet ? [.init("fleet", .bool(true))] : []))
         print("task \(LineEscaping.escaped(task)): run \(StatusViewText.of(reply["run_id"])) submitted (`watchkeeper status` follows it)")
     }
 }
@@ -245,6 +247,32 @@ struct Watches: ParsableCommand {
              StatusViewText.of(rule["unwatched_total"]), rule["root_missing"]?.boolValue == true ? "root missing" : "-"]
         }
         TableView.render(header: ["WATCH", "ROOT", "METHOD", "WATCHES", "EVENTS", "JOBS", "SETTLING", "UNWATCHED", "PROBLEM"], rows: rows).forEach { print($0) }
+    }
+}
+
+struct Fleet: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Recent fires of fleet tasks across every host of the [cluster], from etcd, newest first."
+    )
+
+    @OptionGroup var control: ControlOptions
+    @Argument(help: "Only this task's fires.", completion: .custom { words, _, prefix in DaemonNames.complete(words, tasks: true, watches: false, prefix: prefix) })
+    var task: String?
+    @Option(name: .customShort("n"), help: "How many, newest first (1-10000).")
+    var count: Int = 20
+    @Flag(name: .long, help: "Print JSON.")
+    var json = false
+
+    func validate() throws {
+        guard (1 ... 10_000).contains(count) else { throw ValidationError("-n must be between 1 and 10000") }
+    }
+
+    func run() throws {
+        var parameters: [DumpField] = [.init("limit", .int(Int64(count)))]
+        if let task { parameters.append(.init("task", .string(task))) }
+        let reply = try control.call(.fleet, parameters)
+        if json { print(reply.json); return }
+        FleetView.render(reply).forEach { print($0) }
     }
 }
 

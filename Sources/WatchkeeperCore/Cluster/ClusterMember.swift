@@ -415,3 +415,32 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
         return Duration.seconds(seconds).compactDescription
     }
 }
+
+extension ClusterMember: MetricsContributor {
+    public func sampleMetrics() -> [MetricSample] {
+        var samples = [
+            MetricSample(MetricCatalog.fleetHeld, value: isHeld ? 1 : 0),
+            MetricSample(MetricCatalog.leaseRenewalsFailed, count: lease.renewalsFailed),
+            MetricSample(MetricCatalog.fleetFences, count: lease.fences),
+            MetricSample(MetricCatalog.etcdCalls, ["ok"], count: client.latencies.count),
+            MetricSample(MetricCatalog.etcdCalls, ["failed"], count: client.callsFailed),
+            MetricSample(MetricCatalog.etcdCallSeconds, value: Double(client.latencies.total.nanosecondsClamped) / 1e9),
+        ]
+        for quantile in [0.5, 0.99] {
+            if let value = client.latencies.percentile(quantile) {
+                samples.append(MetricSample(MetricCatalog.etcdCallLatency, [String(quantile)], value: Double(value.nanosecondsClamped) / 1e9))
+            }
+        }
+        return samples
+    }
+}
+
+extension TaskScheduler: MetricsContributor {
+    /// Fleet tasks' fires by where they went; nothing for other tasks (their runs are in
+    /// watchkeeper_jobs_total).
+    public func sampleMetrics() -> [MetricSample] {
+        order.compactMap { tasks[$0] }.filter { $0.settings.fleet == .one }.flatMap { task in
+            Self.fleetOutcomes.map { MetricSample(MetricCatalog.fleetFires, [task.settings.name, $0], count: task.fleet.totals[$0] ?? 0) }
+        }
+    }
+}

@@ -15,6 +15,7 @@ public enum ControlInterface {
         case watches = "Watches"
         case history = "History"
         case metrics = "Metrics"
+        case fleet = "Fleet"
 
         public var qualified: String { "\(ControlInterface.name).\(rawValue)" }
     }
@@ -74,7 +75,9 @@ public enum ControlInterface {
 
         # Runs a task now through its usual path: overlap policy, max_jobs, retries and
         # history. Tasks with manual = true run only this way.
-        method Trigger(task: string) -> (run_id: string)
+        # With fleet = true, a fleet task's run goes through the fleet's claim in etcd, so
+        # overlap = "skip" holds across the fleet and every host records it.
+        method Trigger(task: string, fleet: ?bool) -> (run_id: string)
 
         # A waiting run is cancelled; a running one is expired through its on_expire
         # handler with reason "cancelled". `was` is "waiting" or "running".
@@ -94,6 +97,11 @@ public enum ControlInterface {
 
         # The metrics in the Prometheus text format, as metrics_file has them, current.
         method Metrics() -> (text: string)
+
+        # Recent fires of fleet tasks across every host, from etcd, newest first: each
+        # with task, instant, host, run_id, state (running or done), outcome, started_at,
+        # finished_at and taken_over_from. Unavailable without [cluster] or etcd.
+        method Fleet(task: ?string, limit: ?int) -> (fires: []object)
 
         # No task of that name is configured.
         error NoSuchTask (task: string)

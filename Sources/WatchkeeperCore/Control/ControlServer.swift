@@ -456,7 +456,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     static func isLarge(_ call: VarlinkCall) -> Bool {
         guard call.interface == ControlInterface.name, let method = ControlInterface.Method(rawValue: call.methodName) else { return false }
         switch method {
-        case .history, .dump, .metrics: return true
+        case .history, .dump, .metrics, .fleet: return true
         case .status, .trigger, .cancel, .reload, .tasks, .watches: return false
         }
     }

@@ -22,3 +22,31 @@ public enum HistoryView {
         value == .null ? nil : value
     }
 }
+
+/// `watchkeeper fleet`: a Fleet reply as a table, newest first. Every text is escaped: the
+/// values come from etcd, which any host of the fleet (or anyone with access) writes.
+public enum FleetView {
+    public static func render(_ reply: DumpValue) -> [String] {
+        let fires = reply["fires"]?.arrayValue ?? []
+        guard !fires.isEmpty else { return ["no fires recorded in etcd yet"] }
+        let rows = fires.map { fire -> [String] in
+            let started = fire["started_at"].flatMap { $0 == .null ? nil : $0 }
+            let finished = fire["finished_at"].flatMap { $0 == .null ? nil : $0 }
+            var outcome = fire["outcome"].flatMap { $0 == .null ? nil : StatusView.text($0) } ?? StatusView.text(fire["state"])
+            if let from = fire["taken_over_from"], from != .null { outcome += " (taken over from \(StatusView.text(from)))" }
+            let took: String
+            if let start = started?.stringValue.flatMap(WallTime.init(iso8601:)), let end = finished?.stringValue.flatMap(WallTime.init(iso8601:)) {
+                took = Duration.seconds(end.secondsSinceEpoch - start.secondsSinceEpoch)
+                    .adding(milliseconds: (Int64(end.nanoseconds) - Int64(start.nanoseconds)) / 1_000_000).compactDescription
+            } else {
+                took = "-"
+            }
+            return [StatusView.text(fire["instant"]), StatusView.text(fire["task"]), StatusView.text(fire["host"]), StatusView.text(fire["run_id"]), outcome, took]
+        }
+        return TableView.render(header: ["FIRE", "TASK", "HOST", "RUN", "OUTCOME", "DURATION"], rows: rows)
+    }
+}
+
+extension Duration {
+    fileprivate func adding(milliseconds: Int64) -> Duration { self + .milliseconds(milliseconds) }
+}

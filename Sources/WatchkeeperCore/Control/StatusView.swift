@@ -80,6 +80,9 @@ public enum StatusView {
             if !stuck.isEmpty { line += "; " + style.paint("stuck: \(stuck.map(text).joined(separator: ", "))", .red) }
             lines.append(line)
         }
+        if let cluster = status["cluster"], cluster["stuck"] == nil {
+            lines += Self.cluster(cluster, style: style)
+        }
         lines += runningJobs(status["jobs"]?["running"]?.arrayValue ?? [], style: style)
         lines += tasks(status["tasks"]?["tasks"]?.arrayValue ?? [], style: style)
         lines += watches(status["watches"], style: style)
@@ -117,11 +120,38 @@ public enum StatusView {
         return lines
     }
 
+    /// "   Cluster: member a of /watchkeeper/prod via http://10.0.0.1:2379, lease 3f2a held
+    /// (expires in 8.1s, renewed 1.9s ago)"; when fires are held, why, in red.
+    private static func cluster(_ cluster: DumpValue, style: TerminalStyle) -> [String] {
+        let state = cluster["lease_state"]?.stringValue ?? "none"
+        var line = "   Cluster: member \(text(cluster["name"])) of \(text(cluster["prefix"])) via \(text(cluster["endpoint_in_use"])), "
+        switch state {
+        case "held":
+            line += "lease \(text(cluster["lease_id"])) " + style.paint("held", .green)
+            if let renewed = cluster["last_renewal_age_s"]?.doubleValue { line += " (renewed \(Duration.seconds(renewed).compactDescription) ago)" }
+        case "fencing":
+            line += style.paint("lease \(text(cluster["lease_id"])) not renewed: fleet jobs stopped", .red)
+        default:
+            line += style.paint("no lease: fleet fires held", .red)
+        }
+        var lines = [line]
+        if state != "held", let error = cluster["last_error"], error != .null {
+            lines.append("            " + style.paint(text(error), .red))
+        }
+        return lines
+    }
+
     private static func tasks(_ tasks: [DumpValue], style: TerminalStyle) -> [String] {
         guard !tasks.isEmpty else { return [] }
         let rows = tasks.map { task -> [String] in
             let last = task["last_runs"]?.arrayValue?.first
-            let lastText = last.map { "\(text($0["outcome"])) \(text($0["started_at"]))" } ?? "-"
+            var lastText = last.map { "\(text($0["outcome"])) \(text($0["started_at"]))" } ?? "-"
+            // A fleet task: its last fire wherever it ran, and where.
+            if let fire = task["fleet_state"]?["last_fire"], fire != .null {
+                let outcome = fire["outcome"].flatMap { $0 == .null ? nil : text($0) } ?? text(fire["state"])
+                lastText = "\(outcome) on \(text(fire["host"])) \(text(fire["instant"]))"
+            }
+            if let held = task["fleet_state"]?["held_fire"], held != .null { lastText += style.paint(" (fire \(text(held)) held)", .red) }
             return [text(task["name"]), text(task["schedule"]), text(task["next_run"]), lastText]
         }
         return ["", "Next runs:"] + TableView.render(header: ["TASK", "SCHEDULE", "NEXT RUN", "LAST RUN"], rows: rows, indent: 2)

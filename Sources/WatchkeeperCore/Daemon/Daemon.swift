@@ -81,7 +81,10 @@ struct DaemonParts {
         watcher = DirectoryWatcher(queue: queues.watching, engine: engine)
         watcher.store = store
         control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: owner)
-        metrics = MetricsExporter(queue: queues.metrics, contributors: [owner, watchdog, engine, watcher], sources: sources, logger: logger,
+        // The scheduler and the cluster only with [cluster]: without it they add no series.
+        var fleetMetrics: [any MetricsContributor] = []
+        if let cluster { fleetMetrics = [scheduler, cluster] }
+        metrics = MetricsExporter(queue: queues.metrics, contributors: [owner, watchdog, engine, watcher] + fleetMetrics, sources: sources, logger: logger,
                                   settings: settings)
         engine.metrics = metrics.jobMetrics
         let clusterSection: [any DumpContributor] = cluster.map { [$0] } ?? []

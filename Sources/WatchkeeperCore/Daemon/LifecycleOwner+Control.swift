@@ -9,7 +9,7 @@ extension LifecycleOwner: ControlBackend {
         do throws(VarlinkError) {
             switch method {
             case .status:
-                stateDump.snapshot(sections: ["daemon", "watchdog", "jobs", "tasks", "watches", "control"]) { status in
+                stateDump.snapshot(sections: ["daemon", "watchdog", "jobs", "tasks", "watches", "control", "cluster"]) { status in
                     reply(.success([.init("status", status)]))
                 }
             case .dump:
@@ -26,7 +26,8 @@ extension LifecycleOwner: ControlBackend {
                 }
             case .trigger:
                 let task = try parameters.requiredString("task")
-                whileRunning(reply) { self.trigger(task, reply: reply) }
+                let fleet = parameters["fleet"] == .bool(true)
+                whileRunning(reply) { self.trigger(task, fleet: fleet, reply: reply) }
             case .cancel:
                 let text = try parameters.requiredString("run_id")
                 guard let runID = RunID(text) else { throw VarlinkError.invalidParameter("run_id") }
@@ -35,6 +36,19 @@ extension LifecycleOwner: ControlBackend {
                 whileRunning(reply) { self.reloadForControl(reply) }
             case .metrics:
                 metrics.render { text in reply(.success([.init("text", .string(text))])) }
+            case .fleet:
+                let task = parameters["task"]?.stringValue
+                let limit = Int(try parameters.optionalInt("limit", in: 1 ... 10_000) ?? 20)
+                guard let cluster else {
+                    throw ControlInterface.ErrorName.unavailable.error([.init("reason", .string("no [cluster] is configured: this host runs no fleet tasks"))])
+                }
+                cluster.recentFires(task: task, limit: limit) { result in
+                    switch result {
+                    case .success(let fires): reply(.success([.init("fires", .array(fires.map(\.dumpValue)))]))
+                    case .failure(let error):
+                        reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("unable to read the fleet's fires: \(error)"))])))
+                    }
+                }
             case .history:
                 let name = try parameters.requiredString("name")
                 let limit = Int(try parameters.optionalInt("limit", in: 1 ... 10_000) ?? 10)
@@ -63,9 +77,9 @@ extension LifecycleOwner: ControlBackend {
         }
     }
 
-    private func trigger(_ task: String, reply: @escaping ControlReply) {
+    private func trigger(_ task: String, fleet: Bool, reply: @escaping ControlReply) {
         queues.jobs.async {
-            switch self.scheduler.trigger(task: task) {
+            switch self.scheduler.trigger(task: task, fleet: fleet) {
             case .success(let runID):
                 reply(.success([.init("run_id", .string(runID))]))
             case .failure(.unknownTask(let name)):

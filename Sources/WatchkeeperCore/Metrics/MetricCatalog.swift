@@ -64,6 +64,22 @@ public enum MetricCatalog {
         help: "When the configuration in force was read (start or reload), in seconds since the epoch", labels: [])
     public static let generation = Family(name: "watchkeeper_config_generation", kind: .gauge,
         help: "Successful configuration loads in this process: 1 at start, +1 per applied reload", labels: [])
+    // The fleet (docs/fleet.md), with [cluster] only.
+    public static let fleetFires = Family(name: "watchkeeper_fleet_fires_total", kind: .counter,
+        help: "Fires of fleet tasks by where they went: ran_here, ran_elsewhere (another host claimed it), taken_over (from a host whose lease expired mid-run), held (no etcd quorum when due)",
+        labels: ["task", "outcome"])
+    public static let fleetHeld = Family(name: "watchkeeper_fleet_held", kind: .gauge,
+        help: "1 while this host has no etcd lease to claim fires with (fleet tasks are held, not run), else 0", labels: [])
+    public static let leaseRenewalsFailed = Family(name: "watchkeeper_fleet_lease_renewals_failed_total", kind: .counter,
+        help: "Renewals of this host's etcd lease that failed or timed out", labels: [])
+    public static let fleetFences = Family(name: "watchkeeper_fleet_fences_total", kind: .counter,
+        help: "Times the lease could not be renewed in time and every fleet job here was stopped (reason fleet_lease_lost)", labels: [])
+    public static let etcdCalls = Family(name: "watchkeeper_etcd_calls_total", kind: .counter,
+        help: "Calls to etcd by result: ok (answered) or failed (refused, unreachable or past its deadline)", labels: ["result"])
+    public static let etcdCallSeconds = Family(name: "watchkeeper_etcd_call_seconds_total", kind: .counter,
+        help: "Time spent in answered etcd calls; divided by watchkeeper_etcd_calls_total{result=\"ok\"}, their mean latency", labels: [])
+    public static let etcdCallLatency = Family(name: "watchkeeper_etcd_call_latency_seconds", kind: .gauge,
+        help: "Latency of the last 256 answered etcd calls at the quantile", labels: ["quantile"])
     public static let buildInfo = Family(name: "watchkeeper_build_info", kind: .gauge,
         help: "Always 1; the version in a label", labels: ["version"])
 
@@ -71,6 +87,7 @@ public enum MetricCatalog {
         jobs, lastSuccess, lastFailure, duration, startLatency, expirations, running, waiting, overflows, rescans,
         filesSettling, directoriesWatched, directoriesUnwatched, rootMissing, pingsWithheld, pingsSent,
         reloadSuccessful, reloadSuccessTime, generation, buildInfo,
+        fleetFires, fleetHeld, leaseRenewalsFailed, fleetFences, etcdCalls, etcdCallSeconds, etcdCallLatency,
     ]
 
     static func family(named name: String) -> Family? { all.first { $0.name == name } }

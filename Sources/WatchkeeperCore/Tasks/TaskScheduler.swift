@@ -144,9 +144,19 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
 
     /// Manual runs (and, later, the control interface): starts the task now, under its
     /// overlap policy. The run ID, or why it could not start.
-    public func trigger(task name: String) -> Result<String, TriggerError> {
+    public func trigger(task name: String, fleet: Bool = false) -> Result<String, TriggerError> {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         guard let task = tasks[name] else { return .failure(.unknownTask(name)) }
+        if fleet {
+            guard task.settings.fleet == .one, cluster != nil else { return .failure(.notFleet(name)) }
+            // Whole milliseconds: the instant names the fire's key.
+            let now = WallTime.now()
+            let instant = WallTime(secondsSinceEpoch: now.secondsSinceEpoch, nanoseconds: now.nanoseconds / 1_000_000 * 1_000_000)
+            guard let runID = fireFleet(task, scheduledAt: instant, reason: "trigger-fleet") else {
+                return .failure(.notStarted(name, policy: task.settings.overlap))
+            }
+            return .success(runID)
+        }
         guard let runID = fire(task, scheduledAt: .now(), reason: "trigger") else {
             return .failure(.notStarted(name, policy: task.settings.overlap))
         }
@@ -183,11 +193,13 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     public enum TriggerError: Error, Equatable, CustomStringConvertible {
         case unknownTask(String)
         case notStarted(String, policy: OverlapPolicy)
+        case notFleet(String)
 
         public var description: String {
             switch self {
             case .unknownTask(let name): return "unable to run task \(name): no such task"
             case .notStarted(let name, let policy): return "unable to run task \(name) now: a run is in progress and overlap = \"\(policy.rawValue)\""
+            case .notFleet(let name): return "unable to run task \(name) through the fleet: it is not a fleet = \"one\" task of a [cluster]"
             }
         }
     }
