@@ -424,7 +424,6 @@ extension ClusterMember: MetricsContributor {
             MetricSample(MetricCatalog.fleetFences, count: lease.fences),
             MetricSample(MetricCatalog.etcdCalls, ["ok"], count: client.latencies.count),
             MetricSample(MetricCatalog.etcdCalls, ["failed"], count: client.callsFailed),
-            MetricSample(MetricCatalog.etcdCallSeconds, value: Double(client.latencies.total.nanosecondsClamped) / 1e9),
         ]
         for quantile in [0.5, 0.99] {
             if let value = client.latencies.percentile(quantile) {

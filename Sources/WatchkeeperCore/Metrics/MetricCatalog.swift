@@ -76,8 +76,6 @@ public enum MetricCatalog {
         help: "Times the lease could not be renewed in time and every fleet job here was stopped (reason fleet_lease_lost)", labels: [])
     public static let etcdCalls = Family(name: "watchkeeper_etcd_calls_total", kind: .counter,
         help: "Calls to etcd by result: ok (answered) or failed (refused, unreachable or past its deadline)", labels: ["result"])
-    public static let etcdCallSeconds = Family(name: "watchkeeper_etcd_call_seconds_total", kind: .counter,
-        help: "Time spent in answered etcd calls; divided by watchkeeper_etcd_calls_total{result=\"ok\"}, their mean latency", labels: [])
     public static let etcdCallLatency = Family(name: "watchkeeper_etcd_call_latency_seconds", kind: .gauge,
         help: "Latency of the last 256 answered etcd calls at the quantile", labels: ["quantile"])
     public static let buildInfo = Family(name: "watchkeeper_build_info", kind: .gauge,
@@ -87,7 +85,7 @@ public enum MetricCatalog {
         jobs, lastSuccess, lastFailure, duration, startLatency, expirations, running, waiting, overflows, rescans,
         filesSettling, directoriesWatched, directoriesUnwatched, rootMissing, pingsWithheld, pingsSent,
         reloadSuccessful, reloadSuccessTime, generation, buildInfo,
-        fleetFires, fleetHeld, leaseRenewalsFailed, fleetFences, etcdCalls, etcdCallSeconds, etcdCallLatency,
+        fleetFires, fleetHeld, leaseRenewalsFailed, fleetFences, etcdCalls, etcdCallLatency,
     ]
 
     static func family(named name: String) -> Family? { all.first { $0.name == name } }
