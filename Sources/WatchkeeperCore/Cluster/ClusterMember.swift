@@ -21,7 +21,7 @@ public enum FireClaim: Sendable, Equatable {
     /// Another host claimed it (or ran it already).
     case elsewhere(FleetFire)
     /// overlap = "skip": the task's previous fire still runs on this host.
-    case previousRunning(FleetFire)
+    case previousRunning(FleetFire, revision: Int64)
     /// No claim could be made now (no lease, etcd unreachable): the fire is held.
     case held(String)
 }
@@ -254,7 +254,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
             let fire = FleetFire(task: mine.task, instant: "", json: running.value)
                 ?? FleetFire(task: mine.task, instant: "", host: "unknown", runID: "unknown", state: .running)
             count("claims_skipped")
-            return .previousRunning(fire)
+            return .previousRunning(fire, revision: running.modRevision)
         }
         // Both vanished between the compare and the read (a lease expired): try again later.
         return .held("the claim raced with an expiring lease; retrying")
@@ -273,6 +273,25 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
                     count("records_written")
                     pruneHistory(of: fire.task)
                 }
+                replyOn.async { completion(result) }
+            }
+        }
+    }
+
+    /// A running key of this host's that no run of this host's holds: a claim whose
+    /// answer was lost and that was never run (the fire was given up meanwhile). Recorded
+    /// as ended `cancelled`, and the running key freed, if it is still that one.
+    public func releaseOrphan(_ fire: FleetFire, runningRevision: Int64, replyOn: SubsystemQueue,
+                              completion: @escaping @Sendable (Result<Bool, EtcdError>) -> Void) {
+        queue.async { [self] in
+            var ended = fire
+            ended.state = .done
+            ended.outcome = RunOutcome.cancelled.rawValue
+            ended.finishedAt = .now()
+            var puts: [(key: String, value: String)] = []
+            if let instant = WallTime(iso8601: fire.instant) { puts.append((keys.fire(fire.task, at: instant), ended.json)) }
+            client.commit(ifKey: keys.running(fire.task), atModRevision: runningRevision, puts: puts,
+                          deletes: [keys.running(fire.task)], timeout: callTimeout) { result in
                 replyOn.async { completion(result) }
             }
         }
