@@ -238,6 +238,7 @@ public final class EtcdTestCluster {
                 throw HarnessError("unable to wait for etcd \(name(member: member)) to be healthy: it exited; its log ends:\n\(logTail(member: member))")
             }
             let members = runningMembers.filter { !frozen.contains($0) }
+            guard !members.isEmpty else { throw HarnessError("unable to wait for etcd to be healthy: no member is running") }
             last = etcdctl(["endpoint", "health", "--dial-timeout=500ms", "--command-timeout=1s"],
                            timeout: 5, endpoints: members.map { clientURL(member: $0) })
             if last.succeeded { return }

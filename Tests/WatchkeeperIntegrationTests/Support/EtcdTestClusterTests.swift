@@ -46,6 +46,10 @@ final class EtcdTestClusterTests: XCTestCase {
         cluster.kill(member: leader)
         XCTAssertFalse(cluster.isRunning(member: leader))
         let start = MonotonicInstant.now
+        let successor = waitForValue(10, every: .milliseconds(10)) { cluster.leader(timeout: 0.5) }
+        print("etcd harness: leader killed, member\(successor.map(String.init) ?? "?") leader after \(String(format: "%.2f", seconds(since: start))) s")
+        XCTAssertNotNil(successor)
+        XCTAssertNotEqual(successor, leader)
         // The first put may wait out the election that follows the leader's death.
         XCTAssertTrue(waitFor(10, every: .milliseconds(50)) {
             cluster.etcdctl(["put", "--command-timeout=500ms", "k", "v"], timeout: 5).succeeded
