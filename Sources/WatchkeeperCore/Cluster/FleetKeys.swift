@@ -93,7 +93,7 @@ import Glibc
 extension WallTime {
     /// The form `iso8601` writes (UTC, "2026-11-26T18:40:00.000Z"), and the same without
     /// the milliseconds; nil for anything else.
-    init?(iso8601 text: String) {
+    public init?(iso8601 text: String) {
         let bytes = Array(text.utf8)
         guard bytes.count == 20 || bytes.count == 24, bytes.last == UInt8(ascii: "Z") else { return nil }
         func number(_ range: Range<Int>) -> Int32? {

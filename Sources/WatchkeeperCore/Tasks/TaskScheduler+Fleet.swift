@@ -80,6 +80,7 @@ extension TaskScheduler: FleetListener {
         let subject = JobSubject.schedule(scheduledAt: scheduledAt)
         switch claim {
         case .won(let revision):
+            heldRetryDelay = .milliseconds(250)
             guard let cluster else { return }
             var fire = FleetFire(task: name, instant: scheduledAt.iso8601, host: cluster.settings.name, runID: runID.description, state: .running)
             fire.takenOverFrom = takenOverFrom
@@ -96,6 +97,7 @@ extension TaskScheduler: FleetListener {
                 self?.fleetRunEnded(completion, task: task, runID: runID)
             }
         case .elsewhere(let fire):
+            heldRetryDelay = .milliseconds(250)
             task.fleet.totals["ran_elsewhere", default: 0] += 1
             task.fleet.last = fire
             if fire.state == .running {
@@ -139,6 +141,37 @@ extension TaskScheduler: FleetListener {
         if task.fleet.held?.instant != instant { task.fleet.totals["held", default: 0] += 1 }
         task.fleet.held = (instant, cause, task.fleet.held?.instant == instant ? task.fleet.held!.runID : runID)
         logger.info("task \(task.settings.name): the fire due at \(instant.iso8601) is held: \(cause)")
+        // The lease is good (one call failed: a member went, the call moved on): try again
+        // soon rather than at the next change of the lease, which may never come.
+        if fleetHeldCause == nil { armHeldRetry() }
+    }
+
+    private func armHeldRetry() {
+        if heldRetryTimer == nil {
+            heldRetryTimer = context.sources.makeTimer(owner: "task scheduler", target: "held fleet fires: claim again", on: queue) { [weak self] in
+                self?.retryHeldFires()
+            }
+        }
+        // Backing off, so a claim refused for good (a role without the prefix) is not a loop.
+        heldRetryTimer?.schedule(after: heldRetryDelay)
+        heldRetryDelay = min(heldRetryDelay * 2, .seconds(8))
+    }
+
+    /// Held fires claimed again while the lease is good; when it is not, the lease's
+    /// return does it (`fleetAvailability`).
+    private func retryHeldFires() {
+        guard fleetHeldCause == nil else { return }
+        let now = WallTime.now()
+        for name in order {
+            guard let task = tasks[name], task.settings.fleet == .one, let held = task.fleet.held else { continue }
+            task.fleet.held = nil
+            let age = Duration.seconds(now.secondsSinceEpoch - held.instant.secondsSinceEpoch)
+            if age <= task.settings.catchUpWindow {
+                fireFleet(task, scheduledAt: held.instant, reason: "held", runID: held.runID)
+            } else {
+                recordHeld(task, instant: held.instant, detail: "held: \(held.cause); now beyond catch_up_window \(task.settings.catchUpWindow.compactDescription)")
+            }
+        }
     }
 
     private func recordHeld(_ task: ScheduledTask, instant: WallTime, detail: String) {

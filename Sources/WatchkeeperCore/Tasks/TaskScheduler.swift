@@ -72,6 +72,8 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// This host in the fleet, when `[cluster]` is configured (set by Daemon.init).
     public var cluster: ClusterMember?
     var fleetCheckTimer: RegisteredTimer?
+    var heldRetryTimer: RegisteredTimer?
+    var heldRetryDelay = Duration.milliseconds(250)
     /// Why fleet fires are held now (no etcd lease), for the dump and `status`.
     var fleetHeldCause: String?
     var storeProblem: String?

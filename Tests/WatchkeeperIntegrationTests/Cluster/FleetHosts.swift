@@ -57,7 +57,7 @@ final class FleetHosts {
                 [cluster]
                 etcd = [\(endpoints.map { "\"\($0)\"" }.joined(separator: ", "))]
                 name = "\(host.name)"
-                prefix = "\(prefix)"
+                prefix = "\(self.prefix)"
                 \(cluster)
 
                 \(tasks.replacingOccurrences(of: "@SHARED@", with: shared).replacingOccurrences(of: "@HOST@", with: host.name))
