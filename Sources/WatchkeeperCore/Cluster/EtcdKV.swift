@@ -164,6 +164,34 @@ extension EtcdClient {
         }
     }
 
+    /// Puts `value` bound to `lease` if `key` is still at `modRevision`: the revision
+    /// written, or nil if the key changed or went since.
+    public func takeOver(_ key: String, value: String, ifModRevision modRevision: Int64, lease: Int64, timeout: Duration,
+                         completion: @escaping (Result<Int64?, EtcdError>) -> Void) {
+        var put = [DumpField("key", Self.key(key)), DumpField("value", .string(Base64.encode(value)))]
+        if lease != 0 { put.append(DumpField("lease", .string(String(lease)))) }
+        let body = DumpValue.object([
+            DumpField("compare", .array([.object([DumpField("target", .string("MOD")), DumpField("key", Self.key(key)),
+                                                  DumpField("mod_revision", .string(String(modRevision))), DumpField("result", .string("EQUAL"))])])),
+            DumpField("success", .array([.object([DumpField("request_put", .object(put))])])),
+        ])
+        call("/v3/kv/txn", body, timeout: timeout) { result in
+            completion(result.map { $0["succeeded"] == .bool(true) ? ($0["header"]?["revision"]?.int64Value ?? 0) : nil })
+        }
+    }
+
+    /// Deletes `key` if it is bound to no lease (an ended record, not a live claim).
+    public func deleteUnleased(_ key: String, timeout: Duration, completion: @escaping (Result<Bool, EtcdError>) -> Void) {
+        let body = DumpValue.object([
+            DumpField("compare", .array([.object([DumpField("target", .string("LEASE")), DumpField("key", Self.key(key)),
+                                                  DumpField("lease", .string("0")), DumpField("result", .string("EQUAL"))])])),
+            DumpField("success", .array([.object([DumpField("request_delete_range", .object([DumpField("key", Self.key(key))]))])])),
+        ])
+        call("/v3/kv/txn", body, timeout: timeout) { result in
+            completion(result.map { $0["succeeded"] == .bool(true) })
+        }
+    }
+
     /// Deletes `key` only if its last change is `modRevision`.
     public func delete(_ key: String, ifModRevision modRevision: Int64, timeout: Duration, completion: @escaping (Result<Bool, EtcdError>) -> Void) {
         let body = DumpValue.object([
