@@ -179,4 +179,51 @@ final class FleetTaskTests: XCTestCase {
             XCTFail("the fire at \(instant) ran \(group.count) times: \(group)")
         }
     }
+
+    /// Today's usual answer, `etcdctl lock NAME -- job` in every host's schedule, beside a
+    /// fleet task on the same three hosts and instants: the lock only takes turns, so every
+    /// host runs every fire; the fleet task runs each once.
+    func testEtcdctlLockInEveryHostsSchedule_runsEachFireOncePerHost_whereAFleetTaskRunsItOnce() throws {
+        let etcd = try EtcdTestCluster(directory: try makeScratchDirectory())
+        let shared = try makeScratchDirectory()
+        let endpoints = etcd.endpoints.joined(separator: ",")
+        // Every 2 s on each host: the fleet task at the same instants everywhere (counted
+        // from the epoch), the locked one from each daemon's start, so its fires are
+        // counted per 2-second period, one instant of each host in each.
+        let tasks = tickTask(every: "2s", sleep: "0.3") + """
+
+            [[task]]
+            name = "locked"
+            every = "2s"
+            shell = true
+            command = 'ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=\(endpoints) lock locked-job -- sh -c "echo \\"$WATCHKEEPER_SCHEDULED_AT @HOST@\\" >> @SHARED@/locked; sleep 0.3"'
+            """
+        let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared, tasks: tasks)
+        try fleet.startAll()
+        let allUp = Date().timeIntervalSince1970
+        XCTAssertTrue(waitFor(40) { fleet.runs().filter { (self.seconds($0.instant) ?? 0) > allUp + 1 }.count >= 6 })
+        Thread.sleep(forTimeInterval: 3)
+        let stoppedAfter = Date().timeIntervalSince1970
+        for host in fleet.hosts { host.daemon?.stop(within: 20) }
+        func inWindow(_ instant: String) -> Bool {
+            guard let at = seconds(instant) else { return false }
+            return at > allUp + 1 && at < stoppedAfter - 3
+        }
+        let fleetCounts = Dictionary(grouping: fleet.runs().filter { inWindow($0.instant) }, by: \.instant).mapValues(\.count)
+        let lockedText = (try? String(contentsOfFile: shared + "/locked", encoding: .utf8)) ?? ""
+        var lockedCounts: [Int: Int] = [:]
+        for line in lockedText.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let at = seconds(String(parts[0])) else { continue }
+            let period = Int(at / 2)
+            let periodStart = Double(period * 2)
+            guard periodStart > allUp + 2, periodStart + 2 < stoppedAfter - 3 else { continue }
+            lockedCounts[period, default: 0] += 1
+        }
+        XCTAssertGreaterThanOrEqual(fleetCounts.count, 4)
+        XCTAssertTrue(fleetCounts.values.allSatisfy { $0 == 1 }, "fleet task: \(fleetCounts)")
+        XCTAssertGreaterThanOrEqual(lockedCounts.count, 4)
+        XCTAssertTrue(lockedCounts.values.allSatisfy { $0 == 3 }, "etcdctl lock: \(lockedCounts)")
+        print("side by side over \(fleetCounts.count) fires on 3 hosts: fleet task runs per fire \(Set(fleetCounts.values).sorted()), etcdctl lock runs per fire \(Set(lockedCounts.values).sorted())")
+    }
 }
