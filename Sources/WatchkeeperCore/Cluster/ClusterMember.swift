@@ -219,7 +219,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     private func becameUnavailable(_ cause: String) {
         guard unavailable == nil else { return }
         unavailable = (.now(), cause)
-        logger.error("unable to reach a quorum of the etcd cluster (\(cause)): fleet tasks are held, not run here; local tasks and watches go on",
+        logger.error("unable to get or renew the etcd lease (\(cause)): fleet tasks are held, not run here; local tasks and watches go on",
                      metadata: [JournalFields.messageIDKey: .string(MessageID.clusterUnavailable.rawValue), "cause": .string(cause)])
         tell { $0.fleetAvailability(false, cause: cause) }
     }

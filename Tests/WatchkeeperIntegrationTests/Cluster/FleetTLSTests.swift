@@ -48,8 +48,8 @@ final class FleetTLSTests: XCTestCase {
             """)
         try fleet.startAll()
         let daemon = try XCTUnwrap(fleet.hosts[0].daemon)
-        XCTAssertTrue(daemon.waitForStderr(containing: "unable to reach a quorum of the etcd cluster", timeout: 15), daemon.stderrTail)
-        let line = daemon.stderr.split(separator: "\n").first { $0.contains("unable to reach a quorum") }.map(String.init) ?? ""
+        XCTAssertTrue(daemon.waitForStderr(containing: "unable to get or renew the etcd lease", timeout: 15), daemon.stderrTail)
+        let line = daemon.stderr.split(separator: "\n").first { $0.contains("unable to get or renew the etcd lease") }.map(String.init) ?? ""
         XCTAssertTrue(line.contains("etcd at \(etcd.endpoints[0])"), line)
         XCTAssertTrue(line.contains("TLS failed") && line.contains("alert"), line)
         Thread.sleep(forTimeInterval: 2)

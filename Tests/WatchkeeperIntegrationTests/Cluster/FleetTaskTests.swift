@@ -139,7 +139,7 @@ final class FleetTaskTests: XCTestCase {
         let lost = Date().timeIntervalSince1970
         // Said once, with the cause, on every host.
         for host in fleet.hosts {
-            XCTAssertTrue(host.daemon?.waitForStderr(containing: "unable to reach a quorum of the etcd cluster", timeout: 15) ?? false,
+            XCTAssertTrue(host.daemon?.waitForStderr(containing: "unable to get or renew the etcd lease", timeout: 15) ?? false,
                           "\(host.name): \(host.daemon?.stderrTail ?? "")")
         }
         let status = try fleet.control(fleet.hosts[0], ["status"])
