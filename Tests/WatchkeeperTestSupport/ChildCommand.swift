@@ -116,7 +116,7 @@ public struct HarnessError: Error, CustomStringConvertible {
 }
 
 /// Where a spawned child's stdout or stderr goes.
-enum ChildOutput {
+public enum ChildOutput {
     case descriptor(Int32)
     /// Opened with O_APPEND, so a member restarted on the same log adds to it.
     case appending(String)
@@ -125,7 +125,7 @@ enum ChildOutput {
 
 /// Starts `arguments` with stdin on /dev/null, an empty signal mask and default dispositions
 /// (the test runner's blocked signals must not reach a server it starts).
-func spawnChild(_ arguments: [String], environment: [String: String], stdout: ChildOutput, stderr: ChildOutput) throws -> pid_t {
+public func spawnChild(_ arguments: [String], environment: [String: String], stdout: ChildOutput, stderr: ChildOutput) throws -> pid_t {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }

@@ -220,18 +220,7 @@ extension TaskScheduler: FleetListener {
     public func fleetAvailability(_ available: Bool, cause: String?) {
         fleetHeldCause = available ? nil : cause
         guard available else { return }
-        let now = WallTime.now()
-        for name in order {
-            guard let task = tasks[name], task.settings.fleet == .one, let held = task.fleet.held else { continue }
-            task.fleet.held = nil
-            let age = Duration.seconds(now.secondsSinceEpoch - held.instant.secondsSinceEpoch)
-            if age <= task.settings.catchUpWindow {
-                logger.notice("task \(name): etcd answers again; claiming the fire held since \(held.instant.iso8601)")
-                fireFleet(task, scheduledAt: held.instant, reason: "held", runID: held.runID)
-            } else {
-                recordHeld(task, instant: held.instant, detail: "held while no etcd quorum answered; now beyond catch_up_window \(task.settings.catchUpWindow.compactDescription)")
-            }
-        }
+        retryHeldFires()
         // Fires seen running elsewhere may have ended, or lost their host, meanwhile.
         checkFiresElsewhere()
     }

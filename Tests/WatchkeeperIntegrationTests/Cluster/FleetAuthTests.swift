@@ -11,14 +11,7 @@ final class FleetAuthTests: XCTestCase {
         let shared = try makeScratchDirectory()
         let prefix = "/wk-auth/\(UInt32.random(in: 0 ... .max))"
         let auth = try etcd.enableAuth(prefix: prefix + "/")
-        let fleet = try FleetHosts(count: 2, endpoints: etcd.endpoints, shared: shared, tasks: """
-            [[task]]
-            name = "tick"
-            every = "1s"
-            fleet = "one"
-            shell = true
-            command = '\(FleetHosts.command(sleep: "0.1"))'
-            """, cluster: """
+        let fleet = try FleetHosts(count: 2, endpoints: etcd.endpoints, shared: shared, tasks: FleetHosts.tickTask(every: "1s", sleep: "0.1"), cluster: """
             lease_ttl = "4s"
             username = "\(auth.user)"
             password_file = "\(auth.passwordFile)"
@@ -44,14 +37,7 @@ final class FleetAuthTests: XCTestCase {
         let auth = try etcd.enableAuth(prefix: prefix + "/")
         let wrong = shared + "/wrong-password"
         FileManager.default.createFile(atPath: wrong, contents: Data("not-\(auth.password)".utf8))
-        let fleet = try FleetHosts(count: 1, endpoints: etcd.endpoints, shared: shared, tasks: """
-            [[task]]
-            name = "tick"
-            every = "1s"
-            fleet = "one"
-            shell = true
-            command = '\(FleetHosts.command(sleep: "0.1"))'
-            """, cluster: """
+        let fleet = try FleetHosts(count: 1, endpoints: etcd.endpoints, shared: shared, tasks: FleetHosts.tickTask(every: "1s", sleep: "0.1"), cluster: """
             username = "\(auth.user)"
             password_file = "\(wrong)"
             """, prefix: prefix)

@@ -141,6 +141,19 @@ final class FleetHosts {
         return runs.map { (($0["run_id"] as? String) ?? "", ($0["outcome"] as? String) ?? "", $0["host"] as? String) }
     }
 
+    /// A fleet task named `tick` running `command(sleep:)`.
+    static func tickTask(every: String, sleep: String = "0.2", extra: String = "") -> String {
+        """
+        [[task]]
+        name = "tick"
+        every = "\(every)"
+        fleet = "one"
+        shell = true
+        command = '\(command(sleep: sleep))'
+        \(extra)
+        """
+    }
+
     /// The task's command: record the start, the job's pid, sleep, record the end.
     static func command(sleep: String) -> String {
         "mkdir -p @SHARED@/pids; touch @SHARED@/pids/@HOST@.$$; " + record("start") + "; sleep \(sleep); " + record("end")

@@ -10,14 +10,7 @@ final class FleetTLSTests: XCTestCase {
         let etcd = try EtcdTestCluster(directory: try makeScratchDirectory(), tls: true)
         let tls = try XCTUnwrap(etcd.tls)
         let shared = try makeScratchDirectory()
-        let fleet = try FleetHosts(count: 2, endpoints: etcd.endpoints, shared: shared, tasks: """
-            [[task]]
-            name = "tick"
-            every = "1s"
-            fleet = "one"
-            shell = true
-            command = '\(FleetHosts.command(sleep: "0.1"))'
-            """, cluster: """
+        let fleet = try FleetHosts(count: 2, endpoints: etcd.endpoints, shared: shared, tasks: FleetHosts.tickTask(every: "1s", sleep: "0.1"), cluster: """
             ca_file = "\(tls.caCertificate)"
             cert_file = "\(tls.clientCertificate)"
             key_file = "\(tls.clientKey)"
@@ -34,14 +27,7 @@ final class FleetTLSTests: XCTestCase {
         let etcd = try EtcdTestCluster(directory: try makeScratchDirectory(), members: 1, tls: true)
         let tls = try XCTUnwrap(etcd.tls)
         let shared = try makeScratchDirectory()
-        let fleet = try FleetHosts(count: 1, endpoints: etcd.endpoints, shared: shared, tasks: """
-            [[task]]
-            name = "tick"
-            every = "1s"
-            fleet = "one"
-            shell = true
-            command = '\(FleetHosts.command(sleep: "0.1"))'
-            """, cluster: """
+        let fleet = try FleetHosts(count: 1, endpoints: etcd.endpoints, shared: shared, tasks: FleetHosts.tickTask(every: "1s", sleep: "0.1"), cluster: """
             ca_file = "\(tls.caCertificate)"
             cert_file = "\(tls.foreignClientCertificate)"
             key_file = "\(tls.foreignClientKey)"

@@ -14,18 +14,6 @@ final class FleetTaskTests: XCTestCase {
         WallTime(iso8601: iso).map { Double($0.secondsSinceEpoch) + Double($0.nanoseconds) / 1e9 }
     }
 
-    private func tickTask(every: String, sleep: String = "0.2", extra: String = "") -> String {
-        """
-        [[task]]
-        name = "tick"
-        every = "\(every)"
-        fleet = "one"
-        shell = true
-        command = '\(FleetHosts.command(sleep: sleep))'
-        \(extra)
-        """
-    }
-
     /// The issue's "150 fires, each run exactly once across the three" in its short form:
     /// WATCHKEEPER_TEST_FLEET_FIRES and _INTERVAL_S make it the long one (`make reliability`).
     func testEachFireRunsOnceAcrossThreeHosts_andEveryHostsHistoryAccountsForIt() throws {
@@ -34,7 +22,7 @@ final class FleetTaskTests: XCTestCase {
         let interval = Int(environment["WATCHKEEPER_TEST_FLEET_INTERVAL_S"] ?? "") ?? 1
         let etcd = try EtcdTestCluster(directory: try makeScratchDirectory())
         let shared = try makeScratchDirectory()
-        let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared, tasks: tickTask(every: "\(interval)s"))
+        let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared, tasks: FleetHosts.tickTask(every: "\(interval)s"))
         try fleet.startAll()
         let allUp = Date().timeIntervalSince1970
         XCTAssertTrue(waitFor(Double(fires * interval) * 2 + 30) {
@@ -72,7 +60,7 @@ final class FleetTaskTests: XCTestCase {
         let etcd = try EtcdTestCluster(directory: try makeScratchDirectory())
         let shared = try makeScratchDirectory()
         let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared,
-                                   tasks: tickTask(every: "30s", sleep: "12", extra: "persistent = true"), cluster: "lease_ttl = \"4s\"")
+                                   tasks: FleetHosts.tickTask(every: "30s", sleep: "12", extra: "persistent = true"), cluster: "lease_ttl = \"4s\"")
         try fleet.startAll()
         XCTAssertTrue(waitFor(45) { !fleet.runs().isEmpty }, "no fire ran")
         let first = try XCTUnwrap(fleet.runs().first)
@@ -95,7 +83,7 @@ final class FleetTaskTests: XCTestCase {
     func testOneEtcdMemberKilled_losesNoFireAndDoublesNone() throws {
         let etcd = try EtcdTestCluster(directory: try makeScratchDirectory())
         let shared = try makeScratchDirectory()
-        let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared, tasks: tickTask(every: "1s"))
+        let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared, tasks: FleetHosts.tickTask(every: "1s"))
         try fleet.startAll()
         let allUp = Date().timeIntervalSince1970
         XCTAssertTrue(waitFor(30) { fleet.runs().filter { $0.end != nil }.count >= 5 })
@@ -131,7 +119,7 @@ final class FleetTaskTests: XCTestCase {
             command = 'echo "$WATCHKEEPER_SCHEDULED_AT @HOST@ $(date +%s.%N)" >> @SHARED@/local'
             """
         let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared,
-                                   tasks: tickTask(every: "2s") + "\n" + local, cluster: "lease_ttl = \"4s\"")
+                                   tasks: FleetHosts.tickTask(every: "2s") + "\n" + local, cluster: "lease_ttl = \"4s\"")
         try fleet.startAll()
         XCTAssertTrue(waitFor(30) { fleet.runs().filter { $0.end != nil }.count >= 3 })
         etcd.kill(member: 1)
@@ -190,7 +178,7 @@ final class FleetTaskTests: XCTestCase {
         // Every 2 s on each host: the fleet task at the same instants everywhere (counted
         // from the epoch), the locked one from each daemon's start, so its fires are
         // counted per 2-second period, one instant of each host in each.
-        let tasks = tickTask(every: "2s", sleep: "0.3") + """
+        let tasks = FleetHosts.tickTask(every: "2s", sleep: "0.3") + """
 
             [[task]]
             name = "locked"
