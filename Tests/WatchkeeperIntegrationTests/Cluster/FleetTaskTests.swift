@@ -214,4 +214,30 @@ final class FleetTaskTests: XCTestCase {
         XCTAssertTrue(lockedCounts.values.allSatisfy { $0 == 3 }, "etcdctl lock: \(lockedCounts)")
         print("side by side over \(fleetCounts.count) fires on 3 hosts: fleet task runs per fire \(Set(fleetCounts.values).sorted()), etcdctl lock runs per fire \(Set(lockedCounts.values).sorted())")
     }
+
+    /// The whole fleet down at a fire's instant: the first host back catches the fire up
+    /// once (persistent), through the same claim; the hosts back after it do not run it.
+    func testAFireNoHostRan_isCaughtUpOnceByTheFirstHostBack() throws {
+        let etcd = try EtcdTestCluster(directory: try makeScratchDirectory())
+        let shared = try makeScratchDirectory()
+        let fleet = try FleetHosts(count: 3, endpoints: etcd.endpoints, shared: shared,
+                                   tasks: FleetHosts.tickTask(every: "6s", sleep: "0.1", extra: "persistent = true"))
+        try fleet.startAll()
+        XCTAssertTrue(waitFor(20) { fleet.runs().contains { $0.end != nil } }, "no fire ran")
+        for host in fleet.hosts { host.daemon?.stop(within: 20) }
+        let down = Date().timeIntervalSince1970
+        // At least one instant passes with every host down.
+        Thread.sleep(forTimeInterval: 7)
+        let before = fleet.runs().count
+        try fleet.start(fleet.hosts[0])
+        XCTAssertTrue(waitFor(10) { fleet.runs().count > before }, "the missed fire was not caught up: \(fleet.hosts[0].daemon?.stderrTail ?? "")")
+        let caughtUp = try XCTUnwrap(fleet.runs().last)
+        let missed = try XCTUnwrap(WallTime(iso8601: caughtUp.instant))
+        XCTAssertGreaterThan(Double(missed.secondsSinceEpoch), down - 1, "ran \(caughtUp), not a fire missed while down")
+        XCTAssertEqual(caughtUp.host, fleet.hosts[0].name)
+        try fleet.start(fleet.hosts[1])
+        try fleet.start(fleet.hosts[2])
+        Thread.sleep(forTimeInterval: 3)
+        XCTAssertEqual(fleet.runs().filter { $0.instant == caughtUp.instant }.count, 1, "\(fleet.runs())")
+    }
 }
