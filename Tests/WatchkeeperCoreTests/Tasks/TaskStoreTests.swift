@@ -246,14 +246,14 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
     }
 
     func testTwoStoresOnTheSameFile_writingAtTheSameTime_bothSucceed_andTheFileStaysIntact() throws {
-        let store = try TaskStore(directory: directory)
+        let store = try TaskStore(directory: directory, historyLimit: 100)
         defer { store.close() }
         let directory = self.directory
         let otherFinished = DispatchSemaphore(value: 0)
         let otherError = ErrorBox()
         Thread.detachNewThread {
             do {
-                let other = try TaskStore(directory: directory)
+                let other = try TaskStore(directory: directory, historyLimit: 100)
                 for number in 1 ... 300 {
                     try other.recordRun(StoredRun(
                         task: "b", runID: "b-\(number)", attempt: 1, outcome: "ok", scheduledAt: nil, startedAt: nil,
@@ -274,8 +274,8 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
         XCTAssertEqual(otherFinished.wait(timeout: .now() + 60), .success)
         XCTAssertNil(otherError.value)
 
-        XCTAssertEqual(try store.history(task: "a", limit: 1_000).count, TaskStore.defaultHistoryLimit)
-        XCTAssertEqual(try store.history(task: "b", limit: 1_000).count, TaskStore.defaultHistoryLimit)
+        XCTAssertEqual(try store.history(task: "a", limit: 1_000).count, 100)
+        XCTAssertEqual(try store.history(task: "b", limit: 1_000).count, 100)
         XCTAssertEqual(try store.state(task: "b")?.lastRunID, "b-300")
         XCTAssertEqual(try store.state(task: "a")?.lastRunID, "a-300")
         XCTAssertEqual(try query("PRAGMA integrity_check"), ["ok"])
