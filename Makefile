@@ -26,8 +26,12 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # promtool, which checks the alert rules. rsync, curl and unzip deliver files the way users do
 # in the delivery-pattern test (Tests/reliability/deliveries.py). openssh-server and sshfs make
 # the real network share over loopback that NetworkShareTests polls (sshd on a test port).
+# etcd-server and etcd-client (3.4 in Debian 12) are the real clusters of the cluster tests
+# (EtcdTestCluster), openssl makes their certificates and iproute2 the network namespace a
+# partitioned daemon runs in (NetworkPartition).
 APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish tmux python3-pip \
-               prometheus-node-exporter prometheus rsync curl unzip openssh-server sshfs
+               prometheus-node-exporter prometheus rsync curl unzip openssh-server sshfs \
+               etcd-server etcd-client openssl iproute2
 # The Varlink client from PyPI (what other tools would call the control socket with), pinned,
 # into the build directory only: never into the system's Python.
 PYDEPS = .build/pydeps

@@ -175,7 +175,13 @@ def scenarios(long, binary):
                "renamed within the tree, a root renamed away, no CAP_SYS_ADMIN said and inotify used (long run only: make "
                "test runs the same tests on 100,000 directories)",
                ["env", "WATCHKEEPER_TEST_FANOTIFY_DIRECTORIES=1000000"] + swift_test + ["FanotifyMethodTests"],
-               summarise_swift_test, False)] if long else []) + [
+               summarise_swift_test, False),
+              ("fleet", "25", "three daemons as three hosts on a three-member etcd: a fleet = \"one\" task every 2 s, 150 fires "
+               "each run once across the three and in every host's history; a shared inbox of 10,000 files on three daemons, "
+               "one killed with SIGKILL mid-burst: every file handled, twice only if in flight on the killed host (long run "
+               "only: make test runs the same tests with 15 fires every second and 1,000 files)",
+               ["env", "WATCHKEEPER_TEST_FLEET_FIRES=150", "WATCHKEEPER_TEST_FLEET_INTERVAL_S=2", "WATCHKEEPER_TEST_INBOX_FILES=10000"]
+               + swift_test + ["FleetTaskTests/testEachFire|SharedInboxTests"], summarise_swift_test, False)] if long else []) + [
         ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
          summarise_crash, True),
         ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "

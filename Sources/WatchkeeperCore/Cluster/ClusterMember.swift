@@ -14,6 +14,29 @@ public protocol FleetListener: AnyObject, Sendable {
     func fleetFireChanged(_ fire: FleetFire)
 }
 
+/// What a shared inbox (a `fleet = "one"` watch rule) hears from the cluster, on its queue.
+public protocol FleetFileListener: AnyObject, Sendable {
+    var fleetFileQueue: SubsystemQueue { get }
+    /// Another host's claim of a file vanished with its lease (the host died or was cut
+    /// off mid-job), or was released after a failure: the file may be claimed again.
+    func fleetFileReleased(rule: String, relative: [UInt8])
+    /// Claims can be made again after a time without a lease.
+    func fleetFilesAvailable()
+}
+
+/// The answer to a claim for one file of a shared inbox.
+public enum FileClaim: Sendable, Equatable {
+    case won(revision: Int64)
+    /// Another host's job has it now; it is released (and said) if that job fails or its
+    /// host goes.
+    case runningElsewhere(FleetFile)
+    /// Another host handled it in this very form (size and modification time).
+    case handledElsewhere(FleetFile)
+    /// This host's own job has it already (a second event for the same file).
+    case runningHere
+    case held(String)
+}
+
 /// The answer to a claim for one fire.
 public enum FireClaim: Sendable, Equatable {
     /// This host runs it; `revision` is the claim's, to record the end against.
@@ -21,7 +44,7 @@ public enum FireClaim: Sendable, Equatable {
     /// Another host claimed it (or ran it already).
     case elsewhere(FleetFire)
     /// overlap = "skip": the task's previous fire still runs on this host.
-    case previousRunning(FleetFire)
+    case previousRunning(FleetFire, revision: Int64)
     /// No claim could be made now (no lease, etcd unreachable): the fire is held.
     case held(String)
 }
@@ -38,6 +61,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     private let sources: SourceRegistry
     private let logger: Logger
     private weak var listener: (any FleetListener)?
+    private weak var fileListener: (any FleetFileListener)?
     // Confined to `queue`.
     private var lease: FleetLease
     private var leaseTimer: RegisteredTimer?
@@ -53,6 +77,10 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     private(set) var claimLatency = LatencyRing(capacity: 256)
     private var counters: [String: UInt64] = [:]
     private var lastGrantAttempt: WallTime?
+    /// Keys of the claims this host won and holds (their jobs not ended): a running claim
+    /// of this host's that is not among them is one whose answer was lost (a deadline
+    /// passed after etcd applied it), and is taken as won rather than left orphaned.
+    private var claimsHeld: Set<String> = []
 
     /// How long a claim or record may take before the fire is held.
     var callTimeout: Duration { min(.seconds(2), max(.milliseconds(500), settings.leaseTTL / 4)) }
@@ -76,9 +104,10 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     public var dumpSectionName: String { "cluster" }
     public var dumpQueue: SubsystemQueue { queue }
 
-    public func start(listener: any FleetListener) {
+    public func start(listener: any FleetListener, files: (any FleetFileListener)? = nil) {
         queue.async { [self] in
             self.listener = listener
+            self.fileListener = files
             perform(lease.handle(.start))
         }
     }
@@ -124,6 +153,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
                 tell { $0.fleetFence(stopBy: stopBy) }
             case .lost(let id):
                 count("leases_lost")
+                claimsHeld.removeAll()
                 logger.warning("etcd lease \(Self.hex(id)) is gone: the claims bound to it are released; asking for a new one")
                 becameUnavailable(lastCause ?? "the lease expired")
             case .available(let id):
@@ -135,6 +165,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
                 }
                 startWatch()
                 tell { $0.fleetAvailability(true, cause: nil) }
+                if let files = fileListener { files.fleetFileQueue.async { files.fleetFilesAvailable() } }
             }
         }
     }
@@ -188,7 +219,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     private func becameUnavailable(_ cause: String) {
         guard unavailable == nil else { return }
         unavailable = (.now(), cause)
-        logger.error("unable to reach a quorum of the etcd cluster (\(cause)): fleet tasks are held, not run here; local tasks and watches go on",
+        logger.error("unable to get or renew the etcd lease (\(cause)): fleet tasks are held, not run here; local tasks and watches go on",
                      metadata: [JournalFields.messageIDKey: .string(MessageID.clusterUnavailable.rawValue), "cause": .string(cause)])
         tell { $0.fleetAvailability(false, cause: cause) }
     }
@@ -224,6 +255,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
                 case .success(.created(let revision)):
                     claimLatency.append(.now - started)
                     count("claims_won")
+                    claimsHeld.insert(entries[0].key)
                     answer = .won(revision: revision)
                 case .success(.exists(let found)):
                     claimLatency.append(.now - started)
@@ -242,9 +274,11 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
         if let existing = found.first(where: { $0.key == fireKey }) {
             let fire = FleetFire(task: mine.task, instant: mine.instant, json: existing.value)
                 ?? FleetFire(task: mine.task, instant: mine.instant, host: "unknown", runID: "unknown", state: .done)
-            // An earlier attempt of this very claim that timed out after etcd applied it.
-            if fire.host == settings.name && fire.runID == mine.runID && fire.state == .running {
-                count("claims_won")
+            // An earlier claim of this host's whose answer was lost (its deadline passed after
+            // etcd applied it): no run here holds it, so it is taken as won.
+            if fire.host == settings.name && fire.state == .running && !claimsHeld.contains(fireKey) {
+                count("claims_adopted")
+                claimsHeld.insert(fireKey)
                 return .won(revision: existing.modRevision)
             }
             count("claims_lost")
@@ -254,7 +288,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
             let fire = FleetFire(task: mine.task, instant: "", json: running.value)
                 ?? FleetFire(task: mine.task, instant: "", host: "unknown", runID: "unknown", state: .running)
             count("claims_skipped")
-            return .previousRunning(fire)
+            return .previousRunning(fire, revision: running.modRevision)
         }
         // Both vanished between the compare and the read (a lease expired): try again later.
         return .held("the claim raced with an expiring lease; retrying")
@@ -267,6 +301,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
         queue.async { [self] in
             guard let instant = WallTime(iso8601: fire.instant) else { return replyOn.async { completion(.success(false)) } }
             let key = keys.fire(fire.task, at: instant)
+            claimsHeld.remove(key)
             client.commit(ifKey: key, atModRevision: claimRevision, puts: [(key, fire.json)],
                           deletes: guardRunning ? [keys.running(fire.task)] : [], timeout: callTimeout) { [self] result in
                 if case .success(true) = result {
@@ -275,6 +310,107 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
                 }
                 replyOn.async { completion(result) }
             }
+        }
+    }
+
+    /// A running key of this host's that no run of this host's holds: a claim whose
+    /// answer was lost and that was never run (the fire was given up meanwhile). Recorded
+    /// as ended `cancelled`, and the running key freed, if it is still that one.
+    public func releaseOrphan(_ fire: FleetFire, runningRevision: Int64, replyOn: SubsystemQueue,
+                              completion: @escaping @Sendable (Result<Bool, EtcdError>) -> Void) {
+        queue.async { [self] in
+            var ended = fire
+            ended.state = .done
+            ended.outcome = RunOutcome.cancelled.rawValue
+            ended.finishedAt = .now()
+            var puts: [(key: String, value: String)] = []
+            if let instant = WallTime(iso8601: fire.instant) { puts.append((keys.fire(fire.task, at: instant), ended.json)) }
+            client.commit(ifKey: keys.running(fire.task), atModRevision: runningRevision, puts: puts,
+                          deletes: [keys.running(fire.task)], timeout: callTimeout) { result in
+                replyOn.async { completion(result) }
+            }
+        }
+    }
+
+    // MARK: Shared inbox files
+
+    /// Claims a file of a shared inbox for this host, bound to the lease; a record of it
+    /// handled in another form (the file was rewritten) is claimed over.
+    public func claimFile(rule: String, relative: [UInt8], size: Int64, modifiedNanoseconds: Int64, runID: String,
+                          replyOn: SubsystemQueue, completion: @escaping @Sendable (FileClaim) -> Void) {
+        queue.async { [self] in
+            guard let id = lease.claimable else {
+                let cause = unavailable?.cause ?? lastCause ?? "no etcd lease yet"
+                return replyOn.async { completion(.held(cause)) }
+            }
+            let key = keys.file(rule, FleetKeys.pathKey(relative))
+            let mine = FleetFile(host: settings.name, runID: runID, state: .running, size: size, modifiedNanoseconds: modifiedNanoseconds)
+            let started = MonotonicInstant.now
+            client.createAll([(key, mine.json)], lease: id, timeout: callTimeout) { [self] result in
+                switch result {
+                case .success(.created(let revision)):
+                    claimLatency.append(.now - started)
+                    count("file_claims_won")
+                    claimsHeld.insert(key)
+                    replyOn.async { completion(.won(revision: revision)) }
+                case .success(.exists(let found)):
+                    guard let existing = found.first, let file = FleetFile(json: existing.value) else {
+                        return replyOn.async { completion(.held("the claim raced with an expiring lease; retrying")) }
+                    }
+                    if file.state == .running {
+                        if file.host == settings.name {
+                            if claimsHeld.contains(key) { return replyOn.async { completion(.runningHere) } }
+                            count("claims_adopted")
+                            claimsHeld.insert(key)
+                            return replyOn.async { completion(.won(revision: existing.modRevision)) }
+                        }
+                        count("file_claims_lost")
+                        return replyOn.async { completion(.runningElsewhere(file)) }
+                    }
+                    if file.size == size && file.modifiedNanoseconds == modifiedNanoseconds {
+                        count("file_claims_lost")
+                        return replyOn.async { completion(.handledElsewhere(file)) }
+                    }
+                    // Handled, but in another form: this one is new content.
+                    client.takeOver(key, value: mine.json, ifModRevision: existing.modRevision, lease: id, timeout: callTimeout) { [self] result in
+                        switch result {
+                        case .success(let revision?):
+                            count("file_claims_won")
+                            claimsHeld.insert(key)
+                            replyOn.async { completion(.won(revision: revision)) }
+                        case .success(nil): replyOn.async { completion(.held("another host claimed the file at the same moment; retrying")) }
+                        case .failure(let error): replyOn.async { completion(.held(error.description)) }
+                        }
+                    }
+                case .failure(let error):
+                    lastCause = error.description
+                    replyOn.async { completion(.held(error.description)) }
+                }
+            }
+        }
+    }
+
+    /// The job of a claimed file ended: a success keeps the claim as a record of the form
+    /// handled (unless the file is gone: then the key goes, so keys stay bounded); anything
+    /// else releases it for a retry by any host.
+    public func finishFile(rule: String, relative: [UInt8], claimRevision: Int64, handled: FleetFile?,
+                           completion: @escaping @Sendable () -> Void = {}) {
+        queue.async { [self] in
+            let key = keys.file(rule, FleetKeys.pathKey(relative))
+            claimsHeld.remove(key)
+            if let handled {
+                client.commit(ifKey: key, atModRevision: claimRevision, puts: [(key, handled.json)], deletes: [], timeout: callTimeout) { _ in completion() }
+            } else {
+                client.delete(key, ifModRevision: claimRevision, timeout: callTimeout) { _ in completion() }
+            }
+        }
+    }
+
+    /// The file is gone from the inbox: its record goes too (never a live claim).
+    public func forgetFile(rule: String, relative: [UInt8]) {
+        queue.async { [self] in
+            guard lease.leaseID != nil else { return }
+            client.deleteUnleased(keys.file(rule, FleetKeys.pathKey(relative)), timeout: callTimeout) { _ in }
         }
     }
 
@@ -332,7 +468,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
         guard !watching, !stopped else { return }
         watching = true
         client.reset(.watch)
-        client.watch(prefix: keys.tasks, fromRevision: watchRevision == 0 ? 0 : watchRevision + 1, timeout: Self.watchLife, onEvents: { [weak self] events, revision in
+        client.watch(prefix: settings.prefix + "/", fromRevision: watchRevision == 0 ? 0 : watchRevision + 1, timeout: Self.watchLife, onEvents: { [weak self] events, revision in
             guard let self else { return }
             if revision > self.watchRevision { self.watchRevision = revision }
             for event in events { self.watched(event) }
@@ -361,6 +497,15 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     }
 
     private func watched(_ event: EtcdWatchEvent) {
+        if case .file(let rule, let relativeKey)? = keys.parse(event.kv.key) {
+            // A running claim of another host's that vanished: its lease expired, or its
+            // job failed and released it.
+            guard event.kind == .delete, let previous = event.previous, previous.lease != 0,
+                  let file = FleetFile(json: previous.value), file.state == .running, file.host != settings.name,
+                  let relative = FleetKeys.pathBytes(relativeKey), let files = fileListener else { return }
+            files.fleetFileQueue.async { files.fleetFileReleased(rule: rule, relative: relative) }
+            return
+        }
         guard case .fire(let task, let instant)? = keys.parse(event.kv.key) else { return }
         switch event.kind {
         case .put:

@@ -40,8 +40,23 @@ public enum EtcdError: Error, Equatable, CustomStringConvertible {
 /// is closed (an answer still on its way cannot be matched to the next call). A refused
 /// connection moves to the next endpoint at once, within the call's deadline.
 public final class EtcdClient: @unchecked Sendable {
-    public enum Lane: String, CaseIterable, Sendable {
-        case lease, calls, watch
+    /// `lease` and `watch` have a connection each; claims and records share `calls`
+    /// connections (four), each call going to the one with the least queued, so a burst of
+    /// a shared inbox's claims is not one long line.
+    public enum Lane: Hashable, Sendable {
+        case lease, watch
+        case calls(Int)
+
+        static let callLanes = 4
+        static var all: [Lane] { [.lease, .watch] + (0..<callLanes).map { .calls($0) } }
+
+        var name: String {
+            switch self {
+            case .lease: return "lease"
+            case .watch: return "watch"
+            case .calls(let index): return "calls \(index)"
+            }
+        }
     }
 
     public struct Options: Sendable {
@@ -113,7 +128,7 @@ public final class EtcdClient: @unchecked Sendable {
         self.options = options
         self.queue = queue
         self.sources = sources
-        for lane in Lane.allCases { lanes[lane] = LaneState() }
+        for lane in Lane.all { lanes[lane] = LaneState() }
     }
 
     public var endpointInUse: EtcdEndpoint { options.endpoints[endpointIndex] }
@@ -121,10 +136,10 @@ public final class EtcdClient: @unchecked Sendable {
 
     /// POSTs `body` to `path` (e.g. /v3/kv/range) and gives the answer's JSON, on the
     /// cluster queue.
-    public func call(_ path: String, _ body: DumpValue, lane: Lane = .calls, timeout: Duration,
+    public func call(_ path: String, _ body: DumpValue, lane: Lane? = nil, timeout: Duration,
                      completion: @escaping (Result<DumpValue, EtcdError>) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        enqueue(Call(path: path, body: Array(body.json.utf8), timeout: timeout, onMessage: nil, completion: completion), lane: lane)
+        enqueue(Call(path: path, body: Array(body.json.utf8), timeout: timeout, onMessage: nil, completion: completion), lane: lane ?? leastBusyCallLane())
     }
 
     /// A streaming call (a watch): each message as it comes, then the completion when the
@@ -169,6 +184,15 @@ public final class EtcdClient: @unchecked Sendable {
     public var inFlightCount: Int { lanes.values.reduce(0) { $0 + ($1.inFlight == nil ? 0 : 1) + $1.waiting.count } }
 
     // MARK: Lanes
+
+    private func leastBusyCallLane() -> Lane {
+        (0..<Lane.callLanes).map { Lane.calls($0) }.min { load($0) < load($1) }!
+    }
+
+    private func load(_ lane: Lane) -> Int {
+        guard let state = lanes[lane] else { return .max }
+        return state.waiting.count + (state.inFlight == nil ? 0 : 1)
+    }
 
     private func enqueue(_ call: Call, lane: Lane) {
         guard !closed else {
@@ -386,7 +410,7 @@ public final class EtcdClient: @unchecked Sendable {
     private func armTimer(_ lane: Lane, at deadline: MonotonicInstant) {
         let state = lanes[lane]!
         if state.timer == nil {
-            state.timer = sources.makeTimer(owner: "etcd client", target: "\(lane.rawValue) call deadline", on: queue) { [weak self] in
+            state.timer = sources.makeTimer(owner: "etcd client", target: "\(lane.name) call deadline", on: queue) { [weak self] in
                 self?.deadlinePassed(lane)
             }
         }

@@ -52,6 +52,29 @@ extension EtcdClient {
 
     private static func key(_ text: String) -> DumpValue { .string(Base64.encode(text)) }
 
+    /// A transaction's compare: `key`'s `target` (CREATE, MOD, LEASE) equals `value`.
+    private static func compare(_ key: String, _ target: String, _ field: String, _ value: Int64) -> DumpValue {
+        .object([DumpField("target", .string(target)), DumpField("key", Self.key(key)), DumpField(field, .string(String(value))),
+                 DumpField("result", .string("EQUAL"))])
+    }
+
+    /// A transaction's put, bound to `lease` unless it is 0.
+    private static func put(_ key: String, _ value: String, lease: Int64 = 0) -> DumpValue {
+        var fields = [DumpField("key", Self.key(key)), DumpField("value", .string(Base64.encode(value)))]
+        if lease != 0 { fields.append(DumpField("lease", .string(String(lease)))) }
+        return .object([DumpField("request_put", .object(fields))])
+    }
+
+    private static func deleteOne(_ key: String) -> DumpValue {
+        .object([DumpField("request_delete_range", .object([DumpField("key", Self.key(key))]))])
+    }
+
+    private static func txn(compare: [DumpValue], success: [DumpValue], failure: [DumpValue] = []) -> DumpValue {
+        var fields = [DumpField("compare", .array(compare)), DumpField("success", .array(success))]
+        if !failure.isEmpty { fields.append(DumpField("failure", .array(failure))) }
+        return .object(fields)
+    }
+
     public func get(_ key: String, timeout: Duration, completion: @escaping (Result<EtcdKeyValue?, EtcdError>) -> Void) {
         call("/v3/kv/range", .object([DumpField("key", Self.key(key))]), timeout: timeout) { result in
             completion(result.map { answer in answer["kvs"]?.arrayValue?.first.flatMap(EtcdKeyValue.init) })
@@ -103,19 +126,9 @@ extension EtcdClient {
     /// reads those that exist. One transaction.
     public func createAll(_ entries: [(key: String, value: String)], lease: Int64, timeout: Duration,
                           completion: @escaping (Result<CreateAllResult, EtcdError>) -> Void) {
-        let compare = entries.map { entry in
-            DumpValue.object([DumpField("target", .string("CREATE")), DumpField("key", Self.key(entry.key)),
-                              DumpField("create_revision", .string("0")), DumpField("result", .string("EQUAL"))])
-        }
-        let success = entries.map { entry -> DumpValue in
-            var put = [DumpField("key", Self.key(entry.key)), DumpField("value", .string(Base64.encode(entry.value)))]
-            if lease != 0 { put.append(DumpField("lease", .string(String(lease)))) }
-            return .object([DumpField("request_put", .object(put))])
-        }
-        let failure = entries.map { entry in
-            DumpValue.object([DumpField("request_range", .object([DumpField("key", Self.key(entry.key))]))])
-        }
-        let body = DumpValue.object([DumpField("compare", .array(compare)), DumpField("success", .array(success)), DumpField("failure", .array(failure))])
+        let body = Self.txn(compare: entries.map { Self.compare($0.key, "CREATE", "create_revision", 0) },
+                            success: entries.map { Self.put($0.key, $0.value, lease: lease) },
+                            failure: entries.map { .object([DumpField("request_range", .object([DumpField("key", Self.key($0.key))]))]) })
         call("/v3/kv/txn", body, timeout: timeout) { result in
             completion(result.map { answer in
                 if answer["succeeded"] == .bool(true) {
@@ -133,46 +146,33 @@ extension EtcdClient {
     /// `deletes`. False if the key changed or went since.
     public func commit(ifKey key: String, atModRevision modRevision: Int64, puts: [(key: String, value: String)], deletes: [String],
                        timeout: Duration, completion: @escaping (Result<Bool, EtcdError>) -> Void) {
-        let operations = puts.map { put in
-            DumpValue.object([DumpField("request_put", .object([DumpField("key", Self.key(put.key)), DumpField("value", .string(Base64.encode(put.value)))]))])
-        } + deletes.map { key in
-            DumpValue.object([DumpField("request_delete_range", .object([DumpField("key", Self.key(key))]))])
-        }
-        let body = DumpValue.object([
-            DumpField("compare", .array([.object([DumpField("target", .string("MOD")), DumpField("key", Self.key(key)),
-                                                  DumpField("mod_revision", .string(String(modRevision))), DumpField("result", .string("EQUAL"))])])),
-            DumpField("success", .array(operations)),
-        ])
-        call("/v3/kv/txn", body, timeout: timeout) { result in
-            completion(result.map { $0["succeeded"] == .bool(true) })
-        }
+        guarded(Self.compare(key, "MOD", "mod_revision", modRevision), puts.map { Self.put($0.key, $0.value) } + deletes.map(Self.deleteOne),
+                timeout: timeout) { completion($0.map { $0 != nil }) }
     }
 
-    /// Puts `value` at `key` only if its last change is `modRevision` (it is still the
-    /// one we wrote). False if someone else changed or deleted it since.
-    public func replace(_ key: String, value: String, ifModRevision modRevision: Int64, lease: Int64 = 0, timeout: Duration,
-                        completion: @escaping (Result<Bool, EtcdError>) -> Void) {
-        var put = [DumpField("key", Self.key(key)), DumpField("value", .string(Base64.encode(value)))]
-        if lease != 0 { put.append(DumpField("lease", .string(String(lease)))) }
-        let body = DumpValue.object([
-            DumpField("compare", .array([.object([DumpField("target", .string("MOD")), DumpField("key", Self.key(key)),
-                                                  DumpField("mod_revision", .string(String(modRevision))), DumpField("result", .string("EQUAL"))])])),
-            DumpField("success", .array([.object([DumpField("request_put", .object(put))])])),
-        ])
-        call("/v3/kv/txn", body, timeout: timeout) { result in
-            completion(result.map { $0["succeeded"] == .bool(true) })
-        }
+    /// Puts `value` bound to `lease` if `key` is still at `modRevision`: the revision
+    /// written, or nil if the key changed or went since.
+    public func takeOver(_ key: String, value: String, ifModRevision modRevision: Int64, lease: Int64, timeout: Duration,
+                         completion: @escaping (Result<Int64?, EtcdError>) -> Void) {
+        guarded(Self.compare(key, "MOD", "mod_revision", modRevision), [Self.put(key, value, lease: lease)], timeout: timeout, completion: completion)
+    }
+
+    /// Deletes `key` if it is bound to no lease (an ended record, not a live claim).
+    public func deleteUnleased(_ key: String, timeout: Duration, completion: @escaping (Result<Bool, EtcdError>) -> Void) {
+        guarded(Self.compare(key, "LEASE", "lease", 0), [Self.deleteOne(key)], timeout: timeout) { completion($0.map { $0 != nil }) }
     }
 
     /// Deletes `key` only if its last change is `modRevision`.
     public func delete(_ key: String, ifModRevision modRevision: Int64, timeout: Duration, completion: @escaping (Result<Bool, EtcdError>) -> Void) {
-        let body = DumpValue.object([
-            DumpField("compare", .array([.object([DumpField("target", .string("MOD")), DumpField("key", Self.key(key)),
-                                                  DumpField("mod_revision", .string(String(modRevision))), DumpField("result", .string("EQUAL"))])])),
-            DumpField("success", .array([.object([DumpField("request_delete_range", .object([DumpField("key", Self.key(key))]))])])),
-        ])
-        call("/v3/kv/txn", body, timeout: timeout) { result in
-            completion(result.map { $0["succeeded"] == .bool(true) })
+        guarded(Self.compare(key, "MOD", "mod_revision", modRevision), [Self.deleteOne(key)], timeout: timeout) { completion($0.map { $0 != nil }) }
+    }
+
+    /// One compare, then `operations` if it holds: the revision the transaction made, or
+    /// nil if the compare failed.
+    private func guarded(_ compare: DumpValue, _ operations: [DumpValue], timeout: Duration,
+                         completion: @escaping (Result<Int64?, EtcdError>) -> Void) {
+        call("/v3/kv/txn", Self.txn(compare: [compare], success: operations), timeout: timeout) { result in
+            completion(result.map { $0["succeeded"] == .bool(true) ? ($0["header"]?["revision"]?.int64Value ?? 0) : nil })
         }
     }
 

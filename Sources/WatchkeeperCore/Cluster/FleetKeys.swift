@@ -11,14 +11,52 @@ struct FleetKeys: Sendable, Equatable {
     func fires(_ task: String) -> String { "\(prefix)/tasks/\(task)/fires/" }
     func fire(_ task: String, at instant: WallTime) -> String { fires(task) + instant.iso8601 }
     func running(_ task: String) -> String { "\(prefix)/tasks/\(task)/running" }
+    var watches: String { "\(prefix)/watches/" }
+    func file(_ rule: String, _ relativeKey: String) -> String { "\(prefix)/watches/\(rule)/files/\(relativeKey)" }
+
+    /// A file's path relative to its rule's root as a key: bytes other than printable ASCII,
+    /// and '%', percent-encoded, so any name (not UTF-8, with newlines) is a key, readable
+    /// in etcdctl and the same on every host.
+    static func pathKey(_ relative: some Collection<UInt8>) -> String {
+        var text = ""
+        for byte in relative {
+            if byte > 0x20 && byte < 0x7f && byte != UInt8(ascii: "%") {
+                text.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                text += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 15, radix: 16, uppercase: true)
+            }
+        }
+        return text
+    }
+
+    static func pathBytes(_ key: String) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var iterator = Array(key.utf8).makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%") {
+                guard let high = iterator.next(), let low = iterator.next(),
+                      let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16) else { return nil }
+                bytes.append(value)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return bytes
+    }
 
     /// A key under `tasks`, taken apart: the task and, for a fire, its instant.
     enum Parsed: Equatable {
         case fire(task: String, instant: String)
         case running(task: String)
+        case file(rule: String, relativeKey: String)
     }
 
     func parse(_ key: String) -> Parsed? {
+        if key.hasPrefix(watches) {
+            let rest = key.dropFirst(watches.count)
+            guard let slash = rest.firstIndex(of: "/"), rest[slash...].hasPrefix("/files/") else { return nil }
+            return .file(rule: String(rest[..<slash]), relativeKey: String(rest[slash...].dropFirst("/files/".count)))
+        }
         guard key.hasPrefix(tasks) else { return nil }
         let parts = key.dropFirst(tasks.count).split(separator: "/", omittingEmptySubsequences: false)
         if parts.count == 3, parts[1] == "fires" { return .fire(task: String(parts[0]), instant: String(parts[2])) }
@@ -93,7 +131,7 @@ import Glibc
 extension WallTime {
     /// The form `iso8601` writes (UTC, "2026-11-26T18:40:00.000Z"), and the same without
     /// the milliseconds; nil for anything else.
-    init?(iso8601 text: String) {
+    public init?(iso8601 text: String) {
         let bytes = Array(text.utf8)
         guard bytes.count == 20 || bytes.count == 24, bytes.last == UInt8(ascii: "Z") else { return nil }
         func number(_ range: Range<Int>) -> Int32? {
@@ -123,5 +161,36 @@ extension WallTime {
         let seconds = timegm(&parts)
         guard seconds != -1 || (year == 1969) else { return nil }
         self.init(secondsSinceEpoch: Int64(seconds), nanoseconds: milliseconds * 1_000_000)
+    }
+}
+
+/// What a shared inbox file's key holds: the claim while its job runs (bound to the
+/// winner's lease), then, after a success, the record that it was handled in this form.
+public struct FleetFile: Sendable, Equatable {
+    public enum State: String, Sendable { case running, done }
+
+    public var host: String
+    public var runID: String
+    public var state: State
+    public var size: Int64
+    public var modifiedNanoseconds: Int64
+
+    public init(host: String, runID: String, state: State, size: Int64, modifiedNanoseconds: Int64) {
+        self.host = host
+        self.runID = runID
+        self.state = state
+        self.size = size
+        self.modifiedNanoseconds = modifiedNanoseconds
+    }
+
+    var json: String {
+        DumpValue.object([DumpField("host", .string(host)), DumpField("run_id", .string(runID)), DumpField("state", .string(state.rawValue)),
+                          DumpField("size", .int(size)), DumpField("mtime_ns", .int(modifiedNanoseconds))]).json
+    }
+
+    init?(json text: String) {
+        guard let value = try? DumpValue.parse(json: text), let host = value["host"]?.stringValue, let runID = value["run_id"]?.stringValue,
+              let state = value["state"]?.stringValue.flatMap(State.init(rawValue:)) else { return nil }
+        self.init(host: host, runID: runID, state: state, size: value["size"]?.int64Value ?? -1, modifiedNanoseconds: value["mtime_ns"]?.int64Value ?? -1)
     }
 }

@@ -34,8 +34,8 @@ public enum GatewayFailure: Error, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .resolve(let reason): return "unable to resolve the host: \(reason)"
-        case .connect(let errno): return "unable to connect: \(errno.description) (\(errno.symbolicName))"
-        case .io(let errno): return "connection failed: \(errno.description) (\(errno.symbolicName))"
+        case .connect(let code): return "unable to connect: \(code.description) (\(code.symbolicName))"
+        case .io(let code): return "connection failed: \(code.description) (\(code.symbolicName))"
         case .tls(let reason): return "TLS failed: \(reason)"
         case .closed: return "the endpoint closed the connection"
         case .malformed(let reason): return "unreadable answer: \(reason)"
@@ -58,7 +58,7 @@ final class PlainStream: GatewayStream {
         case .bytes(let count): return .done(count)
         case .wouldBlock: return .wantRead
         case .endOfFile: return .closed
-        case .failed(let errno): throw .io(errno)
+        case .failed(let code): throw .io(code)
         }
     }
 
@@ -66,7 +66,7 @@ final class PlainStream: GatewayStream {
         switch valueOrErrno({ Glibc.send(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }) {
         case .success(let count): return .done(count)
         case .failure(.resourceTemporarilyUnavailable): return .wantWrite
-        case .failure(let errno): throw .io(errno)
+        case .failure(let code): throw .io(code)
         }
     }
 }
@@ -134,11 +134,11 @@ final class GatewayConnection: @unchecked Sendable {
             state = .handshaking
         case .failure(.nowInProgress):
             state = .connecting
-        case .failure(let errno):
+        case .failure(let code):
             reader.source.activate()
             reader.cancel()
             state = .closed
-            throw .connect(errno)
+            throw .connect(code)
         }
         reader.source.setEventHandler { [weak self] in self?.pump() }
         reader.source.activate()

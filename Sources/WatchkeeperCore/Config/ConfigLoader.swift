@@ -130,7 +130,17 @@ public enum ConfigLoader {
         if let entries = top.arrayOfTables(NamedEntryKind.watch.rawValue) {
             for (name, reader) in namedEntries(entries, kind: .watch, context: context) {
                 var reader = reader
-                if let watch = WatchSettings.read(name: name, from: &reader) { watches.append(watch) }
+                if let watch = WatchSettings.read(name: name, from: &reader) {
+                    if watch.fleet == .one {
+                        if cluster == nil {
+                            context.error(at: reader.valuePosition("fleet"), "watch \"\(name)\": fleet = \"one\" needs a [cluster] section: the etcd cluster the hosts decide through")
+                        }
+                        if watch.batch {
+                            context.error(at: reader.valuePosition("fleet"), "watch \"\(name)\": fleet = \"one\" claims each file for its own job; it is not available with batch")
+                        }
+                    }
+                    watches.append(watch)
+                }
                 reader.reportUnknownKeys()
             }
         }

@@ -62,6 +62,9 @@ public struct WatchSettings: Equatable, Sendable {
     /// the ledger in the state directory. On by default when the rule reacts to files
     /// being ready; off for rules about deletions and changes.
     public var catchUp: Bool
+    /// `one`: a shared inbox; each file is claimed in etcd before its job starts, so one
+    /// host of the fleet runs it (docs/fleet.md).
+    public var fleet: FleetScope = .each
     /// Many files per job (nil: one job per file): the command has a `{paths}` element that
     /// becomes one argument per file, or the paths come NUL-terminated on stdin; a batch too
     /// large for one argv (or one pipe) is split into several runs, never cut.
@@ -140,6 +143,7 @@ public struct WatchSettings: Equatable, Sendable {
         let settle = reader.duration("settle", range: .zero ... .seconds(3_600))
         if let settle { watch.settle = settle }
         if let limit = reader.integer("max_concurrent", range: 1 ... 1_024) { watch.maxConcurrent = limit }
+        if let scope = reader.oneOf("fleet", allowed: FleetScope.allCases.map(\.rawValue)) { watch.fleet = FleetScope(rawValue: scope) ?? .each }
         watch.catchUp = reader.bool("catch_up") ?? watch.events.contains { WatchEvent.ready.contains($0) || $0 == .created }
         watch.batchInput = batchInput
         if let count = reader.integer("recent_events", range: 0 ... 10_000) { watch.recentEvents = count }

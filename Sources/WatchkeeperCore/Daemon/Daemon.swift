@@ -80,6 +80,7 @@ struct DaemonParts {
         scheduler.cluster = cluster
         watcher = DirectoryWatcher(queue: queues.watching, engine: engine)
         watcher.store = store
+        watcher.cluster = cluster
         control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: owner)
         // The scheduler and the cluster only with [cluster]: without it they add no series.
         var fleetMetrics: [any MetricsContributor] = []

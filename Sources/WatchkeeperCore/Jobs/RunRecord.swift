@@ -89,7 +89,8 @@ extension RunRecord {
         var message = "\(key) run \(runID)"
         if let about = subject.summary { message += " (\(LineEscaping.escaped(about)))" }
         message += ": \(summary)"
-        if startedAt != nil { message += " in \(duration.compactDescription)" }
+        // Another host's run, or none: no time of this host's to tell.
+        if outcome != .ranElsewhere && outcome != .held { message += " in \(duration.compactDescription)" }
         if let lateness, lateness > .milliseconds(1) { message += ", started \(lateness.compactDescription) late" }
         let level: Logger.Level
         switch outcome {

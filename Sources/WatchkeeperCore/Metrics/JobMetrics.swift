@@ -13,7 +13,7 @@ import Dispatch
 /// fire for a task that no longer exists. Runs of it that end afterwards are not counted.
 public final class JobMetrics: @unchecked Sendable {
     private struct Instruments {
-        let outcomes: [RunOutcome: Counter]
+        var outcomes: [RunOutcome: Counter]
         let expirations: [ExpiryReason: Counter]
         let lastSuccess: Gauge
         let lastFailure: Gauge
@@ -21,7 +21,9 @@ public final class JobMetrics: @unchecked Sendable {
         let startLatency: Timer
     }
 
-    static let expiryReasons: [ExpiryReason] = [.budget, .shutdown, .replaced, .fleetLeaseLost]
+    /// fleet_lease_lost is not among them: a series for every task and watch of a daemon
+    /// without [cluster] would be noise (watchkeeper_fleet_fences_total counts fences).
+    static let expiryReasons: [ExpiryReason] = [.budget, .shutdown, .replaced]
 
     private let factory: any MetricsFactory
     private var instruments: [JobKey: Instruments] = [:]
@@ -53,7 +55,13 @@ public final class JobMetrics: @unchecked Sendable {
     /// A run's record, at the moment the engine journals it and adds it to its totals.
     public func recorded(_ record: RunRecord, key: JobKey) {
         guard !forgotten.contains(key) else { return }
-        let instruments = instruments(for: key)
+        var instruments = instruments(for: key)
+        if instruments.outcomes[record.outcome] == nil {
+            // A fleet outcome, on its first record: its series starts then.
+            instruments.outcomes[record.outcome] = Counter(label: MetricCatalog.jobs.name, dimensions: [("kind", key.kind.rawValue), ("name", key.name),
+                                                                                                    ("outcome", record.outcome.rawValue)], factory: factory)
+            self.instruments[key] = instruments
+        }
         instruments.outcomes[record.outcome]?.increment()
         let finished = record.finishedAt.epochSeconds
         switch record.outcome {
@@ -100,7 +108,9 @@ public final class JobMetrics: @unchecked Sendable {
         if let existing = instruments[key] { return existing }
         let dimensions = [("kind", key.kind.rawValue), ("name", key.name)]
         var outcomes: [RunOutcome: Counter] = [:]
-        for outcome in RunOutcome.allCases {
+        // ran_elsewhere and held only where they happen (fleet tasks and shared inboxes): a
+        // daemon without [cluster] exports the series it always did.
+        for outcome in RunOutcome.allCases where outcome != .ranElsewhere && outcome != .held {
             outcomes[outcome] = Counter(label: MetricCatalog.jobs.name, dimensions: dimensions + [("outcome", outcome.rawValue)], factory: factory)
         }
         var expirations: [ExpiryReason: Counter] = [:]

@@ -14,7 +14,7 @@ struct FleetTaskState {
     var elsewhere: [String: (fire: FleetFire, seenAt: MonotonicInstant)] = [:]
     /// The latest fire that could not be claimed (no etcd lease); earlier ones are
     /// recorded `held` as a later one replaces them.
-    var held: (instant: WallTime, cause: String)?
+    var held: (instant: WallTime, cause: String, runID: RunID)?
     /// The last fire this host knows of, wherever it ran.
     var last: FleetFire?
     /// ran_here, ran_elsewhere, taken_over, held: watchkeeper_fleet_fires_total.
@@ -56,14 +56,14 @@ extension TaskScheduler: FleetListener {
     /// A fleet fire: this host's overlap first (no etcd call for a fire it would skip),
     /// then the claim in etcd; the run starts only if this host wins it.
     @discardableResult
-    func fireFleet(_ task: ScheduledTask, scheduledAt: WallTime, reason: String, takenOverFrom: String? = nil) -> String? {
+    func fireFleet(_ task: ScheduledTask, scheduledAt: WallTime, reason: String, takenOverFrom: String? = nil, runID given: RunID? = nil) -> String? {
         guard let cluster else { return nil }
         let active = engine.activeCount(of: task.key)
         if active > 0 && (task.settings.overlap == .skip || active >= task.settings.maxConcurrent) {
             recordSkip(task, scheduledAt: scheduledAt)
             return nil
         }
-        let runID = RunID.random()
+        let runID = given ?? RunID.random()
         persist(.taskScheduled(task: task.settings.name, at: scheduledAt))
         let guardRunning = task.settings.overlap == .skip
         let name = task.settings.name
@@ -80,6 +80,7 @@ extension TaskScheduler: FleetListener {
         let subject = JobSubject.schedule(scheduledAt: scheduledAt)
         switch claim {
         case .won(let revision):
+            heldRetryDelay = .milliseconds(250)
             guard let cluster else { return }
             var fire = FleetFire(task: name, instant: scheduledAt.iso8601, host: cluster.settings.name, runID: runID.description, state: .running)
             fire.takenOverFrom = takenOverFrom
@@ -96,6 +97,7 @@ extension TaskScheduler: FleetListener {
                 self?.fleetRunEnded(completion, task: task, runID: runID)
             }
         case .elsewhere(let fire):
+            heldRetryDelay = .milliseconds(250)
             task.fleet.totals["ran_elsewhere", default: 0] += 1
             task.fleet.last = fire
             if fire.state == .running {
@@ -107,24 +109,69 @@ extension TaskScheduler: FleetListener {
                                                 detail: "\(how) \(fire.host) (run \(fire.runID)\(fire.outcome.map { ", \($0)" } ?? ""))")
             engine.recordNotRun(record, key: task.key, subject: subject)
             finished(JobCompletion(key: task.key, subject: subject, records: [record]), task: task, host: fire.host)
-        case .previousRunning(let fire):
+        case .previousRunning(let fire, let revision) where fire.host == cluster?.settings.name && task.fleet.runs.isEmpty && engine.activeCount(of: task.key) == 0:
+            // This host's own claim, which no run of its own holds: its answer was lost and
+            // the fire given up. Freed, then this fire is claimed again.
+            logger.warning("task \(name): freeing this host's claim of the fire due at \(fire.instant) (run \(fire.runID)), which was never run: its answer from etcd was lost")
+            cluster?.releaseOrphan(fire, runningRevision: revision, replyOn: queue) { [weak self] result in
+                guard let self, let task = self.tasks[name] else { return }
+                if case .success(true) = result {
+                    self.fireFleet(task, scheduledAt: scheduledAt, reason: reason)
+                } else {
+                    self.hold(task, at: scheduledAt, cause: "unable to free this host's unanswered claim of \(fire.instant)")
+                }
+            }
+        case .previousRunning(let fire, _):
             logger.info("task \(name): the fire due at \(scheduledAt.iso8601) is skipped: the previous one still runs on \(fire.host) (run \(fire.runID); overlap = \"skip\" holds across the fleet)")
             recordSkip(task, scheduledAt: scheduledAt)
         case .held(let cause):
-            hold(task, at: scheduledAt, cause: cause)
+            hold(task, at: scheduledAt, cause: cause, runID: runID)
         }
     }
 
     /// No claim can be made now: the fire waits for etcd, never runs here unclaimed. Only
     /// the latest held fire of a task is kept (as `persistent` catches up only the latest);
     /// the one it replaces is recorded `held`.
-    private func hold(_ task: ScheduledTask, at instant: WallTime, cause: String) {
+    /// The run ID is kept: if the claim's answer was lost after etcd applied it, the next
+    /// claim with the same ID finds this host's own and takes it as won.
+    private func hold(_ task: ScheduledTask, at instant: WallTime, cause: String, runID: RunID = .random()) {
         if let previous = task.fleet.held, previous.instant != instant {
             recordHeld(task, instant: previous.instant, detail: "held while no etcd quorum answered (\(previous.cause)); a later fire replaces it")
         }
         if task.fleet.held?.instant != instant { task.fleet.totals["held", default: 0] += 1 }
-        task.fleet.held = (instant, cause)
+        task.fleet.held = (instant, cause, task.fleet.held?.instant == instant ? task.fleet.held!.runID : runID)
         logger.info("task \(task.settings.name): the fire due at \(instant.iso8601) is held: \(cause)")
+        // The lease is good (one call failed: a member went, the call moved on): try again
+        // soon rather than at the next change of the lease, which may never come.
+        if fleetHeldCause == nil { armHeldRetry() }
+    }
+
+    private func armHeldRetry() {
+        if heldRetryTimer == nil {
+            heldRetryTimer = context.sources.makeTimer(owner: "task scheduler", target: "held fleet fires: claim again", on: queue) { [weak self] in
+                self?.retryHeldFires()
+            }
+        }
+        // Backing off, so a claim refused for good (a role without the prefix) is not a loop.
+        heldRetryTimer?.schedule(after: heldRetryDelay)
+        heldRetryDelay = min(heldRetryDelay * 2, .seconds(8))
+    }
+
+    /// Held fires claimed again while the lease is good; when it is not, the lease's
+    /// return does it (`fleetAvailability`).
+    private func retryHeldFires() {
+        guard fleetHeldCause == nil else { return }
+        let now = WallTime.now()
+        for name in order {
+            guard let task = tasks[name], task.settings.fleet == .one, let held = task.fleet.held else { continue }
+            task.fleet.held = nil
+            let age = Duration.seconds(now.secondsSinceEpoch - held.instant.secondsSinceEpoch)
+            if age <= task.settings.catchUpWindow {
+                fireFleet(task, scheduledAt: held.instant, reason: "held", runID: held.runID)
+            } else {
+                recordHeld(task, instant: held.instant, detail: "held: \(held.cause); now beyond catch_up_window \(task.settings.catchUpWindow.compactDescription)")
+            }
+        }
     }
 
     private func recordHeld(_ task: ScheduledTask, instant: WallTime, detail: String) {
@@ -173,18 +220,7 @@ extension TaskScheduler: FleetListener {
     public func fleetAvailability(_ available: Bool, cause: String?) {
         fleetHeldCause = available ? nil : cause
         guard available else { return }
-        let now = WallTime.now()
-        for name in order {
-            guard let task = tasks[name], task.settings.fleet == .one, let held = task.fleet.held else { continue }
-            task.fleet.held = nil
-            let age = Duration.seconds(now.secondsSinceEpoch - held.instant.secondsSinceEpoch)
-            if age <= task.settings.catchUpWindow {
-                logger.notice("task \(name): etcd answers again; claiming the fire held since \(held.instant.iso8601)")
-                fireFleet(task, scheduledAt: held.instant, reason: "held")
-            } else {
-                recordHeld(task, instant: held.instant, detail: "held while no etcd quorum answered; now beyond catch_up_window \(task.settings.catchUpWindow.compactDescription)")
-            }
-        }
+        retryHeldFires()
         // Fires seen running elsewhere may have ended, or lost their host, meanwhile.
         checkFiresElsewhere()
     }

@@ -72,6 +72,8 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// This host in the fleet, when `[cluster]` is configured (set by Daemon.init).
     public var cluster: ClusterMember?
     var fleetCheckTimer: RegisteredTimer?
+    var heldRetryTimer: RegisteredTimer?
+    var heldRetryDelay = Duration.milliseconds(250)
     /// Why fleet fires are held now (no etcd lease), for the dump and `status`.
     var fleetHeldCause: String?
     var storeProblem: String?
@@ -316,14 +318,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// instants (whole milliseconds, as fire keys name them).
     func jitterOffset(for settings: TaskSettings) -> Duration {
         guard settings.jitter > .zero else { return .zero }
-        if settings.fleet == .one {
-            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-            for byte in settings.name.utf8 {
-                hash ^= UInt64(byte)
-                hash = hash &* 0x100_0000_01b3
-            }
-            return .milliseconds(Int64(hash % UInt64(max(1, settings.jitter.nanosecondsClamped / 1_000_000))))
-        }
+        if settings.fleet == .one { return FleetJitter.offset(for: settings) }
         var hash = machineSeed ^ 0xcbf2_9ce4_8422_2325
         for byte in settings.name.utf8 {
             hash ^= UInt64(byte)
@@ -482,5 +477,18 @@ extension WallTime {
             seconds -= 1
         }
         return WallTime(secondsSinceEpoch: seconds, nanoseconds: Int32(nanos))
+    }
+}
+
+/// A fleet task's jitter: from its name alone, in whole milliseconds, the same on every host.
+enum FleetJitter {
+    static func offset(for settings: TaskSettings) -> Duration {
+        guard settings.jitter > .zero else { return .zero }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in settings.name.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return .milliseconds(Int64(hash % UInt64(max(1, settings.jitter.nanosecondsClamped / 1_000_000))))
     }
 }

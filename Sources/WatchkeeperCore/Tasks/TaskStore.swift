@@ -120,7 +120,9 @@ public struct StoredTaskState: Sendable, Equatable {
 /// History is ordered by insertion, not by wall time, so an NTP step cannot reorder it.
 public final class TaskStore {
     public static let fileName = StateDatabase.fileName
-    public static let defaultHistoryLimit = 100
+    // A fleet task's history holds every host's fires (ran_elsewhere too): 1,000 keeps a
+    // 2-second fleet task's last half hour.
+    public static let defaultHistoryLimit = 1_000
     /// How long a statement waits for another connection's lock before failing with
     /// "database is locked": a second opener (sqlite3 CLI, a backup) holding the file
     /// briefly must not fail a run's bookkeeping.

@@ -38,7 +38,10 @@ extension DirectoryWatcher {
             }
             return
         }
-        if event.mask.contains(.delete) || event.mask.contains(.movedFrom) { ledger.noteDeletion() }
+        if event.mask.contains(.delete) || event.mask.contains(.movedFrom) {
+            ledger.noteDeletion()
+            if rule.settings.fleet == .one { fleetFileGone(rule, relative: path) }
+        }
         if event.mask.contains(.movedFrom), let waiting = rule.settle.remove(path: path) {
             // Renamed while it waits to settle: the wait moves to the new name, whatever the
             // rule's events (IN_MOVED_FROM and IN_MOVED_TO share a cookie).

@@ -47,6 +47,10 @@ extension DirectoryWatcher {
                 for file in subject.files { rule.submitted(file) }
             }
         }
+        if rule.settings.fleet == .one, cluster != nil {
+            claimThenSubmit(subjects, rule: rule)
+            return
+        }
         rule.jobsSubmitted += UInt64(subjects.count)
         if rule.settings.batch { rule.batchesStarted += UInt64(subjects.count) }
         let key = rule.key
@@ -62,7 +66,7 @@ extension DirectoryWatcher {
 
     /// The final outcome of a file's job goes to the ledger (cancelled ones are left for the
     /// next catch-up); the record itself is the engine's.
-    private func finished(_ completion: JobCompletion, rule: WatchRule) {
+    func finished(_ completion: JobCompletion, rule: WatchRule) {
         let outcome = completion.final.outcome
         var followers: [InFlightFile.Follower] = []
         for file in completion.subject.files {

@@ -65,6 +65,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         }
         return ledger
     }()
+    /// This host in the fleet, when `[cluster]` is configured: shared inboxes claim their
+    /// files through it (set by Daemon.init).
+    public var cluster: ClusterMember?
+    var fleetRetryTimer: RegisteredTimer?
     var store: StateStore? {
         get { ledger.store }
         set { ledger.store = newValue }

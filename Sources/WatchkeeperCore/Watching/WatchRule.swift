@@ -29,6 +29,9 @@ final class WatchRule: @unchecked Sendable {
     /// until the ledger holds them: a rescan, or the same file moved within the tree after
     /// its job, is not run again.
     var handled: [InodeKey: (identity: FileIdentity, path: [UInt8])] = [:]
+    /// fleet = "one": files claimed elsewhere, held, and recorded handled here
+    /// (DirectoryWatcher+Fleet.swift).
+    var fleet = FleetRuleState()
     /// Files handed to the engine and not back yet, by inode: a scan that finds one again
     /// does not run it twice, and a new name it is renamed to meanwhile waits for its outcome.
     var inFlight: [InodeKey: InFlightFile] = [:]
@@ -248,6 +251,7 @@ final class WatchRule: @unchecked Sendable {
             .init("root_note", rootNote.map { .string($0) } ?? .null),
             .init("recursive", .bool(settings.recursive)),
             .init("method", .string(settings.method.rawValue)),
+            .init("fleet", settings.fleet == .one ? fleet.describe() : .string(settings.fleet.rawValue)),
             .init("polled_trees", .array(pollers.map { .object($0.describe(now: now)) })),
             .init("polled_files", .int(Int64(polledFiles))),
             .init("events", .array(settings.events.map { .string($0.rawValue) })),

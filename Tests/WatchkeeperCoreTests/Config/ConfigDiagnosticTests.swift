@@ -8,7 +8,7 @@ final class ConfigDiagnosticTests: XCTestCase {
         let diagnostics = configErrors(#""a\n/etc/watchkeeper/watchkeeper.toml:1:1: forged" = 1"#)
         XCTAssertEqual(ConfigErrors(diagnostics).description.split(separator: "\n").count, 1)
         assertSingleDiagnostic(diagnostics, at: (1, 1),
-                               #"unknown key "a\n/etc/watchkeeper/watchkeeper.toml:1:1: forged" in the top level (known keys: daemon, task, watch)"#)
+                               #"unknown key "a\n/etc/watchkeeper/watchkeeper.toml:1:1: forged" in the top level (known keys: daemon, cluster, task, watch)"#)
     }
 
     func testControlCharactersInAMessage_areEscaped_andItsBackslashesKept() {

@@ -165,7 +165,7 @@ final class ConfigLoaderTests: XCTestCase {
             [logging]
             level = "info"
             """
-        assertSingleConfigError(source, at: (4, 2), #"unknown key "logging" in the top level (known keys: daemon, task, watch)"#)
+        assertSingleConfigError(source, at: (4, 2), #"unknown key "logging" in the top level (known keys: daemon, cluster, task, watch)"#)
     }
 
     func testParse_misspeltTopLevelTable_suggestsDaemon() {
@@ -368,7 +368,7 @@ final class ConfigLoaderTests: XCTestCase {
             #"bad duration "5x" for daemon.shutdown_grace: unknown unit "x"; "# + DurationParser.expectation,
             #"daemon.log_level = "loud" is not one of: "# + Self.levels,
             #"daemon.runtime_dir must be an absolute path, not the relative "run""#,
-            #"unknown key "extra" in the top level (known keys: daemon, task, watch)"#,
+            #"unknown key "extra" in the top level (known keys: daemon, cluster, task, watch)"#,
         ])
     }
 

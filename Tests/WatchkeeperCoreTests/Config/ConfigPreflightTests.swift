@@ -143,7 +143,7 @@ final class ConfigPreflightTests: XCTestCase {
 
     func testParse_tableHeaderEightKeysDeep_reachesTheSchemaChecks() {
         let found = configErrors("[a.b.c.d.e.f.g.h]\n")
-        XCTAssertEqual(found.map(\.message), [#"unknown key "a" in the top level (known keys: daemon, task, watch)"#])
+        XCTAssertEqual(found.map(\.message), [#"unknown key "a" in the top level (known keys: daemon, cluster, task, watch)"#])
     }
 
     func testParse_dottedKeyBelowAHeader_countsTheHeadersKeysToo() {
@@ -193,7 +193,7 @@ final class ConfigPreflightTests: XCTestCase {
 
     func testParse_100000Values_reachTheSchemaChecks() {
         let source = "x = [" + String(repeating: "1,", count: 99_999) + "]\n"
-        XCTAssertEqual(configErrors(source).map(\.message), [#"unknown key "x" in the top level (known keys: daemon, task, watch)"#])
+        XCTAssertEqual(configErrors(source).map(\.message), [#"unknown key "x" in the top level (known keys: daemon, cluster, task, watch)"#])
     }
 
     func testParse_byteOrderMarkAndCRLF_keepColumnsAsEditorsShowThem() {

@@ -23,9 +23,14 @@ final class JobMetricsTests: XCTestCase {
         let exporter = makeExporter()
         exporter.jobMetrics.prepare(task)
         let text = try rendered(exporter)
-        for outcome in RunOutcome.allCases {
+        for outcome in RunOutcome.allCases where outcome != .ranElsewhere && outcome != .held {
             XCTAssertEqual(text.value("watchkeeper_jobs_total", ["kind": "task", "name": "backup", "outcome": outcome.rawValue]), 0, outcome.rawValue)
         }
+        // The fleet's outcomes only where they happen: a daemon without [cluster] exports
+        // the series it did before.
+        XCTAssertNil(text.value("watchkeeper_jobs_total", ["kind": "task", "name": "backup", "outcome": "ran_elsewhere"]))
+        exporter.jobMetrics.recorded(record(.ranElsewhere, started: false), key: task)
+        XCTAssertEqual(try rendered(exporter).value("watchkeeper_jobs_total", ["kind": "task", "name": "backup", "outcome": "ran_elsewhere"]), 1)
         for reason in ["budget", "shutdown", "replaced"] {
             XCTAssertEqual(text.value("watchkeeper_job_expirations_total", ["kind": "task", "name": "backup", "reason": reason]), 0, reason)
         }

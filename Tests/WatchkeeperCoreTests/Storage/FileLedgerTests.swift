@@ -164,7 +164,7 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         let now = FileIdentity(device: identity(12).device, inode: 12, size: 7, modifiedNanoseconds: identity(12).modifiedNanoseconds,
                                changedNanoseconds: 77, bornNanoseconds: 66, generation: 55)
         XCTAssertTrue(entry.identity.sameFile(as: now))
-        XCTAssertEqual(StateDatabase.schemaVersion, 5)
+        XCTAssertEqual(StateDatabase.schemaVersion, 6)
     }
 
     // MARK: - Moving a directory

@@ -46,7 +46,7 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
         XCTAssertEqual(stat(databasePath, &info), 0)
         XCTAssertEqual(info.st_mode & 0o777, 0o640)
         XCTAssertEqual(try query("PRAGMA user_version"), [String(TaskStore.schemaVersion)])
-        XCTAssertEqual(TaskStore.schemaVersion, 5, "1: task state and history, 2: the file ledger, 3: the ledger by identity, 4: the run that handled each file, 5: change and birth time and generation")
+        XCTAssertEqual(TaskStore.schemaVersion, 6, "1: task state and history, 2: the file ledger, 3: the ledger by identity, 4: the run that handled each file, 5: change and birth time and generation, 6: where a fleet fire ran")
         XCTAssertEqual(try query("PRAGMA journal_mode"), ["wal"])
         XCTAssertEqual(try query("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"), ["file_ledger", "run_history", "task_state"])
     }
@@ -246,14 +246,14 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
     }
 
     func testTwoStoresOnTheSameFile_writingAtTheSameTime_bothSucceed_andTheFileStaysIntact() throws {
-        let store = try TaskStore(directory: directory)
+        let store = try TaskStore(directory: directory, historyLimit: 100)
         defer { store.close() }
         let directory = self.directory
         let otherFinished = DispatchSemaphore(value: 0)
         let otherError = ErrorBox()
         Thread.detachNewThread {
             do {
-                let other = try TaskStore(directory: directory)
+                let other = try TaskStore(directory: directory, historyLimit: 100)
                 for number in 1 ... 300 {
                     try other.recordRun(StoredRun(
                         task: "b", runID: "b-\(number)", attempt: 1, outcome: "ok", scheduledAt: nil, startedAt: nil,
@@ -274,8 +274,8 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
         XCTAssertEqual(otherFinished.wait(timeout: .now() + 60), .success)
         XCTAssertNil(otherError.value)
 
-        XCTAssertEqual(try store.history(task: "a", limit: 1_000).count, TaskStore.defaultHistoryLimit)
-        XCTAssertEqual(try store.history(task: "b", limit: 1_000).count, TaskStore.defaultHistoryLimit)
+        XCTAssertEqual(try store.history(task: "a", limit: 1_000).count, 100)
+        XCTAssertEqual(try store.history(task: "b", limit: 1_000).count, 100)
         XCTAssertEqual(try store.state(task: "b")?.lastRunID, "b-300")
         XCTAssertEqual(try store.state(task: "a")?.lastRunID, "a-300")
         XCTAssertEqual(try query("PRAGMA integrity_check"), ["ok"])

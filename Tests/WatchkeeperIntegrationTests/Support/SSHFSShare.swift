@@ -110,28 +110,7 @@ final class SSHFSShare {
     /// Started with posix_spawn, not Foundation's Process: its reaper thread waits for one
     /// child at a time, so a long-lived sshd left a short fusermount3 never reaped.
     static func spawn(_ tool: String, _ arguments: [String]) throws -> pid_t {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        for descriptor: Int32 in [0, 1, 2] {
-            posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
-        }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        var defaults = sigset_t()
-        sigfillset(&defaults)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        let argv = ([tool] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, tool, &actions, &attributes, argv, environ)
-        guard result == 0 else { throw NSError(domain: "unable to start \(tool): \(String(cString: strerror(result)))", code: Int(result)) }
-        return pid
+        try spawnChild([tool] + arguments, environment: ProcessInfo.processInfo.environment, stdout: .discarded, stderr: .discarded)
     }
 
     /// SIGTERM (or `signal`), then its exit collected.
