@@ -11,7 +11,8 @@ Runs the daemon under valgrind's callgrind (apt-get install valgrind), which see
 function executed, not a sample. A symbol the file names that a later build no longer has
 is skipped by the linker; a new function not in the file is placed after the listed ones,
 so a stale file costs memory, never correctness. Rerun it when the start-up or the job
-path changes much."""
+path changes much. The traced configuration has no [cluster] on purpose: the list is the path
+every daemon runs, and the etcd code stays out of its pages (docs/measurements/fleet.md)."""
 
 import argparse
 import os
