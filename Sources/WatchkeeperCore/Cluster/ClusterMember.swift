@@ -76,7 +76,6 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     private var watchRetry: RegisteredTimer?
     private(set) var claimLatency = LatencyRing(capacity: 256)
     private var counters: [String: UInt64] = [:]
-    private var lastGrantAttempt: WallTime?
     /// Keys of the claims this host won and holds (their jobs not ended): a running claim
     /// of this host's that is not among them is one whose answer was lost (a deadline
     /// passed after etcd applied it), and is taken as won rather than left orphaned.
@@ -173,7 +172,6 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
     private func grant() {
         guard !granting, !stopped else { return }
         granting = true
-        lastGrantAttempt = .now()
         let sentAt = MonotonicInstant.now
         client.grantLease(ttl: settings.leaseTTL, timeout: callTimeout) { [self] result in
             granting = false

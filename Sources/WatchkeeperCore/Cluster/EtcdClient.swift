@@ -132,7 +132,6 @@ public final class EtcdClient: @unchecked Sendable {
     }
 
     public var endpointInUse: EtcdEndpoint { options.endpoints[endpointIndex] }
-    public var endpoints: [EtcdEndpoint] { options.endpoints }
 
     /// POSTs `body` to `path` (e.g. /v3/kv/range) and gives the answer's JSON, on the
     /// cluster queue.
@@ -181,7 +180,6 @@ public final class EtcdClient: @unchecked Sendable {
         }
     }
 
-    public var inFlightCount: Int { lanes.values.reduce(0) { $0 + ($1.inFlight == nil ? 0 : 1) + $1.waiting.count } }
 
     // MARK: Lanes
 

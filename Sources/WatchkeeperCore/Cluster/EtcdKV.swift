@@ -176,13 +176,6 @@ extension EtcdClient {
         }
     }
 
-    /// Deletes the keys from `start` (inclusive) to `end` (exclusive).
-    public func deleteRange(from start: String, to end: String, timeout: Duration, completion: @escaping (Result<Int64, EtcdError>) -> Void) {
-        call("/v3/kv/deleterange", .object([DumpField("key", Self.key(start)), DumpField("range_end", Self.key(end))]), timeout: timeout) { result in
-            completion(result.map { $0["deleted"]?.int64Value ?? 0 })
-        }
-    }
-
     public func grantLease(ttl: Duration, timeout: Duration, completion: @escaping (Result<(id: Int64, ttl: Int64), EtcdError>) -> Void) {
         let seconds = max(1, ttl.nanosecondsClamped / 1_000_000_000)
         call("/v3/lease/grant", .object([DumpField("TTL", .string(String(seconds)))]), lane: .lease, timeout: timeout) { result in

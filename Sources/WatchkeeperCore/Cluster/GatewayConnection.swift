@@ -98,14 +98,14 @@ final class GatewayConnection: @unchecked Sendable {
     private var state = State.connecting
     private var stream: GatewayStream
     private var outbound: [UInt8] = []
+    /// Kept for the connection's life: a read event does not allocate.
+    private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
     private var outboundOffset = 0
     private var parser: HTTPResponseParser?
     private var onEvent: ((Event) -> Void)?
     /// Made once the socket is connected: TLS needs the connected fd.
     private let makeSecureStream: ((Int32) throws(GatewayFailure) -> GatewayStream)?
     private(set) var exchanges = 0
-    var isIdle: Bool { state == .open && parser == nil && onEvent == nil }
-    var isClosed: Bool { state == .closed }
     var reusable: Bool { state != .closed }
 
     /// Starts connecting to `address`. The first exchange may be sent at once: it is
@@ -279,9 +279,8 @@ final class GatewayConnection: @unchecked Sendable {
     }
 
     private func readAvailable() throws(GatewayFailure) {
-        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
         while state != .closed {
-            let progress = try buffer.withUnsafeMutableBytes { bytes in
+            let progress = try readBuffer.withUnsafeMutableBytes { bytes in
                 Result { () throws(GatewayFailure) in try stream.read(into: bytes) }
             }.get()
             switch progress {
@@ -292,7 +291,7 @@ final class GatewayConnection: @unchecked Sendable {
                 }
                 let events: [HTTPResponseParser.Event]
                 do {
-                    events = try parser.feed(buffer[0..<count])
+                    events = try parser.feed(readBuffer[0..<count])
                 } catch {
                     throw .malformed(error.description)
                 }

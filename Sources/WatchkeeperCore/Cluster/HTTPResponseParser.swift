@@ -31,9 +31,6 @@ struct HTTPResponseParser {
     private(set) var status = 0
     private(set) var keepAlive = true
     private var bodyBytes = 0
-    /// True for a HEAD-less exchange where the server closes to end the body.
-    var endsAtClose: Bool { if case .untilClose = phase { return true } else { return false } }
-    var isDone: Bool { if case .done = phase { return true } else { return false } }
 
     init(maxBody: Int) {
         self.maxBody = maxBody
