@@ -134,8 +134,11 @@ final class FanotifyMethodTests: WatchTestCase {
         let names = handledNames()
         XCTAssertEqual(names.count, 21, "the moved files ran again: \(names.filter { $0.contains("/b/moved/") })")
         XCTAssertEqual(names.last, sandbox.root + "/in/b/moved/deep/after-the-move")
+        // One directory move, followed once; on a loaded machine the scan of the new path can
+        // read the ledger before the store commits that move, and then each file is followed
+        // by its identity instead (WatchLedger.handledBefore). Either way nothing ran again.
         let rule = try XCTUnwrap(dumpedRule())
-        XCTAssertEqual(rule["moves_followed"] as? Int, 1, "\(rule)")
+        XCTAssertGreaterThanOrEqual(rule["moves_followed"] as? Int ?? 0, 1, "\(rule)")
     }
 
     func testARootRenamedAway_isLetGo_andANewDirectoryAtItsPathIsWatched() throws {
