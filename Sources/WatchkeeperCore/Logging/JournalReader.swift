@@ -208,8 +208,13 @@ public struct JournalEntry: Sendable {
 public struct JournalFiles: Sendable, Equatable {
     public var found = 0
     public var unreadable = 0
-    /// One of the unreadable files, to name in the message.
-    public var firstUnreadable: String?
+    /// One of the unreadable files, to name in the message, and why open(2) refused it.
+    public var firstUnreadable: (path: String, errno: Int32)?
+
+    public static func == (lhs: JournalFiles, rhs: JournalFiles) -> Bool {
+        lhs.found == rhs.found && lhs.unreadable == rhs.unreadable && lhs.firstUnreadable?.path == rhs.firstUnreadable?.path
+            && lhs.firstUnreadable?.errno == rhs.firstUnreadable?.errno
+    }
 
     static func scan(_ directories: [String]) -> JournalFiles {
         var files = JournalFiles()
@@ -233,7 +238,7 @@ public struct JournalFiles: Sendable, Equatable {
                     close(fd)
                 } else {
                     unreadable += 1
-                    if firstUnreadable == nil { firstUnreadable = path }
+                    if firstUnreadable == nil { firstUnreadable = (path, errno) }
                 }
             } else if depth > 0 && item.pointee.d_type == UInt8(DT_DIR) {
                 scan(path, depth: depth - 1)
@@ -261,7 +266,7 @@ public enum JournalReaderError: Error, CustomStringConvertible, Equatable {
                 return "unable to read the journal: it keeps nothing: no journal files in \(places)"
             }
         case .unreadable(_, let files):
-            let example = files.firstUnreadable.map { " (\(LineEscaping.escaped($0)): permission denied)" } ?? ""
+            let example = files.firstUnreadable.map { " (\(LineEscaping.escaped($0.path)): \(String(cString: strerror($0.errno))))" } ?? ""
             return "unable to read the journal: this user may read none of its \(files.found) files\(example); "
                 + "are you root or in the group systemd-journal or adm?"
         case .failed(let action, let code):
