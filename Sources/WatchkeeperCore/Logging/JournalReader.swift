@@ -1,4 +1,5 @@
 import CWatchkeeperSystem
+import SystemPackage
 
 #if canImport(Glibc)
 import Glibc
@@ -37,8 +38,10 @@ public final class JournalReader {
         self.source = source
         if case .directory(let path) = source {
             // A mistyped directory is not an empty journal.
-            guard let stream = opendir(path) else { throw .failed("open the journal directory \(LineEscaping.escaped(path))", errno: errno) }
-            closedir(stream)
+            switch pointerOrErrno({ opendir(path) }) {
+            case .success(let stream): closedir(stream)
+            case .failure(let error): throw .failed("open the journal directory \(LineEscaping.escaped(path))", error)
+            }
         }
         files = JournalFiles.scan(source.directories)
         if files.found == 0 { throw .keepsNothing(source) }
@@ -49,7 +52,7 @@ public final class JournalReader {
         case .local: result = sd_journal_open(&handle, Int32(SD_JOURNAL_LOCAL_ONLY))
         case .directory(let path): result = sd_journal_open_directory(&handle, path, 0)
         }
-        guard result >= 0, let handle else { throw .failed("open the journal", errno: -result) }
+        guard result >= 0, let handle else { throw .failed("open the journal", Errno(rawValue: -result)) }
         journal = handle
         // Whole fields: a job's line or a record is never shown cut at the default 64 KiB.
         sd_journal_set_data_threshold(journal, 0)
@@ -65,12 +68,12 @@ public final class JournalReader {
     public func addMatch(field: String, value: some Collection<UInt8>) throws(JournalReaderError) {
         let term = Array(field.utf8) + [UInt8(ascii: "=")] + Array(value)
         let result = term.withUnsafeBytes { sd_journal_add_match(journal, $0.baseAddress, $0.count) }
-        if result < 0 { throw .failed("add the match \(field)=\(LineEscaping.escaped(value))", errno: -result) }
+        if result < 0 { throw .failed("add the match \(field)=\(LineEscaping.escaped(value))", Errno(rawValue: -result)) }
     }
 
     public func addDisjunction() throws(JournalReaderError) {
         let result = sd_journal_add_disjunction(journal)
-        if result < 0 { throw .failed("combine the journal matches", errno: -result) }
+        if result < 0 { throw .failed("combine the journal matches", Errno(rawValue: -result)) }
     }
 
     public func flushMatches() {
@@ -79,25 +82,25 @@ public final class JournalReader {
 
     public func seekTail() throws(JournalReaderError) {
         let result = sd_journal_seek_tail(journal)
-        if result < 0 { throw .failed("seek to the end of the journal", errno: -result) }
+        if result < 0 { throw .failed("seek to the end of the journal", Errno(rawValue: -result)) }
     }
 
     public func seekHead() throws(JournalReaderError) {
         let result = sd_journal_seek_head(journal)
-        if result < 0 { throw .failed("seek to the start of the journal", errno: -result) }
+        if result < 0 { throw .failed("seek to the start of the journal", Errno(rawValue: -result)) }
     }
 
     /// Moves to the next matching entry: false at the end.
     public func next() throws(JournalReaderError) -> Bool {
         let result = sd_journal_next(journal)
-        if result < 0 { throw .failed("read the next journal entry", errno: -result) }
+        if result < 0 { throw .failed("read the next journal entry", Errno(rawValue: -result)) }
         return result > 0
     }
 
     /// Moves to the previous matching entry: false at the start.
     public func previous() throws(JournalReaderError) -> Bool {
         let result = sd_journal_previous(journal)
-        if result < 0 { throw .failed("read the previous journal entry", errno: -result) }
+        if result < 0 { throw .failed("read the previous journal entry", Errno(rawValue: -result)) }
         return result > 0
     }
 
@@ -105,14 +108,14 @@ public final class JournalReader {
     public func cursor() throws(JournalReaderError) -> String {
         var text: UnsafeMutablePointer<CChar>?
         let result = sd_journal_get_cursor(journal, &text)
-        guard result >= 0, let text else { throw .failed("read a journal entry's cursor", errno: -result) }
+        guard result >= 0, let text else { throw .failed("read a journal entry's cursor", Errno(rawValue: -result)) }
         defer { free(text) }
         return String(cString: text)
     }
 
     public func seek(cursor: String) throws(JournalReaderError) {
         let result = sd_journal_seek_cursor(journal, cursor)
-        if result < 0 { throw .failed("seek to a journal cursor", errno: -result) }
+        if result < 0 { throw .failed("seek to a journal cursor", Errno(rawValue: -result)) }
     }
 
     /// A field of the current entry as its bytes, nil when the entry has none.
@@ -130,7 +133,7 @@ public final class JournalReader {
     public func realtime() throws(JournalReaderError) -> WallTime {
         var microseconds: UInt64 = 0
         let result = sd_journal_get_realtime_usec(journal, &microseconds)
-        if result < 0 { throw .failed("read a journal entry's time", errno: -result) }
+        if result < 0 { throw .failed("read a journal entry's time", Errno(rawValue: -result)) }
         return WallTime(secondsSinceEpoch: Int64(microseconds / 1_000_000), nanoseconds: Int32(microseconds % 1_000_000) * 1_000)
     }
 
@@ -147,23 +150,26 @@ public final class JournalReader {
     /// timeout (sd_journal_get_timeout) bounds the wait, for file systems without inotify.
     public func wait(orSignalOn signalDescriptor: Int32) throws(JournalReaderError) -> JournalWakeup {
         let fd = sd_journal_get_fd(journal)
-        if fd < 0 { throw .failed("watch the journal for new entries", errno: -fd) }
+        if fd < 0 { throw .failed("watch the journal for new entries", Errno(rawValue: -fd)) }
         let events = sd_journal_get_events(journal)
-        if events < 0 { throw .failed("watch the journal for new entries", errno: -events) }
+        if events < 0 { throw .failed("watch the journal for new entries", Errno(rawValue: -events)) }
         var until: UInt64 = 0
         let timeoutResult = sd_journal_get_timeout(journal, &until)
-        if timeoutResult < 0 { throw .failed("watch the journal for new entries", errno: -timeoutResult) }
+        if timeoutResult < 0 { throw .failed("watch the journal for new entries", Errno(rawValue: -timeoutResult)) }
         var timeoutMilliseconds: Int32 = -1
         if until != UInt64.max {
             let now = MonotonicClock.nowMicroseconds()
             timeoutMilliseconds = until <= now ? 0 : Int32(min((until - now + 999) / 1000, UInt64(Int32.max)))
         }
         var descriptors = [pollfd(fd: fd, events: Int16(events), revents: 0), pollfd(fd: signalDescriptor, events: Int16(POLLIN), revents: 0)]
-        let ready = poll(&descriptors, nfds_t(descriptors.count), timeoutMilliseconds)
-        if ready < 0 && errno != EINTR { throw .failed("wait for new journal entries", errno: errno) }
+        // Interrupted: a signal this process does not wait for; the journal is looked at anyway.
+        if case .failure(let error) = valueOrErrno(retryOnInterrupt: false, { poll(&descriptors, nfds_t(descriptors.count), timeoutMilliseconds) }),
+           error != .interrupted {
+            throw .failed("wait for new journal entries", error)
+        }
         if descriptors[1].revents & Int16(POLLIN) != 0 { return .signal }
         let processed = sd_journal_process(journal)
-        if processed < 0 { throw .failed("read the journal's changes", errno: -processed) }
+        if processed < 0 { throw .failed("read the journal's changes", Errno(rawValue: -processed)) }
         return .changed
     }
 }
@@ -176,9 +182,10 @@ extension JournalReader {
         sigemptyset(&mask)
         for signal in signals { sigaddset(&mask, signal) }
         pthread_sigmask(SIG_BLOCK, &mask, nil)
-        let fd = signalfd(-1, &mask, Int32(SFD_CLOEXEC))
-        if fd < 0 { throw .failed("create a signalfd to wait for signals", errno: errno) }
-        return fd
+        switch valueOrErrno({ signalfd(-1, &mask, Int32(SFD_CLOEXEC)) }) {
+        case .success(let fd): return fd
+        case .failure(let error): throw .failed("create a signalfd to wait for signals", error)
+        }
     }
 }
 
@@ -209,11 +216,11 @@ public struct JournalFiles: Sendable, Equatable {
     public var found = 0
     public var unreadable = 0
     /// One of the unreadable files, to name in the message, and why open(2) refused it.
-    public var firstUnreadable: (path: String, errno: Int32)?
+    public var firstUnreadable: (path: String, error: Errno)?
 
     public static func == (lhs: JournalFiles, rhs: JournalFiles) -> Bool {
         lhs.found == rhs.found && lhs.unreadable == rhs.unreadable && lhs.firstUnreadable?.path == rhs.firstUnreadable?.path
-            && lhs.firstUnreadable?.errno == rhs.firstUnreadable?.errno
+            && lhs.firstUnreadable?.error == rhs.firstUnreadable?.error
     }
 
     static func scan(_ directories: [String]) -> JournalFiles {
@@ -233,12 +240,12 @@ public struct JournalFiles: Sendable, Equatable {
             let path = directory.hasSuffix("/") ? directory + name : directory + "/" + name
             if name.hasSuffix(".journal") || name.hasSuffix(".journal~") {
                 found += 1
-                let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)
-                if fd >= 0 {
+                switch valueOrErrno({ open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY) }) {
+                case .success(let fd):
                     close(fd)
-                } else {
+                case .failure(let error):
                     unreadable += 1
-                    if firstUnreadable == nil { firstUnreadable = (path, errno) }
+                    if firstUnreadable == nil { firstUnreadable = (path, error) }
                 }
             } else if depth > 0 && item.pointee.d_type == UInt8(DT_DIR) {
                 scan(path, depth: depth - 1)
@@ -252,7 +259,8 @@ public enum JournalReaderError: Error, CustomStringConvertible, Equatable {
     case keepsNothing(JournalReader.Source)
     /// Files there, none readable by this user.
     case unreadable(JournalReader.Source, JournalFiles)
-    case failed(String, errno: Int32)
+    /// What could not be done ("open the journal") and why.
+    case failed(String, Errno)
 
     public var description: String {
         switch self {
@@ -266,11 +274,11 @@ public enum JournalReaderError: Error, CustomStringConvertible, Equatable {
                 return "unable to read the journal: it keeps nothing: no journal files in \(places)"
             }
         case .unreadable(_, let files):
-            let example = files.firstUnreadable.map { " (\(LineEscaping.escaped($0.path)): \(String(cString: strerror($0.errno))))" } ?? ""
+            let example = files.firstUnreadable.map { " (\(LineEscaping.escaped($0.path)): \($0.error))" } ?? ""
             return "unable to read the journal: this user may read none of its \(files.found) files\(example); "
                 + "are you root or in the group systemd-journal or adm?"
-        case .failed(let action, let code):
-            return "unable to \(action): \(String(cString: strerror(code)))"
+        case .failed(let action, let error):
+            return error.unable(action)
         }
     }
 

@@ -47,7 +47,7 @@ final class JournalReaderTests: XCTestCase {
 
     func testOpen_missingDirectory_isAnErrorNamingIt() throws {
         let error = try XCTUnwrap(openError(.directory(directory + "/missing")))
-        XCTAssertEqual(error.description, "unable to open the journal directory \(directory)/missing: No such file or directory")
+        XCTAssertEqual(error.description, "unable to open the journal directory \(directory)/missing: No such file or directory (ENOENT)")
         XCTAssertEqual(error.exitCode, 71)
     }
 
