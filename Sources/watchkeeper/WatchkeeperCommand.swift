@@ -23,10 +23,11 @@ struct WatchkeeperCommand: ParsableCommand {
             Exit codes: 0 success, 64 usage error, 70 a job outlived the drain, 71 system error, \
             75 another watchkeeper holds the state directory, 78 invalid configuration. The control \
             commands: 1 the daemon refused (no such task or run), 69 the daemon is not running, 75 it is \
-            starting or stopping, 76 no valid answer, 77 permission denied, 78 reload refused. See watchkeeper(8).
+            starting or stopping, 76 no valid answer, 77 permission denied, 78 reload refused. `logs`: 1 no entries, \
+            66 the journal has no files, 77 none readable. See watchkeeper(8).
             """,
         version: WatchkeeperVersion.current,
-        subcommands: [Run.self, CheckConfig.self, Status.self, Trigger.self, Cancel.self, Reload.self, Dump.self, Tasks.self, Watches.self, History.self, Fleet.self, Metrics.self]
+        subcommands: [Run.self, CheckConfig.self, Status.self, Trigger.self, Cancel.self, Reload.self, Dump.self, Tasks.self, Watches.self, History.self, Fleet.self, Metrics.self, Logs.self]
     )
 }
 

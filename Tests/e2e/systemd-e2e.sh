@@ -232,10 +232,15 @@ CHECKS=(
     "output = \"direct\" sends a job's lines straight to its own journald stream"
     "with Delegate=yes each job has a cgroup, and expiry ends a process that left the job's session"
     "a watch job's record names its rule and the file's exact bytes, never a task"
+    "watchkeeper logs RUN_ID and logs TASK -n N show what journalctl has for them"
+    "watchkeeper logs shows a watch rule's record with its file escaped, and output = \"direct\" lines"
+    "watchkeeper logs -f shows a triggered run's line as it comes, and exits 0 on SIGINT"
+    "watchkeeper logs says when the journal keeps nothing, cannot be read, or has no entries for a name"
     "systemd-analyze security rates the unit at most 2.0, and the daemon says jobs have no network"
     "without the fanotify drop-in, a method = \"fanotify\" rule says why, uses inotify and handles a file"
     "with the fanotify drop-in from the docs, CAP_SYS_ADMIN is added, the rule uses fanotify and handles a file"
     "stop is clean, and the control socket is gone"
+    "watchkeeper logs reads the journal with the daemon stopped, also with --directory"
 )
 NEXT=0
 
@@ -853,6 +858,145 @@ fanotify_recover() {
     MAIN_PID=$(prop MainPID)
 }
 
+# --- watchkeeper logs (issue 26) ---------------------------------------------
+# expected_logs: journalctl's JSON entries on stdin as the lines `watchkeeper logs` shows
+# for them, written out again from the fields (Logging/JobLogQuery.swift's format).
+expected_logs() {
+    python3 -c '
+import json, sys, time
+RUN_FINISHED = sys.argv[1]
+PRIORITIES = ["emerg", "alert", "crit", "error", "warning", "notice", "info", "debug"]
+def text(v):
+    return bytes(v).decode("utf-8", "replace") if isinstance(v, list) else v
+for raw in sys.stdin:
+    if not raw.strip(): continue
+    e = {k: text(v) for k, v in json.loads(raw).items()}
+    us = int(e["__REALTIME_TIMESTAMP"])
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(us // 1000000)) + ".%03dZ" % (us // 1000 % 1000)
+    msg = e.get("MESSAGE", "")
+    if "WATCHKEEPER_TASK" in e or "WATCHKEEPER_WATCH" in e:
+        kind = "task" if "WATCHKEEPER_TASK" in e else "watch"
+        name = e.get("WATCHKEEPER_TASK", e.get("WATCHKEEPER_WATCH"))
+        run = e.get("WATCHKEEPER_RUN_ID")
+        head = "%s %s %s" % (stamp, kind, name) + (" " + run if run else "")
+        if "WATCHKEEPER_STREAM" in e:
+            print("%s %s: %s" % (head, e["WATCHKEEPER_STREAM"], msg))
+        elif e.get("MESSAGE_ID") == RUN_FINISHED:
+            said = "%s %s run %s" % (kind, name, run)
+            print(head + " ended" + (msg[len(said):] if msg.startswith(said) else ": " + msg))
+        else:
+            print("%s %s: %s" % (head, PRIORITIES[int(e.get("PRIORITY", "6"))], msg))
+    else:
+        print("%s %s[%s] output: %s" % (stamp, e.get("SYSLOG_IDENTIFIER"), e.get("_PID"), msg))
+' "$ID_RUN_FINISHED"
+}
+
+# A finished run of e2e-task, by its ID: exactly its entries, as journalctl has them. Then the
+# task's newest N: N lines, in journalctl's order (the task runs every second, so they are
+# compared as a run of consecutive lines of the journal read just after).
+check_logs_task() {
+    local run got want all n=7
+    ns journalctl --sync 2>/dev/null
+    run=$(ns journalctl -u watchkeeper "MESSAGE_ID=$ID_RUN_FINISHED" WATCHKEEPER_TASK=e2e-task -n 1 -o json --no-pager 2>/dev/null |
+        python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["WATCHKEEPER_RUN_ID"])' 2>/dev/null)
+    [ -n "$run" ] || { WHY="no finished run of e2e-task in the journal"; return 1; }
+    got=$(ns /usr/local/bin/watchkeeper logs "$run" 2>&1) || { WHY="watchkeeper logs $run failed:$(printf '\n%s' "$got")"; return 1; }
+    want=$(ns journalctl "WATCHKEEPER_RUN_ID=$run" -o json --no-pager 2>/dev/null | expected_logs)
+    [ "$got" = "$want" ] || { WHY="logs $run differs from journalctl:$(printf '\n%s\n--- journalctl:\n%s' "$got" "$want")"; return 1; }
+    case $got in
+        *" task e2e-task $run stdout: disk almost full"*" task e2e-task $run ended: ok (exit 0) in "*) ;;
+        *) WHY="logs $run lacks the output line or the record:$(printf '\n%s' "$got")"; return 1 ;;
+    esac
+    got=$(ns /usr/local/bin/watchkeeper logs e2e-task -n "$n" 2>&1) || { WHY="watchkeeper logs e2e-task -n $n failed:$(printf '\n%s' "$got")"; return 1; }
+    [ "$(printf '%s\n' "$got" | grep -c .)" = "$n" ] || { WHY="logs e2e-task -n $n printed:$(printf '\n%s' "$got")"; return 1; }
+    all=$(ns journalctl WATCHKEEPER_TASK=e2e-task -o json --no-pager 2>/dev/null | expected_logs)
+    GOT=$got ALL=$all python3 -c '
+import os, sys
+got, every = os.environ["GOT"].split("\n"), os.environ["ALL"].split("\n")
+n = len(got)
+if not any(every[i:i + n] == got for i in range(len(every) - n + 1)):
+    sys.exit("not %d consecutive lines of journalctl WATCHKEEPER_TASK=e2e-task" % n)
+' 2>&1 || { WHY="logs e2e-task -n $n:$(printf '\n%s' "$got")"; return 1; }
+    WHY="run $run: $(printf '%s\n' "$want" | grep -c .) entries as journalctl has them; the task's newest $n too"
+}
+
+# The watch rule's record (a file name that is not UTF-8 and holds $(id)) comes out escaped;
+# output = "direct" lines are found by identifier and unit, as NAME[PID] output: LINE.
+check_logs_watch_direct() {
+    local got want
+    got=$(ns /usr/local/bin/watchkeeper logs e2e-inbox --watch 2>&1) || { WHY="watchkeeper logs e2e-inbox --watch failed:$(printf '\n%s' "$got")"; return 1; }
+    want=$(ns journalctl WATCHKEEPER_WATCH=e2e-inbox -o json --no-pager 2>/dev/null | expected_logs)
+    [ "$got" = "$want" ] || { WHY="logs e2e-inbox differs from journalctl:$(printf '\n%s\n--- journalctl:\n%s' "$got" "$want")"; return 1; }
+    printf '%s\n' "$got" | grep -qF ' ended (/var/spool/wk-e2e-in/caf\xe9 $(id).txt): ok (exit 0) in ' ||
+        { WHY="no escaped record line:$(printf '\n%s' "$got")"; return 1; }
+    LC_ALL=C grep -q $'\xe9' <<<"$got" && { WHY="a raw non-UTF-8 byte in the output"; return 1; }
+    got=$(ns /usr/local/bin/watchkeeper logs e2e-direct -n 40 2>&1) || { WHY="watchkeeper logs e2e-direct failed:$(printf '\n%s' "$got")"; return 1; }
+    printf '%s\n' "$got" | grep -Eq '^[0-9T:.-]+Z e2e-direct\[[0-9]+\] output: direct failure$' ||
+        { WHY="no direct output line:$(printf '\n%s' "$got")"; return 1; }
+    printf '%s\n' "$got" | grep -Eq '^[0-9T:.-]+Z task e2e-direct [0-9a-f]{16} ended: ok \(exit 0\)' ||
+        { WHY="no record of e2e-direct:$(printf '\n%s' "$got")"; return 1; }
+    WHY="$(printf '%s\n' "$got" | grep -c ' output: ') direct lines among the newest 40"
+}
+
+# `logs -f` started after a first run, so its one line (-n 1) says it follows; a second
+# trigger's line must then appear; SIGINT ends it with 0.
+check_logs_follow() {
+    local out=/run/$NAME/logs-follow.out i run1 run2 said pid rc
+    printf '%s\n' '' '[[task]]' 'name = "e2e-follow"' 'manual = true' 'command = ["/bin/echo", "followed {run_id}"]' |
+        ns sh -c "cat >> $CONF" || { WHY="unable to add a task to $CONF"; return 1; }
+    check_reload || return 1
+    said=$(ns timeout 10 watchkeeper trigger e2e-follow 2>&1) || { WHY="trigger e2e-follow: $said"; return 1; }
+    run1=$(printf '%s\n' "$said" | grep -oE '[0-9a-f]{16}' | head -n 1)
+    for i in $(seq 50); do
+        ns /usr/local/bin/watchkeeper logs "$run1" 2>/dev/null | grep -q " ended: " && break
+        sleep 0.2
+    done
+    ns rm -f "$out" "$out.pid" "$out.rc"
+    # sh starts a background command with SIGINT ignored, which would keep it from ever
+    # arriving: python3 puts the default back and execs the command (same PID).
+    ns sh -c "python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+        /usr/local/bin/watchkeeper logs e2e-follow -n 1 -f > $out 2>&1 & echo \$! > $out.pid; wait \$!; echo \$? > $out.rc" &
+    local waiter=$!
+    for i in $(seq 50); do ns test -s "$out" && break; sleep 0.2; done
+    ns grep -q " task e2e-follow $run1 ended: ok" "$out" || { WHY="logs -f -n 1 did not start with the first run's record: $(ns cat "$out")"; kill "$waiter" 2>/dev/null; return 1; }
+    said=$(ns timeout 10 watchkeeper trigger e2e-follow 2>&1) || { WHY="trigger e2e-follow: $said"; return 1; }
+    run2=$(printf '%s\n' "$said" | grep -oE '[0-9a-f]{16}' | head -n 1)
+    for i in $(seq 50); do ns grep -qF "$run2 ended: " "$out" && break; sleep 0.2; done
+    pid=$(ns cat "$out.pid")
+    ns kill -INT "$pid"
+    for i in $(seq 50); do ns test -s "$out.rc" && break; sleep 0.2; done
+    wait "$waiter" 2>/dev/null
+    rc=$(ns cat "$out.rc" 2>/dev/null)
+    ns grep -qF " task e2e-follow $run2 stdout: followed $run2" "$out" || { WHY="logs -f never showed the second run's line: $(ns cat "$out")"; return 1; }
+    ns grep -qF "$run2 ended: ok" "$out" || { WHY="logs -f never showed the second run's record: $(ns cat "$out")"; return 1; }
+    [ "$rc" = 0 ] || { WHY="logs -f exited ${rc:-not at all within 10 s} after SIGINT"; return 1; }
+    WHY="$(ns grep -c . "$out") lines, exit 0 on SIGINT"
+}
+
+# Nothing to read, not allowed to read, nothing about the name: three messages, three codes.
+check_logs_nothing() {
+    local out rc
+    ns mkdir -p "/run/$NAME/empty-journal"
+    out=$(ns /usr/local/bin/watchkeeper logs e2e-task --directory "/run/$NAME/empty-journal" 2>&1); rc=$?
+    [ "$rc" = 66 ] && grep -q 'it keeps nothing: no journal files in' <<<"$out" || { WHY="empty --directory: exit $rc: $out"; return 1; }
+    out=$(ns setpriv --reuid=65534 --regid=65534 --clear-groups /usr/local/bin/watchkeeper logs e2e-task 2>&1); rc=$?
+    [ "$rc" = 77 ] && grep -q 'are you root or in the group systemd-journal or adm' <<<"$out" || { WHY="as nobody: exit $rc: $out"; return 1; }
+    out=$(ns /usr/local/bin/watchkeeper logs e2e-no-such-task 2>&1); rc=$?
+    [ "$rc" = 1 ] && [ "$out" = "watchkeeper: no journal entries for task or watch rule e2e-no-such-task" ] || { WHY="unknown name: exit $rc: $out"; return 1; }
+    WHY="66, 77 and 1"
+}
+
+# After the stop: the journal files are all it needs. --directory on the persistent journal
+# shows the same lines.
+check_logs_stopped() {
+    local got again
+    got=$(ns /usr/local/bin/watchkeeper logs e2e-task -n 5 2>&1) || { WHY="watchkeeper logs e2e-task failed:$(printf '\n%s' "$got")"; return 1; }
+    [ "$(printf '%s\n' "$got" | grep -c ' task e2e-task ')" = 5 ] || { WHY="logs e2e-task -n 5 printed:$(printf '\n%s' "$got")"; return 1; }
+    again=$(ns /usr/local/bin/watchkeeper logs e2e-task -n 5 --directory /var/log/journal 2>&1) || { WHY="logs --directory /var/log/journal failed:$(printf '\n%s' "$again")"; return 1; }
+    [ "$got" = "$again" ] || { WHY="--directory /var/log/journal shows other lines:$(printf '\n%s\n---\n%s' "$got" "$again")"; return 1; }
+    WHY="last: $(printf '%s\n' "$got" | tail -n 1)"
+}
+
 # Informational, for the closing notes: SIGUSR1 (sent with kill through nsenter) to the dump
 # entry's arrival in journald (__REALTIME_TIMESTAMP), ten times. An upper bound: it includes
 # starting nsenter and kill.
@@ -888,6 +1032,10 @@ check check_task_journal
 check check_direct_output
 check check_cgroup_containment
 check check_watch_journal
+check check_logs_task
+check check_logs_watch_direct
+check check_logs_follow
+check check_logs_nothing
 # Informational, for the docs: systemd's view of the unit's sandboxing.
 # E2E_SECURITY_REPORT=FILE keeps the whole table (docs/measurements/systemd-security.md).
 security=$(ns systemd-analyze security "$UNIT" --no-pager 2>/dev/null)
@@ -923,4 +1071,5 @@ check check_security_exposure
 check check_fanotify_refused || fanotify_recover
 check check_fanotify_dropin || fanotify_recover
 check check_stop
+check check_logs_stopped
 finish ""

@@ -36,4 +36,6 @@ public enum ExitCode {
     public static let protocolError: Int32 = 76
     /// The control socket refused this user (EX_NOPERM).
     public static let permission: Int32 = 77
+    /// `watchkeeper logs`: the journal has no files to read (EX_NOINPUT).
+    public static let noInput: Int32 = 66
 }
