@@ -313,16 +313,17 @@ struct Next: ParsableCommand {
             for a wall time the clocks skipped when daylight saving began; "repeated" marks a wall time the \
             clocks showed twice when it ended, and says which occurrence fires. `every` runs on real time: \
             from the daemon, its fires follow the daemon's own anchor; from a file, they count from now. \
-            Without --config the daemon answers (its socket as for `watchkeeper status`); with --config the \
-            fires are computed from that file, no daemon needed.
+            Without --config the daemon answers, at --socket or else the socket of $WATCHKEEPER_CONFIG's \
+            (or the default) configuration; with --config the fires are computed from that file, no daemon \
+            needed.
             """
     )
 
     @Argument(help: "Tasks to show (default: every task).", completion: .custom { words, _, prefix in DaemonNames.complete(words, tasks: true, watches: false, prefix: prefix) })
     var tasks: [String] = []
-    @Option(name: .customShort("n"), help: "Fires per task (1-\(FirePreview.maximumCount), default \(FirePreview.defaultCount)).")
+    @Option(name: .customShort("n"), help: "Fires per task (1-\(FirePreview.maximumCount)).")
     var count: Int = FirePreview.defaultCount
-    @Option(name: .long, help: "Control socket of the daemon to ask (default: <runtime_dir>/control.sock of the default configuration).",
+    @Option(name: .long, help: "Control socket of the daemon to ask (default: <runtime_dir>/control.sock of $WATCHKEEPER_CONFIG, else of the default configuration).",
             completion: .file())
     var socket: String?
     @Option(name: .long, help: "Compute the fires from this configuration file instead of asking the daemon; `every` then counts from now.",
