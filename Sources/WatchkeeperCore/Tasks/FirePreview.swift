@@ -78,7 +78,11 @@ public enum FirePreview {
         public var text: String {
             switch self {
             case .moved(let from, let gapStart, let gapEnd):
-                let jump = "the clocks jump from \(Self.clock(gapStart)) to \(Self.clock(gapEnd))"
+                // A jump across midnight (Samoa skipped 2011-12-30) needs its dates.
+                let sameDay = (gapStart.year, gapStart.month, gapStart.day) == (gapEnd.year, gapEnd.month, gapEnd.day)
+                let ends = sameDay ? (Self.clock(gapStart), Self.clock(gapEnd))
+                    : (String(gapStart.description.prefix(11)) + Self.clock(gapStart), String(gapEnd.description.prefix(11)) + Self.clock(gapEnd))
+                let jump = "the clocks jump from \(ends.0) to \(ends.1)"
                 guard let from else { return "moved: \(jump)" }
                 return "moved: \(Self.clock(from)) does not exist on this day (\(jump))"
             case .repeated(let wall, let occurrence, let otherFires, let abbreviations):

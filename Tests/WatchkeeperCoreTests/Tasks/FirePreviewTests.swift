@@ -1,3 +1,5 @@
+import Dispatch
+import Logging
 import XCTest
 
 @testable import WatchkeeperCore
@@ -77,6 +79,19 @@ final class FirePreviewTests: XCTestCase {
         XCTAssertEqual(halfHourly.fires.map(\.mark), [nil, nil, nil])
     }
 
+    func testAJumpOverAWholeDay_namesTheDatesItJumpsBetween() throws {
+        // Samoa moved across the date line: 2011-12-29 23:59:59 (-10) was followed by
+        // 2011-12-31 00:00:00 (+14); December 30 did not happen there.
+        let apia = try zone("Pacific/Apia")
+        let preview = fromFile(task(try cron("0 12 * * *", zone: "Pacific/Apia")), zone: apia, now: 1_325_160_000, count: 3)
+        XCTAssertEqual(preview.fires.map(\.at.secondsSinceEpoch), [1_325_196_000, 1_325_239_200, 1_325_282_400])
+        XCTAssertEqual(preview.fires.map { $0.mark?.text }, [
+            nil,  // 12-29 12:00 -10
+            "moved: 12:00 does not exist on this day (the clocks jump from 2011-12-30 00:00 to 2011-12-31 00:00)",  // at the jump
+            nil,  // 12-31 12:00 +14
+        ])
+    }
+
     // Fall back 2026-10-25 01:00 UTC: 03:00 CEST becomes 02:00 CET, 02:00-02:59 happen twice.
 
     func testBerlinAutumnFold_aDailyTimeFiresAtTheFirstOccurrenceOnly_andSaysSo() throws {
@@ -153,6 +168,40 @@ final class FirePreviewTests: XCTestCase {
         let preview = fromFile(task(try cron("* * * * *", zone: "UTC")), zone: nil, now: 1_795_694_400, count: 50_000)
         XCTAssertEqual(preview.fires.count, FirePreview.maximumCount)
         XCTAssertEqual(preview.fires.last?.at.secondsSinceEpoch, 1_795_694_400 + 60 * Int64(FirePreview.maximumCount))
+    }
+
+    // MARK: From a running scheduler
+
+    func testFromTheScheduler_theFirstFireIsTheArmedOne_jitterIncluded_andUnknownNamesAreRefused() throws {
+        let queue = SubsystemQueue(name: "test.tasks.\(UUIDLess.next())")
+        let context = JobContext(queue: queue, sink: LogSink(target: .stderr, level: .warning, problemCapacity: 10), logger: Logger(label: "test"),
+                                 sources: SourceRegistry(), daemonEnvironment: ["PATH": "/usr/bin:/bin"])
+        let scheduler = TaskScheduler(engine: JobEngine(context: context, maxJobs: 2))
+        let expression = try CronExpression(parsing: "30 2 * * *")
+        let nightly = task(.cron(expression, timezone: "Europe/Berlin"), name: "nightly", jitter: .seconds(3_600))
+        let hourly = task(.every(.seconds(3_600)), name: "hourly")
+        let directory = try makeScratchDirectory()
+        let (starts, armed, unknown) = queue.queue.sync {
+            scheduler.apply([nightly, hourly], isStart: true, stateDirectory: directory)
+            defer { scheduler.stop() }
+            return (try? scheduler.previewStarts([]).get(), scheduler.tasks["nightly"]?.nextFire?.wall, scheduler.previewStarts(["hourly", "nope"]))
+        }
+        XCTAssertEqual(unknown.map(\.count), .failure(.unknownTask("nope")))
+        let both = try XCTUnwrap(starts)
+        XCTAssertEqual(both.map(\.settings.name), ["nightly", "hourly"])
+        let preview = FirePreview.preview(both[0], count: 2)
+        XCTAssertEqual(preview.fires.first?.at, try XCTUnwrap(armed))
+        // The schedule's instant plus this machine's delay, the same for the next fire.
+        let offset = try XCTUnwrap(both[0].jitterOffset).nanosecondsClamped
+        let berlin = try zone("Europe/Berlin")
+        let schedulesFirst = try XCTUnwrap(expression.nextFire(after: both[0].now.secondsSinceEpoch, in: berlin))
+        XCTAssertEqual(preview.fires.map(\.at), [
+            WallTime(secondsSinceEpoch: schedulesFirst, nanoseconds: 0).adding(nanoseconds: offset),
+            WallTime(secondsSinceEpoch: try XCTUnwrap(expression.nextFire(after: schedulesFirst, in: berlin)), nanoseconds: 0).adding(nanoseconds: offset),
+        ])
+        XCTAssertTrue(preview.notes.contains { $0.hasPrefix("jitter = 1h: the times include this task's delay of ") && $0.hasSuffix(" on this machine") },
+                      "\(preview.notes)")
+        XCTAssertTrue(FirePreview.preview(both[1], count: 1).notes.contains { $0.hasPrefix("from the daemon's anchor") })
     }
 
     func testView_rendersOneLinePerFire_withTheMark() throws {
