@@ -26,8 +26,9 @@ public enum FirePreview {
         }
 
         public var settings: TaskSettings
-        /// The zone a wall-clock schedule is read in; for `every`, the zone times are shown
-        /// in. Nil: the machine's local zone, loaded by the walk.
+        /// The zone a wall-clock schedule is read in (the daemon's, as it loaded it). Nil:
+        /// the zone the schedule names, else the machine's local zone, loaded by the walk;
+        /// `every` and manual tasks are shown in local time.
         public var zone: TimeZoneRules?
         public var origin: Origin
         public var now: WallTime
@@ -46,13 +47,11 @@ public enum FirePreview {
             self.epochAligned = epochAligned
         }
 
-        /// From a configuration file: the task's zone loaded (its timezone key was checked
-        /// when the file was), the fleet jitter where it is the same on every host.
+        /// From a configuration file (the zone is then the one the task names, loaded by
+        /// the walk), with the fleet jitter, which is the same on every host.
         public static func fromFile(_ settings: TaskSettings, clusterConfigured: Bool, now: WallTime) -> Start {
-            var zone: TimeZoneRules?
-            if case .cron(_, let timezone?) = settings.schedule { zone = try? TimeZoneRules.load(identifier: timezone) }
             let fleet = settings.fleet == .one
-            return Start(settings: settings, zone: zone, origin: .file, now: now,
+            return Start(settings: settings, zone: nil, origin: .file, now: now,
                          jitterOffset: fleet || settings.jitter == .zero ? FleetJitter.offset(for: settings) : nil,
                          epochAligned: fleet && clusterConfigured)
         }
@@ -65,15 +64,8 @@ public enum FirePreview {
         case moved(from: LocalDateTime?, gapStart: LocalDateTime, gapEnd: LocalDateTime)
         /// The clocks showed this wall time twice; `occurrence` is 1 or 2, and
         /// `otherFires` says whether the other occurrence is a fire too.
-        case repeated(wall: LocalDateTime, occurrence: Int, otherFires: Bool, abbreviations: (first: String, second: String))
-
-        public static func == (lhs: Mark, rhs: Mark) -> Bool {
-            switch (lhs, rhs) {
-            case let (.moved(a, b, c), .moved(d, e, f)): return a == d && b == e && c == f
-            case let (.repeated(a, b, c, d), .repeated(e, f, g, h)): return a == e && b == f && c == g && d == h
-            default: return false
-            }
-        }
+        /// `abbreviations`: what the clocks showed at the first occurrence, then the second.
+        case repeated(wall: LocalDateTime, occurrence: Int, otherFires: Bool, abbreviations: [String])
 
         public var text: String {
             switch self {
@@ -86,7 +78,7 @@ public enum FirePreview {
                 guard let from else { return "moved: \(jump)" }
                 return "moved: \(Self.clock(from)) does not exist on this day (\(jump))"
             case .repeated(let wall, let occurrence, let otherFires, let abbreviations):
-                let which = "\(Self.clock(wall)) occurs twice on this day (\(abbreviations.first), then \(abbreviations.second))"
+                let which = "\(Self.clock(wall)) occurs twice on this day (\(abbreviations.joined(separator: ", then ")))"
                 if occurrence == 1 {
                     return "repeated: \(which); this is the first" + (otherFires ? ", the second fires too" : ", the second does not fire")
                 }
@@ -162,7 +154,14 @@ public enum FirePreview {
     public static func preview(_ start: Start, count requested: Int) -> Preview {
         let count = min(max(requested, 0), maximumCount)
         let settings = start.settings
-        let zone = start.zone ?? ((try? TimeZoneRules.local()) ?? .utc)
+        // The zone the daemon read the schedule in; else the one the file names; else local
+        // time (the scheduler's fallback, as for a zone that did not load, is UTC).
+        func zone(named identifier: String?) -> TimeZoneRules {
+            if let zone = start.zone { return zone }
+            if let identifier { return (try? TimeZoneRules.load(identifier: identifier)) ?? .utc }
+            return (try? TimeZoneRules.local()) ?? .utc
+        }
+        var shownIn: TimeZoneRules
         var notes: [String] = []
         var fires: [Fire] = []
         let schedule: String
@@ -171,17 +170,20 @@ public enum FirePreview {
         switch settings.schedule {
         case .manual:
             schedule = "manual"
+            shownIn = zone(named: nil)
             notes.append("manual: fires only when triggered (watchkeeper trigger)")
         case .every(let interval):
             schedule = "every \(interval.compactDescription)"
+            shownIn = zone(named: nil)
             fires = everyFires(start, interval: interval, count: count, notes: &notes)
-        case .cron(let expression, _):
+        case .cron(let expression, let timezone):
             schedule = "cron \(expression.description)"
-            fires = wallClockFires(start, zone: zone, count: count, notes: &notes) { expression.nextFire(after: $0, in: $1) }
+            shownIn = zone(named: timezone)
+            fires = wallClockFires(start, zone: shownIn, count: count, notes: &notes) { expression.nextFire(after: $0, in: $1) }
         }
         if settings.runOnStart { notes.append("run_on_start: also runs once when watchkeeper starts") }
         if settings.fleet == .one { notes.append("fleet = \"one\": each fire runs on one host of the cluster") }
-        return Preview(task: settings.name, schedule: schedule, zone: zone, notes: notes, fires: fires)
+        return Preview(task: settings.name, schedule: schedule, zone: shownIn, notes: notes, fires: fires)
     }
 
     private static func jitterNote(_ start: Start, notes: inout [String]) {
@@ -277,7 +279,7 @@ public enum FirePreview {
             let isFirst = instant == first
             let other = isFirst ? second : first
             return .repeated(wall: wall, occurrence: isFirst ? 1 : 2, otherFires: next(other - 1, zone) == other,
-                             abbreviations: (zone.offset(at: first).abbreviation, zone.offset(at: second).abbreviation))
+                             abbreviations: [zone.offset(at: first).abbreviation, zone.offset(at: second).abbreviation])
         }
         return nil
     }
