@@ -354,6 +354,8 @@ struct Next: ParsableCommand {
         }
         if json {
             print(DumpValue.object([.init("tasks", .array(previews))]).json)
+        } else if previews.isEmpty {
+            print("no tasks are configured")
         } else {
             FirePreviewView.render(previews).forEach { print($0) }
         }
