@@ -23,6 +23,10 @@ struct ControlOptions: ParsableArguments {
 
     /// Connects, calls, and turns every failure into its message and exit code.
     func call(_ method: ControlInterface.Method, _ parameters: [DumpField] = [], timeout: Duration = .seconds(30)) throws -> DumpValue {
+        try Self.call(method, parameters, socketPath: socketPath, timeout: timeout)
+    }
+
+    static func call(_ method: ControlInterface.Method, _ parameters: [DumpField], socketPath: String, timeout: Duration = .seconds(30)) throws -> DumpValue {
         // Not a daemon: Ctrl-C and a closed pipe end the command as usual.
         HandledSignals.unblockInCallingThread()
         do {
@@ -297,5 +301,87 @@ struct History: ParsableCommand {
         let reply = try control.call(.history, [.init("name", .string(name)), .init("limit", .int(Int64(count)))])
         if json { print(reply.json); return }
         HistoryView.render(reply).forEach { print($0) }
+    }
+}
+
+struct Next: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "The next fires of tasks, from the running daemon or a configuration file, with zone, UTC offset and daylight-saving marks.",
+        discussion: """
+            Like `systemd-analyze calendar --iterations=N`: for each task its schedule and zone, then each \
+            fire as local time (weekday, abbreviation, UTC offset) and in UTC. A fire marked "moved" stands in \
+            for a wall time the clocks skipped when daylight saving began; "repeated" marks a wall time the \
+            clocks showed twice when it ended, and says which occurrence fires. `every` runs on real time: \
+            from the daemon, its fires follow the daemon's own anchor; from a file, they count from now. \
+            Without --config the daemon answers, at --socket or else the socket of $WATCHKEEPER_CONFIG's \
+            (or the default) configuration; with --config the fires are computed from that file, no daemon \
+            needed.
+            """
+    )
+
+    @Argument(help: "Tasks to show (default: every task).", completion: .custom { words, _, prefix in DaemonNames.complete(words, tasks: true, watches: false, prefix: prefix) })
+    var tasks: [String] = []
+    @Option(name: .customShort("n"), help: "Fires per task (1-\(FirePreview.maximumCount)).")
+    var count: Int = FirePreview.defaultCount
+    @Option(name: .long, help: "Control socket of the daemon to ask (default: <runtime_dir>/control.sock of $WATCHKEEPER_CONFIG, else of the default configuration).",
+            completion: .file())
+    var socket: String?
+    @Option(name: .long, help: "Compute the fires from this configuration file instead of asking the daemon; `every` then counts from now.",
+            completion: .file(extensions: ["toml"]))
+    var config: String?
+    @Flag(name: .long, help: "Print JSON (the Next reply of io.watchkeeper.Control).")
+    var json = false
+
+    func validate() throws {
+        guard (1 ... FirePreview.maximumCount).contains(count) else { throw ValidationError("-n must be between 1 and \(FirePreview.maximumCount)") }
+        if socket != nil && config != nil {
+            throw ValidationError("--socket asks the daemon and --config reads a file: give one of them")
+        }
+        if let config, let problem = ConfigLoader.argumentPathProblem(config) {
+            throw ValidationError("unable to read the configuration: --config: \(problem)")
+        }
+    }
+
+    func run() throws {
+        let previews: [DumpValue]
+        if let config {
+            previews = try fromFile(config)
+        } else {
+            var parameters: [DumpField] = [.init("count", .int(Int64(count)))]
+            if !tasks.isEmpty { parameters.append(.init("tasks", .array(tasks.map { .string($0) }))) }
+            let path = socket ?? ControlClient.locateSocket(configPath: nil, environment: ProcessEnvironment.current())
+            previews = try ControlOptions.call(.next, parameters, socketPath: path)["tasks"]?.arrayValue ?? []
+        }
+        if json {
+            print(DumpValue.object([.init("tasks", .array(previews))]).json)
+        } else if previews.isEmpty {
+            print("no tasks are configured")
+        } else {
+            FirePreviewView.render(previews).forEach { print($0) }
+        }
+    }
+
+    private func fromFile(_ path: String) throws -> [DumpValue] {
+        HandledSignals.unblockInCallingThread()
+        let configuration: Configuration
+        switch ConfigLoader.load(path: path, environment: ProcessEnvironment.current()) {
+        case .success(let loaded):
+            configuration = loaded
+        case .failure(let errors):
+            StandardError.write(errors.description + "\n")
+            throw ExitCode(WatchkeeperCore.ExitCode.configuration)
+        }
+        var selected: [TaskSettings] = []
+        for name in tasks {
+            guard let task = configuration.tasks.first(where: { $0.name == name }) else {
+                StandardError.write("watchkeeper: no task named \(LineEscaping.escaped(name)) in \(LineEscaping.escaped(path))\n")
+                throw ExitCode(WatchkeeperCore.ExitCode.refused)
+            }
+            selected.append(task)
+        }
+        let now = WallTime.now()
+        return (tasks.isEmpty ? configuration.tasks : selected).map { task in
+            FirePreview.preview(.fromFile(task, clusterConfigured: configuration.cluster != nil, now: now), count: count).dumpValue
+        }
     }
 }

@@ -16,6 +16,7 @@ public enum ControlInterface {
         case history = "History"
         case metrics = "Metrics"
         case fleet = "Fleet"
+        case next = "Next"
 
         public var qualified: String { "\(ControlInterface.name).\(rawValue)" }
     }
@@ -41,7 +42,7 @@ public enum ControlInterface {
 
     public static let description = """
         # watchkeeper's control interface: what `watchkeeper status`, `trigger`, `cancel`,
-        # `reload`, `dump`, `tasks`, `watches` and `history` call. See watchkeeper(8).
+        # `reload`, `dump`, `tasks`, `watches`, `history`, `fleet` and `next` call. See watchkeeper(8).
         interface io.watchkeeper.Control
 
         # One past run of a task or a watch rule, from the state database.
@@ -49,6 +50,8 @@ public enum ControlInterface {
           run_id: ?string,
           attempt: ?int,
           outcome: string,
+          # A task's run: the instant it was due (`watchkeeper next` shows the coming ones).
+          scheduled_at: ?string,
           started_at: ?string,
           finished_at: string,
           duration_s: ?float,
@@ -102,6 +105,14 @@ public enum ControlInterface {
         # with task, instant, host, run_id, state (running or done), outcome, started_at,
         # finished_at and taken_over_from. Unavailable without [cluster] or etcd.
         method Fleet(task: ?string, limit: ?int) -> (fires: []object)
+
+        # The next `count` fires (default 5, at most 1000) of the named tasks, or of every
+        # task when none are named, as the scheduler will perform them: each task with name,
+        # schedule, zone, notes (jitter, run_on_start, manual, where `every` counts from),
+        # and fires, each with local (wall time), weekday, abbreviation, utc_offset, utc
+        # (RFC 3339), and mark: null, or kind ("moved": a daylight-saving gap skipped the
+        # wall time the schedule names; "repeated": the wall time occurs twice) and text.
+        method Next(tasks: ?[]string, count: ?int) -> (tasks: []object)
 
         # No task of that name is configured.
         error NoSuchTask (task: string)

@@ -438,7 +438,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     /// Calls whose answer is large or costly to build (a History of 10,000 rows, a Dump, the
-    /// metrics) take one of `maxLargeCallsInFlight` slots, root's reserved one included; a
+    /// metrics, a Next of 1,000 fires a task) take one of `maxLargeCallsInFlight` slots, root's reserved one included; a
     /// connection without one waits in line for the next. The others (Status, Tasks, Trigger,
     /// ...) are answered at once, so a crowd asking for History does not delay `status`.
     private func takeSlot(for connection: ControlConnection, large: Bool) -> Bool {
@@ -456,7 +456,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     static func isLarge(_ call: VarlinkCall) -> Bool {
         guard call.interface == ControlInterface.name, let method = ControlInterface.Method(rawValue: call.methodName) else { return false }
         switch method {
-        case .history, .dump, .metrics, .fleet: return true
+        case .history, .dump, .metrics, .fleet, .next: return true
         case .status, .trigger, .cancel, .reload, .tasks, .watches: return false
         }
     }

@@ -49,6 +49,18 @@ extension LifecycleOwner: ControlBackend {
                         reply(.failure(ControlInterface.ErrorName.unavailable.error([.init("reason", .string("unable to read the fleet's fires: \(error)"))])))
                     }
                 }
+            case .next:
+                var names: [String] = []
+                if let value = parameters["tasks"], value != .null {
+                    guard let list = value.arrayValue else { throw VarlinkError.invalidParameter("tasks") }
+                    for element in list {
+                        guard let name = element.stringValue else { throw VarlinkError.invalidParameter("tasks") }
+                        names.append(name)
+                    }
+                }
+                let count = Int(try parameters.optionalInt("count", in: 1 ... Int64(FirePreview.maximumCount)) ?? Int64(FirePreview.defaultCount))
+                let tasks = names
+                queues.jobs.async { self.next(tasks, count: count, reply: reply) }
             case .history:
                 let name = try parameters.requiredString("name")
                 let limit = Int(try parameters.optionalInt("limit", in: 1 ... 10_000) ?? 10)
@@ -99,6 +111,22 @@ extension LifecycleOwner: ControlBackend {
         if scheduler.cancel(runID: runID.description) { return .success([.init("was", .string("waiting"))]) }
         if engine.expire(runID: runID, reason: .cancelled) { return .success([.init("was", .string("running"))]) }
         return .failure(ControlInterface.ErrorName.noSuchRun.error([.init("run_id", .string(runID.description))]))
+    }
+
+    /// The starts are copied on the jobs queue; the walk (up to 1000 fires a task) runs on
+    /// the config queue, which no one waits on, so it holds up neither the scheduler nor
+    /// the watchdog.
+    private func next(_ names: [String], count: Int, reply: @escaping ControlReply) {
+        dispatchPrecondition(condition: .onQueue(queues.jobs.queue))
+        switch scheduler.previewStarts(names) {
+        case .success(let starts):
+            queues.config.async {
+                reply(.success([.init("tasks", .array(starts.map { FirePreview.preview($0, count: count).dumpValue }))]))
+            }
+        case .failure(let error):
+            guard case .unknownTask(let name) = error else { return reply(.failure(.invalidParameter("tasks"))) }
+            reply(.failure(ControlInterface.ErrorName.noSuchTask.error([.init("task", .string(name))])))
+        }
     }
 
     private func history(_ name: String, limit: Int, reply: @escaping ControlReply) {

@@ -83,6 +83,7 @@ extension TaskScheduler {
             .init("run_id", .string(run.runID)),
             .init("attempt", .int(Int64(run.attempt))),
             .init("outcome", .string(run.outcome)),
+            .init("scheduled_at", run.scheduledAt.map { .string($0.iso8601) } ?? .null),
             .init("started_at", run.startedAt.map { .string($0.iso8601) } ?? .null),
             .init("finished_at", .string(run.finishedAt.iso8601)),
             .init("duration_s", .double(Double(run.durationNanoseconds) / 1e9)),
