@@ -87,15 +87,18 @@ final class EngineDrain {
         }
         for run in runs { run.killGroup() }
         engine.killLingering()
+        engine.killHooks()
         arm(engine, after: Self.afterKill, target: "drain: \(Self.afterKill.compactDescription) after SIGKILL") { [unowned self] in
             self.finish(.leftOver(names: engine.activeRuns.map(\.key.name).sorted()))
         }
         jobEnded(engine)
     }
 
-    /// Called whenever a job ended or a leftover group was killed.
+    /// Called whenever a job ended, a leftover group was killed or a hook ended. A hook
+    /// started while the drain waits is waited for too; it ends by its own budget, or is
+    /// killed with what is left once the expiry sequences have had their time.
     func jobEnded(_ engine: JobEngine) {
-        guard phase != .done, engine.runningCount == 0, engine.lingeringCount == 0 else { return }
+        guard phase != .done, engine.runningCount == 0, engine.lingeringCount == 0, engine.hookCount == 0 else { return }
         finish(expiredNames.isEmpty ? .finished : .expired(names: expiredNames))
     }
 
