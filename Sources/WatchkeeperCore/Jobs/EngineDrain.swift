@@ -70,6 +70,8 @@ final class EngineDrain {
             return (settings.onExpire == nil ? .zero : settings.onExpireBudget) + settings.killGrace
         }.max() ?? .zero
         for run in runs.compactMap(\.run) { run.expire(.shutdown) }
+        // A hook has no stop_signal of its own: SIGTERM now, SIGKILL with what is left.
+        engine.stopHooks()
         let wait = longest + Self.expiryMargin
         arm(engine, after: wait, target: "drain: expiry sequences, at most \(wait.compactDescription)") { [unowned self] in
             self.killAll(engine)

@@ -403,6 +403,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
     var hookCount: Int { hooks.count }
 
+    /// shutdown_grace ran out: hooks still running are asked to stop.
+    func stopHooks() {
+        for hook in hooks.values { hook.stop() }
+    }
+
     /// The drain's last resort: every hook still running is killed, and none starts.
     func killHooks() {
         for hook in hooks.values { hook.kill() }

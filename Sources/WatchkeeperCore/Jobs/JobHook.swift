@@ -166,6 +166,11 @@ final class JobHook {
         end(result)
     }
 
+    /// shutdown_grace ran out while it ran.
+    func stop() {
+        child?.signalGroup(SIGTERM)
+    }
+
     /// The drain's last resort: a hook still running is killed; one not started yet never starts.
     func kill() {
         guard let child else { return end(.cancelled) }
