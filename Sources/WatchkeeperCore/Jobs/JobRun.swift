@@ -134,13 +134,15 @@ final class JobRun: @unchecked Sendable {
                       progress: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
         let settings = request.settings
         let credentials = try (settings.user != nil || settings.group != nil) ? Credentials.lookup(user: settings.user, group: settings.group) : nil
-        var placeholders = request.placeholders.merging(more) { _, new in new }
+        var placeholders = request.placeholders
         placeholders[request.kind.rawValue] = Array(request.name.utf8)
         placeholders["run_id"] = Array(request.runID.utf8)
         placeholders["attempt"] = Array(String(request.attempt).utf8)
         placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8)
         if let pid = child?.pid { placeholders["pid"] = Array(String(pid).utf8) }
         placeholders["budget"] = Array(settings.budget.compactDescription.utf8)
+        // A hook's own: its {budget} is its own, not the job's.
+        placeholders.merge(more) { _, new in new }
         let arguments: [[UInt8]]
         switch command {
         case .arguments(let templates):

@@ -111,6 +111,21 @@ final class JobHookTests: WatchTestCase {
         XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "0")
     }
 
+    func testArgumentHook_getsOutcomeAndItsOwnBudgetAsPlaceholders() throws {
+        try start("""
+            [[task]]
+            name = "argv"
+            every = "1h"
+            run_on_start = true
+            budget = "10m"
+            command = ["/bin/false"]
+            on_failure = ["/bin/sh", "-c", "echo $1 $2 $3 > @DIR@/args", "hook", "{outcome}", "{budget}", "{task}"]
+            on_failure_budget = "7s"
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task argv run", timeout: 10), daemon.stderr)
+        XCTAssertEqual(lines(sandbox.root + "/args"), ["failed 7s argv"])
+    }
+
     func testRetries_onFailureRunsOnceAfterTheLastAttempt_notAfterTheOnesRetried() throws {
         try start("""
             [[task]]
