@@ -111,6 +111,28 @@ final class JobHookTests: WatchTestCase {
         XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "0")
     }
 
+    func testHookRunAsAnotherUser_readsItsOutputFile() throws {
+        guard getuid() == 0 else { throw XCTSkip("running a job as another user needs root") }
+        try start("""
+            [[task]]
+            name = "as-nobody"
+            every = "1h"
+            run_on_start = true
+            user = "nobody"
+            working_directory = "/"
+            shell = true
+            command = 'echo secret-line; exit 1'
+            on_failure = 'echo "hook as $(id -un): $(cat "$WATCHKEEPER_OUTPUT_FILE")"'
+            """, prepare: { root in
+                // The runtime directory must be searchable by the hook's user, as the shipped unit's is.
+                XCTAssertEqual(chmod(root, 0o755), 0)
+                mkdir(root + "/run", 0o755)
+                XCTAssertEqual(chmod(root + "/run", 0o755), 0)
+            })
+        XCTAssertTrue(daemon.waitForStderr(containing: "hook as nobody: secret-line", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "exited 0", timeout: 5), daemon.stderr)
+    }
+
     func testArgumentHook_getsOutcomeAndItsOwnBudgetAsPlaceholders() throws {
         try start("""
             [[task]]
