@@ -148,6 +148,23 @@ final class JobHookTests: WatchTestCase {
         XCTAssertEqual(lines(sandbox.root + "/args"), ["failed 7s argv"])
     }
 
+    func testOnFailure_afterAJobThatCouldNotStart_hasNeitherExitCodeNorSignal() throws {
+        try start("""
+            [[task]]
+            name = "missing"
+            every = "1h"
+            run_on_start = true
+            command = ["@DIR@/no-such-program"]
+            on_failure = ["/bin/sh", "-c", "env > @DIR@/env.failure"]
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task missing run", timeout: 10), daemon.stderr)
+        let env = environment(sandbox.root + "/env.failure")
+        XCTAssertEqual(env["WATCHKEEPER_OUTCOME"], "failed")
+        XCTAssertNil(env["WATCHKEEPER_EXIT_CODE"])
+        XCTAssertNil(env["WATCHKEEPER_SIGNAL"])
+        XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "0")
+    }
+
     func testRetries_onFailureRunsOnceAfterTheLastAttempt_notAfterTheOnesRetried() throws {
         try start("""
             [[task]]
@@ -242,6 +259,9 @@ final class JobHookTests: WatchTestCase {
         XCTAssertTrue(daemon.waitForStderr(containing: "exited 5", timeout: 10), daemon.stderr)
         let runID = try XCTUnwrap(runID(ofRecordContaining: "outcome=ok"), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("on_success for task bad-hook run \(runID) exited 5"), daemon.stderr)
+        let hooks = dumpedJobs()?["hooks"] as? [String: [String: Int]]
+        XCTAssertEqual(hooks?["on_success"], ["failed": 1], "\(String(describing: hooks))")
+        XCTAssertEqual(hooks?["on_failure"], [:], "\(String(describing: hooks))")
         daemon.stop(within: 20)
         XCTAssertEqual(lines(sandbox.root + "/events"), ["hook"])
     }
@@ -262,6 +282,22 @@ final class JobHookTests: WatchTestCase {
         XCTAssertEqual(env["WATCHKEEPER_WATCH"], "inbox")
         XCTAssertEqual(env["WATCHKEEPER_EXIT_CODE"], "2")
         XCTAssertEqual(lines(sandbox.root + "/out.failure"), ["cannot import \(sandbox.root)/in/report.csv"])
+    }
+
+    func testRunEndingWhileTheDaemonStops_getsItsHook_andTheDrainWaitsForIt() throws {
+        try start("""
+            [[task]]
+            name = "last-words"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'touch @DIR@/started; sleep 0.5; exit 1'
+            on_failure = 'sleep 0.3; echo "hook $WATCHKEEPER_OUTCOME" >> @DIR@/events'
+            """)
+        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: self.sandbox.root + "/started") }, daemon.stderr)
+        // Within shutdown_grace (5 s): the run ends on its own, its hook runs, the daemon waits for both.
+        daemon.stop(within: 20)
+        XCTAssertEqual(lines(sandbox.root + "/events"), ["hook failed"], daemon.stderr)
     }
 
     func testStateDump_showsARunningHook() throws {
