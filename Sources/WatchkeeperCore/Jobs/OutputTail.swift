@@ -13,13 +13,15 @@ final class OutputTail: @unchecked Sendable {
     /// Where the oldest line is once the ring is full.
     private var oldest = 0
 
-    /// `line` is lent for the call only, as LineSplitter hands it out.
+    /// `line` is lent for the call only, as LineSplitter hands it out. Once the ring is
+    /// full, the oldest line's storage is reused: output is the daemon's hot path.
     func append(_ line: UnsafeBufferPointer<UInt8>) {
-        let kept = Array(UnsafeBufferPointer(rebasing: line[0..<min(line.count, Self.maxLineBytes)]))
+        let kept = UnsafeBufferPointer(rebasing: line[0..<min(line.count, Self.maxLineBytes)])
         if ring.count < Self.capacity {
-            ring.append(kept)
+            ring.append(Array(kept))
         } else {
-            ring[oldest] = kept
+            ring[oldest].removeAll(keepingCapacity: true)
+            ring[oldest].append(contentsOf: kept)
             oldest = (oldest + 1) % Self.capacity
         }
     }
