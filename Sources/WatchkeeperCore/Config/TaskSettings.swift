@@ -173,6 +173,10 @@ public struct TaskSettings: Equatable, Sendable {
         }
         job.onExpire = readCommand("on_expire", shell: shell, from: &reader, placeholders: placeholders + ["pid", "budget"], required: false)
         if let budget = reader.duration("on_expire_budget", range: .milliseconds(10) ... .seconds(3_600)) { job.onExpireBudget = budget }
+        job.onFailure = readCommand("on_failure", shell: shell, from: &reader, placeholders: placeholders + ["budget", "outcome"], required: false)
+        if let budget = reader.duration("on_failure_budget", range: .milliseconds(10) ... .seconds(3_600)) { job.onFailureBudget = budget }
+        job.onSuccess = readCommand("on_success", shell: shell, from: &reader, placeholders: placeholders + ["budget", "outcome"], required: false)
+        if let budget = reader.duration("on_success_budget", range: .milliseconds(10) ... .seconds(3_600)) { job.onSuccessBudget = budget }
         if let name = reader.string("stop_signal") {
             let normalised = name.uppercased().hasPrefix("SIG") ? name.uppercased() : "SIG" + name.uppercased()
             if let number = signalNames[normalised] {

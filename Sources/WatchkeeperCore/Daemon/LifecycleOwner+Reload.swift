@@ -110,6 +110,7 @@ extension LifecycleOwner {
         reportContainment(new, atStart: false)
         queues.jobs.queue.sync {
             engine.setMaxJobs(settings.maxJobs)
+            engine.runtimeDirectory = settings.runtimeDirectory
             scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)
         }
         let watches = new.watches

@@ -79,7 +79,7 @@ final class ChildProcess: @unchecked Sendable {
     /// enforced here so it holds even if the job that started it has already finished.
     init(name: String, kind: JobKind, runID: String, spawned: consuming SpawnedProcess,
          output: consuming JobOutputPlan, streams: (stdout: String, stderr: String), context: JobContext, cgroup: JobCgroup?,
-         killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
+         tail: OutputTail? = nil, killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         let pid = spawned.pid
         cgroup?.closeProcs()
         self.cgroup = cgroup
@@ -88,7 +88,7 @@ final class ChildProcess: @unchecked Sendable {
         self.pid = pid
         self.context = context
         self.onExit = onExit
-        outputs = output.channels(name: name, kind: kind, runID: runID, pid: pid, streams: streams, context: context)
+        outputs = output.channels(name: name, kind: kind, runID: runID, pid: pid, streams: streams, context: context, tail: tail)
         let owner = "\(kind.rawValue) \(name) run \(runID)"
         let stats = context.sources.register(.read, owner: owner, target: "pidfd of pid \(pid)", on: context.queue)
         // The handlers hold `self` strongly on purpose: a child's owner lives as long as
@@ -199,6 +199,8 @@ final class OutputChannel: @unchecked Sendable {
     private var source: PolledDescriptor?
     private var splitter = LineSplitter()
     private let writer: JobOutputWriter
+    /// The run's last lines, for its hook; shared by its stdout and stderr channels.
+    private let tail: OutputTail?
     private var fd: Int32 = -1
     private let context: JobContext
     private let owner: String
@@ -250,8 +252,10 @@ final class OutputChannel: @unchecked Sendable {
     /// A closing channel keeps itself alive until its end: its child may be let go first.
     private var keepAlive: OutputChannel?
 
-    init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext) {
+    init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext,
+         tail: OutputTail? = nil) {
         self.stream = stream
+        self.tail = tail
         self.context = context
         owner = "\(kind.rawValue) \(name) run \(runID)"
         writer = JobOutputWriter(sink: context.sink, name: name, kind: kind, runID: runID, pid: pid, stream: stream)
@@ -310,6 +314,7 @@ final class OutputChannel: @unchecked Sendable {
         writer.beginRead()
         splitter.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { line, continues in
             lines += 1
+            tail?.append(line)
             writer.line(line, continues: continues)
         }
         return .lines
@@ -411,6 +416,7 @@ final class OutputChannel: @unchecked Sendable {
         case true?:
             splitter.finish { line, continues in
                 lines += 1
+                tail?.append(line)
                 writer.line(line, continues: continues)
             }
             if !flushOrDrop(dropping) { return retryLater() }

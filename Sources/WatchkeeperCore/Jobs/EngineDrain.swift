@@ -70,6 +70,8 @@ final class EngineDrain {
             return (settings.onExpire == nil ? .zero : settings.onExpireBudget) + settings.killGrace
         }.max() ?? .zero
         for run in runs.compactMap(\.run) { run.expire(.shutdown) }
+        // A hook has no stop_signal of its own: SIGTERM now, SIGKILL with what is left.
+        engine.stopHooks()
         let wait = longest + Self.expiryMargin
         arm(engine, after: wait, target: "drain: expiry sequences, at most \(wait.compactDescription)") { [unowned self] in
             self.killAll(engine)
@@ -87,15 +89,18 @@ final class EngineDrain {
         }
         for run in runs { run.killGroup() }
         engine.killLingering()
+        engine.killHooks()
         arm(engine, after: Self.afterKill, target: "drain: \(Self.afterKill.compactDescription) after SIGKILL") { [unowned self] in
             self.finish(.leftOver(names: engine.activeRuns.map(\.key.name).sorted()))
         }
         jobEnded(engine)
     }
 
-    /// Called whenever a job ended or a leftover group was killed.
+    /// Called whenever a job ended, a leftover group was killed or a hook ended. A hook
+    /// started while the drain waits is waited for too; it ends by its own budget, or is
+    /// killed with what is left once the expiry sequences have had their time.
     func jobEnded(_ engine: JobEngine) {
-        guard phase != .done, engine.runningCount == 0, engine.lingeringCount == 0 else { return }
+        guard phase != .done, engine.runningCount == 0, engine.lingeringCount == 0, engine.hookCount == 0 else { return }
         finish(expiredNames.isEmpty ? .finished : .expired(names: expiredNames))
     }
 

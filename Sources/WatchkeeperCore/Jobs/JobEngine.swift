@@ -81,6 +81,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private(set) var accepting = true
     private var pumping = false
     private var totals: [JobKey: [RunOutcome: UInt64]] = [:]
+    /// on_failure and on_success hooks started or waiting for their run's on_expire to end.
+    private var hooks: [ObjectIdentifier: JobHook] = [:]
+    private var hookTotals: [HookKind: [HookResult: UInt64]] = [:]
+    /// Where hooks get their run's last lines (`runtime_dir`); nil: no output file.
+    public var runtimeDirectory: String?
     private(set) var startedTotal: UInt64 = 0
     /// Jobs not started because their file was renamed, removed or replaced while they waited.
     private(set) var filesGoneBeforeStart: UInt64 = 0
@@ -364,11 +369,48 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             scheduleRetry(entry.key, item, records: records, retry: retry)
         } else {
             deliver(entry.key, item, records: records)
+            startHook(after: record, of: entry.run)
         }
         drain?.jobEnded(self)
         // Its descriptors are free again: a held start may try.
         hold.release()
         pump()
+    }
+
+    /// After a run's last record: its on_failure or on_success, if it has one. Once the
+    /// drain expires what runs, no hook starts any more: shutdown is never held up by one.
+    private func startHook(after record: RunRecord, of run: JobRun?) {
+        guard let run, let kind = HookKind.after(record) else { return }
+        let settings = run.request.settings
+        guard (kind == .failure ? settings.onFailure : settings.onSuccess) != nil else { return }
+        guard hooksMayStart else {
+            logger.notice("\(run.label): \(kind.key) not run: the daemon is stopping")
+            return
+        }
+        let hook = JobHook(kind: kind, record: record, run: run)
+        hooks[ObjectIdentifier(hook)] = hook
+        hook.start(runtimeDirectory: runtimeDirectory, mayStart: { [weak self] in self?.hooksMayStart ?? false }) { [weak self] hook, result in
+            guard let self else { return }
+            self.hooks[ObjectIdentifier(hook)] = nil
+            self.hookTotals[hook.kind, default: [:]][result, default: 0] += 1
+            self.metrics?.hookEnded(hook.kind, result: result)
+            self.drain?.jobEnded(self)
+            self.onChange?()
+        }
+    }
+
+    private var hooksMayStart: Bool { drain == nil || drain?.phase == .waiting }
+
+    var hookCount: Int { hooks.count }
+
+    /// shutdown_grace ran out: hooks still running are asked to stop.
+    func stopHooks() {
+        for hook in hooks.values { hook.stop() }
+    }
+
+    /// The drain's last resort: every hook still running is killed, and none starts.
+    func killHooks() {
+        for hook in hooks.values { hook.kill() }
     }
 
     private func scheduleRetry(_ key: JobKey, _ item: Waiting, records: [RunRecord], retry: RetryPolicy) {
@@ -496,6 +538,13 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("waiting", .array(line.ordered(limit: 50).map { describe(waiting: $0.element, key: $0.key, now: now) })),
             .init("retrying", .array(retrying.values.sorted { $0.dueAt < $1.dueAt }.prefix(50).map { describe(retry: $0, now: now) })),
             .init("groups", .array(keys.map(describe(group:)))),
+            .init("hooks_running", .array(hooks.values.sorted { ($0.startedAt?.nanoseconds ?? 0) < ($1.startedAt?.nanoseconds ?? 0) }
+                .prefix(50).map { $0.describe(now: now) })),
+            .init("hooks", .object(HookKind.allCases.map { kind in
+                .init(kind.key, .object(HookResult.allCases.compactMap { result in
+                    hookTotals[kind]?[result].map { .init(result.rawValue, .int(Int64($0))) }
+                }))
+            })),
             .init("drain", drain?.describe(now: now) ?? .null),
         ]
         return .object(fields)

@@ -61,11 +61,11 @@ struct JobOutputPlan: ~Copyable {
 
     /// After the spawn: the channels that read the pipes (none for direct output).
     consuming func channels(name: String, kind: JobKind, runID: String, pid: pid_t, streams: (stdout: String, stderr: String),
-                            context: JobContext) -> [OutputChannel] {
+                            context: JobContext, tail: OutputTail? = nil) -> [OutputChannel] {
         guard let stdoutPipe = stdoutPipe.take(), let stderrPipe = stderrPipe.take() else { return [] }
         return [
-            OutputChannel(stream: streams.stdout, pipe: stdoutPipe, name: name, kind: kind, runID: runID, pid: pid, context: context),
-            OutputChannel(stream: streams.stderr, pipe: stderrPipe, name: name, kind: kind, runID: runID, pid: pid, context: context),
+            OutputChannel(stream: streams.stdout, pipe: stdoutPipe, name: name, kind: kind, runID: runID, pid: pid, context: context, tail: tail),
+            OutputChannel(stream: streams.stderr, pipe: stderrPipe, name: name, kind: kind, runID: runID, pid: pid, context: context, tail: tail),
         ]
     }
 }

@@ -10,9 +10,15 @@ import Glibc
 final class JobRun: @unchecked Sendable {
     let request: JobRequest
     private let context: JobContext
+    /// A hook of this run spawns through the same context.
+    var contextForHooks: JobContext { context }
     private var machine: JobMachine
     private var child: ChildProcess?
     private var expireHandler: ChildProcess?
+    /// Waiting for the on_expire handler to end: the hook after an expiry runs after it.
+    private var afterExpireHandler: [() -> Void] = []
+    /// The run's last lines, kept only when it has an on_failure or on_success hook.
+    let outputTail: OutputTail?
     private var timers: [JobDeadline] = []
     private var killTimer: JobDeadline?
     /// When a squeezed expiry sequence must be over (a fleet fence); nil: the configured one.
@@ -42,6 +48,7 @@ final class JobRun: @unchecked Sendable {
         self.request = request
         self.context = context
         self.machine = JobMachine(hasExpireHandler: request.settings.onExpire != nil, stopSignal: request.settings.stopSignal)
+        self.outputTail = request.settings.onFailure != nil || request.settings.onSuccess != nil ? OutputTail() : nil
         self.onFinish = onFinish
         self.onProgress = onProgress
         self.onLeftovers = onLeftovers
@@ -110,21 +117,21 @@ final class JobRun: @unchecked Sendable {
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
-                             output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup) { [weak self] status in
+                             output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup, tail: outputTail) { [weak self] status in
             self?.perform(self?.machine.handle(.exited(status)) ?? [])
         }
         watchProgress(progressPipe, pid: started.pid)
         return started
     }
 
-    private func outputPlan() throws(SpawnError) -> JobOutputPlan {
+    func outputPlan() throws(SpawnError) -> JobOutputPlan {
         try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink) { [logger] in logger.warning("\($0)") }
     }
 
     /// argv with placeholders expanded inside single elements, and an environment built
     /// from scratch: nothing of the daemon's own (NOTIFY_SOCKET, JOURNAL_STREAM, …) leaks.
-    private func spawnRequest(command: JobSettings.Command, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
-                              progress: Int32?) throws(SpawnError) -> SpawnRequest {
+    func spawnRequest(command: JobSettings.Command, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
+                      progress: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
         let settings = request.settings
         let credentials = try (settings.user != nil || settings.group != nil) ? Credentials.lookup(user: settings.user, group: settings.group) : nil
         var placeholders = request.placeholders
@@ -134,6 +141,8 @@ final class JobRun: @unchecked Sendable {
         placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8)
         if let pid = child?.pid { placeholders["pid"] = Array(String(pid).utf8) }
         placeholders["budget"] = Array(settings.budget.compactDescription.utf8)
+        // A hook's own: its {budget} is its own, not the job's.
+        placeholders.merge(more) { _, new in new }
         let arguments: [[UInt8]]
         switch command {
         case .arguments(let templates):
@@ -327,11 +336,20 @@ final class JobRun: @unchecked Sendable {
                 guard let self else { return }
                 self.expireHandler?.releaseContainment()
                 self.perform(self.machine.handle(.expireHandlerEnded))
+                let waiting = self.afterExpireHandler
+                self.afterExpireHandler = []
+                for body in waiting { body() }
             }
         } catch {
             logger.error("\(label): unable to run on_expire handler: \(error)")
             perform(machine.handle(.expireHandlerEnded))
         }
+    }
+
+    /// `body` runs once no on_expire handler of this run runs any more: at once, or when it ends.
+    func whenExpireHandlerEnded(_ body: @escaping () -> Void) {
+        guard let handler = expireHandler, handler.exit == nil else { return body() }
+        afterExpireHandler.append(body)
     }
 
     // MARK: Progress

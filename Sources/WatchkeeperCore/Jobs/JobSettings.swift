@@ -18,6 +18,12 @@ public struct JobSettings: Equatable, Sendable {
     public var warnAt: Double?
     public var onExpire: Command?
     public var onExpireBudget: Duration = .seconds(30)
+    /// Run after the last attempt of a run failed or expired (JobHook.swift).
+    public var onFailure: Command?
+    public var onFailureBudget: Duration = .seconds(30)
+    /// Run after a run succeeded.
+    public var onSuccess: Command?
+    public var onSuccessBudget: Duration = .seconds(30)
     public var stopSignal: Int32 = SIGTERM
     public var killGrace: Duration = .seconds(5)
     public var user: String?

@@ -30,8 +30,24 @@ public final class JobMetrics: @unchecked Sendable {
     /// Removed groups, until they are configured again.
     private var forgotten: Set<JobKey> = []
 
+    /// Daemon-wide, not per task or rule: every series made at start, exported at 0.
+    private let hooks: [HookKind: [HookResult: Counter]]
+
     public init(factory: any MetricsFactory) {
         self.factory = factory
+        var hooks: [HookKind: [HookResult: Counter]] = [:]
+        for kind in HookKind.allCases {
+            for result in HookResult.allCases {
+                hooks[kind, default: [:]][result] = Counter(label: MetricCatalog.hooks.name, dimensions: [("hook", kind.key), ("result", result.rawValue)],
+                                                            factory: factory)
+            }
+        }
+        self.hooks = hooks
+    }
+
+    /// An on_failure or on_success hook ended (or never started).
+    public func hookEnded(_ kind: HookKind, result: HookResult) {
+        hooks[kind]?[result]?.increment()
     }
 
     /// Every series of the task or rule, at 0 if it has none yet.

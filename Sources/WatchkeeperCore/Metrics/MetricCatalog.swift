@@ -35,6 +35,9 @@ public enum MetricCatalog {
     public static let expirations = Family(name: "watchkeeper_job_expirations_total", kind: .counter,
         help: "Runs that expired, by reason: budget (it ran out), shutdown (shutdown_grace ran out), replaced (overlap = replace)",
         labels: ["kind", "name", "reason"])
+    public static let hooks = Family(name: "watchkeeper_hooks_total", kind: .counter,
+        help: "on_failure and on_success hooks that ended, by hook and result: ok, failed (non-zero exit or a signal), expired (killed after its budget), unstarted (could not be started), cancelled (the daemon stopped first)",
+        labels: ["hook", "result"])
 
     // Read from their owners each time the metrics are written or rendered.
     public static let running = Family(name: "watchkeeper_jobs_running", kind: .gauge,
@@ -82,7 +85,7 @@ public enum MetricCatalog {
         help: "Always 1; the version in a label", labels: ["version"])
 
     public static let all: [Family] = [
-        jobs, lastSuccess, lastFailure, duration, startLatency, expirations, running, waiting, overflows, rescans,
+        jobs, lastSuccess, lastFailure, duration, startLatency, expirations, hooks, running, waiting, overflows, rescans,
         filesSettling, directoriesWatched, directoriesUnwatched, rootMissing, pingsWithheld, pingsSent,
         reloadSuccessful, reloadSuccessTime, generation, buildInfo,
         fleetFires, fleetHeld, leaseRenewalsFailed, fleetFences, etcdCalls, etcdCallLatency,

@@ -42,6 +42,24 @@ final class JobMetricsTests: XCTestCase {
         XCTAssertEqual(text.value("watchkeeper_build_info", ["version": WatchkeeperVersion.current]), 1)
     }
 
+    func testHooks_areExportedAtZeroFromTheStart_andCountedByHookAndResult() throws {
+        let exporter = makeExporter()
+        var text = try rendered(exporter)
+        for hook in ["on_failure", "on_success"] {
+            for result in ["ok", "failed", "expired", "unstarted", "cancelled"] {
+                XCTAssertEqual(text.value("watchkeeper_hooks_total", ["hook": hook, "result": result]), 0, "\(hook) \(result)")
+            }
+        }
+        XCTAssertEqual(text.types["watchkeeper_hooks_total"], "counter")
+        exporter.jobMetrics.hookEnded(.failure, result: .expired)
+        exporter.jobMetrics.hookEnded(.failure, result: .expired)
+        exporter.jobMetrics.hookEnded(.success, result: .ok)
+        text = try rendered(exporter)
+        XCTAssertEqual(text.value("watchkeeper_hooks_total", ["hook": "on_failure", "result": "expired"]), 2)
+        XCTAssertEqual(text.value("watchkeeper_hooks_total", ["hook": "on_success", "result": "ok"]), 1)
+        XCTAssertEqual(text.value("watchkeeper_hooks_total", ["hook": "on_failure", "result": "ok"]), 0)
+    }
+
     func testRemovedTask_leavesTheExport_andARunEndingAfterDoesNotBringItBack() throws {
         let exporter = makeExporter()
         let metrics = exporter.jobMetrics

@@ -1,0 +1,248 @@
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Which hook of a job: `on_failure` after the last attempt of a run failed or expired,
+/// `on_success` after a run succeeded.
+public enum HookKind: String, Sendable, CaseIterable {
+    case failure
+    case success
+
+    /// The configuration key, as every message names the hook.
+    var key: String { "on_\(rawValue)" }
+
+    /// The hook a run's last record calls for, if any. Records of work that never ran
+    /// (skipped, missed, held, ran_elsewhere, cancelled) call for none, nor does a run the
+    /// daemon's own shutdown ended: that says nothing about the job.
+    static func after(_ record: RunRecord) -> HookKind? {
+        switch record.outcome {
+        case .ok: return .success
+        case .failed: return .failure
+        case .expired: return record.expiry == .shutdown ? nil : .failure
+        case .skippedOverlap, .missed, .cancelled, .ranElsewhere, .held: return nil
+        }
+    }
+}
+
+/// How a hook ended, for its journal entry, the dump and the metrics.
+public enum HookResult: String, Sendable, CaseIterable {
+    case ok
+    /// Exited non-zero or was killed by a signal it was not sent for its budget.
+    case failed
+    /// Outlived its budget and was sent SIGKILL.
+    case expired
+    /// Could not be started (the command, the credentials, the output file).
+    case unstarted
+    /// The daemon stopped before it could run, or its drain ended it.
+    case cancelled
+}
+
+/// One run of a job's `on_failure` or `on_success` command, after the run's record: the
+/// run's environment plus what the record says, and the run's last lines in a file under
+/// the runtime directory that is removed when the hook ends. It has its own budget
+/// (SIGKILL after it, like on_expire's) and its ending triggers nothing: a hook never
+/// runs another hook. Its output is journaled like on_expire's. Confined to the jobs queue;
+/// the engine keeps it until `onEnd`.
+final class JobHook {
+    let kind: HookKind
+    let record: RunRecord
+    /// Holds the run's request, environment and output tail until the hook has started.
+    private var run: JobRun?
+    private let request: JobRequest
+    private let context: JobContext
+    private var child: ChildProcess?
+    private var outputFile: String?
+    private var killedForBudget = false
+    private(set) var startedAt: MonotonicInstant?
+    private var onEnd: ((JobHook, HookResult) -> Void)?
+
+    /// Where hook output files go, under the runtime directory.
+    static let directoryName = "hooks"
+
+    init(kind: HookKind, record: RunRecord, run: JobRun) {
+        self.kind = kind
+        self.record = record
+        self.run = run
+        self.request = run.request
+        self.context = run.contextForHooks
+    }
+
+    var command: JobSettings.Command? { kind == .failure ? request.settings.onFailure : request.settings.onSuccess }
+    var budget: Duration { kind == .failure ? request.settings.onFailureBudget : request.settings.onSuccessBudget }
+    private var logger: Logger { context.logger }
+    private var label: String { "\(kind.key) for \(request.label)" }
+    var pid: pid_t? { child?.pid }
+
+    /// Starts once the run's on_expire handler (if one runs) has ended, and only if
+    /// `mayStart` still says so then. `runtimeDirectory`: where the output file goes; nil
+    /// leaves WATCHKEEPER_OUTPUT_FILE unset.
+    func start(runtimeDirectory: String?, mayStart: @escaping () -> Bool, onEnd: @escaping (JobHook, HookResult) -> Void) {
+        self.onEnd = onEnd
+        guard let run else { return }
+        run.whenExpireHandlerEnded { [self] in
+            guard self.onEnd != nil else { return }
+            guard mayStart() else { return self.end(.cancelled) }
+            self.spawn(runtimeDirectory: runtimeDirectory)
+        }
+    }
+
+    private func spawn(runtimeDirectory: String?) {
+        guard let run, let command else { return end(.unstarted) }
+        self.run = nil
+        do {
+            let output = try run.outputPlan()
+            let tail = run.outputTail
+            let file = runtimeDirectory.map { Self.outputPath(in: $0, runID: request.runID, kind: kind) }
+            var extra: [(String, [UInt8])] = [
+                ("WATCHKEEPER_HOOK", Array(kind.rawValue.utf8)),
+                ("WATCHKEEPER_OUTCOME", Array(record.outcome.rawValue.utf8)),
+                ("WATCHKEEPER_DURATION_SECONDS", Array(roundedString(record.duration.secondsDouble, digits: 3).utf8)),
+                ("WATCHKEEPER_OUTPUT_LINES", Array(String(file == nil ? 0 : tail?.count ?? 0).utf8)),
+            ]
+            switch record.exit {
+            case .exited(let code)?: extra.append(("WATCHKEEPER_EXIT_CODE", Array(String(code).utf8)))
+            case .signaled(let signal, _)?: extra.append(("WATCHKEEPER_SIGNAL", Array(HandledSignals.name(signal).utf8)))
+            case nil: break
+            }
+            if let expiry = record.expiry { extra.append(("WATCHKEEPER_EXPIRE_REASON", Array(expiry.rawValue.utf8))) }
+            if let file { extra.append(("WATCHKEEPER_OUTPUT_FILE", Array(file.utf8))) }
+            var spawnRequest = try run.spawnRequest(command: command, extra: extra + output.environment, stdout: output.stdout,
+                                                    stderr: output.stderr, progress: nil,
+                                                    placeholders: ["outcome": Array(record.outcome.rawValue.utf8),
+                                                                   "budget": Array(budget.compactDescription.utf8)])
+            if let file {
+                try Self.writeOutputFile(file, bytes: tail?.bytes ?? [], owner: spawnRequest.credentials)
+                outputFile = file
+            }
+            // Its own cgroup, as on_expire's: the job's is gone.
+            let cgroup = try context.makeCgroup(runID: request.runID, suffix: "-on-\(kind.rawValue)", limits: JobLimits())
+            spawnRequest.cgroupProcsDescriptor = cgroup?.procs
+            spawnRequest.cgroupPath = cgroup?.directory.path
+            let spawned: SpawnedProcess
+            do {
+                spawned = try ProcessSpawner.spawn(spawnRequest)
+            } catch {
+                if let cgroup { context.release(cgroup) }
+                throw error
+            }
+            startedAt = .now
+            let budget = self.budget
+            child = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned, output: output,
+                                 streams: ("\(kind.key) stdout", "\(kind.key) stderr"), context: context, cgroup: cgroup,
+                                 killAfter: budget, onKill: { [weak self] budget in
+                                     guard let self else { return }
+                                     self.killedForBudget = true
+                                     self.logger.warning("\(self.label) exceeded its \(budget.compactDescription) budget; SIGKILL",
+                                                         metadata: self.metadata)
+                                 }) { [weak self] status in
+                guard let self else { return }
+                self.child?.releaseContainment()
+                self.exited(status)
+            }
+        } catch {
+            logger.error("\(label): unable to run \(kind.key): \(error)", metadata: metadata)
+            end(.unstarted)
+        }
+    }
+
+    private var metadata: Logger.Metadata {
+        [request.kind.rawValue: .string(request.name), "run_id": .string(request.runID), "hook": .string(kind.key)]
+    }
+
+    private func exited(_ status: ProcessExit) {
+        let result: HookResult = killedForBudget ? .expired : status == .exited(0) ? .ok : .failed
+        let how: String
+        switch status {
+        case .exited(let code): how = "exited \(code)"
+        case .signaled(let signal, _): how = "was killed by \(HandledSignals.name(signal))"
+        }
+        let took = startedAt.map { " after \($0.elapsed().compactDescription)" } ?? ""
+        let message = "\(kind.key) for \(request.kind.rawValue) \(request.name) run \(request.runID) \(how)\(took)"
+        var fields = metadata
+        fields["hook_result"] = .string(result.rawValue)
+        if result == .ok { logger.info("\(message)", metadata: fields) } else { logger.warning("\(message)", metadata: fields) }
+        end(result)
+    }
+
+    /// shutdown_grace ran out while it ran.
+    func stop() {
+        child?.signalGroup(SIGTERM)
+    }
+
+    /// The drain's last resort: a hook still running is killed; one not started yet never starts.
+    func kill() {
+        guard let child else { return end(.cancelled) }
+        child.signalGroup(SIGKILL)
+    }
+
+    private func end(_ result: HookResult) {
+        if let outputFile { unlink(outputFile) }
+        outputFile = nil
+        run = nil
+        let handler = onEnd
+        onEnd = nil
+        handler?(self, result)
+    }
+
+    func describe(now: MonotonicInstant) -> DumpValue {
+        var fields: [DumpField] = [
+            .init(request.kind.rawValue, .string(request.name)),
+            .init("run_id", .string(request.runID)),
+            .init("hook", .string(kind.key)),
+            .init("outcome", .string(record.outcome.rawValue)),
+            .init("pid", child.map { .int(Int64($0.pid)) } ?? .null),
+        ]
+        if let startedAt {
+            fields.append(.init("elapsed", .string((now - startedAt).compactDescription)))
+            fields.append(.init("budget", .string(budget.compactDescription)))
+        } else {
+            fields.append(.init("phase", .string("waiting for on_expire to end")))
+        }
+        return .object(fields)
+    }
+
+    // MARK: The output file
+
+    static func outputPath(in runtimeDirectory: String, runID: String, kind: HookKind) -> String {
+        let base = runtimeDirectory.hasSuffix("/") ? String(runtimeDirectory.dropLast()) : runtimeDirectory
+        return "\(base)/\(directoryName)/\(runID).\(kind.key).out"
+    }
+
+    /// Mode 0600, owned by the hook's user when it runs as another: only it and the daemon
+    /// read it. The directory is 0711: a hook finds its own file, nobody lists the others.
+    /// Written on the jobs queue: at most 400 KiB (OutputTail), to the runtime directory,
+    /// a tmpfs under systemd.
+    private static func outputFileError(_ action: String, _ path: String, _ code: Int32) -> SpawnError {
+        SpawnError(step: .request, errorNumber: code, description: "unable to \(action) \(path) for the run's output: \(errorText(code))")
+    }
+
+    static func writeOutputFile(_ path: String, bytes: [UInt8], owner: Credentials?) throws(SpawnError) {
+        let directory = String(path[..<path.lastIndex(of: "/")!])
+        if mkdir(directory, 0o711) != 0 && errno != EEXIST {
+            throw outputFileError("create directory", directory, errno)
+        }
+        // A stale file of a daemon that died mid-hook: the run ID is random, so only ours.
+        unlink(path)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw outputFileError("create", path, errno) }
+        defer { close(fd) }
+        if let owner, fchown(fd, owner.uid, owner.gid) != 0 {
+            let error = errno
+            unlink(path)
+            throw outputFileError("write", path, error)
+        }
+        var written = 0
+        while written < bytes.count {
+            let result = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
+            if result < 0 {
+                if errno == EINTR { continue }
+                let error = errno
+                unlink(path)
+                throw outputFileError("write", path, error)
+            }
+            written += result
+        }
+    }
+}

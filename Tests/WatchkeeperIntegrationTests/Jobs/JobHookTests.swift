@@ -1,0 +1,328 @@
+import Foundation
+import WatchkeeperTestSupport
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `on_failure` and `on_success` run by the real daemon after real jobs: each test reads
+/// what the hooks themselves wrote to files, and the daemon's records on stderr.
+final class JobHookTests: WatchTestCase {
+    func lines(_ path: String) -> [String] {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// KEY=value lines a hook wrote with `env`, as a dictionary of WATCHKEEPER_ names.
+    func environment(_ path: String) -> [String: String] {
+        var result: [String: String] = [:]
+        for line in lines(path) where line.hasPrefix("WATCHKEEPER_") {
+            let parts = line.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            result[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
+        }
+        return result
+    }
+
+    private var dumps = 0
+
+    /// The jobs section of a fresh SIGUSR1 dump; nil if none came within 5 s.
+    func dumpedJobs() -> [String: Any]? {
+        dumps += 1
+        daemon.send(SIGUSR1)
+        return sandbox.waitForState(sequence: dumps, timeout: 5)?["jobs"] as? [String: Any]
+    }
+
+    func runID(ofRecordContaining text: String) -> String? {
+        guard let record = daemon.stderr.split(separator: "\n").first(where: { $0.contains(text) && $0.contains("run_id=") }) else { return nil }
+        return String(record.components(separatedBy: "run_id=")[1].prefix { $0.isHexDigit })
+    }
+
+    // The hook copies its output file before it ends: the daemon removes it then.
+    static let hookRecorder = #"env > @DIR@/env.$WATCHKEEPER_HOOK; cat "$WATCHKEEPER_OUTPUT_FILE" > @DIR@/out.$WATCHKEEPER_HOOK"#
+
+    func testOnSuccess_runsAfterASuccessfulRun_withItsRecordAndOutputInItsEnvironment() throws {
+        try start("""
+            [[task]]
+            name = "tidy"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'echo first; sleep 0.3; echo "second, on stderr" >&2'
+            on_success = '\(Self.hookRecorder)'
+            on_failure = 'echo failure >> @DIR@/wrong'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_success for task tidy run", timeout: 10), daemon.stderr)
+        let env = environment(sandbox.root + "/env.success")
+        XCTAssertEqual(env["WATCHKEEPER_HOOK"], "success")
+        XCTAssertEqual(env["WATCHKEEPER_OUTCOME"], "ok")
+        XCTAssertEqual(env["WATCHKEEPER_EXIT_CODE"], "0")
+        XCTAssertNil(env["WATCHKEEPER_SIGNAL"])
+        XCTAssertEqual(env["WATCHKEEPER_TASK"], "tidy")
+        XCTAssertEqual(env["WATCHKEEPER_ATTEMPT"], "1")
+        XCTAssertEqual(env["WATCHKEEPER_RUN_ID"], runID(ofRecordContaining: "outcome=ok"), daemon.stderr)
+        XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "2")
+        let seconds = try XCTUnwrap(Double(env["WATCHKEEPER_DURATION_SECONDS"] ?? ""), "\(env)")
+        XCTAssertGreaterThanOrEqual(seconds, 0.3)
+        let file = try XCTUnwrap(env["WATCHKEEPER_OUTPUT_FILE"])
+        XCTAssertTrue(file.hasPrefix(sandbox.runtimeDirectory + "/hooks/"), file)
+        // stdout and stderr in the order the daemon read them.
+        XCTAssertEqual(lines(sandbox.root + "/out.success"), ["first", "second, on stderr"])
+        XCTAssertTrue(daemon.waitForStderr(containing: "exited 0", timeout: 5), daemon.stderr)
+        XCTAssertTrue(waitFor(5) { access(file, F_OK) != 0 }, "the output file is removed once the hook ended")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/wrong"))
+    }
+
+    func testOnFailure_afterANonZeroExit_getsTheExitCode_andExactlyTheLast100Lines() throws {
+        try start("""
+            [[task]]
+            name = "noisy"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'i=1; while [ $i -le 150 ]; do echo "line $i"; i=$((i+1)); done; exit 7'
+            on_failure = '\(Self.hookRecorder)'
+            on_success = 'echo success >> @DIR@/wrong'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task noisy run", timeout: 10), daemon.stderr)
+        let env = environment(sandbox.root + "/env.failure")
+        XCTAssertEqual(env["WATCHKEEPER_HOOK"], "failure")
+        XCTAssertEqual(env["WATCHKEEPER_OUTCOME"], "failed")
+        XCTAssertEqual(env["WATCHKEEPER_EXIT_CODE"], "7")
+        XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "100")
+        XCTAssertEqual(lines(sandbox.root + "/out.failure"), (51...150).map { "line \($0)" })
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/wrong"))
+    }
+
+    func testOnFailure_afterAJobKilledByASignal_getsTheSignalsName() throws {
+        try start("""
+            [[task]]
+            name = "crash"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'kill -KILL $$'
+            on_failure = '\(Self.hookRecorder)'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task crash run", timeout: 10), daemon.stderr)
+        let env = environment(sandbox.root + "/env.failure")
+        XCTAssertEqual(env["WATCHKEEPER_SIGNAL"], "SIGKILL")
+        XCTAssertNil(env["WATCHKEEPER_EXIT_CODE"])
+        XCTAssertEqual(env["WATCHKEEPER_OUTCOME"], "failed")
+        XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "0")
+    }
+
+    func testHookRunAsAnotherUser_readsItsOutputFile() throws {
+        guard getuid() == 0 else { throw XCTSkip("running a job as another user needs root") }
+        try start("""
+            [[task]]
+            name = "as-nobody"
+            every = "1h"
+            run_on_start = true
+            user = "nobody"
+            working_directory = "/"
+            shell = true
+            command = 'echo secret-line; exit 1'
+            on_failure = 'echo "hook as $(id -un): $(cat "$WATCHKEEPER_OUTPUT_FILE")"'
+            """, prepare: { root in
+                // The runtime directory must be searchable by the hook's user, as the shipped unit's is.
+                XCTAssertEqual(chmod(root, 0o755), 0)
+                mkdir(root + "/run", 0o755)
+                XCTAssertEqual(chmod(root + "/run", 0o755), 0)
+            })
+        XCTAssertTrue(daemon.waitForStderr(containing: "hook as nobody: secret-line", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "exited 0", timeout: 5), daemon.stderr)
+    }
+
+    func testArgumentHook_getsOutcomeAndItsOwnBudgetAsPlaceholders() throws {
+        try start("""
+            [[task]]
+            name = "argv"
+            every = "1h"
+            run_on_start = true
+            budget = "10m"
+            command = ["/bin/false"]
+            on_failure = ["/bin/sh", "-c", "echo $1 $2 $3 > @DIR@/args", "hook", "{outcome}", "{budget}", "{task}"]
+            on_failure_budget = "7s"
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task argv run", timeout: 10), daemon.stderr)
+        XCTAssertEqual(lines(sandbox.root + "/args"), ["failed 7s argv"])
+    }
+
+    func testOnFailure_afterAJobThatCouldNotStart_hasNeitherExitCodeNorSignal() throws {
+        try start("""
+            [[task]]
+            name = "missing"
+            every = "1h"
+            run_on_start = true
+            command = ["@DIR@/no-such-program"]
+            on_failure = ["/bin/sh", "-c", "env > @DIR@/env.failure"]
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task missing run", timeout: 10), daemon.stderr)
+        let env = environment(sandbox.root + "/env.failure")
+        XCTAssertEqual(env["WATCHKEEPER_OUTCOME"], "failed")
+        XCTAssertNil(env["WATCHKEEPER_EXIT_CODE"])
+        XCTAssertNil(env["WATCHKEEPER_SIGNAL"])
+        XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "0")
+    }
+
+    func testRetries_onFailureRunsOnceAfterTheLastAttempt_notAfterTheOnesRetried() throws {
+        try start("""
+            [[task]]
+            name = "flaky"
+            every = "1h"
+            run_on_start = true
+            retry = { attempts = 3, backoff = "100ms", max_backoff = "1s" }
+            shell = true
+            command = 'echo "run $WATCHKEEPER_ATTEMPT" >> @DIR@/events; exit 3'
+            on_failure = 'echo "failure $WATCHKEEPER_ATTEMPT $WATCHKEEPER_EXIT_CODE" >> @DIR@/events'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task flaky run", timeout: 15), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "exited 0", timeout: 5), daemon.stderr)
+        // The drain waits for hooks too: once stopped, nothing more can come.
+        daemon.stop(within: 20)
+        XCTAssertEqual(lines(sandbox.root + "/events"), ["run 1", "run 2", "run 3", "failure 3 3"])
+    }
+
+    func testRetries_aRunThatFailsThenSucceeds_getsOnSuccessOnce_andNoOnFailure() throws {
+        try start("""
+            [[task]]
+            name = "second-time"
+            every = "1h"
+            run_on_start = true
+            retry = { attempts = 3, backoff = "100ms", max_backoff = "1s" }
+            shell = true
+            command = 'echo "run $WATCHKEEPER_ATTEMPT" >> @DIR@/events; [ "$WATCHKEEPER_ATTEMPT" -ge 2 ]'
+            on_failure = 'echo "failure $WATCHKEEPER_ATTEMPT" >> @DIR@/events'
+            on_success = 'echo "success $WATCHKEEPER_ATTEMPT" >> @DIR@/events'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_success for task second-time run", timeout: 15), daemon.stderr)
+        daemon.stop(within: 20)
+        XCTAssertEqual(lines(sandbox.root + "/events"), ["run 1", "run 2", "success 2"])
+    }
+
+    func testExpiry_onExpireRunsFirst_thenOnFailureOnceItHasEnded() throws {
+        // on_expire stops the job itself and goes on after it is gone: on_failure still waits for it.
+        try start("""
+            [[task]]
+            name = "slow"
+            every = "1h"
+            run_on_start = true
+            budget = "500ms"
+            shell = true
+            command = 'trap "echo term >> @DIR@/events; exit 0" TERM; echo started >> @DIR@/events; while :; do sleep 0.05; done'
+            on_expire = 'kill -TERM $WATCHKEEPER_PID; sleep 0.5; echo expire-end >> @DIR@/events'
+            on_failure = 'echo "failure $WATCHKEEPER_OUTCOME $WATCHKEEPER_EXPIRE_REASON" >> @DIR@/events'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for task slow run", timeout: 15), daemon.stderr)
+        daemon.stop(within: 20)
+        XCTAssertEqual(lines(sandbox.root + "/events"), ["started", "term", "expire-end", "failure expired budget"])
+        // The record came before the hook, as soon as the job was gone.
+        let stderr = daemon.stderr
+        let record = try XCTUnwrap(stderr.range(of: "outcome=expired"), stderr)
+        let hook = try XCTUnwrap(stderr.range(of: "on_failure for task slow run"), stderr)
+        XCTAssertLessThan(record.lowerBound, hook.lowerBound)
+    }
+
+    func testHookOverItsBudget_isKilled_andItsFailureRunsNoHook() throws {
+        try start("""
+            [[task]]
+            name = "hung-hook"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'exit 1'
+            on_failure = 'echo $$ >> @DIR@/hook-pids; sleep 30'
+            on_failure_budget = "300ms"
+            on_success = 'echo success >> @DIR@/wrong'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "exceeded its 300ms budget; SIGKILL", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "was killed by SIGKILL", timeout: 5), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("hook_result=expired"), daemon.stderr)
+        daemon.stop(within: 20)
+        let pids = lines(sandbox.root + "/hook-pids")
+        XCTAssertEqual(pids.count, 1, "a hook's end triggers no hook: \(pids)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/wrong"))
+        if let pid = pid_t(pids.first ?? "") { XCTAssertNotEqual(kill(pid, 0), 0, "the hook is gone") }
+    }
+
+    func testFailingHook_isLoggedWithTheRunID_andRunsNoHookItself() throws {
+        try start("""
+            [[task]]
+            name = "bad-hook"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'true'
+            on_success = 'echo hook >> @DIR@/events; exit 5'
+            on_failure = 'echo failure >> @DIR@/events'
+            """)
+        XCTAssertTrue(daemon.waitForStderr(containing: "exited 5", timeout: 10), daemon.stderr)
+        let runID = try XCTUnwrap(runID(ofRecordContaining: "outcome=ok"), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("on_success for task bad-hook run \(runID) exited 5"), daemon.stderr)
+        let hooks = dumpedJobs()?["hooks"] as? [String: [String: Int]]
+        XCTAssertEqual(hooks?["on_success"], ["failed": 1], "\(String(describing: hooks))")
+        XCTAssertEqual(hooks?["on_failure"], [:], "\(String(describing: hooks))")
+        daemon.stop(within: 20)
+        XCTAssertEqual(lines(sandbox.root + "/events"), ["hook"])
+    }
+
+    func testWatchRuleOnFailure_getsTheFilesPath() throws {
+        try start("""
+            [[watch]]
+            name = "inbox"
+            path = "@DIR@/in"
+            shell = true
+            command = 'echo "cannot import $WATCHKEEPER_PATH"; exit 2'
+            on_failure = '\(Self.hookRecorder)'
+            """)
+        write("report.csv")
+        XCTAssertTrue(daemon.waitForStderr(containing: "on_failure for watch inbox run", timeout: 10), daemon.stderr)
+        let env = environment(sandbox.root + "/env.failure")
+        XCTAssertEqual(env["WATCHKEEPER_PATH"], sandbox.root + "/in/report.csv")
+        XCTAssertEqual(env["WATCHKEEPER_WATCH"], "inbox")
+        XCTAssertEqual(env["WATCHKEEPER_EXIT_CODE"], "2")
+        XCTAssertEqual(lines(sandbox.root + "/out.failure"), ["cannot import \(sandbox.root)/in/report.csv"])
+    }
+
+    func testRunEndingWhileTheDaemonStops_getsItsHook_andTheDrainWaitsForIt() throws {
+        try start("""
+            [[task]]
+            name = "last-words"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'touch @DIR@/started; sleep 0.5; exit 1'
+            on_failure = 'sleep 0.3; echo "hook $WATCHKEEPER_OUTCOME" >> @DIR@/events'
+            """)
+        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: self.sandbox.root + "/started") }, daemon.stderr)
+        // Within shutdown_grace (5 s): the run ends on its own, its hook runs, the daemon waits for both.
+        daemon.stop(within: 20)
+        XCTAssertEqual(lines(sandbox.root + "/events"), ["hook failed"], daemon.stderr)
+    }
+
+    func testStateDump_showsARunningHook() throws {
+        try start("""
+            [[task]]
+            name = "slow-hook"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'true'
+            on_success = 'touch @DIR@/hook-started; sleep 30'
+            on_success_budget = "20s"
+            """)
+        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: self.sandbox.root + "/hook-started") }, daemon.stderr)
+        var found: [String: Any]?
+        XCTAssertTrue(waitFor(10) {
+            guard let jobs = self.dumpedJobs(), let running = jobs["hooks_running"] as? [[String: Any]] else { return false }
+            found = running.first
+            return found != nil
+        }, daemon.stderr)
+        XCTAssertEqual(found?["task"] as? String, "slow-hook")
+        XCTAssertEqual(found?["hook"] as? String, "on_success")
+        XCTAssertNotNil(found?["pid"] as? Int)
+        // Shutdown is not held up for the rest of its budget: once shutdown_grace is over it is stopped.
+        daemon.stop(within: 20)
+        XCTAssertTrue(daemon.stderr.contains("was killed by SIGTERM"), daemon.stderr)
+    }
+}
