@@ -9,6 +9,9 @@ public enum TaskSchedule: Equatable, Sendable {
     case every(Duration)
     /// Wall-clock calendar times in a zone (nil: the machine's local zone).
     case cron(CronExpression, timezone: String?)
+    /// systemd.time(7) calendar events, read in a zone (nil: local); the earliest of them
+    /// fires. An event that names its own zone is read in that one.
+    case calendar([CalendarEvent], timezone: String?)
     /// Only when triggered.
     case manual
 }
@@ -63,6 +66,40 @@ public struct TaskSettings: Equatable, Sendable {
         "SIGUSR1": SIGUSR1, "SIGUSR2": SIGUSR2, "SIGKILL": SIGKILL,
     ]
 
+    /// `calendar = "..."` or a list of them (a timer's several OnCalendar= lines).
+    static func readCalendar(_ reader: inout TableReader) -> [CalendarEvent]? {
+        guard let value = reader.any("calendar") else { return nil }
+        let context = reader.context
+        var texts: [(String, SourcePosition?)] = []
+        if let text = value.string {
+            texts = [(text, reader.valuePosition("calendar"))]
+        } else if let array = value.array, !array.isEmpty, array.allSatisfy({ $0.string != nil }) {
+            texts = array.enumerated().map { index, element in
+                (element.string ?? "", context.sourceMap.valuePosition(reader.path + [.key("calendar"), .index(index)]) ?? reader.valuePosition("calendar"))
+            }
+        } else {
+            context.error(at: reader.valuePosition("calendar"), "\(reader.dotted("calendar")) must be a string or a non-empty array of strings, like \"Mon..Fri *-*-* 02:30\"")
+            return []
+        }
+        var events: [CalendarEvent] = []
+        for (text, start) in texts {
+            do {
+                let event = try CalendarEvent(parsing: text)
+                // A day's margin: the task's zone is not known here, and is at most a day off UTC.
+                if event.nextFire(after: WallTime.now().secondsSinceEpoch - 86_400, in: .utc) == nil {
+                    context.error(at: start, "calendar \"\(text)\" for \(reader.dotted("calendar")) never elapses again (systemd-analyze calendar says the same)")
+                }
+                events.append(event)
+            } catch {
+                var position = start
+                // Point into the string: the value's opening quote + column + 1.
+                if let start { position = SourcePosition(line: start.line, column: start.column + error.column + 1) }
+                context.error(at: position, "bad calendar event \"\(text)\" for \(reader.dotted("calendar")): \(error.message)")
+            }
+        }
+        return events
+    }
+
     static func read(name: String, from reader: inout TableReader) -> TaskSettings? {
         let context = reader.context
         let job = readJob(&reader, placeholders: placeholders)
@@ -87,9 +124,16 @@ public struct TaskSettings: Equatable, Sendable {
                 schedules.append(.manual)
             }
         }
+        if let events = readCalendar(&reader) {
+            if timezone != nil, let zoned = events.first(where: { $0.timezone != nil }) {
+                context.error(at: reader.valuePosition("timezone"),
+                              "\(reader.dotted("timezone")) and the zone in calendar \"\(zoned.normalized)\" disagree on where to read it: keep one of them")
+            }
+            schedules.append(.calendar(events, timezone: timezone))
+        }
         if let zone = timezone {
-            if reader.table["cron"] == nil {
-                context.error(at: reader.valuePosition("timezone"), "\(reader.dotted("timezone")) only applies to a cron schedule")
+            if reader.table["cron"] == nil && reader.table["calendar"] == nil {
+                context.error(at: reader.valuePosition("timezone"), "\(reader.dotted("timezone")) only applies to a cron or calendar schedule")
             } else {
                 do {
                     _ = try TimeZoneRules.load(identifier: zone)
@@ -103,12 +147,12 @@ public struct TaskSettings: Equatable, Sendable {
         }
         // A schedule key whose value was refused still counts as written: its own error
         // says what is wrong, and "no schedule" would be a second, false one.
-        let written = ["every", "cron"].filter { reader.table[$0] != nil }.count
+        let written = ["every", "cron", "calendar"].filter { reader.table[$0] != nil }.count
             + (reader.table["manual"] != nil && reader.table["manual"]?.bool != false ? 1 : 0)
         if written != 1 {
             let message = written == 0
-                ? "task \"\(name)\" has no schedule: set one of every = \"15m\", cron = \"0 3 * * *\" or manual = true"
-                : "task \"\(name)\" has more than one schedule: keep only one of every, cron and manual"
+                ? "task \"\(name)\" has no schedule: set one of every = \"15m\", cron = \"0 3 * * *\", calendar = \"Mon..Fri 02:30\" or manual = true"
+                : "task \"\(name)\" has more than one schedule: keep only one of every, cron, calendar and manual"
             context.error(at: reader.headerPosition, message)
         }
 
@@ -341,5 +385,46 @@ public struct TaskSettings: Equatable, Sendable {
     static func describeCycle(_ loop: [String]) -> String {
         guard loop.count > 12 else { return loop.joined(separator: " → ") }
         return (loop.prefix(5) + ["…"] + loop.suffix(2)).joined(separator: " → ") + " (\(loop.count - 1) tasks)"
+    }
+}
+
+extension TaskSchedule {
+    /// Cron and calendar schedules: fires at wall-clock times of a zone.
+    public var isWallClock: Bool {
+        switch self {
+        case .cron, .calendar: return true
+        case .every, .manual: return false
+        }
+    }
+
+    /// The `timezone` key of a wall-clock schedule; nil: the machine's zone.
+    public var timezone: String? {
+        switch self {
+        case .cron(_, let zone), .calendar(_, let zone): return zone
+        case .every, .manual: return nil
+        }
+    }
+
+    /// The next wall-clock fire strictly after `utcSeconds`, read in `zone`; nil for `every`
+    /// and `manual`, and for a schedule that never fires again.
+    public func nextFire(after utcSeconds: Int64, in zone: TimeZoneRules) -> Int64? {
+        switch self {
+        case .cron(let expression, _):
+            return expression.nextFire(after: utcSeconds, in: zone)
+        case .calendar(let events, _):
+            return events.compactMap { $0.nextFire(after: utcSeconds, in: zone) }.min()
+        case .every, .manual:
+            return nil
+        }
+    }
+
+    /// `cron 0 3 * * *`, `calendar Mon..Fri *-*-* 02:30:00; *-*-01 00:00:00`.
+    public var wallClockDescription: String {
+        switch self {
+        case .cron(let expression, _): return "cron \(expression.description)"
+        case .calendar(let events, _): return "calendar " + events.map(\.normalized).joined(separator: "; ")
+        case .every(let interval): return "every \(interval.compactDescription)"
+        case .manual: return "manual"
+        }
     }
 }

@@ -180,6 +180,24 @@ public enum FirePreview {
             schedule = "cron \(expression.description)"
             shownIn = zone(named: timezone)
             fires = wallClockFires(start, zone: shownIn, count: count, notes: &notes) { expression.nextFire(after: $0, in: $1) }
+        case .calendar(let events, let timezone):
+            schedule = settings.schedule.wallClockDescription
+            // Events that all name one zone are shown in it; the task's zone otherwise.
+            let own = Set(events.compactMap(\.timezone))
+            if own.count == 1, events.allSatisfy({ $0.zone != nil }), let rules = events.first?.zone {
+                shownIn = rules
+            } else {
+                shownIn = zone(named: timezone)
+                if !own.isEmpty { notes.append("events that name their own zone are read in it; the times are shown in \(shownIn.identifier)") }
+            }
+            let readIn = shownIn
+            fires = wallClockFires(start, zone: shownIn, count: count, notes: &notes) { after, zone in
+                events.compactMap { event in
+                    // Read in the zone asked for (fixed offsets, for the marks) unless the event
+                    // names another zone than the one shown.
+                    event.zone == nil || event.zone == readIn ? event.nextFire(after: after, readingIn: zone) : event.nextFire(after: after, in: zone)
+                }.min()
+            }
         }
         if settings.runOnStart { notes.append("run_on_start: also runs once when watchkeeper starts") }
         if settings.fleet == .one { notes.append("fleet = \"one\": each fire runs on one host of the cluster") }

@@ -41,10 +41,12 @@ extension TaskScheduler {
         var armed: [String] = []
         for task in tasks.values {
             // Only cron tasks armed now: not after the drain's stop(), nor an expression that never fires.
-            guard case .cron(let expression, _) = task.settings.schedule, task.timer != nil, task.nextFire != nil else { continue }
+            guard task.settings.schedule.isWallClock, task.timer != nil, task.nextFire != nil else { continue }
             var after = now
-            // An expression whose hour field matches every hour is an interval (see nextFire).
-            if !expression.matchesEveryHour, let last = task.lastCronFire, last > now.secondsSinceEpoch {
+            // A cron expression whose hour field matches every hour is an interval (see nextFire).
+            var isInterval = false
+            if case .cron(let expression, _) = task.settings.schedule { isInterval = expression.matchesEveryHour }
+            if !isInterval, let last = task.lastCronFire, last > now.secondsSinceEpoch {
                 after = WallTime(secondsSinceEpoch: last, nanoseconds: 0)
             }
             scheduleCron(task, after: after)

@@ -140,12 +140,12 @@ extension TaskScheduler {
             let count = elapsed / step
             guard count >= 1 else { return nil }
             return (last.adding(nanoseconds: count * step), Int(count))
-        case .cron(let expression, _):
+        case .cron, .calendar:
             guard let zone else { return nil }
             var latest: Int64?
             var count = 0
             var cursor = last.secondsSinceEpoch
-            while count < cronWalkLimit, let next = expression.nextFire(after: cursor, in: zone), next < now.secondsSinceEpoch {
+            while count < cronWalkLimit, let next = schedule.nextFire(after: cursor, in: zone), next < now.secondsSinceEpoch {
                 latest = next
                 cursor = next
                 count += 1
@@ -173,7 +173,7 @@ extension TaskScheduler {
             let schedule: String
             switch settings.schedule {
             case .every(let interval): schedule = "every \(interval.compactDescription)"
-            case .cron(let expression, let zone): schedule = "cron \(expression.description) (\(zone ?? "local time"))"
+            case .cron(_, let zone), .calendar(_, let zone): schedule = "\(settings.schedule.wallClockDescription) (\(zone ?? "local time"))"
             case .manual: schedule = "manual"
             }
             return .object([

@@ -234,7 +234,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         case .every(let interval):
             task.anchor = now + offset
             scheduleEvery(task, interval: interval, after: now)
-        case .cron(_, let timezone):
+        case .cron(_, let timezone), .calendar(_, let timezone):
             do {
                 task.zone = try timezone.map { try TimeZoneRules.load(identifier: $0) } ?? TimeZoneRules.local()
             } catch {
@@ -278,16 +278,17 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     }
 
     func scheduleCron(_ task: ScheduledTask, after: WallTime) {
-        guard case .cron(let expression, _) = task.settings.schedule, let zone = task.zone else { return }
-        guard let fireSeconds = expression.nextFire(after: after.secondsSinceEpoch, in: zone) else {
-            logger.warning("task \(task.settings.name): cron \"\(expression.description)\" never matches; the task will not run")
+        let schedule = task.settings.schedule
+        guard schedule.isWallClock, let zone = task.zone else { return }
+        guard let fireSeconds = schedule.nextFire(after: after.secondsSinceEpoch, in: zone) else {
+            logger.warning("task \(task.settings.name): \(schedule.wallClockDescription) never matches again; the task will not run")
             task.nextFire = nil
             return
         }
         let jitter = jitterOffset(for: task.settings)
         let target = WallTime(secondsSinceEpoch: fireSeconds, nanoseconds: 0).adding(nanoseconds: jitter.nanosecondsClamped)
         task.nextFire = (nil, target)
-        setTimer(task, target: "cron \(expression.description)") { [weak self] in
+        setTimer(task, target: schedule.wallClockDescription) { [weak self] in
             guard let self else { return }
             let now = WallTime.now()
             // The wall clock may have been set back since the timer was armed: not due yet.
