@@ -26,7 +26,7 @@ struct WatchkeeperCommand: ParsableCommand {
             starting or stopping, 76 no valid answer, 77 permission denied, 78 reload refused. See watchkeeper(8).
             """,
         version: WatchkeeperVersion.current,
-        subcommands: [Run.self, CheckConfig.self, Status.self, Trigger.self, Cancel.self, Reload.self, Dump.self, Tasks.self, Watches.self, History.self, Fleet.self, Metrics.self]
+        subcommands: [Run.self, CheckConfig.self, Import.self, Status.self, Trigger.self, Cancel.self, Reload.self, Dump.self, Tasks.self, Watches.self, History.self, Fleet.self, Metrics.self]
     )
 }
 
