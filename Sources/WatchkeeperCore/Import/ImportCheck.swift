@@ -20,7 +20,31 @@ public struct FireComparison: Sendable {
     public var failed: Bool = false
 
     public var differs: Bool {
-        failed || (unavailable == nil && sourceFires != importedFires)
+        failed || rows.contains { $0.source != $0.imported }
+    }
+
+    /// The two lists merged in time order: an instant both have is one row, an instant only
+    /// one has (or has more often) a row with the other side empty. Rows stop at the earlier
+    /// of the two last fires, beyond which a missing fire only means the list was cut.
+    public var rows: [(source: Int64?, imported: Int64?)] {
+        guard unavailable == nil || (!sourceFires.isEmpty && !importedFires.isEmpty) else { return [] }
+        let cutoff = min(sourceFires.last ?? .max, importedFires.last ?? .max)
+        var rows: [(source: Int64?, imported: Int64?)] = []
+        var left = sourceFires[...]
+        var right = importedFires[...]
+        while left.first != nil || right.first != nil {
+            let a = left.first, b = right.first
+            if let a, let b, a == b {
+                rows.append((a, b)); left = left.dropFirst(); right = right.dropFirst()
+            } else if let a, b == nil || a < b! {
+                if a > cutoff { break }
+                rows.append((a, nil)); left = left.dropFirst()
+            } else if let b {
+                if b > cutoff { break }
+                rows.append((nil, b)); right = right.dropFirst()
+            }
+        }
+        return rows
     }
 }
 
@@ -109,9 +133,7 @@ public enum ImportCheck {
             }
             let width = 31
             out += "  " + pad(sourceLabel, width) + " | " + pad("imported", width) + " | \n"
-            for index in 0..<max(comparison.sourceFires.count, comparison.importedFires.count) {
-                let left = index < comparison.sourceFires.count ? comparison.sourceFires[index] : nil
-                let right = index < comparison.importedFires.count ? comparison.importedFires[index] : nil
+            for (left, right) in comparison.rows {
                 let verdict = left != nil && left == right ? "same" : "DIFFERENT"
                 out += "  " + pad(left.map { format($0, in: comparison.zone) } ?? "-", width) + " | "
                     + pad(right.map { format($0, in: comparison.zone) } ?? "-", width) + " | " + verdict + "\n"

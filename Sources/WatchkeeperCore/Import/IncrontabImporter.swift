@@ -216,7 +216,8 @@ public struct IncrontabImporter: Sendable {
         let special = "|&;<>()`\\\"'*?[]#~=%!{}\n\t"
         let words = command.split(separator: " ").map(String.init)
         let plain = !words.isEmpty && words.allSatisfy { word in
-            !word.contains { special.contains($0) } && !word.replacingAll("$@", with: "").replacingAll("$#", with: "").replacingAll("$%", with: "").replacingAll("$$", with: "").contains("$")
+            let rest = word.replacingAll("$@", with: "").replacingAll("$#", with: "").replacingAll("$%", with: "").replacingAll("$$", with: "")
+            return !rest.contains { special.contains($0) || $0 == "$" }
         }
         if plain && !command.contains("$&") {
             var arguments: [String] = []
@@ -242,23 +243,45 @@ public struct IncrontabImporter: Sendable {
             if usesEvent { notes.append("$% is {event}: watchkeeper's event names (closed_write, moved_in, ...), not incron's (IN_CLOSE_WRITE, IN_MOVED_TO, ...).") }
             return .success(TranslatedCommand(arguments: arguments, script: "", notes: notes))
         }
+        // incron pastes its values into the text before the shell reads it, wherever they
+        // are; the variables must be expanded by the shell, so each is written to suit the
+        // quoting it lands in.
+        enum Quoting { case none, single, double }
+        var quoting = Quoting.none
         var script = ""
         var characters = Array(command)[...]
+        func insert(_ expansion: String) {
+            switch quoting {
+            case .none: script += "\"" + expansion + "\""
+            case .double: script += expansion
+            case .single: script += "'\"" + expansion + "\"'"
+            }
+        }
         while let character = characters.first {
             characters = characters.dropFirst()
-            if character == "$", let next = characters.first {
+            if character == "$", let next = characters.first, "@#%&$".contains(next) {
+                characters = characters.dropFirst()
                 switch next {
-                case "@": script += "\"$WATCHKEEPER_DIR\""; characters = characters.dropFirst(); continue
-                case "#": script += "\"$WATCHKEEPER_NAME\""; characters = characters.dropFirst(); continue
-                case "%": script += "\"$WATCHKEEPER_EVENT\""; usesEvent = true; characters = characters.dropFirst(); continue
+                case "@": insert("$WATCHKEEPER_DIR")
+                case "#": insert("$WATCHKEEPER_NAME")
+                case "%": insert("$WATCHKEEPER_EVENT"); usesEvent = true
                 case "&":
-                    script += "\"$(" + eventNumberCase + ")\""
-                    characters = characters.dropFirst()
+                    insert("$(" + eventNumberCase + ")")
                     notes.append("$& becomes the inotify number of watchkeeper's event, computed in the shell from $WATCHKEEPER_EVENT.")
-                    continue
-                case "$": script += "\\$"; characters = characters.dropFirst(); continue
-                default: break
+                default: script += quoting == .single ? "$" : "\\$"
                 }
+                continue
+            }
+            switch (character, quoting) {
+            case ("'", .none): quoting = .single
+            case ("'", .single): quoting = .none
+            case ("\"", .none): quoting = .double
+            case ("\"", .double): quoting = .none
+            case ("\\", .none), ("\\", .double):
+                script.append(character)
+                if let escaped = characters.first { script.append(escaped); characters = characters.dropFirst() }
+                continue
+            default: break
             }
             script.append(character)
         }

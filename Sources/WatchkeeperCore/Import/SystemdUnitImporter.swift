@@ -122,6 +122,7 @@ public struct SystemdUnitImporter: Sendable {
         case .success: break
         }
         translateUnitSection(unit, into: &job, config: &config)
+        translateUnitSection(service, into: &job, config: &config)
         for setting in unit.settings where setting.section == "Install" {
             config.untranslated.append(UntranslatedLine(source: ImportSource(file: unit.path, line: setting.line), text: setting.text,
                                                         reason: "a task or watch rule is enabled by being in the configuration"))
