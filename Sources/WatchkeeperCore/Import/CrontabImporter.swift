@@ -265,7 +265,7 @@ public struct CrontabImporter: Sendable {
             }
         }
         for segment in segments {
-            let words = segment.filter { !$0.contains("=") && !$0.hasPrefix(">") && !$0.hasPrefix("<") && !$0.hasPrefix("-") && !$0.hasPrefix("2>") && !wrappers.contains($0) }
+            let words = segment.filter { !$0.contains("=") && !$0.hasPrefix(">") && !$0.hasPrefix("<") && !$0.hasPrefix("-") && !$0.hasPrefix("2>") && !wrappers.contains($0) && Int($0) == nil }
             guard let word = words.first, !guards.contains(word) else { continue }
             let base = word.split(separator: "/").last.map(String.init) ?? word
             if !base.isEmpty { return base }

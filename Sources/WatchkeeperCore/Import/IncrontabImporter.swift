@@ -213,10 +213,11 @@ public struct IncrontabImporter: Sendable {
     static func translateCommand(_ command: String) -> Result<TranslatedCommand, Refusal> {
         var notes: [String] = []
         var usesEvent = false
-        let special = "|&;<>()`\\\"'*?[]#~=%!{}\n\t"
+        let special = "|&;<>()`\\\"'*?[]#~=%!\n\t"
         let words = command.split(separator: " ").map(String.init)
         let plain = !words.isEmpty && words.allSatisfy { word in
-            let rest = word.replacingAll("$@", with: "").replacingAll("$#", with: "").replacingAll("$%", with: "").replacingAll("$$", with: "")
+            // `$$` hands a `$` to incron's shell, which expands what follows: it needs the shell.
+            let rest = word.replacingAll("$@", with: "").replacingAll("$#", with: "").replacingAll("$%", with: "")
             return !rest.contains { special.contains($0) || $0 == "$" }
         }
         if plain && !command.contains("$&") {
@@ -231,7 +232,6 @@ public struct IncrontabImporter: Sendable {
                         case "@": out += "{dir}"; scalars = scalars.dropFirst(); continue
                         case "#": out += "{name}"; scalars = scalars.dropFirst(); continue
                         case "%": out += "{event}"; usesEvent = true; scalars = scalars.dropFirst(); continue
-                        case "$": out += "$"; scalars = scalars.dropFirst(); continue
                         default: break
                         }
                     }
@@ -268,7 +268,7 @@ public struct IncrontabImporter: Sendable {
                 case "&":
                     insert("$(" + eventNumberCase + ")")
                     notes.append("$& becomes the inotify number of watchkeeper's event, computed in the shell from $WATCHKEEPER_EVENT.")
-                default: script += quoting == .single ? "$" : "\\$"
+                default: script += "$"  // what incron's shell saw
                 }
                 continue
             }
