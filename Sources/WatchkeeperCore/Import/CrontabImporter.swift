@@ -184,6 +184,9 @@ public struct CrontabImporter: Sendable {
             entry.notes.append("SHELL=\(shell): the command runs as \(shell) -c '<command>', as cron runs it.")
         }
 
+        if timezone == nil, let zone = environment.first(where: { $0.key == "TZ" })?.value {
+            entry.notes.append("TZ=\(zone) is in the job's environment only: cron schedules in its own zone whatever TZ says (only CRON_TZ changes that, here timezone).")
+        }
         var jobEnvironment = environment
         if !jobEnvironment.contains(where: { $0.key == "PATH" }) {
             jobEnvironment.insert(("PATH", Self.cronDefaultPath), at: 0)
