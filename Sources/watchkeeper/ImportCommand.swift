@@ -85,7 +85,9 @@ struct Import: ParsableCommand {
         let label = format == .systemd ? "systemd-analyze" : "cron"
         var report = comparisons.isEmpty ? "no task has a schedule to compare\n" : ImportCheck.render(comparisons, sourceLabel: label)
         let different = comparisons.filter(\.differs).count
-        report += different == 0 ? "--check: no difference\n" : "--check: \(different) task(s) fire differently from their source\n"
+        let notCompared = comparisons.filter { $0.unavailable != nil && !$0.failed }.count
+        let skipped = notCompared == 0 ? "" : " (\(notCompared) task(s) not compared, said above)"
+        report += different == 0 ? "--check: no difference\(skipped)\n" : "--check: \(different) task(s) fire differently from their source\(skipped)\n"
         // With the configuration on stdout, the tables go to stderr so the file stays clean.
         if output == nil { StandardError.write(report) } else { print(report, terminator: "") }
         if different > 0 { throw ExitCode(1) }

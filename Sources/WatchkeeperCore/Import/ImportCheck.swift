@@ -173,7 +173,9 @@ public enum SystemdAnalyzeCalendar {
     public static var isInstalled: Bool { access(path, X_OK) == 0 }
 
     public static func fires(_ expressions: [String], after base: Int64, count: Int) -> Result<[Int64], CalendarOracleError> {
-        var command = "\(path) calendar --iterations=\(count) --base-time=@\(base)"
+        // Without TZ, as systemd itself runs: the machine's /etc/localtime, which is also the
+        // zone watchkeeper's scheduler uses (it never reads TZ).
+        var command = "/usr/bin/env -u TZ \(path) calendar --iterations=\(count) --base-time=@\(base)"
         for expression in expressions { command += " " + ShellQuoting.quote(expression) }
         command += " 2>&1"
         guard let pipe = popen(command, "r") else {

@@ -315,7 +315,7 @@ public struct SystemdUnitImporter: Sendable {
                 for word in ExecCommand.words(setting.value) ?? [] {
                     guard let equals = word.firstIndex(of: "=") else { continue }
                     let key = String(word[..<equals])
-                    if key.hasPrefix("WATCHKEEPER_") { untranslated(setting, "WATCHKEEPER_ names are set by the daemon"); continue }
+                    if key.hasPrefix("WATCHKEEPER_") || key.isEmpty { untranslated(setting, "\"\(word)\": names starting with WATCHKEEPER_ are set by the daemon, and a name cannot be empty"); continue }
                     pairs.removeAll { $0.key == key }
                     pairs.append((key, String(word[word.index(after: equals)...])))
                 }
