@@ -114,6 +114,33 @@ final class ImportCommandTests: ScratchDirectoryTestCase {
         XCTAssertTrue(toml.contains("IN_ACCESS\n#   -> dropped from this rule's events"), toml)
     }
 
+    // MARK: - The translations run
+
+    /// An imported @reboot runs when the daemon starts, with the input cron's % gave it, and
+    /// an imported incron rule runs its shell command with the file's name.
+    func testImported_rebootTaskAndIncronRule_runInTheDaemon() throws {
+        let sandbox = try DaemonSandbox()
+        let inbox = sandbox.root + "/inbox"
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        let crontab = directory + "/crontab"
+        try "MAILTO=\"\"\n@reboot cat > \(sandbox.root)/reboot.out%hello%wor\\%ld\n".write(toFile: crontab, atomically: true, encoding: .utf8)
+        let incrontab = directory + "/incrontab"
+        try "\(inbox) IN_CLOSE_WRITE echo \"$# $%\" >> \(sandbox.root)/incron.log\n".write(toFile: incrontab, atomically: true, encoding: .utf8)
+        let cron = try watchkeeper(["import", "cron", crontab])
+        let incron = try watchkeeper(["import", "incron", incrontab])
+        XCTAssertEqual(cron.status, 0, cron.stderr)
+        XCTAssertEqual(incron.status, 0, incron.stderr)
+        try sandbox.writeConfig(DaemonSandbox.basicConfig + "\n" + cron.stdout + "\n" + incron.stdout)
+        let notify = try NotifySocket()
+        let daemon = try sandbox.startReady(notifySocket: notify)
+        defer { daemon.stop(within: 10) }
+        let reboot = waitForValue(10) { try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8) }
+        XCTAssertEqual(reboot, "hello\nwor%ld", daemon.stderr)
+        try "data".write(toFile: inbox + "/a b.csv", atomically: false, encoding: .utf8)
+        let logged = waitForValue(10) { (try? String(contentsOfFile: sandbox.root + "/incron.log", encoding: .utf8)).flatMap { $0.isEmpty ? nil : $0 } }
+        XCTAssertEqual(logged, "a b.csv closed_write\n", daemon.stderr)
+    }
+
     func testImport_unreadableFile_exits66_andWritesNothing() throws {
         let output = directory + "/never.toml"
         let result = try watchkeeper(["import", "cron", "--output", output, directory + "/missing"])
