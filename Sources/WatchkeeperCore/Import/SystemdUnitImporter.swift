@@ -287,6 +287,8 @@ public struct SystemdUnitImporter: Sendable {
             return .failure(Refusal(line: 1, text: service.name, reason: "the service has no ExecStart="))
         }
         var user: String? = nil
+        let serviceType = service.last("Service", "Type")?.value ?? "simple"
+        let isOneshot = serviceType == "oneshot"
         for setting in service.settings where setting.section == "Service" {
             switch setting.key {
             case "ExecStartPre", "ExecStart", "ExecStartPost":
@@ -324,6 +326,12 @@ public struct SystemdUnitImporter: Sendable {
                 untranslated(setting, "systemd reads the file at every start; watchkeeper's environment is in the configuration: copy the variables into environment")
             case "TimeoutStartSec", "RuntimeMaxSec", "TimeoutSec":
                 if setting.value == "infinity" { continue }
+                // Only a oneshot service's start lasts its whole run; for the others the start
+                // timeout is over once the process runs.
+                if setting.key != "RuntimeMaxSec" && !isOneshot {
+                    untranslated(setting, "for Type=\(serviceType) the start timeout ends when the process has started, not when it exits; only RuntimeMaxSec= would be a budget")
+                    continue
+                }
                 guard let seconds = Self.timeSpan(setting.value) else { untranslated(setting, "unable to read the time span"); continue }
                 if seconds > 0 {
                     entry["budget"] = .string(Self.durationText(min(max(seconds, 0.01), 7 * 86_400)))

@@ -110,6 +110,19 @@ final class CrontabImporterTests: XCTestCase {
         XCTAssertNotNil(imported.loaded())
     }
 
+    func testSystemFormat_isDetectedByPath_orAskedFor() throws {
+        XCTAssertTrue(CrontabImporter.isSystemPath("/etc/crontab"))
+        XCTAssertTrue(CrontabImporter.isSystemPath("/etc/cron.d/sysstat"))
+        XCTAssertFalse(CrontabImporter.isSystemPath("/home/alice/crontab"))
+        let scratch = try makeScratchDirectory()
+        try "0 1 * * * root /bin/true\n".write(toFile: scratch + "/tab", atomically: true, encoding: .utf8)
+        let asked = try ImportRun.translate(ImportOptions(format: .cron, files: [scratch + "/tab"], systemCrontab: true, mail: false)).get()
+        XCTAssertEqual(asked.entries.first?["user"], .string("root"))
+        XCTAssertEqual(asked.entries.first?["command"], .string("/bin/true"))
+        let user = try ImportRun.translate(ImportOptions(format: .cron, files: [scratch + "/tab"], mail: false)).get()
+        XCTAssertEqual(user.entries.first?["command"], .string("root /bin/true"), "without a user column, root is the command")
+    }
+
     func testUnknownUser_andRefusedFields_areUntranslatedWithTheReason() {
         let imported = importCron("""
             0 1 * * * no-such-user-here /bin/a

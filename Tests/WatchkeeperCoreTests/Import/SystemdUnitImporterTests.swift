@@ -112,6 +112,12 @@ final class SystemdUnitImporterTests: ScratchDirectoryTestCase {
         XCTAssertNotNil(imported.loaded())
     }
 
+    func testStartTimeout_ofASimpleService_isNoBudget() throws {
+        let imported = try importUnits([("s.timer", "[Timer]\nOnUnitActiveSec=1h\n"), ("s.service", "[Service]\nExecStart=/bin/true\nTimeoutStartSec=10\nRuntimeMaxSec=2h\n")])
+        XCTAssertEqual(imported.entry("s")?["budget"], .string("2h"))
+        XCTAssertTrue(imported.config.untranslated.contains { $0.text == "TimeoutStartSec=10" && $0.reason.contains("Type=simple") })
+    }
+
     func testExecCommand_runsInTheShellAsSystemdWouldHaveRunIt() throws {
         let command = try ExecCommand.parse(#"/bin/echo "a  b" 'c\'d' ${X} $X x${X}y \$"#, unitName: "u.service").get()
         let output = try runShell(command.shellText, environment: ["X": "1 2"])

@@ -21,7 +21,7 @@ final class VixieCronScheduleTests: XCTestCase {
         let utc = TimeZoneRules.utc
         // 2026-01-01 is a Thursday. "1,15 or Monday"; "*" in one field makes it AND.
         let base: Int64 = 1_767_225_600 - 60
-        for spec in ["0 0 1,15 * 1", "0 0 * * 1", "0 0 1,15 * *", "0 0 */2 * 1", "0 0 1 * */3", "0 12 13 * fri", "0 0 31 * 0,6"] {
+        for spec in ["0 0 1,15 * 1", "0 0 * * 1", "0 0 1,15 * *", "0 0 */2 * 1", "0 0 1 * */3", "0 12 13 * fri", "0 0 31 * 0,6", "@weekly", "@monthly", "@yearly", "@daily", "@hourly"] {
             let cron = try VixieCronSchedule(parsing: spec)
             XCTAssertEqual(cron.runs(after: base, count: 20, in: utc), try daemonFires(spec, after: base, count: 20, in: utc), spec)
         }
