@@ -26,7 +26,7 @@ struct Import: ParsableCommand {
     @Argument(help: "The files to translate.", completion: .file())
     var files: [String]
 
-    @Option(name: [.short, .long], help: "Write the configuration here instead of stdout.", completion: .file(extensions: ["toml"]))
+    @Option(name: [.short, .long], help: ArgumentHelp("Write the configuration here instead of stdout.", valueName: "file"), completion: .file(extensions: ["toml"]))
     var output: String?
 
     @Flag(name: .long, inversion: .prefixedNo, help: "cron: the files have a user column (default: only /etc/crontab and /etc/cron.d/*).")
@@ -38,7 +38,7 @@ struct Import: ParsableCommand {
     @Flag(name: .long, help: "Compare the next 20 fires of each task by the source's rules and by watchkeeper's.")
     var check = false
 
-    @Option(name: .long, help: "With --check, count fires from this instant (seconds since the epoch) instead of now.")
+    @Option(name: .long, help: ArgumentHelp("With --check, count fires from this instant (seconds since the epoch) instead of now.", valueName: "seconds"))
     var checkFrom: Int64?
 
     func validate() throws {
