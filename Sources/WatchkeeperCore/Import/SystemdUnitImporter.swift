@@ -370,6 +370,11 @@ public struct SystemdUnitImporter: Sendable {
             case "StandardOutput", "StandardError":
                 untranslated(setting, "a job's output goes to the journal (output = \"daemon\" or \"direct\")")
             default:
+                let sandboxing = setting.key.hasPrefix("Protect") || setting.key.hasPrefix("Private") || setting.key.hasPrefix("Restrict")
+                if sandboxing, Self.boolean(setting.value) == false {
+                    untranslated(setting, "nothing to carry over: watchkeeper does not sandbox jobs, and this turns a protection off")
+                    continue
+                }
                 untranslated(setting, setting.key.hasPrefix("Protect") || setting.key.hasPrefix("Private") || setting.key.hasPrefix("Restrict") || ["LockPersonality", "NoNewPrivileges", "CapabilityBoundingSet", "SystemCallFilter", "ReadWritePaths", "ReadOnlyPaths", "MemoryDenyWriteExecute", "ProtectSystem", "ProtectHome"].contains(setting.key)
                     ? "watchkeeper does not sandbox jobs: this protection is lost"
                     : "no watchkeeper equivalent for [Service] \(setting.key)=")
