@@ -134,11 +134,12 @@ final class ImportCommandTests: ScratchDirectoryTestCase {
         let notify = try NotifySocket()
         let daemon = try sandbox.startReady(notifySocket: notify)
         defer { daemon.stop(within: 10) }
-        let reboot = waitForValue(10) { try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8) }
-        XCTAssertEqual(reboot, "hello\nwor%ld", daemon.stderr)
+        // The shell creates the file before cat writes into it: wait for the whole text.
+        _ = waitFor(10) { (try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8)) == "hello\nwor%ld" }
+        XCTAssertEqual(try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8), "hello\nwor%ld", daemon.stderr)
         try "data".write(toFile: inbox + "/a b.csv", atomically: false, encoding: .utf8)
-        let logged = waitForValue(10) { (try? String(contentsOfFile: sandbox.root + "/incron.log", encoding: .utf8)).flatMap { $0.isEmpty ? nil : $0 } }
-        XCTAssertEqual(logged, "a b.csv closed_write\n", daemon.stderr)
+        _ = waitFor(10) { (try? String(contentsOfFile: sandbox.root + "/incron.log", encoding: .utf8))?.hasSuffix("\n") == true }
+        XCTAssertEqual(try? String(contentsOfFile: sandbox.root + "/incron.log", encoding: .utf8), "a b.csv closed_write\n", daemon.stderr)
     }
 
     func testImport_unreadableFile_exits66_andWritesNothing() throws {
