@@ -87,7 +87,8 @@ public struct IncrontabImporter: Sendable {
         var notes: [String] = []
         var dropped: [String] = []
         var recursive = true
-        var noLoop = false
+        var loopable = false
+        var dotDirectories = false
         for item in maskText.split(separator: ",").map(String.init) {
             switch item {
             case "IN_ALL_EVENTS":
@@ -103,13 +104,17 @@ public struct IncrontabImporter: Sendable {
             case "IN_DONT_FOLLOW":
                 notes.append("IN_DONT_FOLLOW: watchkeeper resolves a watched path that is a symbolic link and watches the real directory (follow_symlinks = false still keeps links inside the tree unfollowed).")
             case "IN_NO_LOOP":
-                noLoop = true
+                break
+            case "loopable=true":
+                loopable = true
+            case "loopable=false":
+                break
             case "IN_MASK_ADD":
                 break
             case "recursive=true": recursive = true
             case "recursive=false": recursive = false
             case "dotdirs=true":
-                notes.append("dotdirs=true: watchkeeper watches directories whose names start with a dot anyway.")
+                dotDirectories = true
             case "dotdirs=false":
                 break
             default:
@@ -180,15 +185,27 @@ public struct IncrontabImporter: Sendable {
         case .success(let translated):
             if let arguments = translated.arguments {
                 entry["command"] = .strings(arguments)
+            } else if owner != nil {
+                // incrond runs a user table's command with /bin/bash -c, a system table's
+                // with system(3), i.e. /bin/sh -c (usertable.cpp).
+                entry["command"] = .strings(["/bin/bash", "-c", ShellQuoting.literalArgument(translated.script)])
+                notes.append("A user table's command ran as /bin/bash -c; so it does here.")
             } else {
                 entry["shell"] = .bool(true)
                 entry["command"] = .string(translated.script)
             }
             notes += translated.notes
         }
+        if let owner, owner != "root" {
+            // incrond clears a non-root user's environment and sets this PATH.
+            entry["environment"] = .table([("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/X11R6/bin")])
+        }
         entry["budget"] = .string("7d")
-        if noLoop {
-            notes.append("IN_NO_LOOP: incron stops watching while the command runs; watchkeeper keeps watching, so a command that writes into the watched directory starts jobs for its own files (write elsewhere, or exclude them).")
+        if !loopable {
+            notes.append("incron 0.5.12 has no-loop as its default (IN_NO_LOOP; loopable=true turns it off) but builds without the code that pauses the watch (LOOPER), so it keeps watching while the command runs, as watchkeeper does: a command that writes into the watched directory starts jobs for its own files.")
+        }
+        if recursive && !dotDirectories {
+            notes.append("incron does not descend into directories whose names start with a dot (dotdirs=false, its default); watchkeeper does, so events in them start jobs here.")
         }
         entry.notes = notes
         return .success(entry)
@@ -285,7 +302,7 @@ public struct IncrontabImporter: Sendable {
             }
             script.append(character)
         }
-        notes.append("The command keeps incron's sh -c; $@, $# and $% are \"$WATCHKEEPER_DIR\", \"$WATCHKEEPER_NAME\" and \"$WATCHKEEPER_EVENT\", double-quoted, so a file name with blanks or shell characters stays one word (incron pasted it into the text unquoted).")
+        notes.append("The command keeps incron's sh -c; $@, $# and $% are \"$WATCHKEEPER_DIR\", \"$WATCHKEEPER_NAME\" and \"$WATCHKEEPER_EVENT\", double-quoted, so a file name with blanks or shell characters stays one word (incron pasted it into the text with only blanks and backslashes escaped, which also left a literal backslash inside quotes).")
         if usesEvent { notes.append("$% is watchkeeper's event name (closed_write, moved_in, ...), not incron's (IN_CLOSE_WRITE, IN_MOVED_TO, ...).") }
         return .success(TranslatedCommand(arguments: nil, script: script, notes: notes))
     }

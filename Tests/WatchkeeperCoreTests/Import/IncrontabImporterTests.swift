@@ -24,7 +24,9 @@ final class IncrontabImporterTests: XCTestCase {
         XCTAssertEqual(events("e-l5"), .strings(["closed_write", "moved_in"]), "136 = IN_CLOSE_WRITE | IN_MOVED_TO")
         XCTAssertEqual(events("f-l6"), .strings(["closed_write"]))
         let notes = imported.entry("f-l6")?.notes.joined(separator: "\n") ?? ""
-        for word in ["IN_ONLYDIR", "IN_DONT_FOLLOW", "IN_NO_LOOP", "dotdirs"] { XCTAssertTrue(notes.contains(word), word) }
+        for word in ["IN_ONLYDIR", "IN_DONT_FOLLOW", "IN_NO_LOOP", "LOOPER"] { XCTAssertTrue(notes.contains(word), word) }
+        XCTAssertFalse(notes.contains("dotdirs=false"), "f-l6 has dotdirs=true")
+        XCTAssertTrue(imported.entry("a-l1")?.notes.contains { $0.contains("dotdirs=false") } == true)
         // What IN_ALL_EVENTS and IN_CLOSE include but watchkeeper cannot react to is listed.
         let dropped = imported.config.untranslated.filter { $0.source.line == 4 }.map(\.text)
         XCTAssertEqual(Set(dropped), ["IN_ACCESS", "IN_OPEN", "IN_CLOSE_NOWRITE", "IN_DELETE_SELF", "IN_MOVE_SELF"])
@@ -55,6 +57,15 @@ final class IncrontabImporterTests: XCTestCase {
         let output = try runShell(script.replacingOccurrences(of: "> /tmp/log", with: "") + "; echo $code",
                                   environment: ["WATCHKEEPER_DIR": "/srv/in", "WATCHKEEPER_NAME": "a b;$(x)", "WATCHKEEPER_EVENT": "closed_write", "HOME": "/h"])
         XCTAssertEqual(output, "a b;$(x) in /srv/in name a b;$(x) /h\n8\n", "$$ gives incron's shell a $ to expand")
+    }
+
+    func testUserTable_runsAsItsOwner_throughBash_andLoopableIsKnown() throws {
+        let imported = importIncron("/srv/in IN_CLOSE_WRITE,loopable=true echo \"$#\" | logger\n", path: "/var/spool/incron/root")
+        let entry = try XCTUnwrap(imported.entry("in-l1"))
+        XCTAssertEqual(entry["user"], .string("root"))
+        XCTAssertEqual(entry["command"], .strings(["/bin/bash", "-c", "echo \"$WATCHKEEPER_NAME\" | logger"]))
+        XCTAssertFalse(entry.notes.contains { $0.contains("LOOPER") })
+        XCTAssertNotNil(imported.loaded())
     }
 
     func testWildcardPath_watchesItsDirectoryWithAnInclude_andAFileItsDirectory() throws {
