@@ -173,7 +173,7 @@ public struct CrontabImporter: Sendable {
         var script = command
         if let stdin {
             script = "printf '%s' \(ShellQuoting.quote(stdin)) | (\n\(command)\n)"
-            entry.notes.append("The text after the first unescaped % in the source becomes the job's standard input, each further % a newline, as cron does: the command is wrapped as printf '%s' '<input>' | ( command ).")
+            entry.notes.append("The text after the first unescaped % in the source becomes the job's standard input, each further % a newline and a final newline added, as Debian's cron does: the command is wrapped as printf '%s' '<input>' | ( command ).")
         }
         let usesSh = shell == "/bin/sh"
         if usesSh {
@@ -220,36 +220,57 @@ public struct CrontabImporter: Sendable {
             + "cat \"$WATCHKEEPER_OUTPUT_FILE\") | \(ShellQuoting.quote(sendmail)) -t"
     }
 
-    /// The command and its standard input, as Vixie cron splits them: the first `%` not
-    /// preceded by a backslash ends the command, `\%` stands for `%` (the backslash
-    /// dropped, in the command and the input), and each further unescaped `%` in the input
-    /// becomes a newline. Other backslashes are kept.
+    /// The command and its standard input, as Debian's cron (do_command.c) makes them.
+    /// In the command, the first `%` not escaped by a backslash ends it, and `\%` and `\\`
+    /// lose their backslash (other backslashes stay). The rest is the input, written as
+    /// `\%` -> `%`, `%` -> newline, `\x` -> `\x`, with a newline added when it does not end
+    /// with one; nil when there is no `%`.
     static func splitPercent(_ text: String) -> (command: String, stdin: String?) {
         var command = ""
-        var input: String? = nil
+        var rest: Substring? = nil
         var escaped = false
-        for character in text {
+        var index = text.startIndex
+        while index < text.endIndex {
+            let character = text[index]
+            index = text.index(after: index)
             if escaped {
                 escaped = false
-                if character == "%" {
-                    if input != nil { input! += "%" } else { command += "%" }
-                    continue
+                if character == "%" || character == "\\" {
+                    command.removeLast()
                 }
-                if input != nil { input! += "\\" } else { command += "\\" }
+                command.append(character)
+                continue
             }
             if character == "\\" {
                 escaped = true
+                command.append(character)
                 continue
             }
             if character == "%" {
-                if input == nil { input = "" } else { input! += "\n" }
-                continue
+                rest = text[index...]
+                break
             }
-            if input != nil { input!.append(character) } else { command.append(character) }
+            command.append(character)
         }
-        if escaped {
-            if input != nil { input! += "\\" } else { command += "\\" }
+        guard let rest else { return (command, nil) }
+        var input = ""
+        var needNewline = false
+        escaped = false
+        for original in rest {
+            var character = original
+            if escaped {
+                if character != "%" { input += "\\" }
+            } else if character == "%" {
+                character = "\n"
+            }
+            escaped = character == "\\"
+            if !escaped {
+                input.append(character)
+                needNewline = character != "\n"
+            }
         }
+        if escaped { input += "\\" }
+        if needNewline { input += "\n" }
         return (command, input)
     }
 

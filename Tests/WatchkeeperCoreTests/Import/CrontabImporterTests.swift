@@ -60,19 +60,22 @@ final class CrontabImporterTests: XCTestCase {
                        "the loader keeps {{ }} for the spawner, which makes them single braces")
     }
 
-    func testPercent_firstEndsTheCommand_restIsStdinWithNewlines_backslashPercentIsLiteral() {
+    func testPercent_firstEndsTheCommand_restIsStdinWithNewlines_asDebianCronMakesThem() {
         XCTAssertEqual(CrontabImporter.splitPercent(#"date +\%Y-\%m"#).command, "date +%Y-%m")
         XCTAssertNil(CrontabImporter.splitPercent(#"date +\%Y"#).stdin)
+        XCTAssertEqual(CrontabImporter.splitPercent(#"echo a\\b \n"#).command, #"echo a\b \n"#, "\\\\ loses one backslash, \\n keeps it")
         let split = CrontabImporter.splitPercent(#"mail -s hi root%line one%line \%two\n"#)
         XCTAssertEqual(split.command, "mail -s hi root")
-        XCTAssertEqual(split.stdin, "line one\nline %two\\n")
+        XCTAssertEqual(split.stdin, "line one\nline %two\\n\n", "a newline is added after the last line")
+        XCTAssertEqual(CrontabImporter.splitPercent("cat%a%").stdin, "a\n", "no second newline after one the input ends with")
+        XCTAssertEqual(CrontabImporter.splitPercent("cat%").stdin, "")
     }
 
     func testPercent_runsTheCommandWithThatInput() throws {
         let imported = importCron("* * * * * cat > /tmp/out%first 'line'%second \\% line\n")
         guard case .string(let script)? = imported.entry("cat-l1")?["command"] else { return XCTFail(imported.toml) }
         let output = try runShell(script.replacingOccurrences(of: "/tmp/out", with: "/dev/stdout"))
-        XCTAssertEqual(output, "first 'line'\nsecond % line")
+        XCTAssertEqual(output, "first 'line'\nsecond % line\n")
     }
 
     func testMailTo_becomesAnOnFailureHookThroughSendmail_andEmptyMailToNone() throws {

@@ -90,7 +90,7 @@ final class ImportCommandTests: ScratchDirectoryTestCase {
         let toml = try importAndCheck("cron", [crontab])
         let configuration = try ConfigLoader.parse(source: toml, path: "/x.toml", environment: [:]).get()
         guard case .shell(let script) = configuration.tasks.first?.job.command else { return XCTFail(toml) }
-        XCTAssertEqual(script, #"printf '%s' 'stdin line"# + "\n" + #"second' | ("# + "\n" + #"printf '%s\n' "Grüße \"quoted\" C:\\dir" | logger -t 'it''s' %done"# + "\n)")
+        XCTAssertEqual(script, #"printf '%s' 'stdin line"# + "\n" + "second\n" + #"' | ("# + "\n" + #"printf '%s\n' "Grüße \"quoted\" C:\dir" | logger -t 'it''s' %done"# + "\n)")
     }
 
     func testImportCron_check_reportsDSTDifferences_andExitsOne() throws {
@@ -135,8 +135,8 @@ final class ImportCommandTests: ScratchDirectoryTestCase {
         let daemon = try sandbox.startReady(notifySocket: notify)
         defer { daemon.stop(within: 10) }
         // The shell creates the file before cat writes into it: wait for the whole text.
-        _ = waitFor(10) { (try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8)) == "hello\nwor%ld" }
-        XCTAssertEqual(try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8), "hello\nwor%ld", daemon.stderr)
+        _ = waitFor(10) { (try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8)) == "hello\nwor%ld\n" }
+        XCTAssertEqual(try? String(contentsOfFile: sandbox.root + "/reboot.out", encoding: .utf8), "hello\nwor%ld\n", daemon.stderr)
         try "data".write(toFile: inbox + "/a b.csv", atomically: false, encoding: .utf8)
         _ = waitFor(10) { (try? String(contentsOfFile: sandbox.root + "/incron.log", encoding: .utf8))?.hasSuffix("\n") == true }
         XCTAssertEqual(try? String(contentsOfFile: sandbox.root + "/incron.log", encoding: .utf8), "a b.csv closed_write\n", daemon.stderr)
