@@ -28,8 +28,11 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # the real network share over loopback that NetworkShareTests polls (sshd on a test port).
 # etcd-server and etcd-client (3.4 in Debian 12) are the real clusters of the cluster tests
 # (EtcdTestCluster), openssl makes their certificates and iproute2 the network namespace a
-# partitioned daemon runs in (NetworkPartition).
+# partitioned daemon runs in (NetworkPartition). sysstat, e2fsprogs, apt, dpkg, logrotate (with
+# man-db, util-linux and systemd) install the cron.d files and timers `watchkeeper import` is
+# tested on (ImportCommandTests).
 APT_PACKAGES = libsystemd-dev libsqlite3-dev pkg-config systemd util-linux procps groff-base man-db zsh fish tmux python3-pip \
+               sysstat e2fsprogs apt dpkg logrotate \
                prometheus-node-exporter prometheus rsync curl unzip openssh-server sshfs \
                etcd-server etcd-client openssl iproute2
 # The Varlink client from PyPI (what other tools would call the control socket with), pinned,

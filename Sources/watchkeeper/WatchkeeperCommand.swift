@@ -27,7 +27,7 @@ struct WatchkeeperCommand: ParsableCommand {
             66 the journal has no files, 77 none readable. See watchkeeper(8).
             """,
         version: WatchkeeperVersion.current,
-        subcommands: [Run.self, CheckConfig.self, Status.self, Trigger.self, Cancel.self, Reload.self, Dump.self, Tasks.self, Watches.self, History.self, Fleet.self, Next.self, Metrics.self, Logs.self]
+        subcommands: [Run.self, CheckConfig.self, Import.self, Status.self, Trigger.self, Cancel.self, Reload.self, Dump.self, Tasks.self, Watches.self, History.self, Fleet.self, Next.self, Metrics.self, Logs.self]
     )
 }
 
