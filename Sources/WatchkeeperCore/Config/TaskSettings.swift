@@ -84,18 +84,20 @@ public struct TaskSettings: Equatable, Sendable {
         var events: [CalendarEvent] = []
         for (text, start) in texts {
             do {
-                let event = try CalendarEvent(parsing: text)
-                // A day's margin: the task's zone is not known here, and is at most a day off UTC.
-                if event.nextFire(after: WallTime.now().secondsSinceEpoch - 86_400, in: .utc) == nil {
-                    context.error(at: start, "calendar \"\(text)\" for \(reader.dotted("calendar")) never elapses again (systemd-analyze calendar says the same)")
-                }
-                events.append(event)
+                events.append(try CalendarEvent(parsing: text))
             } catch {
                 var position = start
                 // Point into the string: the value's opening quote + column + 1.
                 if let start { position = SourcePosition(line: start.line, column: start.column + error.column + 1) }
                 context.error(at: position, "bad calendar event \"\(text)\" for \(reader.dotted("calendar")): \(error.message)")
             }
+        }
+        // A day's margin: the task's zone is not known here, and is at most a day off UTC. One
+        // past date among others is a timer's leftover, not a mistake.
+        if events.count == texts.count, !events.isEmpty,
+           events.allSatisfy({ $0.nextFire(after: WallTime.now().secondsSinceEpoch - 86_400, in: .utc) == nil }) {
+            context.error(at: reader.valuePosition("calendar"),
+                          "calendar \(texts.map { "\"\($0.0)\"" }.joined(separator: ", ")) for \(reader.dotted("calendar")) never elapses again (systemd-analyze calendar says the same)")
         }
         return events
     }

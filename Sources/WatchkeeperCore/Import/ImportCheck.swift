@@ -96,7 +96,7 @@ public enum ImportCheck {
                 }
                 result.importedFires = importedFires(task, after: base, count: count, zone: zone)
                 if result.importedFires.isEmpty && result.unavailable == nil {
-                    result.unavailable = "this build of watchkeeper cannot compute a calendar schedule's fires"
+                    result.unavailable = "the imported calendar schedule has no fire after that instant"
                     result.failed = true
                 }
                 results.append(result)

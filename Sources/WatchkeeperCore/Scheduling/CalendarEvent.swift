@@ -322,7 +322,8 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
             for component in chain {
                 let shown = Self.format([component], width: 0)
                 func fail(_ why: String) -> CalendarParseError {
-                    CalendarParseError(message: "\(name) \"\(shown)\" \(why)", column: 0)
+                    // Not one place in the text: the error points at the value as a whole.
+                    CalendarParseError(message: "\(name) \"\(shown)\" \(why)", column: -1)
                 }
                 guard component.start >= from, component.start <= to else {
                     throw fail(endOfMonth ? "is out of range: days from the month's end are 1 to 28" : "is out of range \(from) to \(to)")
@@ -639,9 +640,9 @@ private struct CalendarEventParser {
             if current == UInt8(ascii: "/") {
                 position += 1
                 guard let (step, at) = number() else { throw failure("expected a number after '/'") }
+                if current == UInt8(ascii: ".") { throw failure("fractions of a second are not supported") }
                 guard step > 0 else { throw failure("a repetition of 0 never repeats", at: at) }
                 component.repeatEvery = step
-                if current == UInt8(ascii: ".") { throw failure("fractions of a second are not supported") }
             } else if seconds, let stop = component.stop, component.start + 1 > stop {
                 // systemd's seconds are microseconds: a range with no step must span a second.
                 throw failure("a range of seconds must end after it starts")

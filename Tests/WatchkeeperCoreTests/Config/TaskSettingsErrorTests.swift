@@ -112,7 +112,7 @@ extension TaskSettingsTests {
             """
         assertSingleConfigError(
             source, at: (4, 3),
-            #"task "a" has no schedule: set one of every = "15m", cron = "0 3 * * *" or manual = true"#
+            #"task "a" has no schedule: set one of every = "15m", cron = "0 3 * * *", calendar = "Mon..Fri 02:30" or manual = true"#
         )
     }
 
@@ -124,7 +124,7 @@ extension TaskSettingsTests {
             every = "1h"
             cron = "0 3 * * *"
             """
-        assertSingleConfigError(source, at: (1, 3), #"task "a" has more than one schedule: keep only one of every, cron and manual"#)
+        assertSingleConfigError(source, at: (1, 3), #"task "a" has more than one schedule: keep only one of every, cron, calendar and manual"#)
     }
 
     func testParse_badCronExpression_pointsIntoTheStringAtTheBadField() {
@@ -161,7 +161,7 @@ extension TaskSettingsTests {
             every = "1h"
             timezone = "Europe/Berlin"
             """
-        assertSingleConfigError(source, at: (5, 12), "task.timezone only applies to a cron schedule")
+        assertSingleConfigError(source, at: (5, 12), "task.timezone only applies to a cron or calendar schedule")
     }
 
     func testParse_unknownTimezone_isReportedAtTheValueWithASuggestion() {

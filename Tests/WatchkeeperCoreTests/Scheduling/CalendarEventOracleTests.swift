@@ -18,15 +18,15 @@ final class CalendarEventOracleTests: XCTestCase {
     static let bases: [Int64] = [
         1_767_225_600,  // 2026-01-01 00:00 UTC
         1_774_738_800,  // 2026-03-28 23:00 UTC: Europe's spring-forward night
-        1_792_364_400,  // 2026-10-24 23:00 UTC: its fall-back night
-        1_792_890_000,  // 2026-10-25 01:10 UTC: inside Berlin's repeated hour, second time
+        1_792_882_800,  // 2026-10-24 23:00 UTC: its fall-back night
+        1_792_890_600,  // 2026-10-25 01:10 UTC: inside Berlin's repeated hour, second time
         1_772_935_200,  // 2026-03-08 02:00 UTC: New York's spring-forward day
-        1_793_512_800,  // 2026-11-01 04:00 UTC: New York's fall-back
+        1_793_505_600,  // 2026-11-01 04:00 UTC: New York's fall-back night
         1_775_304_000,  // 2026-04-04 12:00 UTC: Lord Howe's half-hour fold
         1_791_028_800,  // 2026-10-03 12:00 UTC: Lord Howe's half-hour gap
         1_775_361_600,  // 2026-04-05 04:00 UTC: Santiago's midnight change
         1_788_566_400,  // 2026-09-05 00:00 UTC
-        1_803_600_000,  // 2027-02-25
+        1_803_600_000,  // 2027-02-26
     ]
 
     func testGeneratedExpressions_elapseAsSystemdAnalyzeSays() throws {

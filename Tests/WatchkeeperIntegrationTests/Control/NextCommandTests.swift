@@ -121,4 +121,34 @@ final class NextCommandTests: ControlTestCase {
             return history.contains("\"scheduled_at\":\"\(listed[0])\"")
         }, "next listed \(listed[0]); history: \(history)")
     }
+
+    func testACalendarTask_firesAtTheInstantsNextLists_asSystemdWouldElapseIt() throws {
+        try startDaemon("""
+            [[task]]
+            name = "every-two"
+            calendar = ["*:*:0/2 UTC", "2020-01-01 UTC"]
+            command = ["/bin/true"]
+            """)
+        let result = try cli(["next", "every-two", "-n", "3", "--json"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let tasks = try json(result.stdout)
+        XCTAssertEqual(tasks.first?["schedule"] as? String, "calendar *-*-* *:*:00/2 UTC; 2020-01-01 00:00:00 UTC", result.stdout)
+        let fires = try XCTUnwrap(tasks.first?["fires"] as? [[String: Any]])
+        let listed = fires.compactMap { $0["utc"] as? String }
+        XCTAssertEqual(listed.count, 3, result.stdout)
+        let instants = listed.compactMap(WallTime.init(iso8601:))
+        XCTAssertEqual(instants.count, 3, "\(listed)")
+        // Even seconds only, two apart: the past date adds nothing.
+        XCTAssertEqual(instants.map { $0.secondsSinceEpoch % 2 }, [0, 0, 0], "\(listed)")
+        if instants.count == 3 {
+            XCTAssertEqual([instants[1].secondsSinceEpoch - instants[0].secondsSinceEpoch, instants[2].secondsSinceEpoch - instants[1].secondsSinceEpoch], [2, 2])
+        }
+
+        // The daemon then runs the task scheduled at exactly those instants.
+        var history = ""
+        XCTAssertTrue(waitFor(15) {
+            history = (try? self.cli(["history", "every-two", "-n", "20", "--json"]).stdout) ?? history
+            return listed.allSatisfy { history.contains("\"scheduled_at\":\"\($0)\"") }
+        }, "next listed \(listed); history: \(history)")
+    }
 }
