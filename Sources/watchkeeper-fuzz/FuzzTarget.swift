@@ -7,12 +7,13 @@
 /// A failed check is a `fatalError` naming the property, which libFuzzer reports with the
 /// input that caused it.
 enum FuzzTarget: String, CaseIterable {
-    case config, cron, glob, inotify, fanotify, varlink, tzif
+    case config, cron, calendar, glob, inotify, fanotify, varlink, tzif
 
     func run(_ input: UnsafeRawBufferPointer) {
         switch self {
         case .config: Self.config(Array(input))
         case .cron: Self.cron(String(decoding: input, as: UTF8.self))
+        case .calendar: Self.calendar(String(decoding: input, as: UTF8.self))
         case .glob: Self.glob(Array(input))
         case .inotify: Self.inotify(input)
         case .fanotify: Self.fanotify(input)
@@ -55,6 +56,18 @@ enum FuzzTarget: String, CaseIterable {
         }
         check(fire > start && fire % 60 == 0, "\(expression): the next fire is a later whole minute")
         check(expression.matches(TimeZoneRules.utc.localTime(utcSeconds: fire)), "\(expression) matches its own next fire")
+    }
+
+    /// An event that parses reads back the same from its normal form (as systemd's does),
+    /// and its next elapse is later than the start and elapses again from just before it.
+    private static func calendar(_ text: String) {
+        guard let event = try? CalendarEvent(parsing: text) else { return }
+        let again = try? CalendarEvent(parsing: event.normalized)
+        check(again?.normalized == event.normalized, "\(text.debugDescription) reads back from its normal form \(event.normalized.debugDescription)")
+        let start: Int64 = 1_780_000_000  // 2026-05-28
+        guard let fire = event.nextFire(after: start, in: .utc) else { return }
+        check(fire > start, "\(event): the next elapse is later than the start")
+        check(event.nextFire(after: fire - 1, in: .utc) == fire, "\(event): from a second before its elapse it elapses there")
     }
 
     /// The first line is the pattern, the rest the path. A valid pattern matches in bounded

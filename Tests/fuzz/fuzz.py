@@ -18,7 +18,7 @@ import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-TARGETS = ["config", "cron", "glob", "inotify", "fanotify", "varlink", "tzif"]
+TARGETS = ["config", "cron", "calendar", "glob", "inotify", "fanotify", "varlink", "tzif"]
 SCRATCH = os.path.join(ROOT, ".build-fuzz")
 FUZZ_BINARY = os.path.join(SCRATCH, "debug", "watchkeeper-fuzz")
 # -sanitize=fuzzer alone leaves Swift code without coverage counters in a SwiftPM build
