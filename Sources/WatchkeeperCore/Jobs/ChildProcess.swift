@@ -47,6 +47,23 @@ public struct JobContext: Sendable {
         guard case .cgroups(let tree) = containment else { return }
         tree.release(cgroup, context: self)
     }
+
+    /// Spawns one process of a run (the job, its on_expire handler, a hook) in a cgroup of
+    /// its own, set in `cgroup`, when the daemon has cgroups; the cgroup goes again if the
+    /// spawn fails.
+    func spawn(_ request: SpawnRequest, runID: String, suffix: String = "", limits: JobLimits, cgroup: inout JobCgroup?) throws(SpawnError) -> SpawnedProcess {
+        var request = request
+        cgroup = try makeCgroup(runID: runID, suffix: suffix, limits: limits)
+        request.cgroupProcsDescriptor = cgroup?.procs
+        request.cgroupPath = cgroup?.directory.path
+        do {
+            return try ProcessSpawner.spawn(request)
+        } catch {
+            if let made = cgroup { release(made) }
+            cgroup = nil
+            throw error
+        }
+    }
 }
 
 /// One spawned process seen from the daemon: its pidfd in the jobs' epoll for its exit

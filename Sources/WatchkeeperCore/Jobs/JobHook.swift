@@ -108,7 +108,7 @@ final class JobHook {
             }
             if let expiry = record.expiry { extra.append(("WATCHKEEPER_EXPIRE_REASON", Array(expiry.rawValue.utf8))) }
             if let file { extra.append(("WATCHKEEPER_OUTPUT_FILE", Array(file.utf8))) }
-            var spawnRequest = try run.spawnRequest(command: command, extra: extra + output.environment, stdout: output.stdout,
+            let spawnRequest = try run.spawnRequest(command: command, extra: extra + output.environment, stdout: output.stdout,
                                                     stderr: output.stderr, progress: nil,
                                                     placeholders: ["outcome": Array(record.outcome.rawValue.utf8),
                                                                    "budget": Array(budget.compactDescription.utf8)])
@@ -117,16 +117,8 @@ final class JobHook {
                 outputFile = file
             }
             // Its own cgroup, as on_expire's: the job's is gone.
-            let cgroup = try context.makeCgroup(runID: request.runID, suffix: "-on-\(kind.rawValue)", limits: JobLimits())
-            spawnRequest.cgroupProcsDescriptor = cgroup?.procs
-            spawnRequest.cgroupPath = cgroup?.directory.path
-            let spawned: SpawnedProcess
-            do {
-                spawned = try ProcessSpawner.spawn(spawnRequest)
-            } catch {
-                if let cgroup { context.release(cgroup) }
-                throw error
-            }
+            var cgroup: JobCgroup?
+            let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-\(kind.rawValue)", limits: JobLimits(), cgroup: &cgroup)
             startedAt = .now
             let budget = self.budget
             child = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned, output: output,

@@ -104,16 +104,8 @@ final class JobRun: @unchecked Sendable {
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
         request.standardInput = stdin?.rawValue
-        let cgroup = try context.makeCgroup(runID: self.request.runID, limits: self.request.settings.limits)
-        request.cgroupProcsDescriptor = cgroup?.procs
-        request.cgroupPath = cgroup?.directory.path
-        let spawned: SpawnedProcess
-        do {
-            spawned = try ProcessSpawner.spawn(request)
-        } catch {
-            if let cgroup { context.release(cgroup) }
-            throw error
-        }
+        var cgroup: JobCgroup?
+        let spawned = try context.spawn(request, runID: self.request.runID, limits: self.request.settings.limits, cgroup: &cgroup)
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
@@ -307,22 +299,14 @@ final class JobRun: @unchecked Sendable {
         do {
             let output = try outputPlan()
             let elapsed = startedAt.elapsed()
-            var spawnRequest = try self.spawnRequest(command: command, extra: [
+            let spawnRequest = try self.spawnRequest(command: command, extra: [
                 ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
                 ("WATCHKEEPER_PID", Array(String(pid).utf8)),
                 ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
             ] + output.environment, stdout: output.stdout, stderr: output.stderr, progress: nil)
             // Its own cgroup: the job's is killed while the handler may still run.
-            let cgroup = try context.makeCgroup(runID: request.runID, suffix: "-on-expire", limits: JobLimits())
-            spawnRequest.cgroupProcsDescriptor = cgroup?.procs
-            spawnRequest.cgroupPath = cgroup?.directory.path
-            let spawned: SpawnedProcess
-            do {
-                spawned = try ProcessSpawner.spawn(spawnRequest)
-            } catch {
-                if let cgroup { context.release(cgroup) }
-                throw error
-            }
+            var cgroup: JobCgroup?
+            let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-expire", limits: JobLimits(), cgroup: &cgroup)
             // Squeezed, the handler gets half of what is left; the stop signal and SIGKILL the rest.
             let handlerBudget = squeezed(request.settings.onExpireBudget, share: 0.5)
             let logger = self.logger
