@@ -318,15 +318,18 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
     private func validate(text: String) throws(CalendarParseError) {
         func check(_ chain: [Component]?, _ name: String, from: Int, to: Int, endOfMonth: Bool = false) throws(CalendarParseError) {
             guard let chain else { return }
-            let to = endOfMonth ? to - 3 : to
+            var to = to
             for component in chain {
+                // systemd's chain_valid takes 3 off the end for each day counted from the
+                // month's end, item after item: `~28` alone passes, `~03,28` does not.
+                if endOfMonth { to -= 3 }
                 let shown = Self.format([component], width: 0)
                 func fail(_ why: String) -> CalendarParseError {
                     // Not one place in the text: the error points at the value as a whole.
                     CalendarParseError(message: "\(name) \"\(shown)\" \(why)", column: -1)
                 }
                 guard component.start >= from, component.start <= to else {
-                    throw fail(endOfMonth ? "is out of range: days from the month's end are 1 to 28" : "is out of range \(from) to \(to)")
+                    throw fail(endOfMonth ? "is out of range: days from the month's end are 1 to \(to)" : "is out of range \(from) to \(to)")
                 }
                 guard component.repeatEvery <= to - from else { throw fail("repeats at a step longer than the field's range") }
                 if let stop = component.stop {

@@ -198,7 +198,11 @@ final class CalendarEventOracleTests: XCTestCase {
                 let day: String
                 if chance(15) {
                     let n = Int.random(in: 1...6, using: &g)
-                    day = "~" + (chance(30) ? "\(n)/\(Int.random(in: 1...max(1, n - 1), using: &g))" : String(n))
+                    switch Int.random(in: 0..<4, using: &g) {
+                    case 0: day = "~\(n)/\(Int.random(in: 1...max(1, n - 1), using: &g))"
+                    case 1: day = "~\(n),\(Int.random(in: 1...28, using: &g))"
+                    default: day = "~\(n)"
+                    }
                 } else {
                     day = "-" + field(1...31)
                 }

@@ -61,6 +61,7 @@ final class CalendarEventTests: XCTestCase {
             ("*-*-* 24:00", "out of range 0 to 23"),
             ("*-*~29", "days from the month's end are 1 to 28"),
             ("*-*~1/2", "repeats past the month's end"),
+            ("*-*~28,03", "days from the month's end are 1 to 25"),
             ("*-*-31/2", "never repeats in 1 to 31"),
             ("Fri..Mon", "from Monday towards Sunday"),
             ("Mo 1:00", "expected a number or '*'"),
