@@ -212,29 +212,30 @@ final class JobHook {
 
     static func writeOutputFile(_ path: String, bytes: [UInt8], owner: Credentials?) throws(SpawnError) {
         let directory = String(path[..<path.lastIndex(of: "/")!])
-        if mkdir(directory, 0o711) != 0 && errno != EEXIST {
-            throw outputFileError("create directory", directory, errno)
+        if case .failure(let error) = nothingOrErrno({ mkdir(directory, 0o711) }), error != .fileExists {
+            throw outputFileError("create directory", directory, error.rawValue)
         }
         // A stale file of a daemon that died mid-hook: the run ID is random, so only ours.
         unlink(path)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw outputFileError("create", path, errno) }
+        let fd: Int32
+        switch valueOrErrno({ open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600) }) {
+        case .success(let opened): fd = opened
+        case .failure(let error): throw outputFileError("create", path, error.rawValue)
+        }
         defer { close(fd) }
-        if let owner, fchown(fd, owner.uid, owner.gid) != 0 {
-            let error = errno
+        if let owner, case .failure(let error) = nothingOrErrno({ fchown(fd, owner.uid, owner.gid) }) {
             unlink(path)
-            throw outputFileError("write", path, error)
+            throw outputFileError("write", path, error.rawValue)
         }
         var written = 0
         while written < bytes.count {
-            let result = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
-            if result < 0 {
-                if errno == EINTR { continue }
-                let error = errno
+            // valueOrErrno retries EINTR.
+            switch valueOrErrno({ bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) } }) {
+            case .success(let count): written += count
+            case .failure(let error):
                 unlink(path)
-                throw outputFileError("write", path, error)
+                throw outputFileError("write", path, error.rawValue)
             }
-            written += result
         }
     }
 }
