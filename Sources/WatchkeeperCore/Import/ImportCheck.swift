@@ -69,7 +69,7 @@ public enum ImportCheck {
             case .none:
                 continue
             case .cron(let spec, let zoneName):
-                let zone = (try? zoneName.map { name throws(TimeZoneLoadError) in try TimeZoneRules.load(identifier: name) } ?? TimeZoneRules.local()) ?? .utc
+                let zone = (try? TimeZoneRules.named(zoneName)) ?? .utc
                 var result = FireComparison(task: entry.name, source: entry.source, zone: zone, sourceFires: [], importedFires: [])
                 do {
                     let cron = try VixieCronSchedule(parsing: spec)
@@ -110,8 +110,7 @@ public enum ImportCheck {
         var fires: [Int64] = []
         // The scheduler's own next-fire function, cron or calendar alike.
         if task.schedule.isWallClock {
-            let zoneName = task.schedule.timezone
-            let zone = (try? zoneName.map { name throws(TimeZoneLoadError) in try TimeZoneRules.load(identifier: name) } ?? TimeZoneRules.local()) ?? fallback
+            let zone = (try? TimeZoneRules.named(task.schedule.timezone)) ?? fallback
             var cursor = base
             while fires.count < count, let next = task.schedule.nextFire(after: cursor, in: zone) {
                 fires.append(next)
@@ -177,8 +176,10 @@ public enum SystemdAnalyzeCalendar {
         var command = "/usr/bin/env -u TZ \(path) calendar --iterations=\(count) --base-time=@\(base)"
         for expression in expressions { command += " " + ShellQuoting.quote(expression) }
         command += " 2>&1"
-        guard let pipe = popen(command, "r") else {
-            return .failure(CalendarOracleError("unable to run systemd-analyze: \(String(cString: strerror(errno)))"))
+        let pipe: UnsafeMutablePointer<FILE>
+        switch pointerOrErrno({ popen(command, "r") }) {
+        case .success(let opened): pipe = opened
+        case .failure(let error): return .failure(CalendarOracleError("unable to run systemd-analyze: \(error)"))
         }
         var output: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4_096)

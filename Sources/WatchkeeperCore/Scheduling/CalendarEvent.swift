@@ -29,14 +29,6 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         static func < (lhs: Component, rhs: Component) -> Bool {
             (lhs.start, lhs.stop ?? -1, lhs.repeatEvery) < (rhs.start, rhs.stop ?? -1, rhs.repeatEvery)
         }
-
-        /// As systemd's find_matching_component reads it, counting upwards.
-        func contains(_ value: Int) -> Bool {
-            guard value >= start else { return false }
-            if let stop, value > stop { return false }
-            if repeatEvery == 0 { return value == start }
-            return (value - start) % repeatEvery == 0
-        }
     }
 
     /// Monday = bit 0 … Sunday = bit 6, as in systemd; 0 for every day.
@@ -429,8 +421,6 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         self.seconds = seconds
     }
 
-    private init() {}
-    fileprivate static func empty() -> CalendarEvent { CalendarEvent() }
 }
 
 private struct CalendarEventParser {

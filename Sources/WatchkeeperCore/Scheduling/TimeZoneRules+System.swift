@@ -63,6 +63,12 @@ extension TimeZoneRules {
         try local(path: localTimePath)
     }
 
+    /// A schedule's zone: the one its `timezone` names, else the machine's.
+    public static func named(_ identifier: String?) throws(TimeZoneLoadError) -> TimeZoneRules {
+        if let identifier { return try load(identifier: identifier) }
+        return try local()
+    }
+
     static func local(path: String) throws(TimeZoneLoadError) -> TimeZoneRules {
         let subject = "from \(path)"
         if let cached = TimeZoneCache.shared.rules(forKey: path) { return cached }

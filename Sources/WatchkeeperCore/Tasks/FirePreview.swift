@@ -157,9 +157,7 @@ public enum FirePreview {
         // The zone the daemon read the schedule in; else the one the file names; else local
         // time (the scheduler's fallback, as for a zone that did not load, is UTC).
         func zone(named identifier: String?) -> TimeZoneRules {
-            if let zone = start.zone { return zone }
-            if let identifier { return (try? TimeZoneRules.load(identifier: identifier)) ?? .utc }
-            return (try? TimeZoneRules.local()) ?? .utc
+            start.zone ?? (try? TimeZoneRules.named(identifier)) ?? .utc
         }
         var shownIn: TimeZoneRules
         var notes: [String] = []

@@ -236,7 +236,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
             scheduleEvery(task, interval: interval, after: now)
         case .cron(_, let timezone), .calendar(_, let timezone):
             do {
-                task.zone = try timezone.map { try TimeZoneRules.load(identifier: $0) } ?? TimeZoneRules.local()
+                task.zone = try TimeZoneRules.named(timezone)
             } catch {
                 logger.error("task \(task.settings.name): \(error); using UTC")
                 task.zone = TimeZoneRules.utc
