@@ -74,6 +74,12 @@ let package = Package(
             name: "watchkeeper-fuzz",
             dependencies: ["WatchkeeperCore"]
         ),
+        // The fleet's history checker (issue 35): reads what jobs and the fault injector
+        // recorded and finds overlapping runs, runs after an ok one, and items never run.
+        // Used by the simulation in memory and, through watchkeeper-fleet-check, by the
+        // nemesis against real daemons. Not linked into the daemon.
+        .target(name: "FleetCheck", dependencies: ["WatchkeeperCore"]),
+        .executableTarget(name: "watchkeeper-fleet-check", dependencies: ["FleetCheck", "WatchkeeperCore"]),
         // What both test targets share: scratch directories, polling with a deadline, a
         // recorder for events delivered on another queue, configuration and time zone
         // fixtures. A regular target, so `swift build` compiles it too: its files are wrapped
@@ -92,6 +98,10 @@ let package = Package(
                 "WatchkeeperTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
+        ),
+        .testTarget(
+            name: "FleetCheckTests",
+            dependencies: ["FleetCheck", "WatchkeeperCore"]
         ),
         .testTarget(
             name: "WatchkeeperIntegrationTests",

@@ -1,0 +1,122 @@
+import WatchkeeperCore
+
+/// What happened in a fleet, as the jobs themselves and the fault injector saw it: the one
+/// input of `FleetHistoryChecker`. The deterministic simulation builds it in memory; the
+/// nemesis against real processes writes it as JSON lines (one object a line, below), each
+/// job appending its own start and end, so the daemons under test never describe themselves.
+///
+///     {"type":"start","item":"task:report@2026-11-28T17:00:00.000Z","host":"b","run":"b-41","t":1764349200.125}
+///     {"type":"end","item":"task:report@2026-11-28T17:00:00.000Z","host":"b","run":"b-41","t":1764349203.2,"ok":true}
+///     {"type":"fault","kind":"partition","host":"c","t":1764349210.0,"until":1764349235.0}
+///     {"type":"fault","kind":"kill9","host":"a","t":1764349240.5,"until":1764349243.0,"jobs_killed":true}
+///     {"type":"expect","item":"file:inbox/f00042.dat#1"}
+///
+/// `t` is seconds on one clock shared by every writer (CLOCK_REALTIME on one machine, or the
+/// simulation's clock). An item names one unit of work that must run once: a task's fire, or
+/// one version of one file; runs are told apart by `run` (unique across hosts).
+public enum FleetHistoryEvent: Sendable, Equatable {
+    case start(item: String, host: String, run: String, at: Double)
+    case end(item: String, host: String, run: String, at: Double, ok: Bool)
+    case fault(FleetFault)
+    /// The item must have run to success once by the end of the history (liveness).
+    case expect(item: String)
+}
+
+/// One fault the injector caused, from `at` until `until` (nil: to the end of the history).
+public struct FleetFault: Sendable, Equatable {
+    public var kind: String
+    /// The daemon (host name) it hit; nil for faults of etcd itself.
+    public var host: String?
+    public var at: Double
+    public var until: Double?
+    /// Every job of the host died at `at` (SIGKILL of the daemon's cgroup, as systemd does
+    /// when the main process is killed): closes that host's runs that had not ended.
+    public var jobsKilled: Bool
+
+    public init(kind: String, host: String?, at: Double, until: Double? = nil, jobsKilled: Bool = false) {
+        self.kind = kind
+        self.host = host
+        self.at = at
+        self.until = until
+        self.jobsKilled = jobsKilled
+    }
+
+    /// Faults during which a host that is alive cannot tell etcd that a run ended: it was
+    /// killed, frozen or cut off. A run that ended ok just before or during one may be run
+    /// again by another host once the lease is gone; that is at-least-once, counted apart.
+    public static let silencingKinds: Set<String> = ["kill9", "sigstop", "partition"]
+
+    func silences(_ host: String, over window: ClosedRange<Double>) -> Bool {
+        guard self.host == host, Self.silencingKinds.contains(kind) else { return false }
+        return at <= window.upperBound && (until ?? .infinity) >= window.lowerBound
+    }
+}
+
+extension FleetHistoryEvent {
+    public struct ParseError: Error, Equatable, CustomStringConvertible {
+        public let line: Int
+        public let reason: String
+        public var description: String { "line \(line): \(reason)" }
+    }
+
+    /// Reads JSON lines; blank lines are skipped. `lineNumber` is for the error only.
+    public static func parse(line text: String, lineNumber: Int) throws(ParseError) -> FleetHistoryEvent? {
+        if text.allSatisfy({ $0 == " " || $0 == "\t" || $0 == "\r" }) { return nil }
+        let value: DumpValue
+        do { value = try DumpValue.parse(json: text) } catch { throw ParseError(line: lineNumber, reason: error.description) }
+        func string(_ key: String) throws(ParseError) -> String {
+            guard let text = value[key]?.stringValue else { throw ParseError(line: lineNumber, reason: "no string \"\(key)\"") }
+            return text
+        }
+        func time(_ key: String) throws(ParseError) -> Double {
+            guard let number = value[key]?.doubleValue else { throw ParseError(line: lineNumber, reason: "no number \"\(key)\"") }
+            return number
+        }
+        switch try string("type") {
+        case "start":
+            return .start(item: try string("item"), host: try string("host"), run: try string("run"), at: try time("t"))
+        case "end":
+            guard let ok = value["ok"]?.boolValue else { throw ParseError(line: lineNumber, reason: "no boolean \"ok\"") }
+            return .end(item: try string("item"), host: try string("host"), run: try string("run"), at: try time("t"), ok: ok)
+        case "fault":
+            let until = value["until"].flatMap { $0 == .null ? nil : $0.doubleValue }
+            return .fault(FleetFault(kind: try string("kind"), host: value["host"]?.stringValue, at: try time("t"),
+                                     until: until, jobsKilled: value["jobs_killed"]?.boolValue ?? false))
+        case "expect":
+            return .expect(item: try string("item"))
+        case let other:
+            throw ParseError(line: lineNumber, reason: "unknown type \"\(other)\"")
+        }
+    }
+
+    /// Orders events from several logs by time; an `expect` has none and goes first. Ties
+    /// keep the order they were read in (the caller sorts by this key, then by position).
+    public static func sortKey(_ event: FleetHistoryEvent) -> Double {
+        switch event {
+        case .start(_, _, _, let at), .end(_, _, _, let at, _): return at
+        case .fault(let fault): return fault.at
+        case .expect: return -.infinity
+        }
+    }
+
+    /// The event as the one JSON line `parse` reads back.
+    public var jsonLine: String {
+        switch self {
+        case .start(let item, let host, let run, let at):
+            return DumpValue.object([.init("type", .string("start")), .init("item", .string(item)), .init("host", .string(host)),
+                                     .init("run", .string(run)), .init("t", .double(at))]).json
+        case .end(let item, let host, let run, let at, let ok):
+            return DumpValue.object([.init("type", .string("end")), .init("item", .string(item)), .init("host", .string(host)),
+                                     .init("run", .string(run)), .init("t", .double(at)), .init("ok", .bool(ok))]).json
+        case .fault(let fault):
+            var fields: [DumpField] = [.init("type", .string("fault")), .init("kind", .string(fault.kind))]
+            if let host = fault.host { fields.append(.init("host", .string(host))) }
+            fields.append(.init("t", .double(fault.at)))
+            if let until = fault.until { fields.append(.init("until", .double(until))) }
+            if fault.jobsKilled { fields.append(.init("jobs_killed", .bool(true))) }
+            return DumpValue.object(fields).json
+        case .expect(let item):
+            return DumpValue.object([.init("type", .string("expect")), .init("item", .string(item))]).json
+        }
+    }
+}
