@@ -149,7 +149,9 @@ def scenarios(long, binary):
     """(id, issue part, what, command, summariser, wants a --json file)."""
     swift_test = ["swift", "test", "--disable-swift-testing", "--skip-build", "--filter"]
     kills, files, output, soak = (50, 10000, 1024, 30) if long else (8, 500, 8, 1)
-    return [
+    # The XCTest groups below are part of `swift test`, which `make test` has just run: the
+    # short run does not run them a second time; the long run (the release build) does.
+    return ([
         ("corpus", "1", "81 bad configurations (Tests/config-corpus/bad): check-config and run refuse each with exit 78 and "
          "its diagnostics at PATH:LINE:COLUMN, a reload with each keeps the old configuration running; a directory, a FIFO, "
          "a symlink loop, 17 MiB, a missing file and an unreadable one (as nobody) refused with the cause",
@@ -159,6 +161,7 @@ def scenarios(long, binary):
         ("faults", "4", "faults in the world: root deleted, renamed, a symlink, mounted over; watch limit; "
          "damaged ledger; unwatchable directories; overflow",
          swift_test + ["WatchEdgeCaseTests|testQueueOverflow|testRootDeleted|testWatchLimit"], summarise_swift_test, False),
+        ] if long else []) + [
         ("faults-daemon", "4", "the daemon's own limits: RLIMIT_NOFILE 40 under max_jobs = 8, the state directory's file system "
          "full (1 MiB tmpfs) while files arrive, a watched root unreadable to the daemon (as nobody) until its mode changes",
          script("faults.py") + [binary, "--files", "300" if long else "150"], summarise_faults, True),
