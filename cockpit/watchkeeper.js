@@ -100,7 +100,8 @@ function readOnlyNotice() {
     const access = state.access || {};
     const group = access.control_group;
     return alert("info", "Read-only: this session may look, not act", [
-        el("p", {}, "Trigger, cancel, reload and dump need " + visible(access.who_may_act || "root") + ". " +
+        el("p", {}, "No button to run, cancel, reload or dump: the control socket lets " + visible(access.who_may_act || "only root") +
+           " do that, and this session reads as uid " + access.uid + (access.read_group ? " (group " + visible(access.read_group) + ")" : "") + ". " +
            "Turn on administrative access in Cockpit's top bar" + (group ? ", or ask to join group " + visible(group) : "") + "."),
     ], "read-only-notice");
 }
@@ -377,7 +378,16 @@ function start() {
     // Administrative access turned on or off: the socket decides anew on a new connection.
     try {
         const superuser = cockpit.dbus(null, { bus: "internal" }).proxy("cockpit.Superuser", "/superuser");
-        superuser.addEventListener("changed", () => { control.reset(); refresh() });
+        let current = null;
+        superuser.addEventListener("changed", () => {
+            const now = superuser.Current;
+            if (current !== null && now !== current && now !== "init") {
+                control.reset();
+                refresh();
+            }
+            if (now !== "init")
+                current = now;
+        });
     } catch (_error) { /* no internal bus: the level stays what the socket said */ }
     window.watchkeeper = { control, actions };  // for the browser tests' own calls
     showRoute();

@@ -197,20 +197,28 @@ class Cockpit:
         stop(self.process)
 
 
-def install_package(source, root, socket_path, command):
-    """The package as `make install` lays it out, readable by every user, and the override
+def install_package(checkout, binary, root, socket_path):
+    """The package installed by `make install-files` into a DESTDIR (what `make install`
+    puts in /usr/local/share/cockpit/watchkeeper), readable by every user, and the override
     an administrator writes for another socket (docs/cockpit.md)."""
-    share = f"{root}/share"
-    shutil.copytree(source, f"{share}/cockpit/watchkeeper")
+    destination = f"{root}/dest"
+    subprocess.run(["make", "-C", checkout, "--no-print-directory", "install-files", f"DESTDIR={destination}", f"BIN={binary}"],
+                   check=True, stdout=subprocess.DEVNULL, timeout=120)
+    share = f"{destination}/usr/local/share"
+    with open(f"{share}/cockpit/watchkeeper/manifest.json") as manifest:
+        installed = json.load(manifest)["config"]["command"]
+    if installed != "/usr/local/bin/watchkeeper":
+        raise AssertionError(f"make install-files told the page the binary is {installed}")
     config = f"{root}/etc"
     os.makedirs(f"{config}/cockpit")
     with open(f"{config}/cockpit/watchkeeper.override.json", "w") as override:
-        json.dump({"config": {"socket": socket_path, "command": command}}, override)
-    for directory, _, files in os.walk(root):
-        os.chmod(directory, os.stat(directory).st_mode | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-        for name in files:
-            path = os.path.join(directory, name)
-            os.chmod(path, os.stat(path).st_mode | stat.S_IRGRP | stat.S_IROTH)
+        json.dump({"config": {"socket": socket_path, "command": f"{destination}/usr/local/bin/watchkeeper"}}, override)
+    for top in (destination, config):
+        for directory, _, files in os.walk(top):
+            os.chmod(directory, os.stat(directory).st_mode | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+            for name in files:
+                path = os.path.join(directory, name)
+                os.chmod(path, os.stat(path).st_mode | stat.S_IRGRP | stat.S_IROTH)
     return share, config
 
 

@@ -147,7 +147,7 @@ def main():
         things.append(alpha)
         bravo = harness.Host(shared, root, "bravo", BRAVO.format(etcd=etcd.endpoint, prefix=prefix), journal)
         things.append(bravo)
-        share, config = harness.install_package(os.path.join(CHECKOUT, "cockpit"), f"{root}/cockpit", alpha.socket, shared)
+        share, config = harness.install_package(CHECKOUT, shared, root, alpha.socket)
         world = World(root=root, alpha=alpha, bravo=bravo, share=share, config=config, shots=shots, things=things)
         print(f"browser: set up in {time.monotonic() - started:.1f}s (journald, etcd, two daemons)")
         for name, check in CHECKS:
