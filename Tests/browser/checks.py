@@ -135,6 +135,14 @@ def check_refused_reload_shows_line_and_column(world):
     page.wait_text(".wk-notifications", "Reloaded: configuration generation 2")
 
 
+def check_dump_shows_the_state_dump(world):
+    page = world.admin
+    page.go()
+    page.click("button[data-action='dump']")
+    page.wait_text("#dump-text", "watchkeeper state dump")
+    assert "report" in page.text("#dump-text"), page.text("#dump-text")[:400]
+
+
 def check_hostile_file_name_renders_as_text(world):
     page = world.admin
     with open(os.path.join(world.root, "inbox", HOSTILE), "w") as hostile:
@@ -156,7 +164,10 @@ def check_fleet_view_lists_a_fire_run_on_another_host(world):
     page = world.admin
     world.bravo.cli("trigger", "fleet-report", "--fleet")
     page.go()
+    page.click("button[data-action='trigger-fleet'][data-task='fleet-report']")
+    page.wait_text(".wk-notifications", "through the fleet")
     page.click("#cluster a")
+    page.wait(60, lambda: any("alpha" in row.text for row in page.all("#fleet-fires tr[data-key]")), "alpha's own fire, run through the fleet")
     page.wait(60, lambda: any("bravo" in row.text for row in page.all("#fleet-fires tr[data-key]")), "bravo's fire listed")
     page.wait(60, lambda: any("bravo" in row.text and "ok" in row.text for row in page.all("#fleet-fires tr[data-key]")),
               "bravo's fire done, ok")
