@@ -183,6 +183,13 @@ public enum ConfigLoader {
             }
             daemon.controlGroup = group
         }
+        if let group = reader.string("read_group") {
+            if ControlAccess.groupID(named: group) == nil {
+                reader.context.error(at: reader.valuePosition("read_group"),
+                                     "\(reader.dotted("read_group")) = \"\(group)\": no such group (create it with groupadd, or leave read_group out to let no one read without control access)")
+            }
+            daemon.readGroup = group
+        }
         // node_exporter's textfile collector reads only *.prom files: any other name would
         // be written and never exported, with nothing to say why.
         if let file = reader.absolutePath("metrics_file") {

@@ -18,6 +18,8 @@ public struct DaemonSettings: Equatable, Sendable {
     public var maxJobs: Int = 4
     /// Members of this group may use the control socket besides root and the daemon's user.
     public var controlGroup: String?
+    /// Members of this group may call the control socket's methods that change nothing.
+    public var readGroup: String?
     /// The Prometheus text file written every `metricsInterval` (node_exporter's textfile
     /// collector reads it); nil: none is written, `watchkeeper metrics` still shows them.
     public var metricsFile: String?

@@ -55,34 +55,79 @@ public struct ControlPeer: Sendable, Equatable {
     }
 }
 
-/// Who may use the control socket: root, the daemon's own user, and members of
-/// `[daemon] control_group` (primary or supplementary). A pure value, so the rule is
-/// tested without sockets.
+/// Who may use the control socket, and for what: root, the daemon's own user and members of
+/// `[daemon] control_group` (primary or supplementary) may call every method; members of
+/// `[daemon] read_group` only those that change nothing (`ControlInterface.Method.readsOnly`),
+/// so a monitoring user or a read-only Cockpit session can see without acting. A pure
+/// value, so the rule is tested without sockets.
 public struct ControlAccess: Sendable, Equatable {
+    public enum Level: String, Sendable {
+        /// Every method.
+        case control
+        /// Only the methods that change nothing.
+        case read
+    }
+
     public var daemonUID: UInt32
     public var group: (name: String, gid: UInt32)?
+    public var readGroup: (name: String, gid: UInt32)?
 
-    public init(daemonUID: UInt32, group: (name: String, gid: UInt32)?) {
+    public init(daemonUID: UInt32, group: (name: String, gid: UInt32)?, readGroup: (name: String, gid: UInt32)? = nil) {
         self.daemonUID = daemonUID
         self.group = group
+        self.readGroup = readGroup
     }
 
     public static func == (lhs: ControlAccess, rhs: ControlAccess) -> Bool {
         lhs.daemonUID == rhs.daemonUID && lhs.group?.name == rhs.group?.name && lhs.group?.gid == rhs.group?.gid
+            && lhs.readGroup?.name == rhs.readGroup?.name && lhs.readGroup?.gid == rhs.readGroup?.gid
     }
 
-    public func allows(_ peer: ControlPeer) -> Bool {
-        if peer.uid == 0 || peer.uid == daemonUID { return true }
-        guard let group else { return false }
-        return peer.gid == group.gid || peer.groups.contains(group.gid)
+    /// nil: refused at the door.
+    public func level(of peer: ControlPeer) -> Level? {
+        if peer.uid == 0 || peer.uid == daemonUID { return .control }
+        func isMember(_ gid: UInt32) -> Bool { peer.gid == gid || peer.groups.contains(gid) }
+        if let group, isMember(group.gid) { return .control }
+        if let readGroup, isMember(readGroup.gid) { return .read }
+        return nil
+    }
+
+    public func allows(_ peer: ControlPeer) -> Bool { level(of: peer) != nil }
+
+    /// Whether `peer` may call `method`; a read-only peer is refused the methods that act.
+    public func permits(_ method: ControlInterface.Method, for peer: ControlPeer) -> Bool {
+        switch level(of: peer) {
+        case .control?: return true
+        case .read?: return method.readsOnly
+        case nil: return false
+        }
     }
 
     /// For the refusal in the journal and the client's message: who would be let in.
     public var whoMay: String {
+        var text = whoMayAct + " may use it"
+        if let readGroup { text += ", members of group \(readGroup.name) only to read" }
+        return text
+    }
+
+    /// "only root, uid 998 (watchkeeper) and members of group wkadmin": who may call every method.
+    public var whoMayAct: String {
         var text = "only root"
         if daemonUID != 0 { text += ", uid \(daemonUID)\(Self.userName(daemonUID).map { " (\($0))" } ?? "")" }
         if let group { text += " and members of group \(group.name)" } else { text += " (set [daemon] control_group to admit a group)" }
-        return text + " may use it"
+        return text
+    }
+
+    /// What the Status call tells its caller about itself: its level, and who may act, so a
+    /// read-only client (a Cockpit page) can say why its buttons are missing.
+    public func describe(for peer: ControlPeer) -> DumpValue {
+        .object([
+            .init("level", level(of: peer).map { .string($0.rawValue) } ?? .null),
+            .init("uid", .int(Int64(peer.uid))),
+            .init("control_group", group.map { .string($0.name) } ?? .null),
+            .init("read_group", readGroup.map { .string($0.name) } ?? .null),
+            .init("who_may_act", .string(whoMayAct)),
+        ])
     }
 
     /// The gid of a group, or nil when the system has no such group.

@@ -9,8 +9,9 @@ import Glibc
 public enum ControlClientError: Error, CustomStringConvertible {
     /// No socket, or nothing listening on it.
     case notRunning(path: String, reason: String)
-    /// The socket's mode or the daemon refused this user.
-    case permissionDenied(path: String, group: String?)
+    /// The socket's mode or the daemon refused this user; `method` when the user may only
+    /// read (`read_group`) and the call acts.
+    case permissionDenied(path: String, group: String?, method: String? = nil)
     /// Connected, but the conversation failed (timeout, a reply that is not Varlink).
     case failed(path: String, reason: String)
 
@@ -18,10 +19,11 @@ public enum ControlClientError: Error, CustomStringConvertible {
         switch self {
         case .notRunning(let path, let reason):
             return "watchkeeper is not running, or not listening on \(path): \(reason)"
-        case .permissionDenied(let path, let group):
+        case .permissionDenied(let path, let group, let method):
             let join = group.map { "run as root, or join group \($0) (usermod -aG \($0) USER, then log in again)" }
                 ?? "run as root, or ask for [daemon] control_group to be set to a group you are in"
-            return "permission denied on the control socket \(path): \(join)"
+            let what = method.map { ": this user may only read (read_group), and \($0) acts" } ?? ""
+            return "permission denied on the control socket \(path)\(what): \(join)"
         case .failed(let path, let reason):
             return "unable to talk to watchkeeper on \(path): \(reason)"
         }
@@ -121,7 +123,7 @@ public final class ControlClient {
         case .parameters(let fields, _):
             return .success(.object(fields))
         case .error(let error) where error.name == ControlInterface.ErrorName.permissionDenied.qualified:
-            throw .permissionDenied(path: path, group: error["group"]?.stringValue)
+            throw .permissionDenied(path: path, group: error["group"]?.stringValue, method: error["method"]?.stringValue)
         case .error(let error):
             return .failure(error)
         }

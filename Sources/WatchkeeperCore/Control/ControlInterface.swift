@@ -19,6 +19,15 @@ public enum ControlInterface {
         case next = "Next"
 
         public var qualified: String { "\(ControlInterface.name).\(rawValue)" }
+
+        /// Changes nothing, so `[daemon] read_group` may call it. Dump is not among them: it
+        /// writes the journal and state.json.
+        public var readsOnly: Bool {
+            switch self {
+            case .status, .tasks, .watches, .history, .metrics, .fleet, .next: return true
+            case .dump, .trigger, .cancel, .reload: return false
+            }
+        }
     }
 
     /// Typed errors of io.watchkeeper.Control, by their unqualified name.
@@ -71,7 +80,10 @@ public enum ControlInterface {
         # The daemon's state, uptime, configuration generation and last reload; running
         # jobs with progress, budget and STATUS= text; next runs; watches with counts and
         # problems. The fields are those of the state dump's sections of the same names.
-        method Status() -> (status: object)
+        # `access` is the caller's own: level ("control": every method; "read": only
+        # Status, Tasks, Watches, History, Metrics, Fleet and Next), uid, control_group,
+        # read_group and who_may_act.
+        method Status() -> (status: object, access: ?object)
 
         # The SIGUSR1 state dump: as JSON, and as the text the journal shows.
         method Dump() -> (dump: object, text: string)
@@ -133,8 +145,10 @@ public enum ControlInterface {
         # The daemon is starting or stopping and cannot do this now.
         error NotRunning (state: string)
 
-        # Only root, the daemon's user and members of control_group may connect.
-        error PermissionDenied (uid: int, group: ?string)
+        # Only root, the daemon's user and members of control_group may connect, and
+        # members of read_group only to call the methods that change nothing: `method` is
+        # the one refused to such a caller (group is then control_group).
+        error PermissionDenied (uid: int, group: ?string, method: ?string)
 
         # A request was longer than the limit; the connection is closed.
         error RequestTooLarge (limit: int)

@@ -88,13 +88,17 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     /// Start, and every reload: binds `path` (replacing a stale socket), or re-applies the
     /// group and mode when only they changed. A failure is logged and leaves the daemon
     /// without a control socket; signals and the journal still work.
-    public func apply(path: String, group: String?) {
+    public func apply(path: String, group: String?, readGroup: String? = nil) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        let resolved = group.flatMap { name in ControlAccess.groupID(named: name).map { (name, $0) } }
-        if let group, resolved == nil {
-            logger.warning("control_group \(group) no longer exists; only root and uid \(geteuid()) may use the control socket")
+        func resolve(_ name: String?, _ key: String) -> (name: String, gid: UInt32)? {
+            guard let name else { return nil }
+            guard let gid = ControlAccess.groupID(named: name) else {
+                logger.warning("\(key) \(name) no longer exists; its members may not use the control socket")
+                return nil
+            }
+            return (name, gid)
         }
-        access = ControlAccess(daemonUID: geteuid(), group: resolved)
+        access = ControlAccess(daemonUID: geteuid(), group: resolve(group, "control_group"), readGroup: resolve(readGroup, "read_group"))
         if path != socketPath {
             closeListener()
             do {
@@ -172,9 +176,11 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     /// 0660, group `control_group` (or the daemon's own): the file mode keeps strangers
-    /// from connecting at all; SO_PEERCRED decides for those who can.
+    /// from connecting at all; SO_PEERCRED decides for those who can. With `read_group`,
+    /// 0666: a file has one group, and SO_PEERCRED turns away at the door whoever is in
+    /// neither.
     private func setOwnership(_ path: String) throws(Errno) {
-        try systemCall { chmod(path, 0o660) }
+        try systemCall { chmod(path, access.readGroup == nil ? 0o660 : 0o666) }
         try systemCall { chown(path, uid_t.max, access.group?.gid ?? getegid()) }
     }
 
@@ -484,7 +490,20 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
                 reply(.failure(.methodNotFound(call.method)))
                 return
             }
-            backend.handle(method, parameters: call.parameters, peer: peer, reply: reply)
+            // read_group: the door let the peer in to read; what acts is refused here.
+            guard access.permits(method, for: peer) else {
+                reply(.failure(ControlInterface.ErrorName.permissionDenied.error([
+                    .init("uid", .int(Int64(peer.uid))), .init("group", access.group.map { .string($0.name) } ?? .null),
+                    .init("method", .string(method.rawValue)),
+                ])))
+                return
+            }
+            guard method == .status else {
+                backend.handle(method, parameters: call.parameters, peer: peer, reply: reply)
+                return
+            }
+            let caller = DumpField("access", access.describe(for: peer))
+            backend.handle(method, parameters: call.parameters, peer: peer) { reply($0.map { $0 + [caller] }) }
         default:
             reply(.failure(.interfaceNotFound(call.interface)))
         }
@@ -595,6 +614,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             .init("socket", socketPath.map { .string($0) } ?? .null),
             .init("problem", problem.map { .string($0) } ?? .null),
             .init("group", access.group.map { .string($0.name) } ?? .null),
+            .init("read_group", access.readGroup.map { .string($0.name) } ?? .null),
             .init("connections", .int(Int64(connections.count))),
             .init("max_connections", .int(Int64(limits.maxConnections))),
             .init("accepted", .int(Int64(counters.accepted))),

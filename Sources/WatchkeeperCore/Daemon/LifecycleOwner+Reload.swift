@@ -115,7 +115,7 @@ extension LifecycleOwner {
         }
         let watches = new.watches
         queues.watching.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
-        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
+        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup, readGroup: settings.readGroup) }
         configuration = new
     }
 }

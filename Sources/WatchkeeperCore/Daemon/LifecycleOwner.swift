@@ -122,7 +122,7 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
         // are claimed then. READY=1 does not wait for etcd (local work runs without it).
         cluster?.start(listener: scheduler, files: watcher)
         // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
-        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup) }
+        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup, readGroup: settings.readGroup) }
         metrics.start()
         checkFileLimitAtStart(maxJobs: settings.maxJobs)
         perform(machine.handle(.sourcesRegistered))

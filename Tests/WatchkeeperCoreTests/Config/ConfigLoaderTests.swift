@@ -153,7 +153,7 @@ final class ConfigLoaderTests: XCTestCase {
             """
         assertSingleConfigError(
             source, at: (2, 1),
-            #"unknown key "colour" in [daemon] (known keys: log_level, shutdown_grace, runtime_dir, state_dir, dump_component_timeout, recent_problems, max_jobs, control_group, metrics_file, metrics_interval)"#
+            #"unknown key "colour" in [daemon] (known keys: log_level, shutdown_grace, runtime_dir, state_dir, dump_component_timeout, recent_problems, max_jobs, control_group, read_group, metrics_file, metrics_interval)"#
         )
     }
 

@@ -95,7 +95,7 @@ final class ControlClientTests: XCTestCase {
         // Closed before the call is sent: the send fails with EPIPE.
         XCTAssertEqual(closed.wait(timeout: .now() + 10 * testDeadlineScale), .success, "the server never closed the connection")
         XCTAssertThrowsError(try client.call(VarlinkCall(method: "io.watchkeeper.Control.Status"))) { error in
-            guard case ControlClientError.permissionDenied(_, let group) = error else { return XCTFail("\(error)") }
+            guard case ControlClientError.permissionDenied(_, let group, _) = error else { return XCTFail("\(error)") }
             XCTAssertEqual(group, "wheel")
         }
     }

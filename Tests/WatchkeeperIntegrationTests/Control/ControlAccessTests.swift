@@ -38,6 +38,75 @@ final class ControlAccessTests: ControlTestCase {
         XCTAssertTrue(allowed.stdout.contains("quick"), allowed.stdout)
     }
 
+    /// `[daemon] read_group`: its members read (the CLI and a raw Varlink client, both run as
+    /// nobody, a member of nogroup), and the socket refuses them every method that acts;
+    /// a user in neither group is still turned away at the door.
+    func testAMemberOfReadGroup_readsButTheSocketRefusesWhatActs_andAStrangerIsStillRefused() throws {
+        try startDaemon(ControlSocketTests.oneTask, daemonSettings: "read_group = \"nogroup\"")
+        let binary = try binaryForOtherUsers()
+        chmod(sandbox.runtimeDirectory, 0o755)
+        var info = stat()
+        XCTAssertEqual(stat(socketPath, &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o666, "one file group cannot admit two groups: SO_PEERCRED decides")
+
+        let tasks = try cli(["tasks"], asUser: Self.nobody, binary: binary)
+        XCTAssertEqual(tasks.status, 0, tasks.stderr)
+        XCTAssertTrue(tasks.stdout.contains("quick"), tasks.stdout)
+        for arguments in [["trigger", "quick"], ["reload"], ["dump"], ["cancel", "0123456789abcdef"]] {
+            let refused = try cli(arguments, asUser: Self.nobody, binary: binary)
+            XCTAssertEqual(refused.status, 77, "\(arguments): \(refused.stdout) \(refused.stderr)")
+            XCTAssertTrue(refused.stderr.contains("may only read (read_group)"), refused.stderr)
+        }
+        XCTAssertEqual(try statusJSON()["jobs"].flatMap { ($0 as? [String: Any])?["started_since_start"] as? Int }, 0, "nothing ran")
+
+        // The socket itself, without the CLI: Status says the caller's level, Trigger is refused by name.
+        let replies = try rawCalls(asUser: Self.nobody, [#"{"method":"io.watchkeeper.Control.Status"}"#,
+                                                         #"{"method":"io.watchkeeper.Control.Trigger","parameters":{"task":"quick"}}"#])
+        XCTAssertEqual(replies.count, 2, "\(replies)")
+        let access = (replies.first?["parameters"] as? [String: Any])?["access"] as? [String: Any]
+        XCTAssertEqual(access?["level"] as? String, "read", "\(replies)")
+        XCTAssertEqual(access?["read_group"] as? String, "nogroup")
+        XCTAssertEqual(replies.last?["error"] as? String, "io.watchkeeper.Control.PermissionDenied", "\(replies)")
+        XCTAssertEqual((replies.last?["parameters"] as? [String: Any])?["method"] as? String, "Trigger")
+        let rootAccess = try rawCalls(asUser: nil, [#"{"method":"io.watchkeeper.Control.Status"}"#]).first
+        XCTAssertEqual(((rootAccess?["parameters"] as? [String: Any])?["access"] as? [String: Any])?["level"] as? String, "control")
+
+        let stranger = try cli(["status"], asUser: Self.daemonUser, binary: binary)
+        XCTAssertEqual(stranger.status, 77, stranger.stdout + stranger.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "members of group nogroup only to read", timeout: 10), daemon.stderr)
+    }
+
+    /// Varlink calls on one connection through Debian's python3, as `user` (setpriv), each
+    /// reply as parsed JSON.
+    private func rawCalls(asUser user: (uid: UInt32, gid: UInt32)?, _ calls: [String]) throws -> [[String: Any]] {
+        let script = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1])
+            buffer = b""
+            for call in sys.argv[2:]:
+                s.sendall(call.encode() + b"\\0")
+                while b"\\0" not in buffer:
+                    chunk = s.recv(65536)
+                    if not chunk: sys.exit(0)
+                    buffer += chunk
+                reply, _, buffer = buffer.partition(b"\\0")
+                print(reply.decode())
+            """
+        let process = Process()
+        var argv = ["/usr/bin/python3", "-c", script, socketPath] + calls
+        if let user { argv = ["--reuid=\(user.uid)", "--regid=\(user.gid)", "--clear-groups"] + argv }
+        process.executableURL = URL(fileURLWithPath: user == nil ? "/usr/bin/python3" : "/usr/bin/setpriv")
+        process.arguments = user == nil ? Array(argv.dropFirst()) : argv
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+
     func testPeerCredentials_refuseAStrangerEvenThroughAWorldWritableSocket_andTheJournalSaysWho() throws {
         try startDaemon(ControlSocketTests.oneTask)
         let binary = try binaryForOtherUsers()
