@@ -46,6 +46,8 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
     public private(set) var timezone: String?
     /// The rules of `timezone`, loaded while parsing.
     public private(set) var zone: TimeZoneRules?
+    /// `@SECONDS`: one instant, whose zone (UTC) nobody wrote and no zone changes.
+    public private(set) var isTimestamp = false
 
     public static let minimumYear = 1970
     public static let maximumYear = 2199
@@ -123,29 +125,61 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// What mktime(3) makes of a reading: fields carried (timegm), and a skipped wall time
-    /// read in the offset before the jump (glibc), i.e. moved forward by the jump.
-    private static func mktime(_ c: Civil, _ zone: TimeZoneRules, _ offset: inout Int32) -> Civil {
-        var local = c.localSeconds
+    /// read in the offset before the jump (glibc), i.e. moved forward by the jump. `isDST`
+    /// is the reading's tm_isdst (nil: -1); the result's is returned beside it.
+    private static func mktime(_ c: Civil, _ zone: TimeZoneRules, _ offset: inout Int32, isDST hint: Bool? = nil) -> (Civil, isDST: Bool) {
+        let local = c.localSeconds
+        let instant: Int64
         switch zone.resolve(localSeconds: local) {
-        case .unique(let instant):
-            offset = Int32(local - instant)
+        case .unique(let only):
+            instant = hint.map { hint in zone.offset(at: only).isDST == hint ? only : glibcNearestIsDST(hint, wall: local, guess: only, zone) } ?? only
         case .repeated(let first, let second):
-            offset = Int32(local - choose(first: first, second: second, wall: local, offset: offset))
+            let matching = [first, second].filter { zone.offset(at: $0).isDST == hint }
+            instant = matching.count == 1 ? matching[0] : choose(first: first, second: second, wall: local, offset: offset)
         case .skipped(let gapEnd):
-            let after = zone.offset(at: gapEnd).offsetSeconds
-            local += Int64(after - zone.offset(at: gapEnd - 1).offsetSeconds)
-            offset = after
+            let before = zone.offset(at: gapEnd - 1), after = zone.offset(at: gapEnd)
+            // Read in the offset before the jump it lands past the gap, in the one after it
+            // before: glibc prefers the side whose tm_isdst differs from the one asked for.
+            let past = local - Int64(before.offsetSeconds), short = local - Int64(after.offsetSeconds)
+            instant = hint != nil && after.isDST == hint && before.isDST != hint ? short : past
+            // Its guess for the next call is the offset after the jump.
+            offset = after.offsetSeconds
+            let result = zone.offset(at: instant)
+            return (Civil(localSeconds: instant + Int64(result.offsetSeconds)), result.isDST)
         }
-        return Civil(localSeconds: local)
+        offset = Int32(local - instant)
+        let result = zone.offset(at: instant)
+        return (Civil(localSeconds: instant + Int64(result.offsetSeconds)), result.isDST)
     }
 
-    private enum Bounds { case good, normalized, failed }
+    /// glibc's mktime asked for a tm_isdst the wall time does not have there: the offset
+    /// of the nearest instant that has it, probed a week (601,200 s) at a time in both
+    /// directions, earlier first; none within 7.25 years: one hour off (mktime.c).
+    private static func glibcNearestIsDST(_ wanted: Bool, wall: Int64, guess: Int64, _ zone: TimeZoneRules) -> Int64 {
+        let stride: Int64 = 601_200
+        var delta = stride
+        while delta < 457_243_200 / 2 + stride {
+            for probe in [guess - delta, guess + delta] {
+                let there = zone.offset(at: probe)
+                if there.isDST == wanted { return wall - Int64(there.offsetSeconds) }
+            }
+            delta += stride
+        }
+        return guess + (wanted ? -3_600 : 3_600)
+    }
+
+    private enum Bounds: Equatable {
+        case good, failed
+        /// With the tm_isdst mktime gave the normalized reading, which systemd's find_next
+        /// hands to its next mktime.
+        case normalized(isDST: Bool)
+    }
 
     /// systemd 252's tm_within_bounds: if mktime changed the reading, the unit below the
     /// highest changed one starts over, and the search goes on from there; never backwards.
     private static func withinBounds(_ c: inout Civil, _ zone: TimeZoneRules, _ offset: inout Int32) -> Bounds {
         guard c.year <= maximumYear else { return .failed }
-        var t = mktime(c, zone, &offset)
+        var (t, isDST) = mktime(c, zone, &offset)
         let cmp: Int
         func compare(_ a: Int, _ b: Int) -> Int { a < b ? -1 : a > b ? 1 : 0 }
         if compare(t.year, c.year) != 0 { cmp = compare(t.year, c.year); t.month = 1 }
@@ -155,7 +189,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         else if compare(t.minute, c.minute) != 0 { cmp = compare(t.minute, c.minute); t.second = 0 }
         else { cmp = compare(t.second, c.second) }
         if cmp < 0 { return .failed }
-        if cmp > 0 { c = t; return .normalized }
+        if cmp > 0 { c = t; return .normalized(isDST: isDST) }
         return .good
     }
 
@@ -192,14 +226,18 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         var c = start
         // The search is for a second after the reading (systemd adds a microsecond).
         var afterSecond = true
+        // The reading's tm_isdst: localtime's at the start, then -1, except after a
+        // normalization, whose own systemd's next mktime reads the reading with.
+        var isDST: Bool? = zone.offset(at: c.localSeconds - Int64(offset)).isDST
         for _ in 0..<200_000 {
-            c = Self.mktime(c, zone, &offset)
+            (c, _) = Self.mktime(c, zone, &offset, isDST: isDST)
+            isDST = nil
             var r = matching(years, &c.year)
             if r > 0 { c.month = 1; c.day = 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false }
             if r < 0 { return nil }
             switch Self.withinBounds(&c, zone, &offset) {
             case .failed: return nil
-            case .normalized: continue
+            case .normalized(let normalizedIsDST): isDST = normalizedIsDST; continue
             case .good: break
             }
 
@@ -210,7 +248,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.year += 1; c.month = 1; c.day = 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             r = matching(days, &c.day, endOfMonthIn: endOfMonth ? (c.year, c.month) : nil)
             if r > 0 { c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false }
@@ -219,7 +257,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.month += 1; c.day = 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             if !matchesWeekday(CivilCalendar.days(year: c.year, month: c.month, day: c.day)) {
                 c.day += 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
@@ -233,7 +271,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.day += 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             r = matching(minutes, &c.minute)
             if r > 0 { c.second = 0; afterSecond = false }
@@ -242,7 +280,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.hour += 1; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             var second = afterSecond ? c.second + 1 : c.second
             r = matching(seconds, &second)
@@ -253,7 +291,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.minute += 1; c.second = 0
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
             return c
         }
         return nil
@@ -400,6 +438,10 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         default: return false
         }
         return true
+    }
+
+    mutating func setTimestamp() {
+        isTimestamp = true
     }
 
     mutating func setZone(_ name: String?, rules: TimeZoneRules?) {

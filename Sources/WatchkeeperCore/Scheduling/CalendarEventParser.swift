@@ -58,6 +58,7 @@ struct CalendarEventParser {
             event.setFields(weekdays: weekdays, years: one(local.year), months: one(local.month), days: one(local.day), endOfMonth: false,
                             hours: one(local.hour), minutes: one(local.minute), seconds: one(local.second))
             event.setZone("UTC", rules: .utc)
+            event.setTimestamp()
             return
         }
 
