@@ -48,19 +48,7 @@ struct CalendarEventParser {
         var minutes: [Component]? = hours
         var seconds: [Component]? = hours
 
-        if current == UInt8(ascii: "@") {
-            // @SECONDS: one instant, in UTC.
-            position += 1
-            guard let (value, _) = number() else { throw failure("expected seconds since the epoch after @") }
-            guard current == nil else { throw failure("unexpected text after the timestamp") }
-            let local = LocalDateTime(localSeconds: Int64(value))
-            func one(_ value: Int) -> [Component] { [Component(start: value, stop: nil, repeatEvery: 0)] }
-            event.setFields(weekdays: weekdays, years: one(local.year), months: one(local.month), days: one(local.day), endOfMonth: false,
-                            hours: one(local.hour), minutes: one(local.minute), seconds: one(local.second))
-            event.setZone("UTC", rules: .utc)
-            event.setTimestamp()
-            return
-        }
+        if current == UInt8(ascii: "@") { return try parseTimestamp(weekdays: weekdays, into: &event) }
 
         // The date, if the first chain is followed by '-' or '~' rather than ':'.
         if current != nil {
@@ -110,6 +98,19 @@ struct CalendarEventParser {
         }
         event.setFields(weekdays: weekdays, years: years, months: months, days: days, endOfMonth: endOfMonth,
                         hours: hours, minutes: minutes, seconds: seconds)
+    }
+
+    /// `@SECONDS`: one instant, in UTC.
+    private mutating func parseTimestamp(weekdays: UInt8, into event: inout CalendarEvent) throws(CalendarParseError) {
+        position += 1
+        guard let (value, _) = number() else { throw failure("expected seconds since the epoch after @") }
+        guard current == nil else { throw failure("unexpected text after the timestamp") }
+        let local = LocalDateTime(localSeconds: Int64(value))
+        func one(_ value: Int) -> [Component] { [Component(start: value, stop: nil, repeatEvery: 0)] }
+        event.setFields(weekdays: weekdays, years: one(local.year), months: one(local.month), days: one(local.day), endOfMonth: false,
+                        hours: one(local.hour), minutes: one(local.minute), seconds: one(local.second))
+        event.setZone("UTC", rules: .utc)
+        event.setTimestamp()
     }
 
     static func mayBeZoneName(_ word: String) -> Bool {
