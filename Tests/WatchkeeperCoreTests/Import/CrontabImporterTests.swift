@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 final class CrontabImporterTests: XCTestCase {
     func testFieldForms_andMacros_becomeCronKeys_thatLoad() throws {
@@ -87,7 +88,7 @@ final class CrontabImporterTests: XCTestCase {
                        "the loader keeps {{ }} for the spawner, which makes them single braces")
         // As cron's child runs it: $0 is the shell.
         guard case .strings(let argv)? = imported.entry("echo-l5")?["command"] else { return XCTFail(imported.toml) }
-        XCTAssertEqual(try runArguments(argv), "/bin/bash\n", "after SHELL=/bin/bash")
+        XCTAssertEqual(runArguments(argv), "/bin/bash\n", "after SHELL=/bin/bash")
     }
 
     func testPercent_firstEndsTheCommand_restIsStdinWithNewlines_asDebianCronMakesThem() {
@@ -104,7 +105,7 @@ final class CrontabImporterTests: XCTestCase {
     func testPercent_runsTheCommandWithThatInput() throws {
         let imported = importCron("* * * * * cat > /tmp/out%first 'line'%second \\% line\n")
         guard case .strings(let argv)? = imported.entry("cat-l1")?["command"] else { return XCTFail(imported.toml) }
-        let output = try runArguments(argv.map { $0.replacingOccurrences(of: "/tmp/out", with: "/dev/stdout") })
+        let output = runArguments(argv.map { $0.replacingOccurrences(of: "/tmp/out", with: "/dev/stdout") })
         XCTAssertEqual(output, "first 'line'\nsecond % line\n")
     }
 
@@ -113,7 +114,7 @@ final class CrontabImporterTests: XCTestCase {
     func testACommandEndingInABackslashBeforePercent_keepsItsBackslash() throws {
         let imported = importCron(#"* * * * * printf '[\%s]\n' one\\%x"#)
         guard case .strings(let argv)? = imported.entry("printf-l1")?["command"] else { return XCTFail(imported.toml) }
-        XCTAssertEqual(try runArguments(argv), "[one\\]\n")
+        XCTAssertEqual(runArguments(argv), "[one\\]\n")
     }
 
     func testMailTo_becomesAnOnFailureHookThroughSendmail_andEmptyMailToNone() throws {
@@ -190,32 +191,12 @@ final class CrontabImporterTests: XCTestCase {
     }
 }
 
-/// Runs argv (argv[0] is the program and its $0) and returns its stdout.
-func runArguments(_ argv: [String]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: argv[0])
-    process.arguments = Array(argv.dropFirst()).map { $0.replacingOccurrences(of: "{{", with: "{").replacingOccurrences(of: "}}", with: "}") }
-    process.environment = ["PATH": "/usr/bin:/bin"]
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
+/// Runs argv (argv[0] the program and its $0) and returns its stdout.
+func runArguments(_ argv: [String]) -> String {
+    runCommand(argv, environment: ["PATH": "/usr/bin:/bin"], timeout: 10).stdout
 }
 
 /// Runs /bin/sh -c SCRIPT and returns its stdout.
 func runShell(_ script: String, environment: [String: String] = [:]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/bin/sh")
-    process.arguments = ["-c", script]
-    var env = ["PATH": "/usr/bin:/bin"]
-    env.merge(environment) { $1 }
-    process.environment = env
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
+    runCommand(["/bin/sh", "-c", script], environment: ["PATH": "/usr/bin:/bin"].merging(environment) { $1 }, timeout: 10).stdout
 }

@@ -43,20 +43,6 @@ final class ImportCommandTests: ScratchDirectoryTestCase {
         return try String(contentsOfFile: output, encoding: .utf8)
     }
 
-    /// Runs argv as its own process (argv[0] its program and $0) and returns its stdout.
-    private func run(_ argv: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: argv[0])
-        process.arguments = Array(argv.dropFirst())
-        process.environment = ["PATH": "/usr/bin:/bin"]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
-    }
-
     private func requireKey(_ key: String) throws {
         guard ConfigLoader.acceptedKeys()["task"]?.contains(key) == true else {
             throw XCTSkip("this build's loader has no task key \"\(key)\" yet (added by another part of issue 26)")
@@ -106,7 +92,7 @@ final class ImportCommandTests: ScratchDirectoryTestCase {
         let configuration = try ConfigLoader.parse(source: toml, path: "/x.toml", environment: [:]).get()
         guard case .arguments(let argv) = configuration.tasks.first?.job.command else { return XCTFail(toml) }
         XCTAssertEqual(argv.first, "/bin/sh", "$0 is the shell, as cron's execle(SHELL, SHELL, \"-c\", ...)")
-        XCTAssertEqual(try run(argv), #"Grüße "quoted" C:\dir"# + "\nits\n%done\nstdin line\nsecond\n")
+        XCTAssertEqual(runCommand(argv, environment: ["PATH": "/usr/bin:/bin"], timeout: 10).stdout, #"Grüße "quoted" C:\dir"# + "\nits\n%done\nstdin line\nsecond\n")
     }
 
     /// What Windows editors and typos leave, each file said in the header and by --check,
