@@ -28,6 +28,11 @@ extern void *memrchr(const void *s, int c, size_t n);
 extern void *memmem(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length);
 
 static inline const void *wk_memrchr(const void *s, int c, size_t n) { return memrchr(s, c, n); }
+
+// A hook's output file: a file in memory with no name in any directory, handed to the hook
+// as a descriptor (declared only under _GNU_SOURCE too). MFD_CLOEXEC.
+extern int memfd_create(const char *name, unsigned int flags);
+static inline int wk_memfd_create(const char *name) { return memfd_create(name, 1U); }
 static inline const void *wk_memmem(const void *h, size_t hl, const void *n, size_t nl) { return memmem(h, hl, n, nl); }
 
 // "ENOSPC" for 28 (glibc 2.32+, also _GNU_SOURCE only); NULL for a number glibc does not know.

@@ -313,6 +313,8 @@ struct Next: ParsableCommand {
             for a wall time the clocks skipped when daylight saving began; "repeated" marks a wall time the \
             clocks showed twice when it ended, and says which occurrence fires. `every` runs on real time: \
             from the daemon, its fires follow the daemon's own anchor; from a file, they count from now. \
+            --from starts the list at another instant (next year's clock change, say), as \
+            systemd-analyze calendar --base-time does. \
             Without --config the daemon answers, at --socket or else the socket of $WATCHKEEPER_CONFIG's \
             (or the default) configuration; with --config the fires are computed from that file, no daemon \
             needed.
@@ -329,10 +331,23 @@ struct Next: ParsableCommand {
     @Option(name: .long, help: "Compute the fires from this configuration file instead of asking the daemon; `every` then counts from now.",
             completion: .file(extensions: ["toml"]))
     var config: String?
+    @Option(name: .long, help: ArgumentHelp("The fires after this instant instead of now, as systemd-analyze calendar --base-time: @SECONDS, or YYYY-MM-DD [HH:MM[:SS]] in the machine's zone or a zone named after it.",
+                                            valueName: "time"))
+    var from: String?
     @Flag(name: .long, help: "Print JSON (the Next reply of io.watchkeeper.Control).")
     var json = false
 
+    private func baseTime() throws -> WallTime? {
+        guard let from else { return nil }
+        do {
+            return try BaseTime.parse(from) { try TimeZoneRules.local() }
+        } catch {
+            throw ValidationError("--from: \(error)")
+        }
+    }
+
     func validate() throws {
+        _ = try baseTime()
         guard (1 ... FirePreview.maximumCount).contains(count) else { throw ValidationError("-n must be between 1 and \(FirePreview.maximumCount)") }
         if socket != nil && config != nil {
             throw ValidationError("--socket asks the daemon and --config reads a file: give one of them")
@@ -344,11 +359,13 @@ struct Next: ParsableCommand {
 
     func run() throws {
         let previews: [DumpValue]
+        let base = try baseTime()
         if let config {
-            previews = try fromFile(config)
+            previews = try fromFile(config, from: base)
         } else {
             var parameters: [DumpField] = [.init("count", .int(Int64(count)))]
             if !tasks.isEmpty { parameters.append(.init("tasks", .array(tasks.map { .string($0) }))) }
+            if let base { parameters.append(.init("from", .int(base.secondsSinceEpoch))) }
             let path = socket ?? ControlClient.locateSocket(configPath: nil, environment: ProcessEnvironment.current())
             previews = try ControlOptions.call(.next, parameters, socketPath: path)["tasks"]?.arrayValue ?? []
         }
@@ -361,7 +378,7 @@ struct Next: ParsableCommand {
         }
     }
 
-    private func fromFile(_ path: String) throws -> [DumpValue] {
+    private func fromFile(_ path: String, from: WallTime?) throws -> [DumpValue] {
         HandledSignals.unblockInCallingThread()
         let configuration: Configuration
         switch ConfigLoader.load(path: path, environment: ProcessEnvironment.current()) {
@@ -381,7 +398,9 @@ struct Next: ParsableCommand {
         }
         let now = WallTime.now()
         return (tasks.isEmpty ? configuration.tasks : selected).map { task in
-            FirePreview.preview(.fromFile(task, clusterConfigured: configuration.cluster != nil, now: now), count: count).dumpValue
+            var start = FirePreview.Start.fromFile(task, clusterConfigured: configuration.cluster != nil, now: now)
+            start.from = from
+            return FirePreview.preview(start, count: count).dumpValue
         }
     }
 }

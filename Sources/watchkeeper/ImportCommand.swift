@@ -6,6 +6,7 @@ import Glibc
 #endif
 
 extension ImportFormat: ExpressibleByArgument {}
+extension CronFlavor: ExpressibleByArgument {}
 
 struct Import: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -35,6 +36,16 @@ struct Import: ParsableCommand {
     @Flag(name: .long, help: "cron: no on_failure mail hooks (cron mails output to MAILTO or the owner).")
     var noMail = false
 
+    @Option(name: .long, help: ArgumentHelp("cron: the cron the tables come from, whose rules (CRON_TZ, bad lines, PATH) are kept: debian or cronie (default: the one installed here, else the distribution's).",
+                                            valueName: "cron"))
+    var cron: CronFlavor?
+
+    @Option(name: .long, help: ArgumentHelp("cron: whose crontab the files are, when their path does not say (a copy of /var/spool/cron/crontabs/USER).", valueName: "user"))
+    var owner: String?
+
+    @Flag(name: .long, help: "cron: translate only what cron really runs: nothing from a file it ignores as a whole, no line it skips, the CR a Windows line end leaves in a command.")
+    var asCronRuns = false
+
     @Flag(name: .long, help: "Compare the next 20 fires of each task by the source's rules and by watchkeeper's.")
     var check = false
 
@@ -43,12 +54,15 @@ struct Import: ParsableCommand {
 
     func validate() throws {
         if files.isEmpty { throw ValidationError("unable to import: name at least one file") }
+        if format != .cron && (cron != nil || owner != nil || asCronRuns) {
+            throw ValidationError("unable to import: --cron, --owner and --as-cron-runs are for crontabs (import cron)")
+        }
         if let output, output.isEmpty { throw ValidationError("unable to import: --output: the path is empty") }
     }
 
     func run() throws {
         HandledSignals.unblockInCallingThread()
-        let options = ImportOptions(format: format, files: files, systemCrontab: system, mail: !noMail)
+        let options = ImportOptions(format: format, files: files, systemCrontab: system, mail: !noMail, cron: cron, owner: owner, asCronRuns: asCronRuns)
         let imported: ImportedConfig
         switch ImportRun.translate(options) {
         case .success(let config): imported = config
@@ -83,11 +97,13 @@ struct Import: ParsableCommand {
             ? { SystemdAnalyzeCalendar.fires($0, after: $1, count: $2) } : nil
         let comparisons = ImportCheck.compare(imported, loaded: loaded, after: base, calendarOracle: oracle)
         let label = format == .systemd ? "systemd-analyze" : "cron"
-        var report = comparisons.isEmpty ? "no task has a schedule to compare\n" : ImportCheck.render(comparisons, sourceLabel: label)
-        let different = comparisons.filter(\.differs).count
+        let ignored = ImportCheck.ignoredFiles(imported)
+        var report = ignored.text + (comparisons.isEmpty ? "no task has a schedule to compare\n" : ImportCheck.render(comparisons, sourceLabel: label))
+        let different = comparisons.filter(\.differs).count + ignored.differences
         let notCompared = comparisons.filter { $0.unavailable != nil && !$0.failed }.count
         let skipped = notCompared == 0 ? "" : " (\(notCompared) task(s) not compared, said above)"
-        report += different == 0 ? "--check: no difference\(skipped)\n" : "--check: \(different) task(s) fire differently from their source\(skipped)\n"
+        let files = ignored.differences == 0 ? "" : " (\(ignored.differences) of them file(s) cron ignores whole, whose tasks now run)"
+        report += different == 0 ? "--check: no difference\(skipped)\n" : "--check: \(different) task(s) fire differently from their source\(files)\(skipped)\n"
         // With the configuration on stdout, the tables go to stderr so the file stays clean.
         if output == nil { StandardError.write(report) } else { print(report, terminator: "") }
         if different > 0 { throw ExitCode(1) }

@@ -127,7 +127,7 @@ public struct TaskSettings: Equatable, Sendable {
             }
         }
         if let events = readCalendar(&reader) {
-            if timezone != nil, let zoned = events.first(where: { $0.timezone != nil }) {
+            if timezone != nil, let zoned = events.first(where: { $0.timezone != nil && !$0.isTimestamp }) {
                 context.error(at: reader.valuePosition("timezone"),
                               "\(reader.dotted("timezone")) and the zone in calendar \"\(zoned.normalized)\" disagree on where to read it: keep one of them")
             }

@@ -124,7 +124,8 @@ public enum ControlInterface {
         # and fires, each with local (wall time), weekday, abbreviation, utc_offset, utc
         # (RFC 3339), and mark: null, or kind ("moved": a daylight-saving gap skipped the
         # wall time the schedule names; "repeated": the wall time occurs twice) and text.
-        method Next(tasks: ?[]string, count: ?int) -> (tasks: []object)
+        # from: the fires after this instant (seconds since the epoch) instead of now.
+        method Next(tasks: ?[]string, count: ?int, from: ?int) -> (tasks: []object)
 
         # No task of that name is configured.
         error NoSuchTask (task: string)

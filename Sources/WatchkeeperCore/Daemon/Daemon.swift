@@ -73,8 +73,6 @@ struct DaemonParts {
         let jobContext = JobContext(queue: queues.jobs, sink: sink, logger: logger, sources: sources,
                                     daemonEnvironment: owner.options.environment, containment: owner.containment)
         engine = JobEngine(context: jobContext, maxJobs: settings.maxJobs)
-        // Before any job starts: nothing else touches the engine yet.
-        engine.runtimeDirectory = settings.runtimeDirectory
         store = StateStore(queue: queues.state, sources: sources, logger: logger)
         scheduler = TaskScheduler(engine: engine)
         scheduler.stateStore = store

@@ -60,7 +60,9 @@ extension LifecycleOwner: ControlBackend {
                 }
                 let count = Int(try parameters.optionalInt("count", in: 1 ... Int64(FirePreview.maximumCount)) ?? Int64(FirePreview.defaultCount))
                 let tasks = names
-                queues.jobs.async { self.next(tasks, count: count, reply: reply) }
+                // `next --from`: seconds since the epoch, up to 2200 (CalendarEvent's last year).
+                let from = try parameters.optionalInt("from", in: 0 ... 7_258_118_400).map { WallTime(secondsSinceEpoch: $0, nanoseconds: 0) }
+                queues.jobs.async { self.next(tasks, count: count, from: from, reply: reply) }
             case .history:
                 let name = try parameters.requiredString("name")
                 let limit = Int(try parameters.optionalInt("limit", in: 1 ... 10_000) ?? 10)
@@ -116,9 +118,9 @@ extension LifecycleOwner: ControlBackend {
     /// The starts are copied on the jobs queue; the walk (up to 1000 fires a task) runs on
     /// the config queue, which no one waits on, so it holds up neither the scheduler nor
     /// the watchdog.
-    private func next(_ names: [String], count: Int, reply: @escaping ControlReply) {
+    private func next(_ names: [String], count: Int, from: WallTime?, reply: @escaping ControlReply) {
         dispatchPrecondition(condition: .onQueue(queues.jobs.queue))
-        switch scheduler.previewStarts(names) {
+        switch scheduler.previewStarts(names, from: from) {
         case .success(let starts):
             queues.config.async {
                 reply(.success([.init("tasks", .array(starts.map { FirePreview.preview($0, count: count).dumpValue }))]))

@@ -110,7 +110,6 @@ extension LifecycleOwner {
         reportContainment(new, atStart: false)
         queues.jobs.queue.sync {
             engine.setMaxJobs(settings.maxJobs)
-            engine.runtimeDirectory = settings.runtimeDirectory
             scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)
         }
         let watches = new.watches

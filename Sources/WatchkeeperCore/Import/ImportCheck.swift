@@ -59,50 +59,64 @@ public enum ImportCheck {
 
     /// Each task with a schedule of its source, compared over the next `count` fires after
     /// `base` (UTC seconds). `calendarOracle` computes a systemd timer's fires (nil: none
-    /// available on this machine, said in the result).
+    /// available on this machine, said in the result). `machineZone`: where cron reads its
+    /// clock (tests give one; nil: this machine's).
     public static func compare(_ imported: ImportedConfig, loaded: Configuration, after base: Int64, count: Int = 20,
+                               machineZone: TimeZoneRules? = nil,
                                calendarOracle: (([String], Int64, Int) -> Result<[Int64], CalendarOracleError>)?) -> [FireComparison] {
+        let machine = machineZone ?? (try? TimeZoneRules.local()) ?? .utc
         var results: [FireComparison] = []
         for entry in imported.entries where entry.kind == .task {
             guard let task = loaded.tasks.first(where: { $0.name == entry.name }) else { continue }
             switch entry.origin {
             case .none:
                 continue
-            case .cron(let spec, let zoneName):
-                let zone = (try? TimeZoneRules.named(zoneName)) ?? .utc
-                var result = FireComparison(task: entry.name, source: entry.source, zone: zone, sourceFires: [], importedFires: [])
-                do {
-                    let cron = try VixieCronSchedule(parsing: spec)
-                    result.sourceFires = cron.runs(after: base, count: count, in: zone)
-                } catch {
-                    result.unavailable = "by cron's own rules: \(error.reason)"
-                    result.failed = true
-                }
-                result.importedFires = importedFires(task, after: base, count: count, zone: zone)
-                results.append(result)
+            case .cron(let spec, let zoneName, let cron):
+                results.append(compareCron(entry, task, spec: spec, zoneName: zoneName, cron: cron, machine: machine, after: base, count: count))
             case .systemdCalendar(let expressions):
-                let zone = (try? TimeZoneRules.local()) ?? .utc
-                var result = FireComparison(task: entry.name, source: entry.source, zone: zone, sourceFires: [], importedFires: [])
-                guard let calendarOracle else {
-                    result.unavailable = "systemd-analyze is not installed here: the timer's own fires cannot be computed"
-                    results.append(result)
-                    continue
-                }
-                switch calendarOracle(expressions, base, count) {
-                case .success(let fires): result.sourceFires = fires
-                case .failure(let error):
-                    result.unavailable = error.description
-                    result.failed = true
-                }
-                result.importedFires = importedFires(task, after: base, count: count, zone: zone)
-                if result.importedFires.isEmpty && result.unavailable == nil {
-                    result.unavailable = "the imported calendar schedule has no fire after that instant"
-                    result.failed = true
-                }
-                results.append(result)
+                results.append(compareTimer(entry, task, expressions: expressions, machine: machine, after: base, count: count, oracle: calendarOracle))
             }
         }
         return results
+    }
+
+    /// Cron's side: its minute-by-minute loop in the machine's zone, an entry read in
+    /// cronie's CRON_TZ where it has one; shown in the zone the entry is read in.
+    private static func compareCron(_ entry: ImportedEntry, _ task: TaskSettings, spec: String, zoneName: String?, cron: CronFlavor,
+                                    machine: TimeZoneRules, after base: Int64, count: Int) -> FireComparison {
+        let entryZone = zoneName.flatMap { try? TimeZoneRules.load(identifier: $0) }
+        let shown = entryZone ?? machine
+        var result = FireComparison(task: entry.name, source: entry.source, zone: shown, sourceFires: [], importedFires: [])
+        do {
+            let schedule = try VixieCronSchedule(parsing: spec, stepAfterSingleValue: cron.acceptsStepAfterSingleValue)
+            result.sourceFires = schedule.runs(after: base, count: count, in: machine, entryZone: cron.honoursCronTZ ? entryZone : nil)
+        } catch {
+            result.unavailable = "by cron's own rules: \(error.reason)"
+            result.failed = true
+        }
+        result.importedFires = importedFires(task, after: base, count: count, zone: machine)
+        return result
+    }
+
+    private static func compareTimer(_ entry: ImportedEntry, _ task: TaskSettings, expressions: [String], machine: TimeZoneRules, after base: Int64, count: Int,
+                                     oracle: (([String], Int64, Int) -> Result<[Int64], CalendarOracleError>)?) -> FireComparison {
+        var result = FireComparison(task: entry.name, source: entry.source, zone: machine, sourceFires: [], importedFires: [])
+        guard let oracle else {
+            result.unavailable = "systemd-analyze is not installed here: the timer's own fires cannot be computed"
+            return result
+        }
+        switch oracle(expressions, base, count) {
+        case .success(let fires): result.sourceFires = fires
+        case .failure(let error):
+            result.unavailable = error.description
+            result.failed = true
+        }
+        result.importedFires = importedFires(task, after: base, count: count, zone: machine)
+        if result.importedFires.isEmpty && result.unavailable == nil {
+            result.unavailable = "the imported calendar schedule has no fire after that instant"
+            result.failed = true
+        }
+        return result
     }
 
     /// The daemon's own schedule code: the fires its scheduler would arm, in order.
@@ -110,7 +124,7 @@ public enum ImportCheck {
         var fires: [Int64] = []
         // The scheduler's own next-fire function, cron or calendar alike.
         if task.schedule.isWallClock {
-            let zone = (try? TimeZoneRules.named(task.schedule.timezone)) ?? fallback
+            let zone = task.schedule.timezone.flatMap { try? TimeZoneRules.load(identifier: $0) } ?? fallback
             var cursor = base
             while fires.count < count, let next = task.schedule.nextFire(after: cursor, in: zone) {
                 fires.append(next)
@@ -118,6 +132,16 @@ public enum ImportCheck {
             }
         }
         return fires
+    }
+
+    /// The files cron ignored as a whole, one line each, and how many of them now run
+    /// where they did not (each a difference: --check exits 1).
+    public static func ignoredFiles(_ imported: ImportedConfig) -> (text: String, differences: Int) {
+        var text = ""
+        for ignored in imported.ignoredFiles {
+            text += (ignored.translated ? "DIFFERENT: " : "same (not translated): ") + ignored.sentence + "\n"
+        }
+        return (text, imported.ignoredFiles.filter { $0.translated && $0.entries > 0 }.count)
     }
 
     /// One table per task: source fire | imported fire | same/DIFFERENT.

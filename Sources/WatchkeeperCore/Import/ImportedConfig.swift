@@ -75,8 +75,9 @@ public struct ImportedEntry: Sendable {
 /// source's own rules.
 public enum ScheduleOrigin: Sendable, Equatable {
     case none
-    /// The five cron fields or an @-word, in a zone (nil: the machine's).
-    case cron(String, timezone: String?)
+    /// The five cron fields or an @-word, read in a zone by cronie (nil: the machine's),
+    /// by the rules of that cron.
+    case cron(String, timezone: String?, cron: CronFlavor)
     /// `OnCalendar=` values of a timer.
     case systemdCalendar([String])
 }
@@ -94,6 +95,27 @@ public struct UntranslatedLine: Sendable, Equatable {
     }
 }
 
+/// A file the cron being left reads nothing of (a line it cannot read, a missing final
+/// newline, its name, owner or mode): its jobs never ran there.
+public struct IgnoredFile: Sendable, Equatable {
+    public var file: String
+    public var reason: String
+    /// Which cron, as the output names it.
+    public var cron: String
+    /// Its entries were translated all the same (without --as-cron-runs).
+    public var translated: Bool
+    /// How many entries it has.
+    public var entries: Int
+
+    /// One sentence, for the header and --check.
+    public var sentence: String {
+        let what = "\(cron) ignores \(file) as a whole: \(reason); none of its \(entries) entr\(entries == 1 ? "y" : "ies") ran under cron"
+        return translated
+            ? what + ". They are translated all the same and WILL run under watchkeeper (--as-cron-runs translates nothing from such a file)."
+            : what + ". Nothing of it is translated (--as-cron-runs)."
+    }
+}
+
 public struct ImportedConfig: Sendable {
     /// The files read, as given.
     public var sources: [String] = []
@@ -101,6 +123,7 @@ public struct ImportedConfig: Sendable {
     public var notes: [String] = []
     public var entries: [ImportedEntry] = []
     public var untranslated: [UntranslatedLine] = []
+    public var ignoredFiles: [IgnoredFile] = []
     private var usedNames: Set<String> = []
 
     public init() {}
@@ -139,6 +162,7 @@ public struct ImportedConfig: Sendable {
     public func toml() -> String {
         var out = "# Imported by `watchkeeper import` from:\n"
         for source in sources { out += "#   \(Self.commentText(source))\n" }
+        for ignored in ignoredFiles { out += Self.comment("WARNING: " + ignored.sentence) }
         for note in notes { out += Self.comment(note) }
         out += "# Check it with `watchkeeper check-config FILE` and review every NOTE before use.\n"
         for entry in entries {
@@ -193,8 +217,8 @@ public struct ImportedConfig: Sendable {
             case "\u{08}": out += "\\b"
             case "\u{0C}": out += "\\f"
             default:
-                if scalar.value < 0x20 || scalar.value == 0x7F {
-                    out += "\\u" + hex4(scalar.value)
+                if scalar.value < 0x20 || scalar.value == 0x7F || isInvisible(scalar) {
+                    out += escape(scalar)
                 } else {
                     out.unicodeScalars.append(scalar)
                 }
@@ -203,9 +227,17 @@ public struct ImportedConfig: Sendable {
         return out + "\""
     }
 
-    private static func hex4(_ value: UInt32) -> String {
-        let digits = String(value, radix: 16, uppercase: true)
-        return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
+    /// Format characters (a byte-order mark, zero-width spaces, bidi overrides) show as
+    /// nothing or reorder the text around them: written as `\uXXXX` wherever shown.
+    static func isInvisible(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.properties.generalCategory == .format
+    }
+
+    /// `\uXXXX`, or TOML's `\UXXXXXXXX` beyond the first plane.
+    private static func escape(_ scalar: Unicode.Scalar) -> String {
+        let digits = String(scalar.value, radix: 16, uppercase: true)
+        let width = scalar.value > 0xFFFF ? 8 : 4
+        return (width == 8 ? "\\U" : "\\u") + String(repeating: "0", count: max(0, width - digits.count)) + digits
     }
 
     /// Comment text stays on its line: TOML allows no control character but tab in a
@@ -217,8 +249,8 @@ public struct ImportedConfig: Sendable {
             case "\n": out += "\\n"
             case "\r": out += "\\r"
             default:
-                if (scalar.value < 0x20 && scalar != "\t") || scalar.value == 0x7F {
-                    out += "\\u" + hex4(scalar.value)
+                if (scalar.value < 0x20 && scalar != "\t") || scalar.value == 0x7F || isInvisible(scalar) {
+                    out += escape(scalar)
                 } else {
                     out.unicodeScalars.append(scalar)
                 }

@@ -32,10 +32,17 @@ public struct IncrontabImporter: Sendable {
 
     public func importFile(path: String, text: String, into config: inout ImportedConfig) {
         let owner = Self.spoolOwner(path)
-        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let source = ImportSource(file: path, line: index + 1)
-            var line = Substring(rawLine)
-            if line.hasSuffix("\r") { line = line.dropLast() }
+        let lines = SourceLines(text)
+        if let note = lines.windowsNote(file: path, reader: "incrond (incrontab.cpp strips only the newline)",
+                                        effect: "so each command ends in CR there and usually fails; translated without it") {
+            config.notes.append(note)
+        }
+        if lines.hasByteOrderMark {
+            config.notes.append("\(path) starts with a byte-order mark (U+FEFF, the bytes EF BB BF a Windows editor writes): incrond reads it as part of the first line's path, which then is not absolute; translated without it.")
+        }
+        for sourceLine in lines.lines {
+            let source = ImportSource(file: path, line: sourceLine.number)
+            let line = Substring(sourceLine.text)
             let trimmed = line.drop { $0 == " " || $0 == "\t" }
             if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
             switch entry(trimmed, source: source, owner: owner, config: &config) {
@@ -59,7 +66,53 @@ public struct IncrontabImporter: Sendable {
     struct Refusal: Error { let text: String }
 
     private func entry(_ line: Substring, source: ImportSource, owner: String?, config: inout ImportedConfig) -> Result<ImportedEntry, Refusal> {
-        // The path: up to the first blank not escaped by a backslash (incron's `\ `).
+        let (watchedPath, maskText, command) = Self.fields(line)
+        guard watchedPath.hasPrefix("/") else { return .failure(Refusal(text: "the path must be absolute")) }
+        guard !maskText.isEmpty, !command.isEmpty else { return .failure(Refusal(text: "expected `path mask command`")) }
+        var mask: Mask
+        switch Mask.read(maskText) {
+        case .success(let read): mask = read
+        case .failure(let refusal): return .failure(refusal)
+        }
+        guard !mask.events.isEmpty else {
+            let reasons = Set(mask.dropped).sorted().map { "\($0): \(Self.unmapped[$0] ?? "no equivalent")" }
+            return .failure(Refusal(text: "no event watchkeeper can react to (" + reasons.joined(separator: "; ") + ")"))
+        }
+        for name in Set(mask.dropped).sorted() {
+            config.untranslated.append(UntranslatedLine(source: source, text: name, reason: "dropped from this rule's events: \(Self.unmapped[name] ?? "no equivalent")"))
+        }
+        let (directory, include) = Self.watched(watchedPath, mask: &mask)
+        var entry = ImportedEntry(kind: .watch, name: config.uniqueName(from: Self.nameStem(directory), line: source.line), source: source, original: "")
+        entry["path"] = .string(directory)
+        entry["recursive"] = .bool(mask.recursive)
+        if mask.recursive { mask.notes.append("incron 0.5.12 watches subdirectories unless recursive=false; so does this rule (recursive = true).") }
+        entry["events"] = .strings(mask.events.map(\.rawValue))
+        if !include.isEmpty { entry["include"] = .strings(include) }
+        // incron handles only what happens while it runs.
+        entry["catch_up"] = .bool(false)
+        if let owner {
+            do {
+                _ = try Credentials.lookup(user: owner, group: nil)
+            } catch {
+                return .failure(Refusal(text: "\(error) (the incrontab's owner, whom the job would run as)"))
+            }
+            entry["user"] = .string(owner)
+        }
+        if case .failure(let refusal) = Self.runLikeIncrond(command, owner: owner, into: &entry, notes: &mask.notes) { return .failure(refusal) }
+        entry["budget"] = .string("7d")
+        if !mask.loopable {
+            mask.notes.append("incron 0.5.12 has no-loop as its default (IN_NO_LOOP; loopable=true turns it off) but builds without the code that pauses the watch (LOOPER), so it keeps watching while the command runs, as watchkeeper does: a command that writes into the watched directory starts jobs for its own files.")
+        }
+        if mask.recursive && !mask.dotDirectories {
+            mask.notes.append("incron does not descend into directories whose names start with a dot (dotdirs=false, its default); watchkeeper does, so events in them start jobs here.")
+        }
+        entry.notes = mask.notes
+        return .success(entry)
+    }
+
+    /// `path mask command`: the path up to the first blank not escaped by a backslash
+    /// (incron's `\ `), the mask up to the next blank, the rest.
+    private static func fields(_ line: Substring) -> (path: String, mask: String, command: String) {
         var watchedPath = ""
         var rest = line[...]
         var escaped = false
@@ -78,72 +131,67 @@ public struct IncrontabImporter: Sendable {
         }
         rest = rest.drop { $0 == " " || $0 == "\t" }
         let maskEnd = rest.firstIndex { $0 == " " || $0 == "\t" } ?? rest.endIndex
-        let maskText = String(rest[..<maskEnd])
-        let command = String(rest[maskEnd...].drop { $0 == " " || $0 == "\t" })
-        guard watchedPath.hasPrefix("/") else { return .failure(Refusal(text: "the path must be absolute")) }
-        guard !maskText.isEmpty, !command.isEmpty else { return .failure(Refusal(text: "expected `path mask command`")) }
+        return (watchedPath, String(rest[..<maskEnd]), String(rest[maskEnd...].drop { $0 == " " || $0 == "\t" }))
+    }
 
+    /// A mask's events and options, and the events it names that watchkeeper has not.
+    struct Mask {
         var events: [WatchEvent] = []
         var notes: [String] = []
         var dropped: [String] = []
         var recursive = true
         var loopable = false
         var dotDirectories = false
-        for item in maskText.split(separator: ",").map(String.init) {
-            switch item {
-            case "IN_ALL_EVENTS":
-                for event in [WatchEvent.created, .closedWrite, .movedIn, .movedOut, .deleted, .modified, .attrib] where !events.contains(event) { events.append(event) }
-                dropped += ["IN_ACCESS", "IN_OPEN", "IN_CLOSE_NOWRITE", "IN_DELETE_SELF", "IN_MOVE_SELF"]
-            case "IN_MOVE":
-                for event in [WatchEvent.movedIn, .movedOut] where !events.contains(event) { events.append(event) }
-            case "IN_CLOSE":
-                if !events.contains(.closedWrite) { events.append(.closedWrite) }
-                dropped.append("IN_CLOSE_NOWRITE")
-            case "IN_ONLYDIR":
-                notes.append("IN_ONLYDIR: watchkeeper only ever watches directories.")
-            case "IN_DONT_FOLLOW":
-                notes.append("IN_DONT_FOLLOW: watchkeeper resolves a watched path that is a symbolic link and watches the real directory (follow_symlinks = false still keeps links inside the tree unfollowed).")
-            case "IN_NO_LOOP":
-                break
-            case "loopable=true":
-                loopable = true
-            case "loopable=false":
-                break
-            case "IN_MASK_ADD":
-                break
-            case "recursive=true": recursive = true
-            case "recursive=false": recursive = false
-            case "dotdirs=true":
-                dotDirectories = true
-            case "dotdirs=false":
-                break
-            default:
-                if let event = Self.mapping[item] {
-                    if !events.contains(event) { events.append(event) }
-                } else if Self.unmapped[item] != nil {
-                    dropped.append(item)
+
+        static func read(_ text: String) -> Result<Mask, Refusal> {
+            var mask = Mask()
+            for item in text.split(separator: ",").map(String.init) {
+                if mask.option(item) { continue }
+                if let event = mapping[item] {
+                    mask.add([event])
+                } else if unmapped[item] != nil {
+                    mask.dropped.append(item)
                 } else if let number = UInt32(item) ?? (item.hasPrefix("0x") ? UInt32(item.dropFirst(2), radix: 16) : nil) {
-                    for (name, bit) in Self.eventBits where number & bit != 0 {
-                        if let event = Self.mapping[name] {
-                            if !events.contains(event) { events.append(event) }
-                        } else {
-                            dropped.append(name)
-                        }
+                    for (name, bit) in eventBits where number & bit != 0 {
+                        if let event = mapping[name] { mask.add([event]) } else { mask.dropped.append(name) }
                     }
                 } else {
                     return .failure(Refusal(text: "unknown mask item \"\(item)\""))
                 }
             }
-        }
-        guard !events.isEmpty else {
-            let reasons = Set(dropped).sorted().map { "\($0): \(Self.unmapped[$0] ?? "no equivalent")" }
-            return .failure(Refusal(text: "no event watchkeeper can react to (" + reasons.joined(separator: "; ") + ")"))
-        }
-        for name in Set(dropped).sorted() {
-            config.untranslated.append(UntranslatedLine(source: source, text: name, reason: "dropped from this rule's events: \(Self.unmapped[name] ?? "no equivalent")"))
+            return .success(mask)
         }
 
-        // incron watches a directory, a file, or files a `*` pattern names in one directory.
+        private mutating func add(_ new: [WatchEvent]) {
+            for event in new where !events.contains(event) { events.append(event) }
+        }
+
+        /// The items that are no single event: groups of events and options.
+        private mutating func option(_ item: String) -> Bool {
+            switch item {
+            case "IN_ALL_EVENTS":
+                add([.created, .closedWrite, .movedIn, .movedOut, .deleted, .modified, .attrib])
+                dropped += ["IN_ACCESS", "IN_OPEN", "IN_CLOSE_NOWRITE", "IN_DELETE_SELF", "IN_MOVE_SELF"]
+            case "IN_MOVE": add([.movedIn, .movedOut])
+            case "IN_CLOSE":
+                add([.closedWrite])
+                dropped.append("IN_CLOSE_NOWRITE")
+            case "IN_ONLYDIR": notes.append("IN_ONLYDIR: watchkeeper only ever watches directories.")
+            case "IN_DONT_FOLLOW":
+                notes.append("IN_DONT_FOLLOW: watchkeeper resolves a watched path that is a symbolic link and watches the real directory (follow_symlinks = false still keeps links inside the tree unfollowed).")
+            case "loopable=true": loopable = true
+            case "recursive=true": recursive = true
+            case "recursive=false": recursive = false
+            case "dotdirs=true": dotDirectories = true
+            case "IN_NO_LOOP", "loopable=false", "IN_MASK_ADD", "dotdirs=false": break
+            default: return false
+            }
+            return true
+        }
+    }
+
+    /// incron watches a directory, a file, or files a `*` pattern names in one directory.
+    private static func watched(_ watchedPath: String, mask: inout Mask) -> (directory: String, include: [String]) {
         var directory = watchedPath
         var include: [String] = []
         var info = stat()
@@ -153,41 +201,29 @@ public struct IncrontabImporter: Sendable {
         if baseName.contains("*") || baseName.contains("?") {
             directory = parent
             include = [baseName]
-            recursive = false
+            mask.recursive = false
         } else if stat(watchedPath, &info) == 0, info.st_mode & S_IFMT != S_IFDIR {
             directory = parent
             include = [baseName]
-            recursive = false
-            notes.append("\(watchedPath) is a file here: its directory is watched for events on that name; $# was empty for incron and is the file's name here.")
+            mask.recursive = false
+            mask.notes.append("\(watchedPath) is a file here: its directory is watched for events on that name; $# was empty for incron and is the file's name here.")
         } else if stat(watchedPath, &info) != 0 {
-            notes.append("\(watchedPath) does not exist on the machine that ran this import; it is taken to be a directory.")
+            mask.notes.append("\(watchedPath) does not exist on the machine that ran this import; it is taken to be a directory.")
         }
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
+        return (directory, include)
+    }
 
-        var entry = ImportedEntry(kind: .watch, name: config.uniqueName(from: Self.nameStem(directory), line: source.line), source: source, original: "")
-        entry["path"] = .string(directory)
-        entry["recursive"] = .bool(recursive)
-        if recursive { notes.append("incron 0.5.12 watches subdirectories unless recursive=false; so does this rule (recursive = true).") }
-        entry["events"] = .strings(events.map(\.rawValue))
-        if !include.isEmpty { entry["include"] = .strings(include) }
-        // incron handles only what happens while it runs.
-        entry["catch_up"] = .bool(false)
-        if let owner {
-            do {
-                _ = try Credentials.lookup(user: owner, group: nil)
-            } catch {
-                return .failure(Refusal(text: "\(error) (the incrontab's owner, whom the job would run as)"))
-            }
-            entry["user"] = .string(owner)
-        }
-        switch Self.translateCommand(command) {
+    /// The command as incrond runs it: an argument array when no shell is needed; else a
+    /// user table's through /bin/bash -c, a system table's through system(3), /bin/sh -c
+    /// (usertable.cpp); a non-root user's with incrond's own PATH.
+    private static func runLikeIncrond(_ command: String, owner: String?, into entry: inout ImportedEntry, notes: inout [String]) -> Result<Void, Refusal> {
+        switch translateCommand(command) {
         case .failure(let refusal): return .failure(refusal)
         case .success(let translated):
             if let arguments = translated.arguments {
                 entry["command"] = .strings(arguments)
             } else if owner != nil {
-                // incrond runs a user table's command with /bin/bash -c, a system table's
-                // with system(3), i.e. /bin/sh -c (usertable.cpp).
                 entry["command"] = .strings(["/bin/bash", "-c", ShellQuoting.literalArgument(translated.script)])
                 notes.append("A user table's command ran as /bin/bash -c; so it does here.")
             } else {
@@ -200,15 +236,7 @@ public struct IncrontabImporter: Sendable {
             // incrond clears a non-root user's environment and sets this PATH.
             entry["environment"] = .table([("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/X11R6/bin")])
         }
-        entry["budget"] = .string("7d")
-        if !loopable {
-            notes.append("incron 0.5.12 has no-loop as its default (IN_NO_LOOP; loopable=true turns it off) but builds without the code that pauses the watch (LOOPER), so it keeps watching while the command runs, as watchkeeper does: a command that writes into the watched directory starts jobs for its own files.")
-        }
-        if recursive && !dotDirectories {
-            notes.append("incron does not descend into directories whose names start with a dot (dotdirs=false, its default); watchkeeper does, so events in them start jobs here.")
-        }
-        entry.notes = notes
-        return .success(entry)
+        return .success(())
     }
 
     static func nameStem(_ directory: String) -> String {

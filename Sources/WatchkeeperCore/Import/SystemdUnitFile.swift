@@ -21,9 +21,10 @@ struct UnitFile {
         name = path.split(separator: "/").last.map(String.init) ?? path
         var section = ""
         var pending: (text: String, line: Int)? = nil
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            var line = String(raw)
-            if line.hasSuffix("\r") { line.removeLast() }
+        // systemd reads CR LF as a line end and skips a byte-order mark (conf-parser.c).
+        for sourceLine in SourceLines(text).lines {
+            let index = sourceLine.number - 1
+            var line = sourceLine.text
             if pending == nil {
                 let trimmed = Substring(line).trimmingBlanks()
                 if trimmed.isEmpty || trimmed.hasPrefix("#") || trimmed.hasPrefix(";") { continue }

@@ -176,36 +176,12 @@ public struct SystemdUnitImporter: Sendable {
             func untranslated(_ reason: String) {
                 config.untranslated.append(UntranslatedLine(source: ImportSource(file: unit.path, line: setting.line), text: setting.text, reason: reason))
             }
-            let events: [WatchEvent]
-            var note: String
-            switch setting.key {
-            case "Unit":
-                continue
-            case "PathChanged":
-                events = [.closedWrite, .movedIn, .created, .deleted, .movedOut, .attrib]
-                note = "PathChanged=: a job when a file there is closed after writing, created, deleted, moved or has its attributes changed."
-            case "PathModified":
-                events = [.modified, .closedWrite, .movedIn, .created, .deleted, .movedOut, .attrib]
-                note = "PathModified=: as PathChanged= and on every write too."
-            case "DirectoryNotEmpty":
-                events = [.created, .movedIn]
-                note = "DirectoryNotEmpty=: one job per file that appears (and, with catch_up, per file already there at start), where systemd starts the service once while the directory is not empty."
-            case "PathExists":
-                events = [.created, .movedIn]
-                note = "PathExists=: a job when the path appears (and at start if it is there); systemd also restarts the service while it keeps existing."
-            case "PathExistsGlob":
-                events = [.created, .movedIn]
-                note = "PathExistsGlob=: a job for each file that appears matching the pattern (and at start for those already there)."
-            case "MakeDirectory", "DirectoryMode":
-                untranslated("watchkeeper does not create the watched directory; create it (e.g. with tmpfiles.d)")
-                continue
-            case "TriggerLimitIntervalSec", "TriggerLimitBurst":
-                untranslated("watchkeeper has no trigger rate limit (max_concurrent limits jobs at once)")
-                continue
-            default:
-                untranslated("no watchkeeper equivalent for [Path] \(setting.key)=")
+            if setting.key == "Unit" { continue }
+            guard let (events, described) = Self.pathEvents(setting.key) else {
+                untranslated(Self.pathRefusal(setting.key))
                 continue
             }
+            var note = described
             let path = setting.value
             guard path.hasPrefix("/") else { untranslated("the path must be absolute"); continue }
             var directory = path
@@ -252,6 +228,33 @@ public struct SystemdUnitImporter: Sendable {
         }
     }
 
+    /// The events a path directive watches for, and what differs from systemd.
+    private static func pathEvents(_ key: String) -> (events: [WatchEvent], note: String)? {
+        switch key {
+        case "PathChanged":
+            return ([.closedWrite, .movedIn, .created, .deleted, .movedOut, .attrib],
+                    "PathChanged=: a job when a file there is closed after writing, created, deleted, moved or has its attributes changed.")
+        case "PathModified":
+            return ([.modified, .closedWrite, .movedIn, .created, .deleted, .movedOut, .attrib], "PathModified=: as PathChanged= and on every write too.")
+        case "DirectoryNotEmpty":
+            return ([.created, .movedIn], "DirectoryNotEmpty=: one job per file that appears (and, with catch_up, per file already there at start), where systemd starts the service once while the directory is not empty.")
+        case "PathExists":
+            return ([.created, .movedIn], "PathExists=: a job when the path appears (and at start if it is there); systemd also restarts the service while it keeps existing.")
+        case "PathExistsGlob":
+            return ([.created, .movedIn], "PathExistsGlob=: a job for each file that appears matching the pattern (and at start for those already there).")
+        default:
+            return nil
+        }
+    }
+
+    private static func pathRefusal(_ key: String) -> String {
+        switch key {
+        case "MakeDirectory", "DirectoryMode": return "watchkeeper does not create the watched directory; create it (e.g. with tmpfiles.d)"
+        case "TriggerLimitIntervalSec", "TriggerLimitBurst": return "watchkeeper has no trigger rate limit (max_concurrent limits jobs at once)"
+        default: return "no watchkeeper equivalent for [Path] \(key)="
+        }
+    }
+
     private func translateUnitSection(_ unit: UnitFile, into entry: inout ImportedEntry, config: inout ImportedConfig) {
         for setting in unit.settings where setting.section == "Unit" {
             switch setting.key {
@@ -271,9 +274,6 @@ public struct SystemdUnitImporter: Sendable {
     // MARK: - The service
 
     private func translateService(_ service: UnitFile, instanceOf trigger: UnitFile, into entry: inout ImportedEntry, config: inout ImportedConfig) -> Result<Void, Refusal> {
-        func untranslated(_ setting: UnitFile.Setting, _ reason: String) {
-            config.untranslated.append(UntranslatedLine(source: ImportSource(file: service.path, line: setting.line), text: setting.text, reason: reason))
-        }
         var commands: [(line: UnitFile.Setting, command: ExecCommand)] = []
         for key in ["ExecStartPre", "ExecStart", "ExecStartPost"] {
             for setting in service.list("Service", key) {
@@ -288,102 +288,143 @@ public struct SystemdUnitImporter: Sendable {
         }
         var user: String? = nil
         let serviceType = service.last("Service", "Type")?.value ?? "simple"
-        let isOneshot = serviceType == "oneshot"
         for setting in service.settings where setting.section == "Service" {
-            switch setting.key {
-            case "ExecStartPre", "ExecStart", "ExecStartPost":
-                continue
-            case "Type":
-                if !["oneshot", "simple", "exec"].contains(setting.value) {
-                    untranslated(setting, "a job is a process watchkeeper waits for; Type=\(setting.value) has no equivalent, the main process's exit ends the run")
+            var reasons: [String] = []
+            func untranslated(_ text: String) { reasons.append(text) }
+            if ["ExecStartPre", "ExecStart", "ExecStartPost"].contains(setting.key) { continue }
+            switch applyIdentity(setting, into: &entry, user: &user, untranslated: untranslated) {
+            case .failure(let refusal): return .failure(refusal)
+            case .success(true): break
+            case .success(false):
+                if !applyLimit(setting, serviceType: serviceType, into: &entry, untranslated: untranslated) {
+                    applyOther(setting, into: &entry, untranslated: untranslated)
                 }
-            case "User":
-                do { _ = try Credentials.lookup(user: setting.value, group: nil) } catch {
-                    return .failure(Refusal(line: setting.line, text: setting.text, reason: "\(error)"))
-                }
-                user = setting.value
-                entry["user"] = .string(setting.value)
-            case "Group":
-                do { _ = try Credentials.lookup(user: nil, group: setting.value) } catch {
-                    return .failure(Refusal(line: setting.line, text: setting.text, reason: "\(error)"))
-                }
-                entry["group"] = .string(setting.value)
-            case "WorkingDirectory":
-                let directory = setting.value.hasPrefix("-") ? String(setting.value.dropFirst()) : setting.value
-                if directory.hasPrefix("/") { entry["working_directory"] = .string(directory) } else { untranslated(setting, "only an absolute path maps to working_directory") }
-            case "Environment":
-                var pairs: [(key: String, value: String)] = []
-                if case .table(let existing) = entry["environment"] { pairs = existing }
-                for word in ExecCommand.words(setting.value) ?? [] {
-                    guard let equals = word.firstIndex(of: "=") else { continue }
-                    let key = String(word[..<equals])
-                    if key.hasPrefix("WATCHKEEPER_") || key.isEmpty { untranslated(setting, "\"\(word)\": names starting with WATCHKEEPER_ are set by the daemon, and a name cannot be empty"); continue }
-                    pairs.removeAll { $0.key == key }
-                    pairs.append((key, String(word[word.index(after: equals)...])))
-                }
-                entry["environment"] = .table(pairs)
-            case "EnvironmentFile":
-                untranslated(setting, "systemd reads the file at every start; watchkeeper's environment is in the configuration: copy the variables into environment")
-            case "TimeoutStartSec", "RuntimeMaxSec", "TimeoutSec":
-                if setting.value == "infinity" { continue }
-                // Only a oneshot service's start lasts its whole run; for the others the start
-                // timeout is over once the process runs.
-                if setting.key != "RuntimeMaxSec" && !isOneshot {
-                    untranslated(setting, "for Type=\(serviceType) the start timeout ends when the process has started, not when it exits; only RuntimeMaxSec= would be a budget")
-                    continue
-                }
-                guard let seconds = Self.timeSpan(setting.value) else { untranslated(setting, "unable to read the time span"); continue }
-                if seconds > 0 {
-                    entry["budget"] = .string(Self.durationText(min(max(seconds, 0.01), 7 * 86_400)))
-                    entry.notes.append("\(setting.key)=\(setting.value) is the budget\(seconds > 7 * 86_400 ? " (capped at watchkeeper's maximum of 7d)" : "").")
-                }
-            case "TimeoutStopSec":
-                if let seconds = Self.timeSpan(setting.value), seconds <= 3_600 { entry["kill_grace"] = .string(Self.durationText(seconds)) } else { untranslated(setting, "kill_grace is at most 1h") }
-            case "KillSignal":
-                if TaskSettings.signalNames[setting.value.uppercased().hasPrefix("SIG") ? setting.value.uppercased() : "SIG" + setting.value.uppercased()] != nil {
-                    entry["stop_signal"] = .string(setting.value)
-                } else {
-                    untranslated(setting, "stop_signal is one of \(TaskSettings.signalNames.keys.sorted().joined(separator: ", "))")
-                }
-            case "MemoryMax":
-                if let last = setting.value.last, "KMGT".contains(last) || last.isNumber, setting.value != "infinity" {
-                    entry["memory_max"] = .string(last.isNumber ? setting.value : setting.value)
-                } else {
-                    untranslated(setting, "memory_max takes a size (K, M, G, T), not a percentage or infinity")
-                }
-            case "CPUWeight", "IOWeight":
-                if let weight = Int(setting.value), (1...10_000).contains(weight) { entry[setting.key == "CPUWeight" ? "cpu_weight" : "io_weight"] = .integer(weight) } else { untranslated(setting, "a weight 1-10000 is needed") }
-            case "TasksMax":
-                if let limit = Int(setting.value), (1...4_194_304).contains(limit) { entry["tasks_max"] = .integer(limit) } else { untranslated(setting, "tasks_max takes a number of tasks") }
-            case "Nice", "IOSchedulingClass", "IOSchedulingPriority", "CPUSchedulingPolicy":
-                let low = (setting.key == "Nice" && (Int(setting.value) ?? 0) >= 10) || (setting.key == "IOSchedulingClass" && setting.value == "idle")
-                if low && entry["priority"] == nil {
-                    entry["priority"] = .string("low")
-                    entry.notes.append("\(setting.key)=\(setting.value) is priority = \"low\": the job runs at the daemon's nice value + 10, and waits behind other jobs for a max_jobs slot.")
-                } else if !low {
-                    untranslated(setting, "only a low priority maps (priority = \"low\", nice + 10)")
-                } else {
-                    entry.notes.append("\(setting.key)=\(setting.value) is covered by priority = \"low\" (nice + 10; no I/O class).")
-                }
-            case "SyslogIdentifier":
-                entry.notes.append("SyslogIdentifier=\(setting.value): the job's output is in the journal under the task's name.")
-            case "StandardOutput", "StandardError":
-                untranslated(setting, "a job's output goes to the journal (output = \"daemon\" or \"direct\")")
-            default:
-                let sandboxing = setting.key.hasPrefix("Protect") || setting.key.hasPrefix("Private") || setting.key.hasPrefix("Restrict")
-                if sandboxing, Self.boolean(setting.value) == false {
-                    untranslated(setting, "nothing to carry over: watchkeeper does not sandbox jobs, and this turns a protection off")
-                    continue
-                }
-                untranslated(setting, setting.key.hasPrefix("Protect") || setting.key.hasPrefix("Private") || setting.key.hasPrefix("Restrict") || ["LockPersonality", "NoNewPrivileges", "CapabilityBoundingSet", "SystemCallFilter", "ReadWritePaths", "ReadOnlyPaths", "MemoryDenyWriteExecute", "ProtectSystem", "ProtectHome"].contains(setting.key)
-                    ? "watchkeeper does not sandbox jobs: this protection is lost"
-                    : "no watchkeeper equivalent for [Service] \(setting.key)=")
+            }
+            for reason in reasons {
+                config.untranslated.append(UntranslatedLine(source: ImportSource(file: service.path, line: setting.line), text: setting.text, reason: reason))
             }
         }
         if entry["budget"] == nil {
             entry["budget"] = .string("7d")
             entry.notes.append("No start timeout: budget = \"7d\", watchkeeper's maximum (a oneshot service's default TimeoutStartSec is infinity).")
         }
+        Self.applyCommands(commands, user: user, into: &entry)
+        return .success(())
+    }
+
+    /// Who runs the job, where, with what environment; false: not one of those keys.
+    private func applyIdentity(_ setting: UnitFile.Setting, into entry: inout ImportedEntry, user: inout String?,
+                               untranslated: (String) -> Void) -> Result<Bool, Refusal> {
+        switch setting.key {
+        case "Type":
+            if !["oneshot", "simple", "exec"].contains(setting.value) {
+                untranslated("a job is a process watchkeeper waits for; Type=\(setting.value) has no equivalent, the main process's exit ends the run")
+            }
+        case "User":
+            do { _ = try Credentials.lookup(user: setting.value, group: nil) } catch {
+                return .failure(Refusal(line: setting.line, text: setting.text, reason: "\(error)"))
+            }
+            user = setting.value
+            entry["user"] = .string(setting.value)
+        case "Group":
+            do { _ = try Credentials.lookup(user: nil, group: setting.value) } catch {
+                return .failure(Refusal(line: setting.line, text: setting.text, reason: "\(error)"))
+            }
+            entry["group"] = .string(setting.value)
+        case "WorkingDirectory":
+            let directory = setting.value.hasPrefix("-") ? String(setting.value.dropFirst()) : setting.value
+            if directory.hasPrefix("/") { entry["working_directory"] = .string(directory) } else { untranslated("only an absolute path maps to working_directory") }
+        case "Environment":
+            var pairs: [(key: String, value: String)] = []
+            if case .table(let existing) = entry["environment"] { pairs = existing }
+            for word in ExecCommand.words(setting.value) ?? [] {
+                guard let equals = word.firstIndex(of: "=") else { continue }
+                let key = String(word[..<equals])
+                if key.hasPrefix("WATCHKEEPER_") || key.isEmpty { untranslated("\"\(word)\": names starting with WATCHKEEPER_ are set by the daemon, and a name cannot be empty"); continue }
+                pairs.removeAll { $0.key == key }
+                pairs.append((key, String(word[word.index(after: equals)...])))
+            }
+            entry["environment"] = .table(pairs)
+        case "EnvironmentFile":
+            untranslated("systemd reads the file at every start; watchkeeper's environment is in the configuration: copy the variables into environment")
+        default:
+            return .success(false)
+        }
+        return .success(true)
+    }
+
+    /// Time, signals and resources; false: not one of those keys.
+    private func applyLimit(_ setting: UnitFile.Setting, serviceType: String, into entry: inout ImportedEntry, untranslated: (String) -> Void) -> Bool {
+        let isOneshot = serviceType == "oneshot"
+        switch setting.key {
+        case "TimeoutStartSec", "RuntimeMaxSec", "TimeoutSec":
+            if setting.value == "infinity" { return true }
+            // Only a oneshot service's start lasts its whole run; for the others the start
+            // timeout is over once the process runs.
+            if setting.key != "RuntimeMaxSec" && !isOneshot {
+                untranslated("for Type=\(serviceType) the start timeout ends when the process has started, not when it exits; only RuntimeMaxSec= would be a budget")
+                return true
+            }
+            guard let seconds = Self.timeSpan(setting.value) else { untranslated("unable to read the time span"); return true }
+            if seconds > 0 {
+                entry["budget"] = .string(Self.durationText(min(max(seconds, 0.01), 7 * 86_400)))
+                entry.notes.append("\(setting.key)=\(setting.value) is the budget\(seconds > 7 * 86_400 ? " (capped at watchkeeper's maximum of 7d)" : "").")
+            }
+        case "TimeoutStopSec":
+            if let seconds = Self.timeSpan(setting.value), seconds <= 3_600 { entry["kill_grace"] = .string(Self.durationText(seconds)) } else { untranslated("kill_grace is at most 1h") }
+        case "KillSignal":
+            if TaskSettings.signalNames[setting.value.uppercased().hasPrefix("SIG") ? setting.value.uppercased() : "SIG" + setting.value.uppercased()] != nil {
+                entry["stop_signal"] = .string(setting.value)
+            } else {
+                untranslated("stop_signal is one of \(TaskSettings.signalNames.keys.sorted().joined(separator: ", "))")
+            }
+        case "MemoryMax":
+            if let last = setting.value.last, "KMGT".contains(last) || last.isNumber, setting.value != "infinity" {
+                entry["memory_max"] = .string(last.isNumber ? setting.value : setting.value)
+            } else {
+                untranslated("memory_max takes a size (K, M, G, T), not a percentage or infinity")
+            }
+        case "CPUWeight", "IOWeight":
+            if let weight = Int(setting.value), (1...10_000).contains(weight) { entry[setting.key == "CPUWeight" ? "cpu_weight" : "io_weight"] = .integer(weight) } else { untranslated("a weight 1-10000 is needed") }
+        case "TasksMax":
+            if let limit = Int(setting.value), (1...4_194_304).contains(limit) { entry["tasks_max"] = .integer(limit) } else { untranslated("tasks_max takes a number of tasks") }
+        case "Nice", "IOSchedulingClass", "IOSchedulingPriority", "CPUSchedulingPolicy":
+            let low = (setting.key == "Nice" && (Int(setting.value) ?? 0) >= 10) || (setting.key == "IOSchedulingClass" && setting.value == "idle")
+            if low && entry["priority"] == nil {
+                entry["priority"] = .string("low")
+                entry.notes.append("\(setting.key)=\(setting.value) is priority = \"low\": the job runs at the daemon's nice value + 10, and waits behind other jobs for a max_jobs slot.")
+            } else if !low {
+                untranslated("only a low priority maps (priority = \"low\", nice + 10)")
+            } else {
+                entry.notes.append("\(setting.key)=\(setting.value) is covered by priority = \"low\" (nice + 10; no I/O class).")
+            }
+        default:
+            return false
+        }
+        return true
+    }
+
+    private func applyOther(_ setting: UnitFile.Setting, into entry: inout ImportedEntry, untranslated: (String) -> Void) {
+        switch setting.key {
+        case "SyslogIdentifier":
+            entry.notes.append("SyslogIdentifier=\(setting.value): the job's output is in the journal under the task's name.")
+        case "StandardOutput", "StandardError":
+            untranslated("a job's output goes to the journal (output = \"daemon\" or \"direct\")")
+        default:
+            let sandboxing = setting.key.hasPrefix("Protect") || setting.key.hasPrefix("Private") || setting.key.hasPrefix("Restrict")
+            if sandboxing, Self.boolean(setting.value) == false {
+                untranslated("nothing to carry over: watchkeeper does not sandbox jobs, and this turns a protection off")
+                return
+            }
+            untranslated(setting.key.hasPrefix("Protect") || setting.key.hasPrefix("Private") || setting.key.hasPrefix("Restrict") || ["LockPersonality", "NoNewPrivileges", "CapabilityBoundingSet", "SystemCallFilter", "ReadWritePaths", "ReadOnlyPaths", "MemoryDenyWriteExecute", "ProtectSystem", "ProtectHome"].contains(setting.key)
+                ? "watchkeeper does not sandbox jobs: this protection is lost"
+                : "no watchkeeper equivalent for [Service] \(setting.key)=")
+        }
+    }
+
+    /// Each Exec line's prefixes said; one plain command as arguments, several through
+    /// /bin/sh in order.
+    private static func applyCommands(_ commands: [(line: UnitFile.Setting, command: ExecCommand)], user: String?, into entry: inout ImportedEntry) {
         for (setting, command) in commands {
             if command.elevated {
                 entry.notes.append("\(setting.key)=\(setting.value): the +/!/!! prefix ran this command with full privileges; here it runs as \(user ?? "the daemon's user") like the others.")
@@ -407,58 +448,5 @@ public struct SystemdUnitImporter: Sendable {
                 entry.notes.append("The service's \(commands.count) Exec lines run in order in one shell, each only if the previous succeeded (a - prefix ignores a failure), as systemd runs them.")
             }
         }
-        return .success(())
-    }
-
-    // MARK: - Values
-
-    static func boolean(_ text: String) -> Bool? {
-        switch text.lowercased() {
-        case "1", "yes", "y", "true", "t", "on": return true
-        case "0", "no", "n", "false", "f", "off": return false
-        default: return nil
-        }
-    }
-
-    /// systemd.time(7) time spans: "5min 20s", "1h30m", "90" (seconds); nil if unreadable.
-    static func timeSpan(_ text: String) -> Double? {
-        let units: [String: Double] = [
-            "usec": 1e-6, "us": 1e-6, "µs": 1e-6, "msec": 0.001, "ms": 0.001,
-            "seconds": 1, "second": 1, "sec": 1, "s": 1, "": 1,
-            "minutes": 60, "minute": 60, "min": 60, "m": 60,
-            "hours": 3_600, "hour": 3_600, "hr": 3_600, "h": 3_600,
-            "days": 86_400, "day": 86_400, "d": 86_400,
-            "weeks": 604_800, "week": 604_800, "w": 604_800,
-            "months": 2_629_800, "month": 2_629_800, "M": 2_629_800,
-            "years": 31_557_600, "year": 31_557_600, "y": 31_557_600,
-        ]
-        var total = 0.0
-        var characters = Array(text)[...]
-        var sawPart = false
-        while true {
-            while characters.first == " " { characters = characters.dropFirst() }
-            guard !characters.isEmpty else { break }
-            var number = ""
-            while let character = characters.first, character.isNumber || character == "." { number.append(character); characters = characters.dropFirst() }
-            while characters.first == " " { characters = characters.dropFirst() }
-            var unit = ""
-            while let character = characters.first, character.isLetter || character == "µ" { unit.append(character); characters = characters.dropFirst() }
-            guard let value = Double(number), let factor = units[unit] else { return nil }
-            total += value * factor
-            sawPart = true
-        }
-        return sawPart ? total : nil
-    }
-
-    /// Seconds as a watchkeeper duration: "1d2h", "15m", "1500ms".
-    static func durationText(_ seconds: Double) -> String {
-        var milliseconds = Int64((seconds * 1_000).rounded())
-        if milliseconds == 0 { return "0s" }
-        var out = ""
-        for (unit, size) in [("d", Int64(86_400_000)), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)] where milliseconds >= size {
-            out += "\(milliseconds / size)\(unit)"
-            milliseconds %= size
-        }
-        return out
     }
 }

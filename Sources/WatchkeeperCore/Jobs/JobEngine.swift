@@ -84,8 +84,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// on_failure and on_success hooks started or waiting for their run's on_expire to end.
     private var hooks: [ObjectIdentifier: JobHook] = [:]
     private var hookTotals: [HookKind: [HookResult: UInt64]] = [:]
-    /// Where hooks get their run's last lines (`runtime_dir`); nil: no output file.
-    public var runtimeDirectory: String?
+    /// How long a hook waits for its run's record to be written before it starts anyway.
+    var hookRecordPatience: Duration = .seconds(1)
     private(set) var startedTotal: UInt64 = 0
     /// Jobs not started because their file was renamed, removed or replaced while they waited.
     private(set) var filesGoneBeforeStart: UInt64 = 0
@@ -387,9 +387,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(run.label): \(kind.key) not run: the daemon is stopping")
             return
         }
-        let hook = JobHook(kind: kind, record: record, run: run)
+        let hook = JobHook(kind: kind, record: record, run: run, recordPatience: hookRecordPatience)
         hooks[ObjectIdentifier(hook)] = hook
-        hook.start(runtimeDirectory: runtimeDirectory, mayStart: { [weak self] in self?.hooksMayStart ?? false }) { [weak self] hook, result in
+        hook.start(mayStart: { [weak self] in self?.hooksMayStart ?? false }) { [weak self] hook, result in
             guard let self else { return }
             self.hooks[ObjectIdentifier(hook)] = nil
             self.hookTotals[hook.kind, default: [:]][result, default: 0] += 1

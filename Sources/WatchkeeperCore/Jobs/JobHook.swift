@@ -1,4 +1,6 @@
+import CWatchkeeperSystem
 import Logging
+import SystemPackage
 
 #if canImport(Glibc)
 import Glibc
@@ -40,11 +42,13 @@ public enum HookResult: String, Sendable, CaseIterable {
 }
 
 /// One run of a job's `on_failure` or `on_success` command, after the run's record: the
-/// run's environment plus what the record says, and the run's last lines in a file under
-/// the runtime directory that is removed when the hook ends. It has its own budget
-/// (SIGKILL after it, like on_expire's) and its ending triggers nothing: a hook never
-/// runs another hook. Its output is journaled like on_expire's. Confined to the jobs queue;
-/// the engine keeps it until `onEnd`.
+/// run's environment plus what the record says, and the run's last lines in a file handed
+/// to it as fd 3 (`WATCHKEEPER_OUTPUT_FILE=/proc/self/fd/3`), which no directory holds, so
+/// a hook of any user reads it whatever the runtime directory's mode. It starts once the
+/// record is written, so the journal has the record before the hook's output. It has its
+/// own budget (SIGKILL after it, like on_expire's) and its ending triggers nothing: a hook
+/// never runs another hook. Its output is journaled like on_expire's. Confined to the jobs
+/// queue; the engine keeps it until `onEnd`.
 final class JobHook {
     let kind: HookKind
     let record: RunRecord
@@ -53,17 +57,22 @@ final class JobHook {
     private let request: JobRequest
     private let context: JobContext
     private var child: ChildProcess?
-    private var outputFile: String?
     private var killedForBudget = false
     private(set) var startedAt: MonotonicInstant?
     private var onEnd: ((JobHook, HookResult) -> Void)?
+    /// The start, while the log sink has not written the run's record yet.
+    private var waitingForRecord: (() -> Void)?
+    private var recordTimer: RegisteredTimer?
 
-    /// Where hook output files go, under the runtime directory.
-    static let directoryName = "hooks"
+    /// What a hook reads its output file as: its own fd 3.
+    static let outputPath = "/proc/self/fd/3"
+    /// A log sink that took nothing for this long (a stalled journal) holds it no longer.
+    private let recordPatience: Duration
 
-    init(kind: HookKind, record: RunRecord, run: JobRun) {
+    init(kind: HookKind, record: RunRecord, run: JobRun, recordPatience: Duration) {
         self.kind = kind
         self.record = record
+        self.recordPatience = recordPatience
         self.run = run
         self.request = run.request
         self.context = run.contextForHooks
@@ -75,31 +84,62 @@ final class JobHook {
     private var label: String { "\(kind.key) for \(request.label)" }
     var pid: pid_t? { child?.pid }
 
-    /// Starts once the run's on_expire handler (if one runs) has ended, and only if
-    /// `mayStart` still says so then. `runtimeDirectory`: where the output file goes; nil
-    /// leaves WATCHKEEPER_OUTPUT_FILE unset.
-    func start(runtimeDirectory: String?, mayStart: @escaping () -> Bool, onEnd: @escaping (JobHook, HookResult) -> Void) {
+    /// Starts once the run's on_expire handler (if one runs) has ended and the run's record
+    /// is written, and only if `mayStart` still says so then.
+    func start(mayStart: @escaping () -> Bool, onEnd: @escaping (JobHook, HookResult) -> Void) {
         self.onEnd = onEnd
         guard let run else { return }
         run.whenExpireHandlerEnded { [self] in
             guard self.onEnd != nil else { return }
-            guard mayStart() else { return self.end(.cancelled) }
-            self.spawn(runtimeDirectory: runtimeDirectory)
+            self.afterRecordWritten {
+                guard self.onEnd != nil else { return }
+                guard mayStart() else { return self.end(.cancelled) }
+                self.spawn()
+            }
         }
     }
 
-    private func spawn(runtimeDirectory: String?) {
+    /// The record goes out through the log sink's queue, the hook's output straight to the
+    /// journal (or stderr): started before the sink wrote the record, a quick hook's lines
+    /// came first now and then. A sink that writes nothing for `recordPatience` (journald
+    /// stalled) does not hold the hook.
+    private func afterRecordWritten(_ start: @escaping () -> Void) {
+        waitingForRecord = start
+        let timer = context.sources.makeTimer(owner: label, target: "\(label): the run's record on its way out", on: context.queue) { [weak self] in
+            self?.recordWritten()
+        }
+        timer.schedule(after: recordPatience)
+        recordTimer = timer
+        let hook = UncheckedSendable(self)
+        let queue = context.queue.queue
+        context.sink.afterWritten { queue.async { hook.value.recordWritten() } }
+    }
+
+    private func recordWritten() {
+        recordTimer?.cancel()
+        recordTimer = nil
+        guard let start = waitingForRecord else { return }
+        waitingForRecord = nil
+        start()
+    }
+
+    private func spawn() {
         guard let run, let command else { return end(.unstarted) }
         self.run = nil
         do {
             let output = try run.outputPlan()
             let tail = run.outputTail
-            let file = runtimeDirectory.map { Self.outputPath(in: $0, runID: request.runID, kind: kind) }
+            // Its user reads it through its own fd 3, whatever the directories on the way.
+            let file = Self.outputFile(tail?.bytes ?? [], owner: try run.credentials())
+            if case .failure(let error) = file {
+                logger.warning("\(label): unable to hand it the run's output (\(error)); it runs without WATCHKEEPER_OUTPUT_FILE", metadata: metadata)
+            }
+            let descriptor = try? file.get()
             var extra: [(String, [UInt8])] = [
                 ("WATCHKEEPER_HOOK", Array(kind.rawValue.utf8)),
                 ("WATCHKEEPER_OUTCOME", Array(record.outcome.rawValue.utf8)),
                 ("WATCHKEEPER_DURATION_SECONDS", Array(roundedString(record.duration.secondsDouble, digits: 3).utf8)),
-                ("WATCHKEEPER_OUTPUT_LINES", Array(String(file == nil ? 0 : tail?.count ?? 0).utf8)),
+                ("WATCHKEEPER_OUTPUT_LINES", Array(String(descriptor == nil ? 0 : tail?.count ?? 0).utf8)),
             ]
             switch record.exit {
             case .exited(let code)?: extra.append(("WATCHKEEPER_EXIT_CODE", Array(String(code).utf8)))
@@ -107,15 +147,13 @@ final class JobHook {
             case nil: break
             }
             if let expiry = record.expiry { extra.append(("WATCHKEEPER_EXPIRE_REASON", Array(expiry.rawValue.utf8))) }
-            if let file { extra.append(("WATCHKEEPER_OUTPUT_FILE", Array(file.utf8))) }
+            if descriptor != nil { extra.append(("WATCHKEEPER_OUTPUT_FILE", Array(Self.outputPath.utf8))) }
+            // The child has its own copy once spawned; ours closes when this scope ends.
+            defer { if let descriptor { close(descriptor) } }
             let spawnRequest = try run.spawnRequest(command: command, extra: extra + output.environment, stdout: output.stdout,
-                                                    stderr: output.stderr, progress: nil,
+                                                    stderr: output.stderr, descriptor3: descriptor,
                                                     placeholders: ["outcome": Array(record.outcome.rawValue.utf8),
                                                                    "budget": Array(budget.compactDescription.utf8)])
-            if let file {
-                try Self.writeOutputFile(file, bytes: tail?.bytes ?? [], owner: spawnRequest.credentials)
-                outputFile = file
-            }
             // Its own cgroup, as on_expire's: the job's is gone.
             var cgroup: JobCgroup?
             let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-\(kind.rawValue)", limits: JobLimits(), cgroup: &cgroup)
@@ -170,8 +208,9 @@ final class JobHook {
     }
 
     private func end(_ result: HookResult) {
-        if let outputFile { unlink(outputFile) }
-        outputFile = nil
+        recordTimer?.cancel()
+        recordTimer = nil
+        waitingForRecord = nil
         run = nil
         let handler = onEnd
         onEnd = nil
@@ -197,45 +236,31 @@ final class JobHook {
 
     // MARK: The output file
 
-    static func outputPath(in runtimeDirectory: String, runID: String, kind: HookKind) -> String {
-        let base = runtimeDirectory.hasSuffix("/") ? String(runtimeDirectory.dropLast()) : runtimeDirectory
-        return "\(base)/\(directoryName)/\(runID).\(kind.key).out"
-    }
-
-    /// Mode 0600, owned by the hook's user when it runs as another: only it and the daemon
-    /// read it. The directory is 0711: a hook finds its own file, nobody lists the others.
-    /// Written on the jobs queue: at most 400 KiB (OutputTail), to the runtime directory,
-    /// a tmpfs under systemd.
-    private static func outputFileError(_ action: String, _ path: String, _ code: Int32) -> SpawnError {
-        SpawnError(step: .request, errorNumber: code, description: "unable to \(action) \(path) for the run's output: \(errorText(code))")
-    }
-
-    static func writeOutputFile(_ path: String, bytes: [UInt8], owner: Credentials?) throws(SpawnError) {
-        let directory = String(path[..<path.lastIndex(of: "/")!])
-        if case .failure(let error) = nothingOrErrno({ mkdir(directory, 0o711) }), error != .fileExists {
-            throw outputFileError("create directory", directory, error.rawValue)
-        }
-        // A stale file of a daemon that died mid-hook: the run ID is random, so only ours.
-        unlink(path)
+    /// The run's last lines in a file in memory (memfd), read-only and owned by the hook's
+    /// user when it runs as another: only it (through its fd 3) and root can open it, and
+    /// it is gone with the last descriptor. At most 400 KiB (OutputTail), on the jobs queue.
+    static func outputFile(_ bytes: [UInt8], owner: Credentials?) -> Result<Int32, Errno> {
         let fd: Int32
-        switch valueOrErrno({ open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600) }) {
-        case .success(let opened): fd = opened
-        case .failure(let error): throw outputFileError("create", path, error.rawValue)
+        switch valueOrErrno({ wk_memfd_create("watchkeeper-hook-output") }) {
+        case .success(let created): fd = created
+        case .failure(let error): return .failure(error)
         }
-        defer { close(fd) }
-        if let owner, case .failure(let error) = nothingOrErrno({ fchown(fd, owner.uid, owner.gid) }) {
-            unlink(path)
-            throw outputFileError("write", path, error.rawValue)
+        func failed(_ error: Errno) -> Result<Int32, Errno> {
+            close(fd)
+            return .failure(error)
         }
         var written = 0
         while written < bytes.count {
             // valueOrErrno retries EINTR.
             switch valueOrErrno({ bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) } }) {
             case .success(let count): written += count
-            case .failure(let error):
-                unlink(path)
-                throw outputFileError("write", path, error.rawValue)
+            case .failure(let error): return failed(error)
             }
         }
+        // A hook reading fd 3 itself (`cat <&3`) starts at the beginning too.
+        if case .failure(let error) = valueOrErrno({ lseek(fd, 0, SEEK_SET) }) { return failed(error) }
+        if let owner, case .failure(let error) = nothingOrErrno({ fchown(fd, owner.uid, owner.gid) }) { return failed(error) }
+        if case .failure(let error) = nothingOrErrno({ fchmod(fd, 0o400) }) { return failed(error) }
+        return .success(fd)
     }
 }

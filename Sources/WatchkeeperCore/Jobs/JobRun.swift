@@ -99,7 +99,7 @@ final class JobRun: @unchecked Sendable {
         _ = progressPipe.enlarge(to: 1 << 20)
         var request = try spawnRequest(command: self.request.settings.command, extra: [
             ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
-        ] + output.environment, stdout: output.stdout, stderr: output.stderr, progress: progressPipe.writeEnd.rawValue)
+        ] + output.environment, stdout: output.stdout, stderr: output.stderr, descriptor3: progressPipe.writeEnd.rawValue)
         // The child has its own copy of stdin once spawned; ours closes at the end of this scope.
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
@@ -120,12 +120,19 @@ final class JobRun: @unchecked Sendable {
         try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink) { [logger] in logger.warning("\($0)") }
     }
 
+    /// Who the job (and its handlers and hooks) runs as; nil: the daemon's user.
+    func credentials() throws(SpawnError) -> Credentials? {
+        let settings = request.settings
+        return try (settings.user != nil || settings.group != nil) ? Credentials.lookup(user: settings.user, group: settings.group) : nil
+    }
+
     /// argv with placeholders expanded inside single elements, and an environment built
     /// from scratch: nothing of the daemon's own (NOTIFY_SOCKET, JOURNAL_STREAM, …) leaks.
+    /// `descriptor3` becomes the child's fd 3: a job's progress pipe, a hook's output file.
     func spawnRequest(command: JobSettings.Command, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
-                      progress: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
+                      descriptor3: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
         let settings = request.settings
-        let credentials = try (settings.user != nil || settings.group != nil) ? Credentials.lookup(user: settings.user, group: settings.group) : nil
+        let credentials = try self.credentials()
         var placeholders = request.placeholders
         placeholders[request.kind.rawValue] = Array(request.name.utf8)
         placeholders["run_id"] = Array(request.runID.utf8)
@@ -165,7 +172,7 @@ final class JobRun: @unchecked Sendable {
             credentials: credentials,
             standardOutput: stdout,
             standardError: stderr,
-            progressDescriptor: progress,
+            progressDescriptor: descriptor3,
             // Set in the child before exec: low priority also yields the CPU (base + 10), and
             // no job inherits the nice value of the worker thread that spawned it.
             niceness: ProcessSpawner.niceness(for: settings.priority)
@@ -303,7 +310,7 @@ final class JobRun: @unchecked Sendable {
                 ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
                 ("WATCHKEEPER_PID", Array(String(pid).utf8)),
                 ("WATCHKEEPER_ELAPSED_SECONDS", Array(String(elapsed.components.seconds).utf8)),
-            ] + output.environment, stdout: output.stdout, stderr: output.stderr, progress: nil)
+            ] + output.environment, stdout: output.stdout, stderr: output.stderr, descriptor3: nil)
             // Its own cgroup: the job's is killed while the handler may still run.
             var cgroup: JobCgroup?
             let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-expire", limits: JobLimits(), cgroup: &cgroup)

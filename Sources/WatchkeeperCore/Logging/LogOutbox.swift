@@ -104,6 +104,13 @@ final class LogOutbox: Sendable {
         }
     }
 
+    /// Runs `body` on the writer's queue once everything submitted before the call is
+    /// written (the writer drains all that is queued before it returns): a hook starts only
+    /// after its run's record is out.
+    func afterWritten(_ body: @escaping @Sendable () -> Void) {
+        queue.async(execute: body)
+    }
+
     /// Waits up to `timeout` for what is queued to be written: before the process exits,
     /// and in tests. False when entries still wait (the sink is stuck).
     @discardableResult

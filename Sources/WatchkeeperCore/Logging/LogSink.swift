@@ -28,9 +28,16 @@ public final class LogSink: Sendable {
     /// journald or a stderr reader.
     let outbox: LogOutbox
 
-    public init(target: Target, level: Logger.Level, problemCapacity: Int, stderrStream: StderrStream = .shared) {
+    public convenience init(target: Target, level: Logger.Level, problemCapacity: Int, stderrStream: StderrStream = .shared) {
+        self.init(target: target, level: level, problemCapacity: problemCapacity, stderrStream: stderrStream) { entries in
+            Self.write(entries, target: target)
+        }
+    }
+
+    /// `write`: where the daemon's own entries go, on the outbox's queue (tests: a slow journal).
+    init(target: Target, level: Logger.Level, problemCapacity: Int, stderrStream: StderrStream, write: @escaping @Sendable ([LogOutbox.Entry]) -> Void) {
         self.target = target
-        self.outbox = LogOutbox { entries in Self.write(entries, target: target) }
+        self.outbox = LogOutbox(write: write)
         self.journalSocket = target == .journal ? JournalSocket() : nil
         self.stderrStream = stderrStream
         self.problems = ProblemRing(capacity: problemCapacity)
@@ -79,6 +86,12 @@ public final class LogSink: Sendable {
     @discardableResult
     public func flush(within timeout: Duration) -> Bool {
         outbox.flush(within: timeout)
+    }
+
+    /// `body` runs (on the log queue: hop to your own) once the entries emitted before
+    /// this call are written; never, while the sink takes nothing.
+    func afterWritten(_ body: @escaping @Sendable () -> Void) {
+        outbox.afterWritten(body)
     }
 
     /// The one place the daemon's own entries are written, on the outbox's queue: here a

@@ -46,6 +46,8 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
     public private(set) var timezone: String?
     /// The rules of `timezone`, loaded while parsing.
     public private(set) var zone: TimeZoneRules?
+    /// `@SECONDS`: one instant, whose zone (UTC) nobody wrote and no zone changes.
+    public private(set) var isTimestamp = false
 
     public static let minimumYear = 1970
     public static let maximumYear = 2199
@@ -123,29 +125,61 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// What mktime(3) makes of a reading: fields carried (timegm), and a skipped wall time
-    /// read in the offset before the jump (glibc), i.e. moved forward by the jump.
-    private static func mktime(_ c: Civil, _ zone: TimeZoneRules, _ offset: inout Int32) -> Civil {
-        var local = c.localSeconds
+    /// read in the offset before the jump (glibc), i.e. moved forward by the jump. `isDST`
+    /// is the reading's tm_isdst (nil: -1); the result's is returned beside it.
+    private static func mktime(_ c: Civil, _ zone: TimeZoneRules, _ offset: inout Int32, isDST hint: Bool? = nil) -> (Civil, isDST: Bool) {
+        let local = c.localSeconds
+        let instant: Int64
         switch zone.resolve(localSeconds: local) {
-        case .unique(let instant):
-            offset = Int32(local - instant)
+        case .unique(let only):
+            instant = hint.map { hint in zone.offset(at: only).isDST == hint ? only : glibcNearestIsDST(hint, wall: local, guess: only, zone) } ?? only
         case .repeated(let first, let second):
-            offset = Int32(local - choose(first: first, second: second, wall: local, offset: offset))
+            let matching = [first, second].filter { zone.offset(at: $0).isDST == hint }
+            instant = matching.count == 1 ? matching[0] : choose(first: first, second: second, wall: local, offset: offset)
         case .skipped(let gapEnd):
-            let after = zone.offset(at: gapEnd).offsetSeconds
-            local += Int64(after - zone.offset(at: gapEnd - 1).offsetSeconds)
-            offset = after
+            let before = zone.offset(at: gapEnd - 1), after = zone.offset(at: gapEnd)
+            // Read in the offset before the jump it lands past the gap, in the one after it
+            // before: glibc prefers the side whose tm_isdst differs from the one asked for.
+            let past = local - Int64(before.offsetSeconds), short = local - Int64(after.offsetSeconds)
+            instant = hint != nil && after.isDST == hint && before.isDST != hint ? short : past
+            // Its guess for the next call is the offset after the jump.
+            offset = after.offsetSeconds
+            let result = zone.offset(at: instant)
+            return (Civil(localSeconds: instant + Int64(result.offsetSeconds)), result.isDST)
         }
-        return Civil(localSeconds: local)
+        offset = Int32(local - instant)
+        let result = zone.offset(at: instant)
+        return (Civil(localSeconds: instant + Int64(result.offsetSeconds)), result.isDST)
     }
 
-    private enum Bounds { case good, normalized, failed }
+    /// glibc's mktime asked for a tm_isdst the wall time does not have there: the offset
+    /// of the nearest instant that has it, probed a week (601,200 s) at a time in both
+    /// directions, earlier first; none within 7.25 years: one hour off (mktime.c).
+    private static func glibcNearestIsDST(_ wanted: Bool, wall: Int64, guess: Int64, _ zone: TimeZoneRules) -> Int64 {
+        let stride: Int64 = 601_200
+        var delta = stride
+        while delta < 457_243_200 / 2 + stride {
+            for probe in [guess - delta, guess + delta] {
+                let there = zone.offset(at: probe)
+                if there.isDST == wanted { return wall - Int64(there.offsetSeconds) }
+            }
+            delta += stride
+        }
+        return guess + (wanted ? -3_600 : 3_600)
+    }
+
+    private enum Bounds: Equatable {
+        case good, failed
+        /// With the tm_isdst mktime gave the normalized reading, which systemd's find_next
+        /// hands to its next mktime.
+        case normalized(isDST: Bool)
+    }
 
     /// systemd 252's tm_within_bounds: if mktime changed the reading, the unit below the
     /// highest changed one starts over, and the search goes on from there; never backwards.
     private static func withinBounds(_ c: inout Civil, _ zone: TimeZoneRules, _ offset: inout Int32) -> Bounds {
         guard c.year <= maximumYear else { return .failed }
-        var t = mktime(c, zone, &offset)
+        var (t, isDST) = mktime(c, zone, &offset)
         let cmp: Int
         func compare(_ a: Int, _ b: Int) -> Int { a < b ? -1 : a > b ? 1 : 0 }
         if compare(t.year, c.year) != 0 { cmp = compare(t.year, c.year); t.month = 1 }
@@ -155,7 +189,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         else if compare(t.minute, c.minute) != 0 { cmp = compare(t.minute, c.minute); t.second = 0 }
         else { cmp = compare(t.second, c.second) }
         if cmp < 0 { return .failed }
-        if cmp > 0 { c = t; return .normalized }
+        if cmp > 0 { c = t; return .normalized(isDST: isDST) }
         return .good
     }
 
@@ -192,14 +226,18 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         var c = start
         // The search is for a second after the reading (systemd adds a microsecond).
         var afterSecond = true
+        // The reading's tm_isdst: localtime's at the start, then -1, except after a
+        // normalization, whose own systemd's next mktime reads the reading with.
+        var isDST: Bool? = zone.offset(at: c.localSeconds - Int64(offset)).isDST
         for _ in 0..<200_000 {
-            c = Self.mktime(c, zone, &offset)
+            (c, _) = Self.mktime(c, zone, &offset, isDST: isDST)
+            isDST = nil
             var r = matching(years, &c.year)
             if r > 0 { c.month = 1; c.day = 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false }
             if r < 0 { return nil }
             switch Self.withinBounds(&c, zone, &offset) {
             case .failed: return nil
-            case .normalized: continue
+            case .normalized(let normalizedIsDST): isDST = normalizedIsDST; continue
             case .good: break
             }
 
@@ -210,7 +248,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.year += 1; c.month = 1; c.day = 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             r = matching(days, &c.day, endOfMonthIn: endOfMonth ? (c.year, c.month) : nil)
             if r > 0 { c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false }
@@ -219,7 +257,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.month += 1; c.day = 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             if !matchesWeekday(CivilCalendar.days(year: c.year, month: c.month, day: c.day)) {
                 c.day += 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
@@ -233,7 +271,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.day += 1; c.hour = 0; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             r = matching(minutes, &c.minute)
             if r > 0 { c.second = 0; afterSecond = false }
@@ -242,7 +280,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.hour += 1; c.minute = 0; c.second = 0; afterSecond = false
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
 
             var second = afterSecond ? c.second + 1 : c.second
             r = matching(seconds, &second)
@@ -253,7 +291,7 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
                 c.minute += 1; c.second = 0
                 continue
             }
-            if bounds == .normalized { continue }
+            if case .normalized(let normalizedIsDST) = bounds { isDST = normalizedIsDST; continue }
             return c
         }
         return nil
@@ -379,9 +417,9 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         }.joined(separator: ",")
     }
 
-    // MARK: Parsing, as calendar_spec_from_string
+    // MARK: What CalendarEventParser (calendar_spec_from_string) sets
 
-    fileprivate mutating func setShorthand(_ word: String) -> Bool {
+    mutating func setShorthand(_ word: String) -> Bool {
         let zero = [Component(start: 0, stop: nil, repeatEvery: 0)]
         let one = [Component(start: 1, stop: nil, repeatEvery: 0)]
         switch word.lowercased() {
@@ -402,12 +440,16 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         return true
     }
 
-    fileprivate mutating func setZone(_ name: String?, rules: TimeZoneRules?) {
+    mutating func setTimestamp() {
+        isTimestamp = true
+    }
+
+    mutating func setZone(_ name: String?, rules: TimeZoneRules?) {
         timezone = name
         zone = rules
     }
 
-    fileprivate mutating func setFields(
+    mutating func setFields(
         weekdays: UInt8, years: [Component]?, months: [Component]?, days: [Component]?, endOfMonth: Bool,
         hours: [Component]?, minutes: [Component]?, seconds: [Component]?
     ) {
@@ -421,234 +463,4 @@ public struct CalendarEvent: Sendable, Equatable, CustomStringConvertible {
         self.seconds = seconds
     }
 
-}
-
-private struct CalendarEventParser {
-    let text: [UInt8]
-    var position = 0
-    /// Where the part being parsed starts in the original text (a zone is cut off the end).
-    var end: Int
-
-    init(text: [UInt8]) {
-        self.text = text
-        self.end = text.count
-    }
-
-    typealias Component = CalendarEvent.Component
-
-    func failure(_ message: String, at column: Int? = nil) -> CalendarParseError {
-        CalendarParseError(message: message, column: column ?? position)
-    }
-
-    var current: UInt8? { position < end ? text[position] : nil }
-
-    func isDigit(_ byte: UInt8?) -> Bool { byte.map { $0 >= 48 && $0 <= 57 } ?? false }
-
-    mutating func parse(into event: inout CalendarEvent) throws(CalendarParseError) {
-        // A trailing zone: " UTC" in any case, else a last word that names a zone file.
-        if text.count >= 4, String(decoding: text[(text.count - 4)...], as: UTF8.self).lowercased() == " utc" {
-            end = text.count - 4
-            event.setZone("UTC", rules: .utc)
-        } else if let space = text.lastIndex(of: 32) {
-            let word = String(decoding: text[(space + 1)...], as: UTF8.self)
-            if Self.mayBeZoneName(word), let rules = try? TimeZoneRules.load(identifier: word) {
-                end = space
-                event.setZone(word, rules: rules)
-            }
-        }
-        guard end > 0 else { throw failure("an empty calendar event", at: 0) }
-        let body = String(decoding: text[0..<end], as: UTF8.self)
-        if event.setShorthand(body) { return }
-
-        let weekdays = try parseWeekdays()
-        var years: [Component]?
-        var months: [Component]?
-        var days: [Component]?
-        var endOfMonth = false
-        var hours: [Component]? = [Component(start: 0, stop: nil, repeatEvery: 0)]
-        var minutes: [Component]? = hours
-        var seconds: [Component]? = hours
-
-        if current == UInt8(ascii: "@") {
-            // @SECONDS: one instant, in UTC.
-            position += 1
-            guard let (value, _) = number() else { throw failure("expected seconds since the epoch after @") }
-            guard current == nil else { throw failure("unexpected text after the timestamp") }
-            let local = LocalDateTime(localSeconds: Int64(value))
-            func one(_ value: Int) -> [Component] { [Component(start: value, stop: nil, repeatEvery: 0)] }
-            event.setFields(weekdays: weekdays, years: one(local.year), months: one(local.month), days: one(local.day), endOfMonth: false,
-                            hours: one(local.hour), minutes: one(local.minute), seconds: one(local.second))
-            event.setZone("UTC", rules: .utc)
-            return
-        }
-
-        // The date, if the first chain is followed by '-' or '~' rather than ':'.
-        if current != nil {
-            let start = position
-            let first = try chain()
-            if current == nil || current == UInt8(ascii: ":") {
-                position = start
-            } else {
-                if current == UInt8(ascii: "~") { endOfMonth = true } else if current != UInt8(ascii: "-") {
-                    throw failure("expected '-' or '~' in the date")
-                }
-                position += 1
-                let second = try chain()
-                if current == nil || current == 32 {
-                    months = first
-                    days = second
-                    skipSpaces()
-                } else {
-                    if endOfMonth { throw failure("'~' can only come before the day") }
-                    if current == UInt8(ascii: "~") { endOfMonth = true } else if current != UInt8(ascii: "-") {
-                        throw failure("expected '-' or '~' before the day")
-                    }
-                    position += 1
-                    let third = try chain()
-                    guard current == nil || current == 32 else { throw failure("expected a space after the date") }
-                    skipSpaces()
-                    years = first
-                    months = second
-                    days = third
-                }
-            }
-        }
-        // The time: HOUR:MINUTE[:SECOND]; none is 00:00:00.
-        if current != nil {
-            hours = try chain()
-            guard current == UInt8(ascii: ":") else { throw failure("expected ':' after the hour") }
-            position += 1
-            minutes = try chain()
-            if current == nil {
-                seconds = [Component(start: 0, stop: nil, repeatEvery: 0)]
-            } else {
-                guard current == UInt8(ascii: ":") else { throw failure("expected ':' after the minute") }
-                position += 1
-                seconds = try chain(seconds: true)
-                guard current == nil else { throw failure("unexpected text after the seconds") }
-            }
-        }
-        event.setFields(weekdays: weekdays, years: years, months: months, days: days, endOfMonth: endOfMonth,
-                        hours: hours, minutes: minutes, seconds: seconds)
-    }
-
-    static func mayBeZoneName(_ word: String) -> Bool {
-        !word.isEmpty && word.utf8.allSatisfy { $0 > 32 && $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: "*") && $0 != UInt8(ascii: "~") }
-            && word.utf8.contains { ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) }
-            && !word.hasPrefix("/") && !word.contains("..")
-    }
-
-    mutating func skipSpaces() {
-        while current == 32 { position += 1 }
-    }
-
-    static let dayNames: [(String, Int)] = [
-        ("monday", 0), ("mon", 0), ("tuesday", 1), ("tue", 1), ("wednesday", 2), ("wed", 2),
-        ("thursday", 3), ("thu", 3), ("friday", 4), ("fri", 4), ("saturday", 5), ("sat", 5),
-        ("sunday", 6), ("sun", 6),
-    ]
-
-    mutating func parseWeekdays() throws(CalendarParseError) -> UInt8 {
-        var bits: UInt8 = 0
-        var rangeStart = -1
-        var first = true
-        while true {
-            var matched: (String, Int)?
-            for (name, number) in Self.dayNames {
-                let bytes = Array(name.utf8)
-                guard position + bytes.count <= end else { continue }
-                if zip(text[position..<(position + bytes.count)], bytes).allSatisfy({ ($0 | 0x20) == $1 }) {
-                    matched = (name, number)
-                    break
-                }
-            }
-            guard let (name, number) = matched else {
-                if first { return 0 }
-                throw failure("expected a weekday")
-            }
-            let after = position + name.utf8.count
-            let next: UInt8? = after < end ? text[after] : nil
-            guard next == nil || [UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: ","), 32].contains(next!) else {
-                throw failure("unknown weekday (Mon, Tue ... or Monday, Tuesday ...)")
-            }
-            bits |= 1 << UInt8(number)
-            if rangeStart >= 0 {
-                guard rangeStart <= number else { throw failure("a weekday range must run from Monday towards Sunday") }
-                for day in rangeStart...number { bits |= 1 << UInt8(day) }
-            }
-            position = after
-            if current == nil { return bits }
-            if current == 32 { skipSpaces(); return bits }
-            if current == UInt8(ascii: ".") {
-                guard rangeStart < 0 else { throw failure("a weekday range can have only two ends") }
-                guard position + 1 < end, text[position + 1] == UInt8(ascii: ".") else { throw failure("expected '..' in a weekday range") }
-                rangeStart = number
-                position += 2
-            } else if current == UInt8(ascii: "-") {
-                guard rangeStart < 0 else { throw failure("a weekday range can have only two ends") }
-                rangeStart = number
-                position += 1
-            } else if current == UInt8(ascii: ",") {
-                rangeStart = -1
-                position += 1
-            }
-            if current == nil || current == 32 {
-                skipSpaces()
-                guard rangeStart < 0 else { throw failure("a weekday range without its end") }
-                return bits
-            }
-            first = false
-        }
-    }
-
-    mutating func number() -> (Int, Int)? {
-        let start = position
-        var value = 0
-        while isDigit(current) {
-            value = value > Int(Int32.max) ? value : value * 10 + Int(text[position] - 48)
-            position += 1
-        }
-        return position > start ? (value, start) : nil
-    }
-
-    /// `*`, or components separated by ','.
-    mutating func chain(seconds: Bool = false) throws(CalendarParseError) -> [Component]? {
-        if current == UInt8(ascii: "*") {
-            position += 1
-            return nil
-        }
-        var components: [Component] = []
-        while true {
-            guard components.count < CalendarEvent.componentLimit else { throw failure("too many values in one field") }
-            guard let (start, _) = number() else { throw failure("expected a number or '*'") }
-            var component = Component(start: start, stop: nil, repeatEvery: 0)
-            if current == UInt8(ascii: "."), position + 1 < end, text[position + 1] == UInt8(ascii: ".") {
-                position += 2
-                guard let (stop, _) = number() else { throw failure("expected the end of the range after '..'") }
-                component.stop = stop
-                component.repeatEvery = 1
-            } else if current == UInt8(ascii: ".") {
-                throw failure("fractions of a second are not supported")
-            }
-            if current == UInt8(ascii: "/") {
-                position += 1
-                guard let (step, at) = number() else { throw failure("expected a number after '/'") }
-                if current == UInt8(ascii: ".") { throw failure("fractions of a second are not supported") }
-                guard step > 0 else { throw failure("a repetition of 0 never repeats", at: at) }
-                component.repeatEvery = step
-            } else if seconds, let stop = component.stop, component.start + 1 > stop {
-                // systemd's seconds are microseconds: a range with no step must span a second.
-                throw failure("a range of seconds must end after it starts")
-            }
-            guard current == nil || [32, UInt8(ascii: ","), UInt8(ascii: "-"), UInt8(ascii: "~"), UInt8(ascii: ":")].contains(current!) else {
-                throw failure("unexpected character")
-            }
-            guard component.start <= Int(Int32.max), (component.stop ?? 0) <= Int(Int32.max), component.repeatEvery <= Int(Int32.max) else {
-                throw failure("a number too large")
-            }
-            components.append(component)
-            guard current == UInt8(ascii: ",") else { return components }
-            position += 1
-        }
-    }
 }

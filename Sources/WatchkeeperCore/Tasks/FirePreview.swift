@@ -37,14 +37,19 @@ public enum FirePreview {
         public var jitterOffset: Duration?
         /// fleet = "one" with a [cluster]: `every` fires on whole intervals since the epoch.
         public var epochAligned: Bool
+        /// `next --from`: the fires after this instant, as `systemd-analyze calendar
+        /// --base-time` shows them, instead of from now (or the daemon's armed fire).
+        public var from: WallTime?
 
-        public init(settings: TaskSettings, zone: TimeZoneRules?, origin: Origin, now: WallTime, jitterOffset: Duration?, epochAligned: Bool) {
+        public init(settings: TaskSettings, zone: TimeZoneRules?, origin: Origin, now: WallTime, jitterOffset: Duration?, epochAligned: Bool,
+                    from: WallTime? = nil) {
             self.settings = settings
             self.zone = zone
             self.origin = origin
             self.now = now
             self.jitterOffset = jitterOffset
             self.epochAligned = epochAligned
+            self.from = from
         }
 
         /// From a configuration file (the zone is then the one the task names, loaded by
@@ -197,6 +202,7 @@ public enum FirePreview {
                 }.min()
             }
         }
+        if let from = start.from, !fires.isEmpty { notes.append("from \(from.iso8601) (--from)") }
         if settings.runOnStart { notes.append("run_on_start: also runs once when watchkeeper starts") }
         if settings.fleet == .one { notes.append("fleet = \"one\": each fire runs on one host of the cluster") }
         return Preview(task: settings.name, schedule: schedule, zone: shownIn, notes: notes, fires: fires)
@@ -218,22 +224,27 @@ public enum FirePreview {
         // A fleet task's step is at least a millisecond, as TaskScheduler.scheduleFleetEvery has it.
         let step = start.epochAligned ? max(1_000_000, interval.nanosecondsClamped) : max(1, interval.nanosecondsClamped)
         let first: WallTime?
+        let now = start.from ?? start.now
+        func nanoseconds(_ time: WallTime) -> Int64 { time.secondsSinceEpoch * 1_000_000_000 + Int64(time.nanoseconds) }
         switch start.origin {
         case .daemon(let armed):
-            first = armed
+            // From another instant: the same anchor, the first whole interval after it.
+            first = armed.map { armed in
+                start.from.map { armed.adding(nanoseconds: (CivilCalendar.floorDivide(nanoseconds($0) - nanoseconds(armed), step) + 1) * step) } ?? armed
+            }
             notes.append(start.epochAligned
                 ? "whole intervals since the Unix epoch, the same instants on every host"
                 : "from the daemon's anchor: whole intervals since it started the task (or the task last changed)")
         case .file where start.epochAligned:
             // As TaskScheduler.scheduleFleetEvery counts them.
             let offset = (start.jitterOffset ?? .zero).nanosecondsClamped % step
-            let nowNanos = start.now.secondsSinceEpoch * 1_000_000_000 + Int64(start.now.nanoseconds)
-            first = WallTime(secondsSinceEpoch: 0, nanoseconds: 0).adding(nanoseconds: ((nowNanos - offset) / step + 1) * step + offset)
+            first = WallTime(secondsSinceEpoch: 0, nanoseconds: 0).adding(nanoseconds: ((nanoseconds(now) - offset) / step + 1) * step + offset)
             notes.append("whole intervals since the Unix epoch, the same instants on every host")
         case .file:
             // The anchor is the start plus the jitter delay; the first fire a whole interval later.
-            first = start.now.adding(nanoseconds: (start.jitterOffset ?? .zero).nanosecondsClamped + step)
-            notes.append("from now, anchored at start: the daemon counts whole intervals from when it starts the task")
+            first = now.adding(nanoseconds: (start.jitterOffset ?? .zero).nanosecondsClamped + step)
+            notes.append(start.from == nil ? "from now, anchored at start: the daemon counts whole intervals from when it starts the task"
+                : "anchored at --from: the daemon counts whole intervals from when it starts the task")
         }
         jitterNote(start, notes: &notes)
         notes.append("real time: daylight-saving changes do not move these fires")
@@ -249,6 +260,8 @@ public enum FirePreview {
         let jitter = (start.jitterOffset ?? .zero).nanosecondsClamped
         var cursor: Int64?
         switch start.origin {
+        case _ where start.from != nil:
+            cursor = start.from.flatMap { next($0.secondsSinceEpoch, zone) }
         case .daemon(let armed):
             // The armed target is the schedule's instant plus the jitter delay.
             cursor = armed.map { $0.adding(nanoseconds: -jitter).secondsSinceEpoch }
@@ -273,7 +286,9 @@ public enum FirePreview {
     ///   schedule read in the offset after the jump does not name the wall time the fire
     ///   shows, so it fires here for a wall time the jump skipped (read in the offset
     ///   before it).
-    /// - repeated: the zone shows the fire's wall time at two instants.
+    /// - repeated: the zone shows the fire's wall time at two instants. Whether the second
+    ///   fires too is the schedule walked on from the first, as the scheduler walks it (a
+    ///   calendar event does not walk the repeated hour again, our cron's `*` hours do).
     static func mark(_ instant: Int64, in zone: TimeZoneRules, next: (Int64, TimeZoneRules) -> Int64?) -> Mark? {
         if let jump = forwardJump(before: instant, in: zone) {
             let after = Self.fixedZone(jump.after)
@@ -293,11 +308,22 @@ public enum FirePreview {
         let wall = zone.localTime(utcSeconds: instant)
         if case .repeated(let first, let second) = zone.resolve(wall) {
             let isFirst = instant == first
-            let other = isFirst ? second : first
-            return .repeated(wall: wall, occurrence: isFirst ? 1 : 2, otherFires: next(other - 1, zone) == other,
+            let otherFires = isFirst ? reaches(second, walkingFrom: first, in: zone, next: next) : next(first - 1, zone) == first
+            return .repeated(wall: wall, occurrence: isFirst ? 1 : 2, otherFires: otherFires,
                              abbreviations: [zone.offset(at: first).abbreviation, zone.offset(at: second).abbreviation])
         }
         return nil
+    }
+
+    /// Whether the schedule, fire after fire from `instant`, fires at `target` (within a
+    /// fold's length: at most one fire a second).
+    private static func reaches(_ target: Int64, walkingFrom instant: Int64, in zone: TimeZoneRules, next: (Int64, TimeZoneRules) -> Int64?) -> Bool {
+        var cursor = instant
+        while let following = next(cursor, zone), following <= target {
+            if following == target { return true }
+            cursor = following
+        }
+        return false
     }
 
     /// The forward jump of the clocks at or before the instant, if the instant is within
@@ -323,7 +349,7 @@ extension TaskScheduler {
     /// The starts of `watchkeeper next` for the named tasks (all, in configuration order,
     /// when none are named): copies of what the scheduler holds, taken in O(tasks) so the
     /// walk runs off this queue.
-    public func previewStarts(_ names: [String]) -> Result<[FirePreview.Start], TriggerError> {
+    public func previewStarts(_ names: [String], from: WallTime? = nil) -> Result<[FirePreview.Start], TriggerError> {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         let now = WallTime.now()
         var starts: [FirePreview.Start] = []
@@ -338,7 +364,7 @@ extension TaskScheduler {
                 zone = nil
             }
             starts.append(FirePreview.Start(settings: settings, zone: zone, origin: .daemon(armed: task.nextFire?.wall), now: now,
-                                            jitterOffset: jitterOffset(for: settings), epochAligned: epochAligned))
+                                            jitterOffset: jitterOffset(for: settings), epochAligned: epochAligned, from: from))
         }
         return .success(starts)
     }

@@ -32,11 +32,17 @@ func requireConfigKey(_ key: String) throws {
     }
 }
 
-func importCron(_ text: String, path: String = "/var/spool/cron/crontabs/root", system: Bool? = nil, mail: Bool = false) -> Imported {
+/// A table as a file holds it: with the newline its last line needs (`finalNewline: false`
+/// for one without), read by `cron`'s rules.
+func importCron(_ text: String, path: String = "/var/spool/cron/crontabs/root", system: Bool? = nil, mail: Bool = false,
+                cron: CronFlavor = .debian, owner: String? = nil, asCronRuns: Bool = false, finalNewline: Bool = true,
+                facts: CronFileFacts? = nil) -> Imported {
     var config = ImportedConfig()
     config.sources = [path]
-    CrontabImporter(systemFormat: system ?? CrontabImporter.isSystemPath(path), mail: mail, sendmailInstalled: false)
-        .importFile(path: path, text: text, into: &config)
+    let complete = finalNewline && !text.isEmpty && !text.hasSuffix("\n") ? text + "\n" : text
+    CrontabImporter(systemFormat: system ?? CrontabImporter.isSystemPath(path), flavor: cron, mail: mail, sendmailInstalled: false,
+                    owner: owner, asCronRuns: asCronRuns)
+        .importFile(path: path, text: complete, facts: facts, into: &config)
     return Imported(config: config, toml: config.toml())
 }
 

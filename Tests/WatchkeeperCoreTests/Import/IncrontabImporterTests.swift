@@ -35,6 +35,16 @@ final class IncrontabImporterTests: XCTestCase {
         XCTAssertTrue(configuration.watches.allSatisfy { !$0.catchUp }, "incron handles nothing that happened while it was down")
     }
 
+    func testCRLFAndAByteOrderMark_areOneRulePerLine_andSaid() throws {
+        let imported = importIncron("\u{FEFF}/srv/a IN_CLOSE_WRITE /bin/a $@/$#\r\n/srv/b IN_CREATE /bin/b\r\n")
+        XCTAssertEqual(imported.config.entries.map(\.name), ["a-l1", "b-l2"], imported.toml)
+        XCTAssertEqual(imported.entry("a-l1")?["path"], .string("/srv/a"))
+        XCTAssertEqual(imported.entry("b-l2")?["command"], .strings(["/bin/b"]))
+        XCTAssertTrue(imported.config.notes.contains { $0.contains("Windows line ends (CR LF) on 2 line(s): incrond") }, "\(imported.config.notes)")
+        XCTAssertTrue(imported.config.notes.contains { $0.contains("byte-order mark") }, "\(imported.config.notes)")
+        XCTAssertNotNil(imported.loaded())
+    }
+
     func testEventsWithoutEquivalent_leaveTheLineUntranslated_withTheReason() {
         let imported = importIncron("/srv/x IN_ACCESS,IN_OPEN,IN_DELETE_SELF /bin/x\n/srv/y IN_BOGUS /bin/y\nrelative IN_CREATE /bin/z\n")
         XCTAssertTrue(imported.config.entries.isEmpty)

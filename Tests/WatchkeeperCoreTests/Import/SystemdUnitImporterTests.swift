@@ -71,6 +71,16 @@ final class SystemdUnitImporterTests: ScratchDirectoryTestCase {
         XCTAssertEqual(task.schedule, .every(.seconds(93_600)))
     }
 
+    /// systemd reads CR LF as a line end, and skips a byte-order mark: so does the import.
+    func testUnitsSavedOnWindows_readAsSystemdReadsThem() throws {
+        let imported = try importUnits([("win.timer", "\u{FEFF}[Unit]\r\nDescription=x\r\n[Timer]\r\nOnCalendar=daily\r\n"),
+                                        ("win.service", "[Service]\r\nExecStart=/bin/true --x\r\n")], give: ["win.timer", "win.service"])
+        let entry = try XCTUnwrap(imported.entry("win"), imported.toml)
+        XCTAssertEqual(entry["calendar"], .string("daily"))
+        XCTAssertEqual(entry["command"], .strings(["/bin/true", "--x"]))
+        XCTAssertTrue(imported.config.untranslated.isEmpty, imported.toml)
+    }
+
     func testServiceSettings_mapToJobKeys() throws {
         let imported = try importUnits([("job.timer", "[Timer]\nOnUnitInactiveSec=90\nUnit=other.service\n"), ("other.service", """
             [Service]

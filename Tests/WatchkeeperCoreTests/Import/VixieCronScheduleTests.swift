@@ -91,21 +91,56 @@ final class VixieCronScheduleTests: XCTestCase {
                        try daemonFires("30 2 * * *", after: autumn, count: 3, in: berlin), "a fixed time does not repeat in either")
     }
 
-    func testCronRefusals_areTheVixieOnes() {
+    func testCronRefusals_areTheVixieOnes_andCronieTakesAStepAfterASingleValue() throws {
         XCTAssertThrowsError(try VixieCronSchedule(parsing: "5/10 * * * *"), "a step needs a range in cron's entry.c")
         XCTAssertThrowsError(try VixieCronSchedule(parsing: "@reboot"))
+        XCTAssertThrowsError(try VixieCronSchedule(parsing: "@Daily"), "cron compares the words with strcmp")
         XCTAssertNoThrow(try VixieCronSchedule(parsing: "0 0 * jan-mar Mon-Fri"))
+        let cronie = try VixieCronSchedule(parsing: "5/20 * * * *", stepAfterSingleValue: true)
+        XCTAssertEqual(cronie.runs(after: 0, count: 3, in: .utc), [300, 1_500, 2_700], "5-59/20")
+    }
+
+    /// cronie reads a CRON_TZ entry in that zone at each real minute: a fixed time in its
+    /// gap never comes, one in its repeated hour comes twice; watchkeeper fires once at the
+    /// gap's end and once in the fold.
+    func testCronieCronTZ_onAUTCMachine_missesTheGap_andRunsTheFoldTwice() throws {
+        let berlin = try zone("Europe/Berlin")
+        let schedule = try VixieCronSchedule(parsing: "30 2 * * *")
+        let spring = schedule.runs(after: 1_774_700_000, count: 2, in: .utc, entryZone: berlin)
+        XCTAssertEqual(spring, [1_774_830_600, 1_774_917_000], "03-30 and 03-31 02:30 CEST: nothing on the 29th")
+        let autumn = schedule.runs(after: 1_792_800_000, count: 3, in: .utc, entryZone: berlin)
+        XCTAssertEqual(autumn, [1_792_801_800, 1_792_888_200, 1_792_891_800], "the 24th, then 02:30 CEST and 02:30 CET on the 25th")
+        let imported = importCron("CRON_TZ=Europe/Berlin\n30 2 * * * /bin/nightly\n", cron: .cronie)
+        XCTAssertEqual(imported.entry("nightly-l2")?["timezone"], .string("Europe/Berlin"))
+        let configuration = try XCTUnwrap(imported.loaded())
+        let check = ImportCheck.compare(imported.config, loaded: configuration, after: 1_774_700_000, machineZone: .utc, calendarOracle: nil)
+        XCTAssertEqual(check.first?.zone.identifier, "Europe/Berlin")
+        XCTAssertTrue(ImportCheck.render(check, sourceLabel: "cron").contains("-                               | 2026-03-29 03:00:00 +02:00 CEST | DIFFERENT"),
+                      ImportCheck.render(check, sourceLabel: "cron"))
+    }
+
+    /// In the machine's own repeated hour cronie runs only wildcard entries, and no
+    /// CRON_TZ entry's fixed time (cron.c: the negative wake-up), though it is a new minute
+    /// in CRON_TZ; the jump forward it catches up without running one twice.
+    func testCronieCronTZ_onABerlinMachine_skipsAFixedTimeInTheMachinesRepeatedHour() throws {
+        let berlin = try zone("Europe/Berlin")
+        let schedule = try VixieCronSchedule(parsing: "15 1 * * *")
+        // 2026-10-25 01:15 UTC is 02:15 CET, the second pass of Berlin's 02:00-02:59.
+        XCTAssertEqual(schedule.runs(after: 1_792_800_000, count: 2, in: berlin, entryZone: .utc), [1_792_804_500, 1_792_977_300])
+        // 2026-03-29 01:15 UTC is 03:15 CEST, just after the jump: it runs, once.
+        XCTAssertEqual(schedule.runs(after: 1_774_700_000, count: 2, in: berlin, entryZone: .utc), [1_774_746_900, 1_774_833_300])
     }
 
     func testImportCheck_reportsNoDifference_forSteadyZones_andADifferentRowForAnExtraRun() throws {
-        let imported = importCron("CRON_TZ=Europe/Berlin\n0,30 2 * * * /bin/two\n5 4 * * * /bin/one\n")
+        let imported = importCron("0,30 2 * * * /bin/two\n5 4 * * * /bin/one\n")
         let configuration = try XCTUnwrap(imported.loaded())
-        let spring = ImportCheck.compare(imported.config, loaded: configuration, after: 1_774_700_000, calendarOracle: nil)
-        XCTAssertEqual(spring.map(\.task), ["two-l2", "one-l3"])
+        let berlin = try zone("Europe/Berlin")
+        let spring = ImportCheck.compare(imported.config, loaded: configuration, after: 1_774_700_000, machineZone: berlin, calendarOracle: nil)
+        XCTAssertEqual(spring.map(\.task), ["two-l1", "one-l2"])
         XCTAssertTrue(spring[0].differs)
         XCTAssertEqual(spring[0].rows.filter { $0.source != $0.imported }.count, 1, ImportCheck.render(spring, sourceLabel: "cron"))
         XCTAssertFalse(spring[1].differs)
-        let summer = ImportCheck.compare(imported.config, loaded: configuration, after: 1_780_000_000, calendarOracle: nil)
+        let summer = ImportCheck.compare(imported.config, loaded: configuration, after: 1_780_000_000, machineZone: berlin, calendarOracle: nil)
         XCTAssertFalse(summer.contains(where: \.differs), ImportCheck.render(summer, sourceLabel: "cron"))
         XCTAssertTrue(ImportCheck.render(spring, sourceLabel: "cron").contains("2026-03-29 03:00:00 +02:00 CEST | -"))
     }

@@ -104,6 +104,32 @@ final class CalendarEventTests: XCTestCase {
         XCTAssertEqual(fires("*-*-* 02:30 Europe/Berlin", after: 1_774_738_800, count: 1), ["2026-03-30 00:30:00 UTC"])
     }
 
+    func testFires_dayRepetitionPastTheMonthsEnd_intoAMonthWithAChange_asSystemdAnalyzeSays() {
+        // Day 36 of October normalizes to November 5 (standard time), so systemd's next
+        // mktime reads November 1 00:00 as standard time: 01:00 daylight time, and hour 0
+        // has passed. systemd-analyze calendar --base-time=@1793145600 skips November 1.
+        XCTAssertEqual(fires("*-*-01/7 America/New_York", after: 1_793_145_600, count: 3),
+                       ["2026-10-29 04:00:00 UTC", "2026-11-08 05:00:00 UTC", "2026-11-15 05:00:00 UTC"])
+        // The reverse: day 36 of August is September 5 00:00, skipped by Santiago's change, read
+        // as 01:00 daylight time; September 1 01:00 read in daylight time is 00:00, which fires.
+        XCTAssertEqual(fires("*-*-01/7 America/Santiago", after: 1_819_411_200, count: 3),
+                       ["2027-08-29 04:00:00 UTC", "2027-09-01 04:00:00 UTC", "2027-09-08 03:00:00 UTC"])
+    }
+
+    func testTimestamp_isOneInstant_whateverTheTasksZone() throws {
+        let configuration = try XCTUnwrap(parsedConfiguration("""
+            [[task]]
+            name = "once"
+            calendar = "@1893456000"
+            timezone = "Europe/Berlin"
+            command = ["/bin/true"]
+            """))
+        guard case .calendar(let events, _) = configuration.tasks.first?.schedule else { return XCTFail("\(configuration.tasks)") }
+        let berlin = try TimeZoneRules.load(identifier: "Europe/Berlin")
+        XCTAssertEqual(events.first?.nextFire(after: 1_893_455_999, in: berlin), 1_893_456_000)
+        XCTAssertNil(events.first?.nextFire(after: 1_893_456_000, in: berlin))
+    }
+
     func testConfig_calendarTakesAStringOrAList_andTheTimezoneKey() throws {
         let configuration = try XCTUnwrap(parsedConfiguration("""
             [[task]]

@@ -115,6 +115,55 @@ final class FirePreviewTests: XCTestCase {
         XCTAssertEqual(preview.dumpValue["fires"]?.arrayValue?[2]["abbreviation"], .string("CET"))
     }
 
+    private func calendar(_ text: String, zone: String?) throws -> TaskSchedule {
+        .calendar([try CalendarEvent(parsing: text)], timezone: zone)
+    }
+
+    func testBerlinAutumnFold_aCalendarTimeFiresAtTheFirstOccurrence_andSaysTheSecondDoesNot() throws {
+        let berlin = try zone("Europe/Berlin")
+        let preview = fromFile(task(try calendar("*-*-* 02:30", zone: "Europe/Berlin")), zone: berlin, now: 1_792_843_200, count: 2)
+        XCTAssertEqual(preview.fires.map(\.at.secondsSinceEpoch), [1_792_888_200, 1_792_978_200])  // 10-25 02:30 CEST, 10-26 02:30 CET
+        XCTAssertEqual(preview.fires[0].mark?.text,
+                       "repeated: 02:30 occurs twice on this day (CEST, then CET); this is the first, the second does not fire")
+    }
+
+    func testBerlinAutumnFold_aCalendarIntervalWalksTheRepeatedHourOnce_andSaysSo() throws {
+        // systemd does not walk 02:00-02:59 a second time: 02:00 and 02:30 CEST, then 03:00 CET.
+        let berlin = try zone("Europe/Berlin")
+        let preview = fromFile(task(try calendar("*:0/30", zone: "Europe/Berlin")), zone: berlin, now: 1_792_885_500, count: 3)
+        XCTAssertEqual(preview.fires.map(\.at.secondsSinceEpoch), [1_792_886_400, 1_792_888_200, 1_792_893_600])
+        XCTAssertEqual(preview.fires[0].mark?.text,
+                       "repeated: 02:00 occurs twice on this day (CEST, then CET); this is the first, the second does not fire")
+        XCTAssertEqual(preview.fires[1].mark?.text,
+                       "repeated: 02:30 occurs twice on this day (CEST, then CET); this is the first, the second does not fire")
+        XCTAssertNil(preview.fires[2].mark)
+    }
+
+    func testFrom_startsTheWalkAtThatInstant_fromAFileOrTheDaemon() throws {
+        let berlin = try zone("Europe/Berlin")
+        let settings = task(try calendar("*-*-* 02:30", zone: "Europe/Berlin"))
+        // From 2027-10-30 12:00 UTC: next year's fall-back night first.
+        var start = FirePreview.Start.fromFile(settings, clusterConfigured: false, now: at(1_792_843_200))
+        start.from = at(1_824_897_600)
+        let fromFile = FirePreview.preview(start, count: 2)
+        XCTAssertEqual(fromFile.fires.map(\.at.secondsSinceEpoch), [1_824_942_600, 1_825_032_600])
+        XCTAssertEqual(fromFile.fires[0].mark?.kind, "repeated")
+        // The daemon's armed fire does not matter then.
+        var daemon = FirePreview.Start(settings: settings, zone: berlin, origin: .daemon(armed: at(1_792_888_200)), now: at(1_792_843_200),
+                                       jitterOffset: .zero, epochAligned: false)
+        daemon.from = at(1_824_897_600)
+        XCTAssertEqual(FirePreview.preview(daemon, count: 2).fires.map(\.at.secondsSinceEpoch), [1_824_942_600, 1_825_032_600])
+        // `every` from the daemon keeps its anchor: whole intervals from the armed fire.
+        var every = FirePreview.Start(settings: task(.every(.seconds(3_600))), zone: .utc, origin: .daemon(armed: at(1_795_694_401)),
+                                      now: at(1_795_694_400), jitterOffset: .zero, epochAligned: false)
+        every.from = at(1_795_694_401 + 10 * 3_600 - 5)
+        XCTAssertEqual(FirePreview.preview(every, count: 2).fires.map(\.at.secondsSinceEpoch), [1_795_694_401 + 36_000, 1_795_694_401 + 39_600])
+        // From a file it counts from that instant, as from now.
+        var everyFile = FirePreview.Start.fromFile(task(.every(.seconds(3_600))), clusterConfigured: false, now: at(1_795_694_400))
+        everyFile.from = at(1_824_897_600)
+        XCTAssertEqual(FirePreview.preview(everyFile, count: 1).fires.map(\.at.secondsSinceEpoch), [1_824_901_200])
+    }
+
     func testFromTheDaemon_cronStartsAtTheArmedFire_andIncludesTheJitterDelay() throws {
         let berlin = try zone("Europe/Berlin")
         let settings = task(try cron("30 2 * * *", zone: "Europe/Berlin"), jitter: .seconds(300))

@@ -75,6 +75,29 @@ final class NextCommandTests: ControlTestCase {
         }
     }
 
+    func testNextFrom_listsTheFiresAfterThatInstant_fromAFileAndFromTheDaemon() throws {
+        sandbox = try DaemonSandbox()
+        try sandbox.writeConfig(Self.fileTasks)
+        // Next year's fall-back night in Berlin: 2027-10-31 02:30 CEST is the first of two.
+        let expected = ["2027-10-31T00:30:00.000Z", "2027-11-01T01:30:00.000Z"]
+        let fromFile = try cli(["next", "--config", sandbox.configPath, "--from", "2027-10-30 12:00 UTC", "-n", "2", "--json", "backup"], withSocket: false)
+        XCTAssertEqual(fromFile.status, 0, fromFile.stderr)
+        let fires = try XCTUnwrap(try json(fromFile.stdout).first?["fires"] as? [[String: Any]])
+        XCTAssertEqual(fires.compactMap { $0["utc"] as? String }, expected, fromFile.stdout)
+        let mark = (fires.first?["mark"] as? [String: Any])?["text"] as? String
+        XCTAssertEqual(mark, "repeated: 02:30 occurs twice on this day (CEST, then CET); this is the first, the second does not fire")
+
+        let bad = try cli(["next", "--config", sandbox.configPath, "--from", "next tuesday"], withSocket: false)
+        XCTAssertEqual(bad.status, 64, bad.stderr)
+        XCTAssertTrue(bad.stderr.contains("--from: \"next tuesday\""), bad.stderr)
+
+        try startDaemon(Self.fileTasks)
+        let fromDaemon = try cli(["next", "backup", "--from", "@1824897600", "-n", "2", "--json"])
+        XCTAssertEqual(fromDaemon.status, 0, fromDaemon.stderr)
+        let daemonFires = try XCTUnwrap(try json(fromDaemon.stdout).first?["fires"] as? [[String: Any]])
+        XCTAssertEqual(daemonFires.compactMap { $0["utc"] as? String }, expected, fromDaemon.stdout)
+    }
+
     func testNextFromAFile_unknownTask_exits1NamingIt() throws {
         sandbox = try DaemonSandbox()
         try sandbox.writeConfig(Self.fileTasks)

@@ -63,12 +63,12 @@ final class JobHookTests: WatchTestCase {
         XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "2")
         let seconds = try XCTUnwrap(Double(env["WATCHKEEPER_DURATION_SECONDS"] ?? ""), "\(env)")
         XCTAssertGreaterThanOrEqual(seconds, 0.3)
-        let file = try XCTUnwrap(env["WATCHKEEPER_OUTPUT_FILE"])
-        XCTAssertTrue(file.hasPrefix(sandbox.runtimeDirectory + "/hooks/"), file)
+        // Its own fd 3: a file no directory holds, gone with the hook.
+        XCTAssertEqual(env["WATCHKEEPER_OUTPUT_FILE"], "/proc/self/fd/3")
         // stdout and stderr in the order the daemon read them.
         XCTAssertEqual(lines(sandbox.root + "/out.success"), ["first", "second, on stderr"])
         XCTAssertTrue(daemon.waitForStderr(containing: "exited 0", timeout: 5), daemon.stderr)
-        XCTAssertTrue(waitFor(5) { access(file, F_OK) != 0 }, "the output file is removed once the hook ended")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.runtimeDirectory + "/hooks"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/wrong"))
     }
 
@@ -111,7 +111,7 @@ final class JobHookTests: WatchTestCase {
         XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "0")
     }
 
-    func testHookRunAsAnotherUser_readsItsOutputFile() throws {
+    func testHookRunAsAnotherUser_readsItsOutput_underA0750RuntimeDirectoryOfRoot() throws {
         guard getuid() == 0 else { throw XCTSkip("running a job as another user needs root") }
         try start("""
             [[task]]
@@ -122,15 +122,40 @@ final class JobHookTests: WatchTestCase {
             working_directory = "/"
             shell = true
             command = 'echo secret-line; exit 1'
-            on_failure = 'echo "hook as $(id -un): $(cat "$WATCHKEEPER_OUTPUT_FILE")"'
+            on_failure = 'echo "hook as $(id -un): $(cat "$WATCHKEEPER_OUTPUT_FILE")"; cat <&3 | sed "s/^/fd 3: /"'
             """, prepare: { root in
-                // The runtime directory must be searchable by the hook's user, as the shipped unit's is.
-                XCTAssertEqual(chmod(root, 0o755), 0)
-                mkdir(root + "/run", 0o755)
-                XCTAssertEqual(chmod(root + "/run", 0o755), 0)
+                // As the daemon makes it when it is not there: nobody cannot even search it.
+                XCTAssertEqual(mkdir(root + "/run", 0o750), 0)
+                XCTAssertEqual(chmod(root + "/run", 0o750), 0)
             })
         XCTAssertTrue(daemon.waitForStderr(containing: "hook as nobody: secret-line", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "fd 3: secret-line", timeout: 5), daemon.stderr)
         XCTAssertTrue(daemon.waitForStderr(containing: "exited 0", timeout: 5), daemon.stderr)
+    }
+
+    func testTheRunsRecord_isWrittenBeforeItsHooksOutput() throws {
+        try start("""
+            [[task]]
+            name = "quick"
+            every = "1s"
+            run_on_start = true
+            command = ["/bin/false"]
+            on_failure = ["/bin/echo", "hook-after-{run_id}"]
+            """)
+        // Several runs: the race lost once in a few.
+        var hookLines: [Substring] = []
+        XCTAssertTrue(waitFor(20) {
+            hookLines = self.daemon.stderr.split(separator: "\n").filter { $0.contains("hook-after-") }
+            return hookLines.count >= 6
+        }, daemon.stderr)
+        let all = daemon.stderr.split(separator: "\n")
+        for hookLine in hookLines {
+            let runID = String(hookLine.components(separatedBy: "hook-after-")[1].prefix { $0.isHexDigit })
+            let recordAt = all.firstIndex { $0.contains("outcome=failed") && $0.contains("run_id=\(runID)") && !$0.contains("hook-after-") }
+            let hookAt = all.firstIndex(of: hookLine)
+            XCTAssertNotNil(recordAt, "no record of run \(runID) in:\n\(daemon.stderr)")
+            if let recordAt, let hookAt { XCTAssertLessThan(recordAt, hookAt, "run \(runID): its hook's output came before its record:\n\(daemon.stderr)") }
+        }
     }
 
     func testArgumentHook_getsOutcomeAndItsOwnBudgetAsPlaceholders() throws {
