@@ -114,8 +114,8 @@ pydeps:
 
 # The unit tier, what a developer runs after each change (under 2 minutes on 2 cores after the
 # build): WatchkeeperCoreTests (each owner driven with fakes at its edges, or with real jobs
-# and files where those are cheap) and the fleet history checker. No daemon is started.
-UNIT_TESTS = ^(WatchkeeperCoreTests|FleetCheckTests)\.
+# and files where those are cheap), the importers and the fleet history checker. No daemon is started.
+UNIT_TESTS = ^(WatchkeeperCoreTests|WatchkeeperImportTests|FleetCheckTests)\.
 check: deps
 	swift test --disable-swift-testing --filter '$(UNIT_TESTS)' $(SWIFT_FLAGS)
 

@@ -56,10 +56,14 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
+        // `watchkeeper import` (cron, incron, systemd units to a configuration): a tool of the
+        // CLI, not part of the daemon's library.
+        .target(name: "WatchkeeperImport", dependencies: ["WatchkeeperCore"]),
         .executableTarget(
             name: "watchkeeper",
             dependencies: [
                 "WatchkeeperCore",
+                "WatchkeeperImport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -98,6 +102,10 @@ let package = Package(
                 "WatchkeeperTestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
+        ),
+        .testTarget(
+            name: "WatchkeeperImportTests",
+            dependencies: ["WatchkeeperImport", "WatchkeeperCore", "WatchkeeperTestSupport"]
         ),
         .testTarget(
             name: "FleetCheckTests",

@@ -1,5 +1,6 @@
 import ArgumentParser
 import WatchkeeperCore
+import WatchkeeperImport
 
 #if canImport(Glibc)
 import Glibc

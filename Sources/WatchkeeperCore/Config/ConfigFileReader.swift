@@ -10,13 +10,13 @@ import Glibc
 /// configuration that is wrong twice over: opening a FIFO for reading waits for a writer,
 /// so `check-config` or a reload would hang for ever, and opening a device can act on it
 /// (a watchdog device arms on open, a tape device rewinds on close).
-enum ConfigFileReader {
+package enum ConfigFileReader {
     /// Far above any real configuration; it bounds what a wrong path can make us read.
     static let sizeLimit = 16 << 20
 
     /// The bytes, or the reason they could not be read, worded to follow
     /// "unable to read the configuration: ".
-    static func read(_ path: String) -> Result<[UInt8], ReadFailure> {
+    package static func read(_ path: String) -> Result<[UInt8], ReadFailure> {
         guard !path.isEmpty else { return .failure(ReadFailure(reason: "the path is empty")) }
         // stat first, so that a FIFO, socket or device is never opened at all.
         var info = stat()
@@ -64,8 +64,8 @@ enum ConfigFileReader {
     }
 }
 
-struct ReadFailure: Error, Equatable {
-    let reason: String
+package struct ReadFailure: Error, Equatable {
+    package let reason: String
 
     init(reason: String) {
         self.reason = reason

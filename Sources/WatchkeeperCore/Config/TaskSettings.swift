@@ -61,7 +61,7 @@ public struct TaskSettings: Equatable, Sendable {
     /// Placeholders a task's command may use.
     public static let placeholders = ["task", "run_id", "attempt", "scheduled"]
 
-    static let signalNames: [String: Int32] = [
+    package static let signalNames: [String: Int32] = [
         "SIGTERM": SIGTERM, "SIGINT": SIGINT, "SIGHUP": SIGHUP, "SIGQUIT": SIGQUIT,
         "SIGUSR1": SIGUSR1, "SIGUSR2": SIGUSR2, "SIGKILL": SIGKILL,
     ]

@@ -464,12 +464,12 @@ final class JobRun: @unchecked Sendable {
 }
 
 /// A passwd entry, for HOME/USER/SHELL of the account a job runs as.
-struct Account {
+package struct Account {
     let name: String
-    let home: String
+    package let home: String
     let shell: String
 
-    static func lookup(uid: uid_t) -> Account? {
+    package static func lookup(uid: uid_t) -> Account? {
         var entry = passwd()
         var result: UnsafeMutablePointer<passwd>?
         var buffer = [CChar](repeating: 0, count: 4_096)

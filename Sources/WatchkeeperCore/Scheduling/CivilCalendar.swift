@@ -2,8 +2,8 @@
 /// Howard Hinnant's `days_from_civil`/`civil_from_days`. Wall times are handled as "local
 /// seconds": the wall-clock reading counted as if it were UTC, so that "the next 02:30" is
 /// integer arithmetic and only the final step needs the zone.
-enum CivilCalendar {
-    static func days(year: Int, month: Int, day: Int) -> Int64 {
+package enum CivilCalendar {
+    package static func days(year: Int, month: Int, day: Int) -> Int64 {
         let y = Int64(month <= 2 ? year - 1 : year)
         let era = floorDivide(y, 400)
         let yearOfEra = y - era * 400
@@ -13,7 +13,7 @@ enum CivilCalendar {
         return era * 146_097 + dayOfEra - 719_468
     }
 
-    static func date(days: Int64) -> (year: Int, month: Int, day: Int) {
+    package static func date(days: Int64) -> (year: Int, month: Int, day: Int) {
         let z = days + 719_468
         let era = floorDivide(z, 146_097)
         let dayOfEra = z - era * 146_097
@@ -27,12 +27,12 @@ enum CivilCalendar {
     }
 
     /// 0 = Sunday, as in cron and `struct tm`. 1970-01-01 was a Thursday.
-    static func weekday(days: Int64) -> Int {
+    package static func weekday(days: Int64) -> Int {
         Int(floorModulo(days + 4, 7))
     }
 
     /// Division rounding toward minus infinity, so instants before 1970 fall on the right day.
-    static func floorDivide(_ value: Int64, _ divisor: Int64) -> Int64 {
+    package static func floorDivide(_ value: Int64, _ divisor: Int64) -> Int64 {
         let quotient = value / divisor
         return (value % divisor != 0 && (value < 0) != (divisor < 0)) ? quotient - 1 : quotient
     }

@@ -5,17 +5,17 @@
 // continues it), so conversions are pure functions any thread can call.
 
 /// One entry of a zone's `ttinfo` table: what the clocks show during a period.
-struct LocalTimeType: Sendable, Equatable {
+package struct LocalTimeType: Sendable, Equatable {
     var offsetSeconds: Int32
     var isDST: Bool
     var abbreviation: String
 }
 
 /// A change of local time type at an instant.
-struct ZoneTransition: Sendable, Equatable {
-    var at: Int64
-    var before: LocalTimeType
-    var after: LocalTimeType
+package struct ZoneTransition: Sendable, Equatable {
+    package var at: Int64
+    package var before: LocalTimeType
+    package var after: LocalTimeType
 }
 
 /// The rules of one time zone: the TZif transition table and the POSIX TZ rule from its
@@ -130,7 +130,7 @@ public struct TimeZoneRules: Sendable, Equatable, CustomStringConvertible {
 
     /// The first change of local time type strictly after the instant, or nil if the
     /// zone never changes again.
-    func nextTransition(after utcSeconds: Int64) -> ZoneTransition? {
+    package func nextTransition(after utcSeconds: Int64) -> ZoneTransition? {
         if let footer, footerGoverns(utcSeconds) {
             // Up to the table's next entry, which is the footer's own next transition.
             return footer.nextTransition(after: utcSeconds)

@@ -13,6 +13,8 @@
 // HR_STAR flags); its day rule is cron's: when either day field starts with `*` both must
 // match, otherwise either does.
 
+import WatchkeeperCore
+
 struct VixieCronSchedule: Sendable {
     private var minutes: UInt64 = 0, hours: UInt64 = 0, daysOfMonth: UInt64 = 0, months: UInt64 = 0, daysOfWeek: UInt64 = 0
     private var minuteStar = false, hourStar = false, dayOfMonthStar = false, dayOfWeekStar = false

@@ -1,6 +1,7 @@
 import XCTest
 
 @testable import WatchkeeperCore
+@testable import WatchkeeperImport
 
 final class ImportedConfigTests: XCTestCase {
     private func roundTrip(_ command: String, file: StaticString = #filePath, line: UInt = #line) throws {

@@ -3,6 +3,8 @@
 
 /// A unit file as systemd reads it: sections of `Key=value` lines, `#` and `;` comments,
 /// a trailing backslash continuing a line.
+import WatchkeeperCore
+
 struct UnitFile {
     struct Setting {
         var section: String

@@ -2,6 +2,8 @@
 // an assignment, an entry, nothing (blank or comment), or a line cron cannot read. What
 // cron does with the last kind differs: Debian's ignores the whole file, cronie the line.
 
+import WatchkeeperCore
+
 enum CrontabLine: Equatable {
     /// Empty, blanks, or a comment.
     case nothing

@@ -3,6 +3,7 @@
 // computed by the source's own rules beside the daemon's schedule code.
 
 #if canImport(Glibc)
+import WatchkeeperCore
 import Glibc
 #endif
 

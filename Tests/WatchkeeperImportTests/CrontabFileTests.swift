@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+@testable import WatchkeeperImport
 
 /// What cron does with a table as a whole, as Debian's cron 3.0pl1-162 did running side by
 /// side in a private namespace (docs/import.md) and cronie's source says: Windows line ends,

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import WatchkeeperCore
+@testable import WatchkeeperImport
 import WatchkeeperTestSupport
 
 final class SystemdUnitImporterTests: ScratchDirectoryTestCase {

@@ -1,6 +1,7 @@
 import XCTest
 
 @testable import WatchkeeperCore
+@testable import WatchkeeperImport
 
 /// What an importer made of a source text, loaded back as check-config loads it.
 struct Imported {

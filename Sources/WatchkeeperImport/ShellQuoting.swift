@@ -1,6 +1,8 @@
 // Text for /bin/sh built by the importers: a word quoted so the shell reads it back as
 // exactly those bytes, and argument elements kept literal under placeholder substitution.
 
+import WatchkeeperCore
+
 enum ShellQuoting {
     /// `'...'`, a `'` inside written as `'\''`; bare when the word is made only of
     /// characters no shell treats specially.

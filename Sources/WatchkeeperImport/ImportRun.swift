@@ -2,6 +2,7 @@
 // configuration that check-config would not accept.
 
 #if canImport(Glibc)
+import WatchkeeperCore
 import Glibc
 #endif
 

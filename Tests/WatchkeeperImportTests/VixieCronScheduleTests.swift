@@ -1,6 +1,7 @@
 import XCTest
 
 @testable import WatchkeeperCore
+@testable import WatchkeeperImport
 import WatchkeeperTestSupport
 
 /// Cron's own rules against watchkeeper's CronExpression: the same fires wherever the clock

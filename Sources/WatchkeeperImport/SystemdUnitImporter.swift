@@ -2,6 +2,7 @@
 // the trigger decides the schedule or the watched paths, the service the job.
 
 #if canImport(Glibc)
+import WatchkeeperCore
 import Glibc
 #endif
 

@@ -4,6 +4,7 @@
 // what it does with CRON_TZ, and the CR and byte-order mark a Windows editor leaves.
 
 #if canImport(Glibc)
+import WatchkeeperCore
 import Glibc
 #endif
 

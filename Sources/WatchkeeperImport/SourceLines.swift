@@ -3,6 +3,8 @@
 // Windows as a single line; here the text is split on its Unicode scalars, and what
 // Windows editors add is told apart: a byte-order mark and a CR before each newline.
 
+import WatchkeeperCore
+
 struct SourceLines {
     struct Line {
         /// 1-based, as `file:line` shows it.

@@ -6,6 +6,7 @@
 // files, and cron.c's find_jobs for CRON_TZ).
 
 #if canImport(Glibc)
+import WatchkeeperCore
 import Glibc
 #endif
 

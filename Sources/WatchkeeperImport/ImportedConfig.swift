@@ -3,6 +3,8 @@
 // writer that turns it into a file check-config accepts.
 
 /// Where a source line is: `file:line` in every comment that refers to it.
+import WatchkeeperCore
+
 public struct ImportSource: Sendable, Equatable, CustomStringConvertible {
     public var file: String
     public var line: Int

@@ -4,6 +4,7 @@
 // directory, and MAILTO as an on_failure hook.
 
 #if canImport(Glibc)
+import WatchkeeperCore
 import Glibc
 #endif
 

@@ -3,6 +3,7 @@
 // $$ replaced in its text.
 
 #if canImport(Glibc)
+import WatchkeeperCore
 import Glibc
 #endif
 

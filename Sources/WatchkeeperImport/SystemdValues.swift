@@ -1,6 +1,8 @@
 // Values of unit files as systemd reads them: booleans (systemd's parse_boolean) and time
 // spans (systemd.time(7)), and a span written back as a watchkeeper duration.
 
+import WatchkeeperCore
+
 extension SystemdUnitImporter {
     static func boolean(_ text: String) -> Bool? {
         switch text.lowercased() {
