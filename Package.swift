@@ -105,7 +105,7 @@ let package = Package(
         ),
         .testTarget(
             name: "WatchkeeperIntegrationTests",
-            dependencies: ["WatchkeeperCore", "WatchkeeperTestSupport"]
+            dependencies: ["WatchkeeperCore", "WatchkeeperTestSupport", "FleetCheck"]
         ),
     ]
 )
