@@ -40,20 +40,21 @@ public enum EtcdError: Error, Equatable, CustomStringConvertible {
 /// is closed (an answer still on its way cannot be matched to the next call). A refused
 /// connection moves to the next endpoint at once, within the call's deadline.
 public final class EtcdClient: @unchecked Sendable {
-    /// `lease` and `watch` have a connection each; claims and records share `calls`
-    /// connections (four), each call going to the one with the least queued, so a burst of
-    /// a shared inbox's claims is not one long line.
+    /// `lease` and `watch` have a connection each, and so do `records` (the ends of runs,
+    /// written at once, never behind a claim); claims and the rest share `calls`
+    /// connections (four), each call going to the one with the least queued.
     public enum Lane: Hashable, Sendable {
-        case lease, watch
+        case lease, watch, records
         case calls(Int)
 
         static let callLanes = 4
-        static var all: [Lane] { [.lease, .watch] + (0..<callLanes).map { .calls($0) } }
+        static var all: [Lane] { [.lease, .watch, .records] + (0..<callLanes).map { .calls($0) } }
 
         var name: String {
             switch self {
             case .lease: return "lease"
             case .watch: return "watch"
+            case .records: return "records"
             case .calls(let index): return "calls \(index)"
             }
         }

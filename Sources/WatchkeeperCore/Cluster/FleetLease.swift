@@ -27,7 +27,7 @@ struct FleetLease: Equatable {
         case renewed(ttl: Duration, sentAt: MonotonicInstant)
         case renewalFailed(now: MonotonicInstant)
         /// etcd says the lease no longer exists (TTL 0, or "lease not found").
-        case leaseGone
+        case leaseGone(now: MonotonicInstant)
         /// The timer set by `.armTimer` went off.
         case timer(now: MonotonicInstant)
     }
@@ -45,7 +45,7 @@ struct FleetLease: Equatable {
 
     private(set) var state = State.none
     let requestedTTL: Duration
-    /// When the last renewal was answered, for the dump.
+    /// When the last renewal that succeeded was sent (the bound counts from it), for the dump.
     private(set) var lastRenewal: MonotonicInstant?
     private(set) var renewalsFailed: UInt64 = 0
     private(set) var fences: UInt64 = 0
@@ -98,13 +98,13 @@ struct FleetLease: Equatable {
         case (.granting, .granted(let id, let ttl, let sentAt)):
             let expires = sentAt + ttl
             state = .held(id: id, ttl: ttl, expiresBy: expires)
-            lastRenewal = .now
+            lastRenewal = sentAt
             return [.available(id: id)] + scheduleRenewal(after: sentAt, ttl: ttl, expiresBy: expires)
         case (.held(let id, _, _), .renewed(let ttl, let sentAt)), (.fencing(let id, _, _), .renewed(let ttl, let sentAt)):
             let wasFencing = if case .fencing = state { true } else { false }
             let expires = sentAt + ttl
             state = .held(id: id, ttl: ttl, expiresBy: expires)
-            lastRenewal = .now
+            lastRenewal = sentAt
             return (wasFencing ? [.available(id: id)] : []) + scheduleRenewal(after: sentAt, ttl: ttl, expiresBy: expires)
         case (.held(let id, let ttl, let expires), .renewalFailed(let now)), (.fencing(let id, let ttl, let expires), .renewalFailed(let now)):
             renewalsFailed += 1
@@ -129,11 +129,11 @@ struct FleetLease: Equatable {
                 return [.renew(id: id), .armTimer(at: min(expires - Self.fenceLead(ttl), expires))]
             }
             return [.armTimer(at: nextDeadline(ttl: ttl, expiresBy: expires))]
-        case (.held(let id, _, _), .leaseGone), (.fencing(let id, _, _), .leaseGone):
+        case (.held(let id, _, _), .leaseGone(let now)), (.fencing(let id, _, _), .leaseGone(let now)):
             // Claims bound to it are gone already: fleet jobs stop at once.
             state = .granting
             fences += 1
-            return [.fence(stopBy: .now), .lost(id: id), .grant]
+            return [.fence(stopBy: now), .lost(id: id), .grant]
         default:
             return []
         }

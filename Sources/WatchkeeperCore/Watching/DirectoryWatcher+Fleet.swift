@@ -34,7 +34,7 @@ struct FleetRuleState {
 /// it. At least once (a failure or a dead host releases the claim for any host), never twice
 /// while a claim lives, never lost (a file that cannot be claimed is held and tried again).
 extension DirectoryWatcher: FleetFileListener {
-    public var fleetFileQueue: SubsystemQueue { queue }
+    public var fleetFileQueue: any FleetQueue { queue }
 
     func claimThenSubmit(_ subjects: [JobSubject], rule: WatchRule) {
         guard let cluster else { return }

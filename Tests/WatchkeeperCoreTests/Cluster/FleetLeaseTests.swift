@@ -56,7 +56,7 @@ final class FleetLeaseTests: XCTestCase {
     func testALeaseEtcdNoLongerHasFencesAtOnceAndAsksForANewOne() {
         var lease = FleetLease(ttl: .seconds(9))
         held(&lease, sentAt: zero)
-        let actions = lease.handle(.leaseGone)
+        let actions = lease.handle(.leaseGone(now: zero + .seconds(1)))
         guard case .fence = actions.first else { return XCTFail("\(actions)") }
         XCTAssertEqual(Array(actions.dropFirst()), [.lost(id: 7), .grant])
         XCTAssertNil(lease.claimable)
