@@ -94,6 +94,7 @@ final class SimQueue: FleetQueue, @unchecked Sendable {
 struct SimLogHandler: LogHandler {
     let host: String
     let loop: SimLoop
+    let write: @Sendable (String) -> Void
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .info
 
@@ -103,6 +104,6 @@ struct SimLogHandler: LogHandler {
     }
 
     func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
-        print("\(SimHistory.seconds(loop.now)) \(host) \(level): \(message)")
+        write("\(SimHistory.seconds(loop.now)) \(host) \(level): \(message)")
     }
 }

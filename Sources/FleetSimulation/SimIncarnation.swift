@@ -36,7 +36,8 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
         self.persistent = persistent
         name = "host\(index)"
         let scenario = simulation.scenario
-        var settings = ClusterSettings(endpoints: [SimulatedEtcd.Client.endpoint], name: name)
+        let memberName = index < scenario.memberNames.count ? scenario.memberNames[index] : name
+        var settings = ClusterSettings(endpoints: [SimulatedEtcd.Client.endpoint], name: memberName)
         settings.prefix = FleetSimulation.prefix
         settings.leaseTTL = .nanoseconds(scenario.leaseTTL)
         self.settings = settings
@@ -51,13 +52,20 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
         jobsQueue = SimQueue(loop: loop, alive: { isAlive() })
         watchingQueue = SimQueue(loop: loop, alive: { isAlive() })
         client = SimulatedEtcd.Client(etcd: simulation.etcd, host: index, turn: clusterQueue, alive: { isAlive() })
-        member = FleetMember(settings: settings, store: client, clock: clock, queue: clusterQueue, logger: logger)
+        member = FleetMember(settings: settings, store: client, clock: clock, queue: clusterQueue,
+                             identity: FleetMemberIdentity(hostName: "sim-\(index)", machineID: "machine-\(index)",
+                                                           bootID: "boot-\(index)-\(persistent.incarnations)", pid: Int64(1000 + persistent.incarnations)),
+                             logger: logger)
         isAlive = { [weak self] in self?.alive ?? false }
         fires = FleetFires(member: member, owner: self, logger: logger)
         fires.configure(scenario.tasks.map {
             FleetTaskPolicy(name: $0.name, persistent: $0.persistent, catchUpWindow: .seconds(3_600), guardRunning: true, maxConcurrent: 1)
         })
         engine = SimEngine(host: self, maxJobs: scenario.maxJobs[index], ruleLimit: scenario.ruleLimit)
+        let clock = self.clock
+        engine.starts = FleetStarts(member: member, queue: jobsQueue, clock: { clock.now }) { [weak self] stopBy in
+            self?.engine.fence(stopBy: stopBy)
+        }
         inbox = SimInbox(host: self)
     }
 
@@ -69,7 +77,7 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
     // MARK: Life
 
     func start() {
-        member.start(listener: self, files: self)
+        member.start(listener: self, files: self, jobs: engine.starts)
         for task in simulation.scenario.tasks { armNextFire(task) }
         catchUp()
         loop.after(.seconds(1)) { [weak self] in
@@ -136,56 +144,43 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
         }
     }
 
-    // MARK: The inbox (claimed at admission)
+    // MARK: The inbox
 
+    /// As the watcher: the file's job goes to the engine, which claims it at a free slot.
     func admit(_ name: String) {
         guard let file = simulation.directory.files[name] else { return }
         let runID = newRunID()
-        member.claimFile(rule: "inbox", relative: Array(name.utf8), size: file.size, modifiedNanoseconds: file.modified, runID: runID.description,
-                         replyOn: watchingQueue) { [weak self] claim in
-            self?.fileClaimed(claim, name: name, runID: runID)
+        let fleet = FleetJob.file(rule: "inbox", relative: Array(name.utf8), size: file.size, modifiedNanoseconds: file.modified)
+        let job = fileJob(name, fleet: fleet, runID: runID) { [weak self] end in
+            self?.watchingQueue.enqueue { [weak self] in self?.fileFinished(name, end: end) }
         }
+        jobsQueue.enqueue { [weak self] in self?.engine.submit(job) }
     }
 
-    private func fileClaimed(_ claim: FileClaim, name: String, runID: RunID) {
-        switch claim {
-        case .won(let revision):
-            jobsQueue.enqueue { [weak self] in
-                guard let self else { return }
-                self.engine.submit(self.fileJob(name, runID: runID) { [weak self] end in
-                    self?.watchingQueue.enqueue { [weak self] in self?.fileJobEnded(name, end: end, revision: revision, runID: runID) }
-                })
-            }
-        case .runningElsewhere, .handledElsewhere:
-            inbox.inFlight.remove(name)
-        case .runningHere:
-            break
+    /// As DirectoryWatcher.fleetFinished: held files wait for the lease; a file handled here
+    /// and gone from the inbox has its record bound to the record lease.
+    private func fileFinished(_ name: String, end: FleetRunEnd) {
+        switch end.outcome {
         case .held:
             inbox.hold(name)
-        }
-    }
-
-    private func fileJobEnded(_ name: String, end: FleetRunEnd, revision: Int64, runID: RunID) {
-        inbox.inFlight.remove(name)
-        var handled: FleetFile?
-        if end.outcome == .ok {
+        case .ok:
+            inbox.inFlight.remove(name)
             persistent.handled.insert(name)
-            if let file = simulation.directory.files[name], file.present {
-                handled = FleetFile(host: self.name, runID: runID.description, state: .done, size: file.size, modifiedNanoseconds: file.modified)
-            }
+            if !simulation.directory.isPresent(name) { member.forgetFile(rule: "inbox", relative: Array(name.utf8)) }
+        default:
+            inbox.inFlight.remove(name)
         }
-        member.finishFile(rule: "inbox", relative: Array(name.utf8), claimRevision: revision, handled: handled)
     }
 
-    func fileJob(_ name: String, runID: RunID, ended: @escaping (FleetRunEnd) -> Void) -> SimEngine.Job {
+    func fileJob(_ name: String, fleet: FleetJob, runID: RunID, ended: @escaping (FleetRunEnd) -> Void) -> SimEngine.Job {
         let scenario = simulation.scenario
         let fails = loop.random.chance(scenario.fileFailures)
         let moves = !fails && loop.random.chance(scenario.fileMoves)
-        let job = SimEngine.Job(kind: .file(name: name), runID: runID, duration: loop.random.nanos(scenario.fileDurations), fails: fails,
-                                stubborn: loop.random.chance(scenario.stubbornJobs)) { [weak self] end in
-            // The job's last act: the move to done/ (a job that finds its file gone fails).
-            if end.outcome == .ok, moves { self?.simulation.directory.remove(name) }
-            ended(end)
+        let job = SimEngine.Job(kind: .file(name: name), fleet: fleet, runID: runID, duration: loop.random.nanos(scenario.fileDurations), fails: fails,
+                                stubborn: loop.random.chance(scenario.stubbornJobs), ended: ended)
+        // The job's last act: the move to done/ (a job that finds its file gone fails).
+        job.finishing = { [weak self] outcome in
+            if outcome == .ok, moves { self?.simulation.directory.remove(name) }
         }
         return job
     }
@@ -199,10 +194,11 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
 
     func activeCount(of task: String) -> Int { engine.activeCount(of: task) }
 
-    func submitClaimed(task: String, instant: WallTime, runID: RunID, ended: @escaping (FleetRunEnd) -> Void) {
+    func submitClaimed(task: String, instant: WallTime, runID: RunID, lease: Int64, ended: @escaping (FleetRunEnd) -> Void) {
         guard let spec = simulation.scenario.tasks.first(where: { $0.name == task }) else { return }
-        engine.submit(SimEngine.Job(kind: .task(name: task, instant: instant), runID: runID, duration: loop.random.nanos(spec.durations),
-                                    fails: false, stubborn: loop.random.chance(simulation.scenario.stubbornJobs), ended: ended))
+        engine.submit(SimEngine.Job(kind: .task(name: task, instant: instant), fleet: .claimed(FleetClaimHold(lease: lease, revision: 0)), runID: runID,
+                                    duration: loop.random.nanos(spec.durations), fails: false, stubborn: loop.random.chance(simulation.scenario.stubbornJobs),
+                                    ended: ended))
     }
 
     func recordNotRun(task: String, instant: WallTime, runID: RunID, outcome: RunOutcome, detail: String, host: String?) {
@@ -218,20 +214,13 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
         persistent.lastScheduled[task] = instant
     }
 
-    func cancelWaiting(runID: RunID, detail: String) -> Bool { engine.cancelWaiting(runID: runID) }
-
-    func expireRuns(of task: String, reason: ExpiryReason, by stopBy: MonotonicInstant) {
-        engine.expireRuns(of: task, reason: reason, by: stopBy)
-    }
-
     // MARK: FleetListener, FleetFileListener
 
     var fleetFileQueue: any FleetQueue { watchingQueue }
 
-    func fleetFence(stopBy: MonotonicInstant) { fires.fence(stopBy: stopBy) }
     func fleetAvailability(_ available: Bool, cause: String?) { fires.availability(available, cause: cause) }
-    func fleetFireReleased(_ fire: FleetFire) { fires.released(fire) }
-    func fleetFireChanged(_ fire: FleetFire) { fires.changed(fire) }
+    func fleetFireReleased(_ fire: FleetFire, why: FleetRelease) { fires.released(fire, why: why) }
+    func fleetFireChanged(_ fire: FleetFire, revision: Int64) { fires.changed(fire, revision: revision) }
 
     func fleetFileReleased(rule: String, relative: [UInt8]) {
         inbox.see(String(decoding: relative, as: UTF8.self))

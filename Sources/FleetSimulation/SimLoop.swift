@@ -3,17 +3,18 @@
 /// etcd, a lease expiring there, a job ending, a fault) is an event at an instant; events
 /// of one instant run in the order they were scheduled. Nothing reads a real clock, so a
 /// seed fixes the whole run.
-public final class SimLoop {
+public final class SimLoop: @unchecked Sendable {
     public private(set) var now: Int64 = 0
-    private var heap: [Entry] = []
+    /// The heap holds plain keys; the work waits beside it, so sifting moves no closures.
+    private var heap: [Key] = []
+    private var bodies: [UInt64: () -> Void] = [:]
     private var sequence: UInt64 = 0
     public private(set) var eventsRun = 0
     public var random: SimRandom
 
-    struct Entry {
+    struct Key {
         let time: Int64
         let sequence: UInt64
-        let body: () -> Void
     }
 
     public init(seed: UInt64) {
@@ -22,7 +23,8 @@ public final class SimLoop {
 
     public func schedule(at time: Int64, _ body: @escaping () -> Void) {
         sequence += 1
-        heap.append(Entry(time: max(time, now), sequence: sequence, body: body))
+        bodies[sequence] = body
+        heap.append(Key(time: max(time, now), sequence: sequence))
         siftUp(heap.count - 1)
     }
 
@@ -33,19 +35,30 @@ public final class SimLoop {
     /// Runs every event up to `end` (inclusive); the clock stops at `end`.
     public func run(until end: Int64) {
         while let first = heap.first, first.time <= end {
-            let entry = pop()
-            now = entry.time
+            let key = pop()
+            now = key.time
             eventsRun += 1
-            entry.body()
+            bodies.removeValue(forKey: key.sequence)?()
         }
         now = max(now, end)
     }
 
-    private static func before(_ a: Entry, _ b: Entry) -> Bool {
+    /// Runs until `done` holds (checked every `step`) or `limit`.
+    public func run(until limit: Int64, step: Int64, done: () -> Bool) {
+        while now < limit && !done() { run(until: min(limit, now + step)) }
+    }
+
+    /// Drops every event not run: the world can go (its closures hold it).
+    public func discardPending() {
+        heap.removeAll()
+        bodies.removeAll()
+    }
+
+    private static func before(_ a: Key, _ b: Key) -> Bool {
         a.time != b.time ? a.time < b.time : a.sequence < b.sequence
     }
 
-    private func pop() -> Entry {
+    private func pop() -> Key {
         let first = heap[0]
         let last = heap.removeLast()
         if !heap.isEmpty {
@@ -57,25 +70,30 @@ public final class SimLoop {
 
     private func siftUp(_ start: Int) {
         var child = start
+        let moving = heap[child]
         while child > 0 {
             let parent = (child - 1) / 2
-            guard Self.before(heap[child], heap[parent]) else { return }
-            heap.swapAt(child, parent)
+            guard Self.before(moving, heap[parent]) else { break }
+            heap[child] = heap[parent]
             child = parent
         }
+        heap[child] = moving
     }
 
     private func siftDown(_ start: Int) {
         var parent = start
+        let moving = heap[parent]
+        let count = heap.count
         while true {
             let left = 2 * parent + 1
-            guard left < heap.count else { return }
+            guard left < count else { break }
             var smallest = left
-            if left + 1 < heap.count, Self.before(heap[left + 1], heap[left]) { smallest = left + 1 }
-            guard Self.before(heap[smallest], heap[parent]) else { return }
-            heap.swapAt(smallest, parent)
+            if left + 1 < count, Self.before(heap[left + 1], heap[left]) { smallest = left + 1 }
+            guard Self.before(heap[smallest], moving) else { break }
+            heap[parent] = heap[smallest]
             parent = smallest
         }
+        heap[parent] = moving
     }
 }
 
@@ -127,5 +145,5 @@ public struct SimRandom {
 }
 
 extension Int64 {
-    static func seconds(_ value: Double) -> Int64 { Int64(value * 1e9) }
+    public static func seconds(_ value: Double) -> Int64 { Int64(value * 1e9) }
 }

@@ -77,19 +77,24 @@ extension SimulatedEtcd {
                 completion(result)
             }
             inFlight[id] = { finish(.failure($0)) }
-            let sentAt = loop.now
-            loop.after(Int64(timeout.nanosecondsClamped)) { [weak self] in
-                guard let self else { return }
-                self.turn.enqueue { finish(.failure(.unreachable(Self.endpoint, .timedOut(timeout)))) }
+            let deadline = loop.now + Int64(timeout.nanosecondsClamped)
+            // The call's deadline timer (a turn of the cluster queue of its own), armed when
+            // the answer will not come in time: the request or the answer goes nowhere.
+            let timedOut: () -> Void = { [weak self] in
+                self?.loop.schedule(at: deadline) { finish(.failure(.unreachable(Self.endpoint, .timedOut(timeout)))) }
             }
-            guard !network.isCut(host) else { return }
-            loop.after(network.latency()) { [weak self] in
-                guard let self, !self.network.isCut(self.host), self.etcd.hasQuorum else { return }
+            let there = network.latency(), back = network.latency()
+            guard !network.isCut(host) else { return timedOut() }
+            if loop.now + there + back >= deadline { timedOut() }
+            loop.after(there) { [weak self] in
+                guard let self, !self.network.isCut(self.host), self.etcd.hasQuorum else { return timedOut() }
                 let result = apply()
-                guard !self.network.loseAnswer() else { return }
-                self.loop.after(self.network.latency()) { [weak self] in
-                    guard let self, !self.network.isCut(self.host) else { return }
-                    if self.loop.now - sentAt < Int64(timeout.nanosecondsClamped) { self.turn.enqueue { finish(result) } }
+                guard !self.network.loseAnswer() else { return timedOut() }
+                guard self.loop.now + back < deadline else { return }
+                self.loop.after(back) { [weak self] in
+                    // The answer's arrival is a turn of the cluster queue (the connection's source).
+                    guard let self, !self.network.isCut(self.host) else { return timedOut() }
+                    finish(result)
                 }
             }
         }
@@ -131,7 +136,7 @@ extension SimulatedEtcd {
             guard !closed else { return turn.enqueue { completion(.failure(.closed)) } }
             let watcher = Watcher(host: host, prefix: prefix) { [weak self] events, revision in
                 guard let self, self.alive() else { return }
-                self.turn.enqueue { onEvents(events, revision) }
+                onEvents(events, revision)
             }
             self.watcher = watcher
             watchDone = completion

@@ -18,8 +18,9 @@ public final class SimulatedEtcd {
     }
     private(set) var leases: [Int64: Lease] = [:]
     private var nextLease: Int64 = 0x7000
-    /// Every revision's events, for watches that start in the past.
-    private var history: [(revision: Int64, events: [EtcdWatchEvent])] = []
+    /// Every revision's events, for watches that start in the past, and when it was made.
+    private(set) var history: [(revision: Int64, events: [EtcdWatchEvent])] = []
+    private(set) var revisionTimes: [Int64: Int64] = [:]
     var watchers: [Watcher] = []
     public private(set) var hasQuorum = true
     /// When each lease ended at etcd and how, for the simulation's own checks.
@@ -158,6 +159,7 @@ public final class SimulatedEtcd {
     private func commit(_ events: [EtcdWatchEvent]) {
         revision += 1
         history.append((revision, events))
+        revisionTimes[revision] = loop.now
         for watcher in watchers where watcher.open {
             let mine = events.filter { $0.kv.key.hasPrefix(watcher.prefix) }
             if !mine.isEmpty { send(mine, revision, to: watcher) }

@@ -6,7 +6,8 @@ import Glibc
 
 /// The fleet's deterministic simulation (issue 35, docs/fleet.md "Proof"):
 ///   watchkeeper-sim --seeds N [--from S] [--jobs J]   run seeds S ..< S+N (default 1), J at a time
-///   watchkeeper-sim --seed S [--verbose]             one seed again, exactly (with the daemon's log)
+///   watchkeeper-sim --seed S [--verbose] [--key K]   one seed again, exactly (with the daemon's log, and
+///                                                    every change etcd made to keys containing K)
 /// Exits 1 if any seed's history has an anomaly or a run broke its lease.
 let arguments = Array(CommandLine.arguments.dropFirst())
 
@@ -16,7 +17,11 @@ func value(_ flag: String) -> UInt64? {
 }
 
 if let seed = value("--seed") {
-    let result = FleetSimulation(seed: seed, verbose: arguments.contains("--verbose")).run()
+    let simulation = FleetSimulation(seed: seed, verbose: arguments.contains("--verbose"))
+    let result = simulation.run()
+    if let index = arguments.firstIndex(of: "--key"), index + 1 < arguments.count {
+        for line in simulation.keyHistory(containing: arguments[index + 1]) { print(line) }
+    }
     print(result.summary)
     exit(result.passed ? 0 : 1)
 }

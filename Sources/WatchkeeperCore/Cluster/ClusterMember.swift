@@ -21,14 +21,15 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
         }
         client = EtcdClient(options: options, queue: queue, sources: sources)
         member = FleetMember(settings: settings, store: client, clock: DispatchFleetClock(queue: queue, sources: sources, owner: "cluster"),
-                             queue: queue, logger: logger)
+                             queue: queue, identity: .current(), logger: logger)
     }
 
     public var dumpSectionName: String { "cluster" }
     public var dumpQueue: SubsystemQueue { queue }
 
-    public func start(listener: any FleetListener, files: (any FleetFileListener)? = nil) {
-        member.start(listener: listener, files: files)
+    /// The engine hears the fence through its `FleetStarts`, which Daemon.init gave it.
+    public func start(listener: any FleetListener, files: (any FleetFileListener)? = nil, jobs: (any FleetJobsListener)? = nil) {
+        member.start(listener: listener, files: files, jobs: jobs)
     }
 
     /// The clean stop, once fleet jobs have ended (FleetMember.stop).
@@ -108,4 +109,19 @@ private final class RegisteredFleetTimer: FleetTimer {
 
     func schedule(at deadline: MonotonicInstant) { timer.schedule(at: deadline.dispatchTime) }
     func cancel() { timer.cancel() }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension FleetMemberIdentity {
+    /// This daemon: the host name, /etc/machine-id, this boot's ID, the pid.
+    static func current() -> FleetMemberIdentity {
+        func firstLine(_ path: String) -> String {
+            ((try? readSmallFile(path)) ?? "").split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+        }
+        return FleetMemberIdentity(hostName: ClusterSettings.hostName(), machineID: firstLine("/etc/machine-id"),
+                                   bootID: firstLine("/proc/sys/kernel/random/boot_id"), pid: Int64(getpid()))
+    }
 }

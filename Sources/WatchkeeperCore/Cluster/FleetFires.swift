@@ -44,18 +44,15 @@ public protocol FleetFireOwner: AnyObject {
     func newRunID() -> RunID
     /// The task's runs running, waiting or waiting for a retry on this host.
     func activeCount(of task: String) -> Int
-    /// Runs a fire this host claimed; `ended` once, when its last attempt is over.
-    func submitClaimed(task: String, instant: WallTime, runID: RunID, ended: @escaping (FleetRunEnd) -> Void)
+    /// Runs a fire this host claimed on `lease` (it starts only while that lease is known to
+    /// be alive); `ended` once, when its last attempt is over, or when it never started.
+    func submitClaimed(task: String, instant: WallTime, runID: RunID, lease: Int64, ended: @escaping (FleetRunEnd) -> Void)
     /// A fire that did not run here: journaled and kept in the task's history.
     func recordNotRun(task: String, instant: WallTime, runID: RunID, outcome: RunOutcome, detail: String, host: String?)
     /// A fire skipped because the previous run still goes on (the overlap policy).
     func recordSkip(task: String, instant: WallTime)
     /// The task's latest scheduled instant, for catch-up after a restart.
     func persistScheduled(task: String, instant: WallTime)
-    /// Cancels a run of the task that waits to start; false if it started or is unknown.
-    func cancelWaiting(runID: RunID, detail: String) -> Bool
-    /// Ends the task's running jobs through their expiry sequence, by `stopBy`.
-    func expireRuns(of task: String, reason: ExpiryReason, by stopBy: MonotonicInstant)
 }
 
 /// A fleet task's part of the decisions' state (docs/fleet.md).
@@ -70,6 +67,8 @@ public struct FleetTaskState {
     var held: (instant: WallTime, cause: String, runID: RunID)?
     /// The last fire this host knows of, wherever it ran.
     var last: FleetFire?
+    /// Instants whose claim is on its way: not orphans, whatever etcd holds meanwhile.
+    var claiming: Set<String> = []
     /// ran_here, ran_elsewhere, taken_over, held: watchkeeper_fleet_fires_total.
     var totals: [String: UInt64] = [:]
 }
@@ -117,6 +116,8 @@ public final class FleetFires: @unchecked Sendable {
     @discardableResult
     public func fire(_ name: String, scheduledAt: WallTime, reason: String, takenOverFrom: String? = nil, runID given: RunID? = nil) -> String? {
         guard let policy = policies[name], let owner else { return nil }
+        // A claim of this very fire is on its way (a takeover, a retry): one at a time.
+        guard !(tasks[name]?.claiming.contains(scheduledAt.iso8601) ?? false) else { return nil }
         let active = owner.activeCount(of: name)
         if active > 0 && (policy.guardRunning || active >= policy.maxConcurrent) {
             owner.recordSkip(task: name, instant: scheduledAt)
@@ -124,8 +125,10 @@ public final class FleetFires: @unchecked Sendable {
         }
         let runID = given ?? owner.newRunID()
         owner.persistScheduled(task: name, instant: scheduledAt)
+        tasks[name, default: FleetTaskState()].claiming.insert(scheduledAt.iso8601)
         member.claimFire(task: name, instant: scheduledAt, runID: runID.description, guardRunning: policy.guardRunning, takenOverFrom: takenOverFrom,
                          replyOn: owner.fleetQueue) { [weak self] claim in
+            self?.tasks[name]?.claiming.remove(scheduledAt.iso8601)
             self?.claimed(claim, task: name, scheduledAt: scheduledAt, runID: runID, reason: reason, takenOverFrom: takenOverFrom)
         }
         return runID.description
@@ -134,7 +137,7 @@ public final class FleetFires: @unchecked Sendable {
     private func claimed(_ claim: FireClaim, task name: String, scheduledAt: WallTime, runID: RunID, reason: String, takenOverFrom: String?) {
         guard let policy = policies[name], let owner else { return }
         switch claim {
-        case .won(let revision):
+        case .won(let revision, let lease):
             heldRetryDelay = .milliseconds(250)
             var fire = FleetFire(task: name, instant: scheduledAt.iso8601, host: hostName, runID: runID.description, state: .running)
             fire.takenOverFrom = takenOverFrom
@@ -142,16 +145,16 @@ public final class FleetFires: @unchecked Sendable {
             tasks[name]?.last = fire
             tasks[name]?.elsewhere[fire.instant] = nil
             tasks[name]?.totals[takenOverFrom == nil ? "ran_here" : "taken_over", default: 0] += 1
-            if let from = takenOverFrom {
-                logger.notice("task \(name): taking over the fire due at \(scheduledAt.iso8601) from \(from), whose etcd lease expired before its run ended; run \(runID)",
-                              metadata: [JournalFields.messageIDKey: .string(MessageID.fleetTakeover.rawValue), "task": .string(name),
-                                         "scheduled_at": .string(scheduledAt.iso8601), "run_id": .string(runID.description)])
-            }
-            owner.submitClaimed(task: name, instant: scheduledAt, runID: runID) { [weak self] end in
+            owner.submitClaimed(task: name, instant: scheduledAt, runID: runID, lease: lease) { [weak self] end in
                 self?.runEnded(end, task: name, runID: runID)
             }
-        case .elsewhere(let fire):
+        case .elsewhere(let fire, let revision):
             heldRetryDelay = .milliseconds(250)
+            if let why = Self.unfinished(fire), fire.host != hostName, takenOverFrom == nil {
+                // Another host's run of it was cut short by its fence or its stop, or never
+                // started: this claim is a takeover of the record, won by one host.
+                return takeOver(fire, why: why, over: revision)
+            }
             tasks[name, default: FleetTaskState()].totals["ran_elsewhere", default: 0] += 1
             tasks[name]?.last = fire
             if fire.state == .running {
@@ -161,19 +164,25 @@ public final class FleetFires: @unchecked Sendable {
             let how = fire.state == .running ? "running on" : "ran on"
             owner.recordNotRun(task: name, instant: scheduledAt, runID: RunID(fire.runID) ?? runID, outcome: .ranElsewhere,
                                detail: "\(how) \(fire.host) (run \(fire.runID)\(fire.outcome.map { ", \($0)" } ?? ""))", host: fire.host)
-        case .previousRunning(let fire, let revision) where fire.host == hostName && (tasks[name]?.runs.isEmpty ?? true) && owner.activeCount(of: name) == 0:
-            // This host's own claim, which no run of its own holds: its answer was lost and
-            // the fire given up. Freed, then this fire is claimed again.
+        case .previousRunning(let fire, let revision, orphan: true)
+        where (tasks[name]?.runs.isEmpty ?? true) && owner.activeCount(of: name) == 0 && !(tasks[name]?.claiming.contains(fire.instant) ?? false):
+            // This host's own claim on its lease, which no run of its own holds: its answer was
+            // lost and the fire given up. Freed, then this fire is claimed again.
             logger.warning("task \(name): freeing this host's claim of the fire due at \(fire.instant) (run \(fire.runID)), which was never run: its answer from etcd was lost")
-            member.releaseOrphan(fire, runningRevision: revision, replyOn: owner.fleetQueue) { [weak self] result in
+            if let held = tasks[name]?.held, held.instant.iso8601 == fire.instant {
+                // It was the held fire: given up for this later one, never retried beside the release.
+                tasks[name]?.held = nil
+                recordHeld(name, instant: held.instant, detail: "held (\(held.cause)); a later fire replaces it")
+            }
+            member.releaseOrphan(fire, runningRevision: revision, replyOn: owner.fleetQueue) { [weak self] released in
                 guard let self else { return }
-                if case .success(true) = result {
+                if released {
                     self.fire(name, scheduledAt: scheduledAt, reason: reason)
                 } else {
-                    self.hold(name, at: scheduledAt, cause: "unable to free this host's unanswered claim of \(fire.instant)")
+                    self.hold(name, at: scheduledAt, cause: "this host's claim of \(fire.instant) is not freed yet")
                 }
             }
-        case .previousRunning(let fire, _):
+        case .previousRunning(let fire, _, _):
             logger.info("task \(name): the fire due at \(scheduledAt.iso8601) is skipped: the previous one still runs on \(fire.host) (run \(fire.runID); overlap = \"skip\" holds across the fleet)")
             owner.recordSkip(task: name, instant: scheduledAt)
         case .held(let cause):
@@ -190,7 +199,12 @@ public final class FleetFires: @unchecked Sendable {
         guard let owner else { return }
         let runID = given ?? owner.newRunID()
         let previous = tasks[name]?.held
-        if let previous, previous.instant != instant {
+        if let previous, previous.instant > instant {
+            // A later fire is held already: this one is given up for it.
+            tasks[name]?.totals["held", default: 0] += 1
+            return recordHeld(name, instant: instant, detail: "held (\(cause)); a later fire is held in its place")
+        }
+        if let previous, previous.instant < instant {
             recordHeld(name, instant: previous.instant, detail: "held while no etcd quorum answered (\(previous.cause)); a later fire replaces it")
         }
         if previous?.instant != instant { tasks[name, default: FleetTaskState()].totals["held", default: 0] += 1 }
@@ -237,40 +251,32 @@ public final class FleetFires: @unchecked Sendable {
         .seconds(now.secondsSinceEpoch - instant.secondsSinceEpoch) + .nanoseconds(Int64(now.nanoseconds) - Int64(instant.nanoseconds))
     }
 
-    /// This host's run of a fire ended: recorded in etcd (if the claim is still this
-    /// host's), which frees the fire's running key.
+    /// This host's run of a fire ended: its record goes to etcd, at once and until etcd
+    /// takes it, and frees the fire's running key. A run stopped by the fence is recorded as
+    /// run and fenced, with its times; one cut short by this host's stop as interrupted: a
+    /// persistent task's fire is then run again by another host. A run that never started
+    /// (refused at the start: the lease not known alive, the daemon stopping) releases its
+    /// claim instead, so that another host may run the fire.
     private func runEnded(_ end: FleetRunEnd, task name: String, runID: RunID) {
         guard let run = tasks[name]?.runs.removeValue(forKey: runID), let owner else { return }
+        guard end.startedAt != nil else {
+            return member.releaseFire(run.fire, claimRevision: run.revision, guardRunning: run.guardRunning)
+        }
         var fire = run.fire
         fire.state = .done
-        fire.outcome = end.outcome.rawValue
+        fire.outcome = end.expiry == .fleetLeaseLost ? "fenced" : end.outcome.rawValue
+        fire.interrupted = end.expiry == .fleetLeaseLost || end.expiry == .shutdown
         fire.startedAt = end.startedAt
         fire.finishedAt = end.finishedAt
         tasks[name]?.last = fire
         let instant = fire.instant
-        member.recordFire(fire, claimRevision: run.revision, guardRunning: run.guardRunning, replyOn: owner.fleetQueue) { [weak self] result in
-            switch result {
-            case .success(true): break
-            case .success(false):
-                self?.logger.warning("task \(name): the claim of the fire due at \(instant) was gone when its run \(runID) ended (this host's lease expired); its record is kept here only, and another host may have run the fire again")
-            case .failure(let error):
-                self?.logger.warning("task \(name): unable to record the end of run \(runID) in etcd: \(error); the claim is released with this host's lease")
-            }
+        member.recordFire(fire, claimRevision: run.revision, guardRunning: run.guardRunning, replyOn: owner.fleetQueue) { [weak self] written in
+            guard !written else { return }
+            self?.logger.warning("task \(name): the claim of the fire due at \(instant) was gone when the end of its run \(runID) reached etcd (this host's lease expired there); its record is kept here only, and another host may have run the fire again")
         }
     }
 
     // MARK: What the cluster says
-
-    public func fence(stopBy: MonotonicInstant) {
-        guard let owner else { return }
-        for name in policies.keys.sorted() {
-            for (runID, _) in tasks[name]?.runs ?? [:]
-            where owner.cancelWaiting(runID: runID, detail: "cancelled: this host lost its etcd lease before the run started") {
-                tasks[name]?.runs[runID] = nil
-            }
-            owner.expireRuns(of: name, reason: .fleetLeaseLost, by: stopBy)
-        }
-    }
 
     public func availability(_ available: Bool, cause: String?) {
         heldCause = available ? nil : cause
@@ -280,31 +286,62 @@ public final class FleetFires: @unchecked Sendable {
         checkFiresElsewhere()
     }
 
-    public func released(_ fire: FleetFire) {
+    /// Another host's claim vanished before its run's end was recorded: a takeover's cue.
+    public func released(_ fire: FleetFire, why: FleetRelease) {
         guard policies[fire.task] != nil, fire.host != hostName else { return }
         tasks[fire.task]?.elsewhere[fire.instant] = nil
-        takeOver(fire)
+        takeOver(fire, why: why.explanation, over: nil)
     }
 
-    public func changed(_ fire: FleetFire) {
+    /// A fire's key changed: a record of a run cut short by its host is a takeover's cue
+    /// too (claimed over its revision, so one host wins).
+    public func changed(_ fire: FleetFire, revision: Int64) {
         guard policies[fire.task] != nil else { return }
-        if fire.state == .done { tasks[fire.task]?.elsewhere[fire.instant] = nil }
+        if fire.state != .running { tasks[fire.task]?.elsewhere[fire.instant] = nil }
+        if let why = Self.unfinished(fire), fire.host != hostName {
+            takeOver(fire, why: why, over: revision)
+        }
         if let last = tasks[fire.task]?.last, last.instant > fire.instant { return }
         tasks[fire.task, default: FleetTaskState()].last = fire
     }
 
-    private func takeOver(_ fire: FleetFire) {
+    /// Why a fire's record leaves it for another host to run, if it does: a run cut short
+    /// by its own host (its fence, or its stop), or a claim released before its run started.
+    static func unfinished(_ fire: FleetFire) -> String? {
+        switch fire.state {
+        case .released: return FleetRelease.released.explanation
+        case .done where fire.interrupted:
+            return fire.outcome == "fenced" ? "whose run was stopped by its fence (recorded fenced)" : "whose run was cut short by its stop (recorded \(fire.outcome ?? "interrupted"))"
+        case .done, .running: return nil
+        }
+    }
+
+    private func takeOver(_ fire: FleetFire, why: String, over revision: Int64?) {
         guard let policy = policies[fire.task], let owner, let instant = WallTime(iso8601: fire.instant) else { return }
         let name = policy.name
         guard policy.persistent else {
-            logger.notice("task \(name): \(fire.host) lost its etcd lease during its run \(fire.runID) of the fire due at \(fire.instant); the task is not persistent, so the fire is not run again")
+            logger.notice("task \(name): the fire due at \(fire.instant) went unfinished on \(fire.host), \(why); the task is not persistent, so the fire is not run again")
             return
         }
         guard Self.age(of: instant, at: owner.fleetClock.wallNow) <= policy.catchUpWindow else {
-            logger.notice("task \(name): \(fire.host) lost its run \(fire.runID) of the fire due at \(fire.instant), which is beyond catch_up_window \(policy.catchUpWindow.compactDescription): not run again")
+            logger.notice("task \(name): the fire due at \(fire.instant) went unfinished on \(fire.host), \(why); it is beyond catch_up_window \(policy.catchUpWindow.compactDescription): not run again")
             return
         }
-        self.fire(name, scheduledAt: instant, reason: "takeover", takenOverFrom: fire.host)
+        guard owner.activeCount(of: name) == 0 || !policy.guardRunning, !(tasks[name]?.claiming.contains(fire.instant) ?? false) else { return }
+        let runID = owner.newRunID()
+        owner.persistScheduled(task: name, instant: instant)
+        tasks[name, default: FleetTaskState()].claiming.insert(fire.instant)
+        member.claimFire(task: name, instant: instant, runID: runID.description, guardRunning: policy.guardRunning, takenOverFrom: fire.host,
+                         over: revision, replyOn: owner.fleetQueue) { [weak self] claim in
+            guard let self else { return }
+            self.tasks[name]?.claiming.remove(fire.instant)
+            if case .won = claim {
+                self.logger.notice("task \(name): taking over the fire due at \(fire.instant) from \(fire.host), \(why); run \(runID)",
+                                   metadata: [JournalFields.messageIDKey: .string(MessageID.fleetTakeover.rawValue), "task": .string(name),
+                                              "scheduled_at": .string(fire.instant), "run_id": .string(runID.description)])
+            }
+            self.claimed(claim, task: name, scheduledAt: instant, runID: runID, reason: "takeover", takenOverFrom: fire.host)
+        }
     }
 
     /// The watch tells of a claim that vanished; this checks too, in case the watch was
@@ -324,7 +361,7 @@ public final class FleetFires: @unchecked Sendable {
         guard let owner else { return }
         var pending = false
         for name in policies.keys.sorted() {
-            for (instant, entry) in tasks[name]?.elsewhere ?? [:] {
+            for (instant, entry) in (tasks[name]?.elsewhere ?? [:]).sorted(by: { $0.key < $1.key }) {
                 pending = true
                 guard owner.fleetClock.now - entry.seenAt >= member.settings.leaseTTL else { continue }
                 member.readFire(task: name, instant: instant, replyOn: owner.fleetQueue) { [weak self] result in
@@ -332,12 +369,12 @@ public final class FleetFires: @unchecked Sendable {
                     switch result {
                     case .success(nil):
                         self.tasks[name]?.elsewhere[instant] = nil
-                        self.takeOver(known.fire)
-                    case .success(let fire?) where fire.state == .done:
+                        self.takeOver(known.fire, why: FleetRelease.leaseExpired.explanation, over: nil)
+                    case .success(let found?) where found.fire.state != .running:
                         self.tasks[name]?.elsewhere[instant] = nil
-                        self.changed(fire)
-                    case .success(let fire?) where fire.runID != known.fire.runID:
-                        self.tasks[name]?.elsewhere[instant] = (fire, owner.fleetClock.now)
+                        self.changed(found.fire, revision: found.revision)
+                    case .success(let found?) where found.fire.runID != known.fire.runID:
+                        self.tasks[name]?.elsewhere[instant] = (found.fire, owner.fleetClock.now)
                     default:
                         self.tasks[name]?.elsewhere[instant] = (known.fire, owner.fleetClock.now)
                     }

@@ -5,9 +5,11 @@
 /// The times are this host's monotonic clock. A renewal sent at `s` and answered with a
 /// TTL of `t` means etcd will not expire the lease before `s + t` (it reset the TTL after
 /// receiving the request, which was after `s`): that is `expiresBy`, a bound that needs
-/// no clock agreement between hosts. Fleet jobs are fenced at `expiresBy - fenceLead`
-/// and must be gone by `stopBy`, so they end before etcd can expire the lease and hand
-/// their claims to another host (docs/fleet.md, "Fencing").
+/// no clock agreement between hosts, only clocks that tick at nearly the same rate (within
+/// `clockMargin`). No fleet job starts after `expiresBy - fenceLead`, when fleet jobs are
+/// fenced, and they must be gone by `expiresBy - clockMargin - stopMargin`, so they end
+/// before etcd can expire the lease and hand their claims to another host (docs/fleet.md,
+/// "The lease, and fencing").
 struct FleetLease: Equatable {
     enum State: Equatable {
         /// No lease: not granted yet, or lost. Claims wait.
@@ -62,6 +64,13 @@ struct FleetLease: Equatable {
     static func fenceLead(_ ttl: Duration) -> Duration { max(.seconds(1), ttl / 3) }
     /// The margin left between the last SIGKILL and the lease's expiry.
     static func stopMargin(_ ttl: Duration) -> Duration { min(.milliseconds(500), ttl / 10) }
+    /// How much faster etcd's clock may run than this host's over a TTL: 1 % (NTP slews a
+    /// clock by 0.05 % at most; a host whose clock is further off must not be trusted).
+    static func clockMargin(_ ttl: Duration) -> Duration { ttl / 100 }
+    /// Where the fence's stop must be over, for a lease that etcd cannot expire before `expiresBy`.
+    static func stopBy(expiresBy: MonotonicInstant, ttl: Duration) -> MonotonicInstant {
+        expiresBy - clockMargin(ttl) - stopMargin(ttl)
+    }
     static let retryDelay = Duration.milliseconds(500)
 
     var leaseID: Int64? {
@@ -74,6 +83,13 @@ struct FleetLease: Equatable {
     /// Claims may be made only on a lease renewed in time.
     var claimable: Int64? {
         if case .held(let id, _, _) = state { return id }
+        return nil
+    }
+
+    /// The lease fleet jobs may start under, and until when: a job started before the fence
+    /// point is stopped by the fence in time; none starts after it.
+    var startsAllowed: (lease: Int64, until: MonotonicInstant)? {
+        if case .held(let id, let ttl, let expires) = state { return (id, expires - Self.fenceLead(ttl)) }
         return nil
     }
 
@@ -122,7 +138,7 @@ struct FleetLease: Equatable {
             if case .held = state, now >= expires - Self.fenceLead(ttl) {
                 state = .fencing(id: id, ttl: ttl, expiresBy: expires)
                 fences += 1
-                return [.fence(stopBy: expires - Self.stopMargin(ttl)), .armTimer(at: expires)] + (nextRenewal.map { $0 <= now } ?? true ? [.renew(id: id)] : [])
+                return [.fence(stopBy: Self.stopBy(expiresBy: expires, ttl: ttl)), .armTimer(at: expires)] + (nextRenewal.map { $0 <= now } ?? true ? [.renew(id: id)] : [])
             }
             if let due = nextRenewal, now >= due {
                 nextRenewal = nil

@@ -1,209 +1,169 @@
-/// The answer to a claim for one file of a shared inbox.
-public enum FileClaim: Sendable, Equatable {
-    case won(revision: Int64)
-    /// Another host's job has it now; it is released (and said) if that job fails or its
-    /// host goes.
-    case runningElsewhere(FleetFile)
-    /// Another host handled it in this very form (size and modification time).
-    case handledElsewhere(FleetFile)
-    /// This host's own job has it already (a second event for the same file).
-    case runningHere
-    case held(String)
-}
-
 /// The answer to a claim for one fire.
 public enum FireClaim: Sendable, Equatable {
-    /// This host runs it; `revision` is the claim's, to record the end against.
-    case won(revision: Int64)
-    /// Another host claimed it (or ran it already).
-    case elsewhere(FleetFire)
-    /// overlap = "skip": the task's previous fire still runs on this host.
-    case previousRunning(FleetFire, revision: Int64)
+    /// This host runs it; `revision` is the claim's, to record the end against, and the run
+    /// starts only while `lease` (the claim's) is known to be alive.
+    case won(revision: Int64, lease: Int64)
+    /// Another host claimed it, or ran it already (`revision`: the key's last change).
+    case elsewhere(FleetFire, revision: Int64)
+    /// overlap = "skip": the task's previous fire still runs somewhere. `orphan`: it is this
+    /// host's own claim on its current lease that no run here holds (its answer was lost).
+    case previousRunning(FleetFire, revision: Int64, orphan: Bool)
     /// No claim could be made now (no lease, etcd unreachable): the fire is held.
     case held(String)
 }
 
-/// Claims and records of fires and files, each one etcd transaction bound to the lease.
+/// Claims and records of fires, each one etcd transaction bound to the lease.
 extension FleetMember {
     /// Claims one fire of `task` for this host, bound to the lease. With `guardRunning`
     /// (overlap = "skip"), also the task's running key, so no host starts a fire while
-    /// another still runs the previous one. The answer comes on `replyOn`.
-    public func claimFire(task: String, instant: WallTime, runID: String, guardRunning: Bool, takenOverFrom: String?,
+    /// another still runs the previous one. `over`: the revision of a record of a run cut
+    /// short by its host (`interrupted`), which this claim replaces: the takeover of a
+    /// fenced fire, won by one host. The answer comes on `replyOn`.
+    public func claimFire(task: String, instant: WallTime, runID: String, guardRunning: Bool, takenOverFrom: String?, over: Int64? = nil,
                           replyOn: any FleetQueue, completion: @escaping @Sendable (FireClaim) -> Void) {
         queue.async { [self] in
-            guard let id = lease.claimable else {
+            guard let id = claimLease else {
                 let cause = heldCause
                 return replyOn.async { completion(.held(cause)) }
             }
             var fire = FleetFire(task: task, instant: instant.iso8601, host: settings.name, runID: runID, state: .running)
             fire.claimedAt = clock.wallNow
             fire.takenOverFrom = takenOverFrom
-            var entries = [(key: keys.fire(task, at: instant), value: fire.json)]
+            let fireKey = keys.fire(task, at: instant)
+            var entries = [(key: fireKey, value: fire.json)]
             if guardRunning { entries.append((keys.running(task), fire.json)) }
-            let started = clock.now
-            store.createAll(entries, lease: id, timeout: callTimeout) { [self] result in
+            let answered: (Result<EtcdCreateAllResult, EtcdError>) -> Void = { [self] result in
                 let answer: FireClaim
                 switch result {
-                case .success(.created(let revision)):
-                    claimLatency.append(clock.now - started)
-                    count("claims_won")
-                    claimsHeld.insert(entries[0].key)
-                    answer = .won(revision: revision)
-                case .success(.exists(let found)):
-                    claimLatency.append(clock.now - started)
-                    answer = interpret(found, mine: fire, guardRunning: guardRunning)
-                case .failure(let error):
-                    lastCause = error.description
-                    answer = .held(error.description)
+                case .success(.created(let revision)): answer = .won(revision: revision, lease: id)
+                case .success(.exists(let found)): answer = interpret(found, mine: fire, key: fireKey, lease: id)
+                case .failure(let error): answer = .held(error.description)
                 }
                 replyOn.async { completion(answer) }
+            }
+            claiming(fireKey, won: "claims_won", answered: answered) { [self] done in
+                if let over {
+                    store.claimOver(fireKey, atModRevision: over, entries: entries, absent: guardRunning ? [keys.running(task)] : [], lease: id,
+                                    timeout: callTimeout, completion: done)
+                } else {
+                    store.createAll(entries, lease: id, timeout: callTimeout, completion: done)
+                }
             }
         }
     }
 
-    func interpret(_ found: [EtcdKeyValue], mine: FleetFire, guardRunning: Bool) -> FireClaim {
-        let fireKey = keys.fire(mine.task, at: WallTime(iso8601: mine.instant) ?? clock.wallNow)
+    /// A claim of `key` on its way (no orphan of this host's meanwhile, whatever etcd holds),
+    /// then its answer: timed, counted, and the key held if it was won.
+    func claiming(_ key: String, won counter: String, answered: @escaping (Result<EtcdCreateAllResult, EtcdError>) -> Void,
+                  send: (@escaping (Result<EtcdCreateAllResult, EtcdError>) -> Void) -> Void) {
+        let started = clock.now
+        claimsPending[key, default: 0] += 1
+        send { [self] result in
+            claimsPending[key, default: 1] -= 1
+            if claimsPending[key] == 0 { claimsPending[key] = nil }
+            switch result {
+            case .success(let outcome):
+                claimLatency.append(clock.now - started)
+                if case .created = outcome {
+                    count(counter)
+                    claimsHeld.insert(key)
+                }
+            case .failure(let error):
+                lastCause = error.description
+            }
+            answered(result)
+        }
+    }
+
+    func interpret(_ found: [EtcdKeyValue], mine: FleetFire, key fireKey: String, lease id: Int64) -> FireClaim {
         if let existing = found.first(where: { $0.key == fireKey }) {
             let fire = FleetFire(task: mine.task, instant: mine.instant, json: existing.value)
                 ?? FleetFire(task: mine.task, instant: mine.instant, host: "unknown", runID: "unknown", state: .done)
-            // An earlier claim of this host's whose answer was lost (its deadline passed after
-            // etcd applied it): no run here holds it, so it is taken as won.
-            if fire.host == settings.name && fire.state == .running && !claimsHeld.contains(fireKey) {
+            // An earlier claim of this host's, on this very lease, whose answer was lost (its
+            // deadline passed after etcd applied it): no run here holds it, so it is taken as
+            // won. A claim under another lease (a previous life of this daemon, or another
+            // daemon with the same name) is not ours to run.
+            if fire.host == settings.name && fire.state == .running && existing.lease == id && !claimsHeld.contains(fireKey) && writes[fireKey] == nil
+                && claimsPending[fireKey] == nil {
                 count("claims_adopted")
                 claimsHeld.insert(fireKey)
-                return .won(revision: existing.modRevision)
+                return .won(revision: existing.modRevision, lease: id)
             }
             count("claims_lost")
-            return .elsewhere(fire)
+            return .elsewhere(fire, revision: existing.modRevision)
         }
         if let running = found.first(where: { $0.key == keys.running(mine.task) }) {
             let fire = FleetFire(task: mine.task, instant: "", json: running.value)
                 ?? FleetFire(task: mine.task, instant: "", host: "unknown", runID: "unknown", state: .running)
             count("claims_skipped")
-            return .previousRunning(fire, revision: running.modRevision)
+            let orphan = fire.host == settings.name && running.lease == id && WallTime(iso8601: fire.instant)
+                .map { !claimsHeld.contains(keys.fire(mine.task, at: $0)) } ?? false
+            return .previousRunning(fire, revision: running.modRevision, orphan: orphan)
         }
         // Both vanished between the compare and the read (a lease expired): try again later.
         return .held("the claim raced with an expiring lease; retrying")
     }
 
-    /// Records how this host's run of a fire ended, if the claim is still this host's
-    /// (its revision unchanged); frees the task's running key with it.
+    /// Records how this host's run of a fire ended, if the claim is still this host's (its
+    /// revision unchanged), and frees the task's running key with it: at once, and again
+    /// until etcd takes it or the claim is gone (its lease expired there).
     public func recordFire(_ fire: FleetFire, claimRevision: Int64, guardRunning: Bool, replyOn: any FleetQueue,
-                           completion: @escaping @Sendable (Result<Bool, EtcdError>) -> Void) {
+                           completion: @escaping @Sendable (Bool) -> Void) {
         queue.async { [self] in
-            guard let instant = WallTime(iso8601: fire.instant) else { return replyOn.async { completion(.success(false)) } }
+            guard let instant = WallTime(iso8601: fire.instant) else { return replyOn.async { completion(false) } }
             let key = keys.fire(fire.task, at: instant)
             claimsHeld.remove(key)
-            store.commit(ifKey: key, atModRevision: claimRevision, puts: [(key, fire.json)],
-                          deletes: guardRunning ? [keys.running(fire.task)] : [], timeout: callTimeout) { [self] result in
-                if case .success(true) = result {
+            let txn = EtcdTxn(compare: [EtcdCompare(key, .modRevision(claimRevision))],
+                              success: [.put(key: key, value: fire.json, lease: 0)] + (guardRunning ? [.delete(key: keys.running(fire.task))] : []))
+            write(key, txn, what: "the end of run \(fire.runID) of task \(fire.task) due at \(fire.instant)") { [self] written in
+                if written {
                     count("records_written")
                     pruneHistory(of: fire.task)
                 }
-                replyOn.async { completion(result) }
+                replyOn.async { completion(written) }
             }
         }
     }
 
-    /// A running key of this host's that no run of this host's holds: a claim whose
-    /// answer was lost and that was never run (the fire was given up meanwhile). Recorded
-    /// as ended `cancelled`, and the running key freed, if it is still that one.
-    public func releaseOrphan(_ fire: FleetFire, runningRevision: Int64, replyOn: any FleetQueue,
-                              completion: @escaping @Sendable (Result<Bool, EtcdError>) -> Void) {
+    /// A claim of this host's whose run never started (the lease was fenced, the daemon
+    /// stopping, or the job refused): released, so that another host may run the fire. The
+    /// key says so (`released`, bound to nothing) rather than vanishing, so a host that sees
+    /// a claim vanish knows its host's lease ended.
+    public func releaseFire(_ fire: FleetFire, claimRevision: Int64, guardRunning: Bool) {
         queue.async { [self] in
+            guard let instant = WallTime(iso8601: fire.instant) else { return }
+            let key = keys.fire(fire.task, at: instant)
+            claimsHeld.remove(key)
+            var released = fire
+            released.state = .released
+            released.finishedAt = clock.wallNow
+            let txn = EtcdTxn(compare: [EtcdCompare(key, .modRevision(claimRevision))],
+                              success: [.put(key: key, value: released.json, lease: 0)] + (guardRunning ? [.delete(key: keys.running(fire.task))] : []))
+            write(key, txn, what: "the release of the unstarted run \(fire.runID) of task \(fire.task) due at \(fire.instant)")
+        }
+    }
+
+    /// A running key of this host's, on its lease, that no run of this host's holds: a
+    /// claim whose answer was lost and that was never run (the fire was given up
+    /// meanwhile). Recorded as ended `cancelled` (it never started), and the running key
+    /// freed, if it is still that one. A run whose record is still on its way is no orphan:
+    /// its record frees the key.
+    public func releaseOrphan(_ fire: FleetFire, runningRevision: Int64, replyOn: any FleetQueue,
+                              completion: @escaping @Sendable (Bool) -> Void) {
+        queue.async { [self] in
+            guard let instant = WallTime(iso8601: fire.instant), writes[keys.fire(fire.task, at: instant)] == nil else {
+                return replyOn.async { completion(false) }
+            }
             var ended = fire
             ended.state = .done
             ended.outcome = RunOutcome.cancelled.rawValue
             ended.finishedAt = clock.wallNow
-            var puts: [(key: String, value: String)] = []
-            if let instant = WallTime(iso8601: fire.instant) { puts.append((keys.fire(fire.task, at: instant), ended.json)) }
-            store.commit(ifKey: keys.running(fire.task), atModRevision: runningRevision, puts: puts,
-                          deletes: [keys.running(fire.task)], timeout: callTimeout) { result in
-                replyOn.async { completion(result) }
+            let txn = EtcdTxn(compare: [EtcdCompare(keys.running(fire.task), .modRevision(runningRevision))],
+                              success: [.put(key: keys.fire(fire.task, at: instant), value: ended.json, lease: 0), .delete(key: keys.running(fire.task))])
+            store.txn(txn, urgent: true, timeout: callTimeout) { result in
+                let released = (try? result.get().succeeded) ?? false
+                replyOn.async { completion(released) }
             }
-        }
-    }
-
-    // MARK: Shared inbox files
-
-    /// Claims a file of a shared inbox for this host, bound to the lease; a record of it
-    /// handled in another form (the file was rewritten) is claimed over.
-    public func claimFile(rule: String, relative: [UInt8], size: Int64, modifiedNanoseconds: Int64, runID: String,
-                          replyOn: any FleetQueue, completion: @escaping @Sendable (FileClaim) -> Void) {
-        queue.async { [self] in
-            guard let id = lease.claimable else {
-                let cause = heldCause
-                return replyOn.async { completion(.held(cause)) }
-            }
-            let key = keys.file(rule, FleetKeys.pathKey(relative))
-            let mine = FleetFile(host: settings.name, runID: runID, state: .running, size: size, modifiedNanoseconds: modifiedNanoseconds)
-            let started = clock.now
-            store.createAll([(key, mine.json)], lease: id, timeout: callTimeout) { [self] result in
-                switch result {
-                case .success(.created(let revision)):
-                    claimLatency.append(clock.now - started)
-                    count("file_claims_won")
-                    claimsHeld.insert(key)
-                    replyOn.async { completion(.won(revision: revision)) }
-                case .success(.exists(let found)):
-                    guard let existing = found.first, let file = FleetFile(json: existing.value) else {
-                        return replyOn.async { completion(.held("the claim raced with an expiring lease; retrying")) }
-                    }
-                    if file.state == .running {
-                        if file.host == settings.name {
-                            if claimsHeld.contains(key) { return replyOn.async { completion(.runningHere) } }
-                            count("claims_adopted")
-                            claimsHeld.insert(key)
-                            return replyOn.async { completion(.won(revision: existing.modRevision)) }
-                        }
-                        count("file_claims_lost")
-                        return replyOn.async { completion(.runningElsewhere(file)) }
-                    }
-                    if file.size == size && file.modifiedNanoseconds == modifiedNanoseconds {
-                        count("file_claims_lost")
-                        return replyOn.async { completion(.handledElsewhere(file)) }
-                    }
-                    // Handled, but in another form: this one is new content.
-                    store.claimOver(key, atModRevision: existing.modRevision, entries: [(key, mine.json)], absent: [], lease: id,
-                                    timeout: callTimeout) { [self] result in
-                        switch result {
-                        case .success(.created(let revision)):
-                            count("file_claims_won")
-                            claimsHeld.insert(key)
-                            replyOn.async { completion(.won(revision: revision)) }
-                        case .success(.exists): replyOn.async { completion(.held("another host claimed the file at the same moment; retrying")) }
-                        case .failure(let error): replyOn.async { completion(.held(error.description)) }
-                        }
-                    }
-                case .failure(let error):
-                    lastCause = error.description
-                    replyOn.async { completion(.held(error.description)) }
-                }
-            }
-        }
-    }
-
-    /// The job of a claimed file ended: a success keeps the claim as a record of the form
-    /// handled (unless the file is gone: then the key goes, so keys stay bounded); anything
-    /// else releases it for a retry by any host.
-    public func finishFile(rule: String, relative: [UInt8], claimRevision: Int64, handled: FleetFile?,
-                           completion: @escaping @Sendable () -> Void = {}) {
-        queue.async { [self] in
-            let key = keys.file(rule, FleetKeys.pathKey(relative))
-            claimsHeld.remove(key)
-            if let handled {
-                store.commit(ifKey: key, atModRevision: claimRevision, puts: [(key, handled.json)], deletes: [], timeout: callTimeout) { _ in completion() }
-            } else {
-                store.delete(key, ifModRevision: claimRevision, timeout: callTimeout) { _ in completion() }
-            }
-        }
-    }
-
-    /// The file is gone from the inbox: its record goes too (never a live claim).
-    public func forgetFile(rule: String, relative: [UInt8]) {
-        queue.async { [self] in
-            guard lease.leaseID != nil else { return }
-            store.deleteUnleased(keys.file(rule, FleetKeys.pathKey(relative)), timeout: callTimeout) { _ in }
         }
     }
 
@@ -220,14 +180,17 @@ extension FleetMember {
         }
     }
 
-    /// One fire's key as it is now (nil: absent), for the scheduler's check of fires
-    /// running elsewhere when the watch may have missed their end.
+    /// One fire's key as it is now (nil: absent) and its revision, for the scheduler's check
+    /// of fires running elsewhere when the watch may have missed their end.
     public func readFire(task: String, instant: String, replyOn: any FleetQueue,
-                         completion: @escaping @Sendable (Result<FleetFire?, EtcdError>) -> Void) {
+                         completion: @escaping @Sendable (Result<(fire: FleetFire, revision: Int64)?, EtcdError>) -> Void) {
         queue.async { [self] in
             guard let wall = WallTime(iso8601: instant) else { return replyOn.async { completion(.success(nil)) } }
             store.get(keys.fire(task, at: wall), timeout: callTimeout) { result in
-                let mapped = result.map { kv in kv.flatMap { FleetFire(task: task, instant: instant, json: $0.value) } }
+                let mapped = result.map { kv -> (fire: FleetFire, revision: Int64)? in
+                    guard let kv, let fire = FleetFire(task: task, instant: instant, json: kv.value) else { return nil }
+                    return (fire, kv.modRevision)
+                }
                 replyOn.async { completion(mapped) }
             }
         }
@@ -248,5 +211,4 @@ extension FleetMember {
             }
         }
     }
-
 }

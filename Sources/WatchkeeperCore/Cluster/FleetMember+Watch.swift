@@ -1,7 +1,8 @@
 /// The watch of the prefix, and what the member shows of itself.
 extension FleetMember {
-    /// Every change under <prefix>/tasks/, from the revision last seen: other hosts'
-    /// records, and claims that vanish with their host's lease (a takeover's cue).
+    /// Every change under the prefix, from the revision last seen: other hosts' records,
+    /// claims that vanish with their host's lease (a takeover's cue), and member names
+    /// taken and freed.
     func startWatch() {
         guard !watching, !stopped else { return }
         watching = true
@@ -9,7 +10,7 @@ extension FleetMember {
         store.watch(prefix: settings.prefix + "/", fromRevision: watchRevision == 0 ? 0 : watchRevision + 1, timeout: Self.watchLife, onEvents: { [weak self] events, revision in
             guard let self else { return }
             if revision > self.watchRevision { self.watchRevision = revision }
-            for event in events { self.watched(event) }
+            self.watched(events)
         }, onCompacted: { [weak self] compacted in
             // Events were compacted away: go on from now (the scheduler's own check of
             // fires running elsewhere covers the gap).
@@ -34,27 +35,45 @@ extension FleetMember {
         })
     }
 
-    func watched(_ event: EtcdWatchEvent) {
-        if case .file(let rule, let relativeKey)? = keys.parse(event.kv.key) {
-            // A running claim of another host's that vanished: its lease expired, or its
-            // job failed and released it.
-            guard event.kind == .delete, let previous = event.previous, previous.lease != 0,
-                  let file = FleetFile(json: previous.value), file.state == .running, file.host != settings.name,
-                  let relative = FleetKeys.pathBytes(relativeKey), let files = fileListener else { return }
-            files.fleetFileQueue.async { files.fleetFileReleased(rule: rule, relative: relative) }
-            return
+    /// One batch of the watch (every event of a revision comes in one): member keys first,
+    /// so that a claim that vanished with its host's lease is told apart from one released,
+    /// and a lease revoked at a clean stop from one that expired.
+    func watched(_ events: [EtcdWatchEvent]) {
+        let parsed = events.map { (event: $0, key: keys.parse($0.kv.key)) }
+        var ended: [Int64: FleetRelease] = [:]
+        for (event, key) in parsed {
+            guard case .member(let name)? = key, event.kind == .delete, let previous = event.previous, previous.lease != 0 else { continue }
+            ended[previous.lease] = FleetMemberRecord(json: previous.value)?.stopping == true ? .stopped : .leaseExpired
+            if name == settings.name { memberNameFreed(holderLease: previous.lease) }
         }
-        guard case .fire(let task, let instant)? = keys.parse(event.kv.key) else { return }
-        switch event.kind {
-        case .put:
-            guard let fire = FleetFire(task: task, instant: instant, json: event.kv.value) else { return }
-            tell { $0.fleetFireChanged(fire) }
-        case .delete:
-            // Only a claim (bound to a lease) vanishing means a host lost its run; pruned
-            // records were bound to nothing.
-            guard let previous = event.previous, previous.lease != 0,
-                  let fire = FleetFire(task: task, instant: instant, json: previous.value), fire.state == .running else { return }
-            tell { $0.fleetFireReleased(fire) }
+        for (event, key) in parsed {
+            switch key {
+            case .file(let rule, let relativeKey)?:
+                // A running claim of another host's that vanished: its lease ended, or its
+                // job failed and released it.
+                guard event.kind == .delete, let previous = event.previous, previous.lease != 0,
+                      let file = FleetFile(json: previous.value), file.state == .running, file.host != settings.name,
+                      let relative = FleetKeys.pathBytes(relativeKey), let files = fileListener else { continue }
+                files.fleetFileQueue.async { files.fleetFileReleased(rule: rule, relative: relative) }
+            case .fire(let task, let instant)?:
+                switch event.kind {
+                case .put:
+                    // A claim (bound to a lease) is news to nobody: every host learns who won
+                    // a fire from its own claim. Records and releases are read.
+                    guard event.kv.lease == 0, let fire = FleetFire(task: task, instant: instant, json: event.kv.value) else { continue }
+                    let revision = event.kv.modRevision
+                    tell { $0.fleetFireChanged(fire, revision: revision) }
+                case .delete:
+                    // Only a claim (bound to a lease) vanishing means a host lost its run; pruned
+                    // records were bound to nothing.
+                    guard let previous = event.previous, previous.lease != 0,
+                          let fire = FleetFire(task: task, instant: instant, json: previous.value), fire.state == .running else { continue }
+                    let why = ended[previous.lease] ?? .leaseExpired
+                    tell { $0.fleetFireReleased(fire, why: why) }
+                }
+            case .member?, .running?, nil:
+                continue
+            }
         }
     }
 
@@ -73,6 +92,11 @@ extension FleetMember {
         }
         let now = clock.now
         fields.append(DumpField("lease_state", .string(state)))
+        let duty = dutyDescription
+        fields.append(DumpField("member_state", .string(duty.state)))
+        fields.append(DumpField("name_held_by", duty.holder.map { .string($0) } ?? .null))
+        fields.append(DumpField("starts_allowed_for_s", gate.current.map { .double(Double(max(.zero, $0.until - now).nanosecondsClamped) / 1e9) } ?? .null))
+        fields.append(DumpField("records_waiting", .int(Int64(writes.count))))
         fields.append(DumpField("lease_id", lease.leaseID.map { .string(Self.hex($0)) } ?? .null))
         fields.append(DumpField("lease_expires_in_s", lease.expiresBy.map { .double(Double(max(.zero, $0 - now).nanosecondsClamped) / 1e9) } ?? .null))
         fields.append(DumpField("last_renewal_age_s", lease.lastRenewal.map { .double(Double((now - $0).nanosecondsClamped) / 1e9) } ?? .null))

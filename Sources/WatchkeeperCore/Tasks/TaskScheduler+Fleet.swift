@@ -57,10 +57,10 @@ extension TaskScheduler: FleetListener, FleetFireOwner {
 
     public func activeCount(of task: String) -> Int { engine.activeCount(of: JobKey(.task, task)) }
 
-    public func submitClaimed(task name: String, instant: WallTime, runID: RunID, ended: @escaping (FleetRunEnd) -> Void) {
+    public func submitClaimed(task name: String, instant: WallTime, runID: RunID, lease: Int64, ended: @escaping (FleetRunEnd) -> Void) {
         guard let task = tasks[name] else { return }
         let host = cluster?.settings.name
-        engine.submit(task.key, subject: .schedule(scheduledAt: instant), runID: runID, replyOn: nil) { [weak self] completion in
+        engine.submitClaimed(task.key, subject: .schedule(scheduledAt: instant), runID: runID, claim: FleetClaimHold(lease: lease, revision: 0)) { [weak self] completion in
             self?.finished(completion, task: task, host: host)
             let final = completion.final
             ended(FleetRunEnd(outcome: final.outcome, startedAt: completion.records.first { $0.startedAt != nil }?.startedAt,
@@ -85,21 +85,11 @@ extension TaskScheduler: FleetListener, FleetFireOwner {
         persist(.taskScheduled(task: name, at: instant))
     }
 
-    public func cancelWaiting(runID: RunID, detail: String) -> Bool {
-        engine.cancel(runID: runID, detail: detail)
-    }
-
-    public func expireRuns(of task: String, reason: ExpiryReason, by stopBy: MonotonicInstant) {
-        engine.expire(JobKey(.task, task), reason: reason, by: stopBy)
-    }
-
     // MARK: FleetListener
-
-    public func fleetFence(stopBy: MonotonicInstant) { fleet?.fence(stopBy: stopBy) }
 
     public func fleetAvailability(_ available: Bool, cause: String?) { fleet?.availability(available, cause: cause) }
 
-    public func fleetFireReleased(_ fire: FleetFire) { fleet?.released(fire) }
+    public func fleetFireReleased(_ fire: FleetFire, why: FleetRelease) { fleet?.released(fire, why: why) }
 
-    public func fleetFireChanged(_ fire: FleetFire) { fleet?.changed(fire) }
+    public func fleetFireChanged(_ fire: FleetFire, revision: Int64) { fleet?.changed(fire, revision: revision) }
 }

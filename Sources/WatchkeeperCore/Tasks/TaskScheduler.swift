@@ -45,7 +45,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         var group: JobGroup {
             // overlap = "allow" may run max_concurrent at once; every other policy one.
             JobGroup(key: key, settings: settings.job, limit: settings.overlap == .allow ? settings.maxConcurrent : 1,
-                     retry: settings.retry, retryExpired: settings.retryExpired)
+                     retry: settings.retry, retryExpired: settings.retryExpired, fleet: settings.fleet == .one)
         }
     }
 

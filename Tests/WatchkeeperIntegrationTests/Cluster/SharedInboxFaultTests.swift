@@ -59,7 +59,8 @@ final class SharedInboxFaultTests: XCTestCase {
         let shared = try makeScratchDirectory()
         let inbox = shared + "/inbox"
         try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
-        let rule = inboxRule(inbox, seconds: "3")
+        // Jobs longer than the time from the cut to the fence: the fence stops them.
+        let rule = inboxRule(inbox, seconds: "6")
         let cutOff = try FleetHosts(count: 1, endpoints: etcd.endpoints(address: partition.hostAddress), shared: shared, tasks: rule,
                                     daemon: "max_jobs = 4")
         let host = cutOff.hosts[0]
@@ -99,6 +100,15 @@ final class SharedInboxFaultTests: XCTestCase {
             }
         }
         XCTAssertEqual(late, [], "the cut-off host ran jobs past the moment its lease could expire (\(Self.ttl) s after the cut)")
+        let ends = events.compactMap { event -> Double? in
+            if case .end(_, host.name, _, let at, _) = event, at > cutAt, at < healAt { return at - cutAt }
+            return nil
+        }
+        let startsAfterCut = events.compactMap { event -> Double? in
+            if case .start(_, host.name, _, let at) = event, at > cutAt, at < healAt { return at - cutAt }
+            return nil
+        }
+        print("inbox fence: the cut-off host's last start \(startsAfterCut.max().map { String(format: "%.2f", $0) } ?? "none") s and last end \(ends.max().map { String(format: "%.2f", $0) } ?? "none") s after the cut; lease_ttl \(Self.ttl) s")
         let report = try report(cutOff, faults: [FleetFault(kind: "partition", host: host.name, at: cutAt, until: healAt)], expected: expected)
         XCTAssertEqual(report.anomalyCount, 0, "\(report.examples)")
     }
@@ -159,8 +169,9 @@ final class SharedInboxFaultTests: XCTestCase {
         let victim = fleet.hosts[0]
         var expected = drop(400, into: inbox)
         XCTAssertTrue(waitFor(60) { self.done(shared) >= 100 }, "handled \(done(shared))")
-        let killedAt = Date().timeIntervalSince1970
         fleet.powerOff(victim)
+        // Every job of the host is dead by now (a job spawned during the kill, too).
+        let killedAt = Date().timeIntervalSince1970
         expected += drop(400, into: inbox, from: 400)
         try fleet.start(victim)
         let restartedAt = Date().timeIntervalSince1970
