@@ -93,8 +93,8 @@ public struct FleetScenario: Sendable {
             let longest = random.chance(0.3) ? Double(interval) / 1e9 * 1.5 : Double(interval) / 1e9 * 0.6
             return Task(name: "task\(index)", interval: interval, durations: 0.05...longest, persistent: random.chance(0.8))
         }
-        let active = Int64.seconds(Double(random.int(15...30)))
-        files = (0..<random.int(5...24)).map { index in
+        let active = Int64.seconds(Double(random.int(12...25)))
+        files = (0..<random.int(4...20)).map { index in
             File(name: "f\(index).dat", createdAt: random.nanos(1...(Double(active) / 1e9)), size: Int64(random.int(1...100_000)))
         }
         ruleLimit = random.int(1...4)
@@ -120,7 +120,7 @@ public struct FleetScenario: Sendable {
         }
         self.faults = faults
         faultsEnd = max(active, at)
-        end = faultsEnd + 2 * leaseTTL + .seconds(12)
+        end = faultsEnd + 2 * leaseTTL + .seconds(10)
     }
 
     /// The scenario with `faults` instead of its own, the run's end moved to suit them.
