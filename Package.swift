@@ -86,7 +86,9 @@ let package = Package(
         // `watchkeeper-sim` runs or replays seeds, Tests/FleetSimulationTests runs 10,000.
         .target(
             name: "FleetSimulation",
-            dependencies: ["WatchkeeperCore", "FleetCheck", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["WatchkeeperCore", "FleetCheck", .product(name: "Logging", package: "swift-log")],
+            // Optimized even in debug builds: make test runs 10,000 seeds of it.
+            swiftSettings: [.unsafeFlags(["-O"])]
         ),
         .executableTarget(name: "watchkeeper-sim", dependencies: ["FleetSimulation"]),
         // What both test targets share: scratch directories, polling with a deadline, a

@@ -103,7 +103,7 @@ struct SimLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
-        write("\(SimHistory.seconds(loop.now)) \(host) \(level): \(message)")
+    func log(event: LogEvent) {
+        write("\(SimHistory.seconds(loop.now)) \(host) \(event.level): \(event.message)")
     }
 }

@@ -8,14 +8,21 @@
 /// Instants are UTC ISO 8601 with milliseconds, so keys sort in time order.
 struct FleetKeys: Sendable, Equatable {
     let prefix: String
+    let tasks: String
+    let watches: String
+    let members: String
 
-    var tasks: String { "\(prefix)/tasks/" }
-    func fires(_ task: String) -> String { "\(prefix)/tasks/\(task)/fires/" }
+    init(prefix: String) {
+        self.prefix = prefix
+        tasks = prefix + "/tasks/"
+        watches = prefix + "/watches/"
+        members = prefix + "/members/"
+    }
+
+    func fires(_ task: String) -> String { tasks + task + "/fires/" }
     func fire(_ task: String, at instant: WallTime) -> String { fires(task) + instant.iso8601 }
-    func running(_ task: String) -> String { "\(prefix)/tasks/\(task)/running" }
-    var watches: String { "\(prefix)/watches/" }
-    func file(_ rule: String, _ relativeKey: String) -> String { "\(prefix)/watches/\(rule)/files/\(relativeKey)" }
-    var members: String { "\(prefix)/members/" }
+    func running(_ task: String) -> String { tasks + task + "/running" }
+    func file(_ rule: String, _ relativeKey: String) -> String { watches + rule + "/files/" + relativeKey }
     func member(_ name: String) -> String { members + name }
 
     /// A file's path relative to its rule's root as a key: bytes other than printable ASCII,
@@ -57,30 +64,24 @@ struct FleetKeys: Sendable, Equatable {
     }
 
     func parse(_ key: String) -> Parsed? {
-        // The prefix, then what kind of key: one pass over the bytes (every watch event of
-        // every host comes here).
-        var bytes = key.utf8[...]
-        guard bytes.starts(with: prefix.utf8) else { return nil }
-        bytes = bytes.dropFirst(prefix.utf8.count)
-        if bytes.starts(with: "/members/".utf8) { return .member(name: String(decoding: bytes.dropFirst(9), as: UTF8.self)) }
-        if bytes.starts(with: "/watches/".utf8) {
-            let rest = bytes.dropFirst(9)
-            guard let slash = rest.firstIndex(of: UInt8(ascii: "/")), rest[slash...].starts(with: "/files/".utf8) else { return nil }
-            return .file(rule: String(decoding: rest[..<slash], as: UTF8.self),
-                         relativeKey: String(decoding: rest[slash...].dropFirst(7), as: UTF8.self))
+        // String's own prefix test (every watch event of every host comes here).
+        if key.hasPrefix(tasks) {
+            // <task>/fires/<instant> or <task>/running (task names hold no '/').
+            let rest = key.dropFirst(tasks.count)
+            guard let slash = rest.firstIndex(of: "/") else { return nil }
+            let tail = rest[rest.index(after: slash)...]
+            if tail.hasPrefix("fires/") {
+                let instant = tail.dropFirst(6)
+                return instant.contains("/") ? nil : .fire(task: String(rest[..<slash]), instant: String(instant))
+            }
+            return tail == "running" ? .running(task: String(rest[..<slash])) : nil
         }
-        guard bytes.starts(with: "/tasks/".utf8) else { return nil }
-        // <task>/fires/<instant> or <task>/running (task names hold no '/').
-        let rest = bytes.dropFirst(7)
-        guard let slash = rest.firstIndex(of: UInt8(ascii: "/")) else { return nil }
-        let task = String(decoding: rest[..<slash], as: UTF8.self)
-        let tail = rest[rest.index(after: slash)...]
-        if tail.starts(with: "fires/".utf8) {
-            let instant = tail.dropFirst(6)
-            guard !instant.contains(UInt8(ascii: "/")) else { return nil }
-            return .fire(task: task, instant: String(decoding: instant, as: UTF8.self))
+        if key.hasPrefix(watches) {
+            let rest = key.dropFirst(watches.count)
+            guard let slash = rest.firstIndex(of: "/"), rest[slash...].hasPrefix("/files/") else { return nil }
+            return .file(rule: String(rest[..<slash]), relativeKey: String(rest[slash...].dropFirst(7)))
         }
-        return tail.elementsEqual("running".utf8) ? .running(task: task) : nil
+        return key.hasPrefix(members) ? .member(name: String(key.dropFirst(members.count))) : nil
     }
 }
 

@@ -38,8 +38,12 @@ extension FleetMember {
     /// One batch of the watch (every event of a revision comes in one): member keys first,
     /// so that a claim that vanished with its host's lease is told apart from one released,
     /// and a lease revoked at a clean stop from one that expired.
+    /// How every fire record of this host's begins (FleetFire.json writes the host first).
+    var ownRecordStart: String { "{\"host\":" + DumpValue.string(settings.name).json + "," }
+
     func watched(_ events: [EtcdWatchEvent]) {
         let parsed = events.map { (event: $0, key: keys.parse($0.kv.key)) }
+        let ownRecordStart = ownRecordStart
         var ended: [Int64: FleetRelease] = [:]
         for (event, key) in parsed {
             guard case .member(let name)? = key, event.kind == .delete, let previous = event.previous, previous.lease != 0 else { continue }
@@ -59,8 +63,10 @@ extension FleetMember {
                 switch event.kind {
                 case .put:
                     // A claim (bound to a lease) is news to nobody: every host learns who won
-                    // a fire from its own claim. Records and releases are read.
-                    guard event.kv.lease == 0, let fire = FleetFire(task: task, instant: instant, json: event.kv.value) else { continue }
+                    // a fire from its own claim; nor is this host's own record. Other hosts'
+                    // records and releases are read.
+                    guard event.kv.lease == 0, !event.kv.value.hasPrefix(ownRecordStart),
+                          let fire = FleetFire(task: task, instant: instant, json: event.kv.value) else { continue }
                     let revision = event.kv.modRevision
                     tell { $0.fleetFireChanged(fire, revision: revision) }
                 case .delete:
