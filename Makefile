@@ -114,10 +114,11 @@ pydeps:
 
 # The unit tier, what a developer runs after each change (under 2 minutes on 2 cores after the
 # build): WatchkeeperCoreTests (each owner driven with fakes at its edges, or with real jobs
-# and files where those are cheap), the importers and the fleet history checker. No daemon is started.
-UNIT_TESTS = ^(WatchkeeperCoreTests|WatchkeeperImportTests|FleetCheckTests)\.
+# and files where those are cheap), the importers, the fleet history checker, and the fleet's
+# deterministic simulation on 500 seeds (make test runs 10,000). No daemon is started.
+UNIT_TESTS = ^(WatchkeeperCoreTests|WatchkeeperImportTests|FleetCheckTests|FleetSimulationTests)\.
 check: deps
-	swift test --disable-swift-testing --filter '$(UNIT_TESTS)' $(SWIFT_FLAGS)
+	WATCHKEEPER_SIM_SEEDS=500 swift test --disable-swift-testing --filter '$(UNIT_TESTS)' $(SWIFT_FLAGS)
 
 # All tests: unit and integration (swift test), then the end-to-end test under a real systemd.
 test: build pydeps
@@ -155,10 +156,10 @@ ASAN_TEST_OPTIONS ?= detect_leaks=0:quarantine_size_mb=$(ASAN_QUARANTINE_MB)
 TSAN_TEST_OPTIONS ?= halt_on_error=0
 sanitize: deps pydeps
 	swift build --build-tests --sanitize=address --scratch-path .build-asan $(SWIFT_FLAGS)
-	WATCHKEEPER_BIN=$(CURDIR)/.build-asan/debug/watchkeeper ASAN_OPTIONS=$(ASAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=3 WATCHKEEPER_TEST_MEMORY_ALLOWANCE_MB=$(ASAN_QUARANTINE_MB) \
+	WATCHKEEPER_SIM_SEEDS=1000 WATCHKEEPER_BIN=$(CURDIR)/.build-asan/debug/watchkeeper ASAN_OPTIONS=$(ASAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=3 WATCHKEEPER_TEST_MEMORY_ALLOWANCE_MB=$(ASAN_QUARANTINE_MB) \
 	  swift test --disable-swift-testing --skip-build --scratch-path .build-asan $(SWIFT_FLAGS)
 	swift build --build-tests --sanitize=thread -Xswiftc -DWATCHKEEPER_TSAN --scratch-path .build-tsan $(SWIFT_FLAGS)
-	WATCHKEEPER_BIN=$(CURDIR)/.build-tsan/debug/watchkeeper TSAN_OPTIONS=$(TSAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=5 \
+	WATCHKEEPER_SIM_SEEDS=1000 WATCHKEEPER_BIN=$(CURDIR)/.build-tsan/debug/watchkeeper TSAN_OPTIONS=$(TSAN_TEST_OPTIONS) WATCHKEEPER_TEST_DEADLINE_SCALE=5 \
 	  swift test --disable-swift-testing --skip-build --scratch-path .build-tsan $(SWIFT_FLAGS)
 
 # libFuzzer (with ASan) on each parser of outside input for FUZZ_RUNS executions, from the
