@@ -97,7 +97,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
             let factory = SecureStreamFactory(caFile: settings.caFile, certFile: settings.certFile, keyFile: settings.keyFile)
             options.secureStream = { endpoint, descriptor throws(GatewayFailure) in try factory.stream(for: endpoint, descriptor: descriptor) }
         }
-        client = EtcdClient(options: options, queue: queue, sources: sources)
+        client = EtcdClient(options: options, queue: queue, sources: sources, logger: logger)
     }
 
     public var dumpSectionName: String { "cluster" }
