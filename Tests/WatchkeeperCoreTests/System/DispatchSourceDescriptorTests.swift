@@ -26,13 +26,9 @@ final class DispatchSourceDescriptorTests: XCTestCase {
         let files = try RawErrnoTests.swiftFiles(under: sources)
         XCTAssertGreaterThan(files.count, 50, "the sources were not found under \(sources.path)")
         var found: [String: [String]] = [:]
-        for file in files {
-            let text = try String(contentsOf: file, encoding: .utf8)
-            let lines = RawErrnoTests.blankingCommentsAndStrings(text).split(separator: "\n", omittingEmptySubsequences: false)
-            let relative = String(file.path.dropFirst(sources.path.count + 1))
-            for (index, line) in lines.enumerated() where Self.makesDescriptorSource(String(line)) {
-                found[relative, default: []].append("\(relative):\(index + 1): \(line.trimmingCharacters(in: .whitespaces))")
-            }
+        for match in try RawErrnoTests.lines(of: files, where: Self.makesDescriptorSource) {
+            let relative = String(match.file.dropFirst("Sources/WatchkeeperCore/".count))
+            found[relative, default: []].append("\(match.file):\(match.line): \(match.text)")
         }
         var unexpected: [String] = []
         for (file, lines) in found.sorted(by: { $0.key < $1.key }) where lines.count > (Self.allowed[file]?.count ?? 0) {
