@@ -246,9 +246,12 @@ struct Watches: ParsableCommand {
         let rows = (watches["rules"]?.arrayValue ?? []).map { rule -> [String] in
             // A tree on fanotify has marks (one per file system), not a watch per directory.
             let watching = rule["fanotify_marks"].map { "\(StatusViewText.of($0)) mark(s)" } ?? StatusViewText.of(rule["inotify_watches"])
+            // What `status` says of it too: a root missing, a share that stopped answering, ...
+            let problems = StatusView.problems(of: rule)
+            let problem = problems.isEmpty ? "-" : problems.joined(separator: ", ")
             return [StatusViewText.of(rule["name"]), StatusViewText.of(rule["root"]), StatusViewText.of(rule["tree_method"]), watching,
              StatusViewText.of(rule["events_seen"]), StatusViewText.of(rule["jobs_submitted"]), StatusViewText.of(rule["pending_settle"]),
-             StatusViewText.of(rule["unwatched_total"]), rule["root_missing"]?.boolValue == true ? "root missing" : "-"]
+             StatusViewText.of(rule["unwatched_total"]), problem]
         }
         TableView.render(header: ["WATCH", "ROOT", "METHOD", "WATCHES", "EVENTS", "JOBS", "SETTLING", "UNWATCHED", "PROBLEM"], rows: rows).forEach { print($0) }
     }

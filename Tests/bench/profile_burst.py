@@ -26,7 +26,7 @@ BUCKETS = [
     ("argv and environment of the spawn", ["spawnRequest"]),
     ("output channels: set up, read, close", ["OutputChannel", "JobOutputPlan", "JobOutputWriter"]),
     ("reaping: waitid on the pidfd", ["waitid"]),
-    ("job descriptors: epoll_ctl, epoll_wait, dispatch", ["JobDescriptorPoller", "PolledDescriptor", "epoll_ctl"]),
+    ("job descriptors: epoll_ctl, epoll_wait, dispatch", ["DescriptorPoller", "PolledDescriptor", "epoll_ctl"]),
     ("job deadlines and timers", ["JobDeadline", "RegisteredTimer", "makeTimer"]),
     ("sources registry (the dump's list)", ["SourceRegistry"]),
     ("STATUS= summary", ["runningSummary", "jobSummary"]),

@@ -19,7 +19,7 @@ public final class ClusterMember: DumpContributor, @unchecked Sendable {
             let factory = SecureStreamFactory(caFile: settings.caFile, certFile: settings.certFile, keyFile: settings.keyFile)
             options.secureStream = { endpoint, descriptor throws(GatewayFailure) in try factory.stream(for: endpoint, descriptor: descriptor) }
         }
-        client = EtcdClient(options: options, queue: queue, sources: sources)
+        client = EtcdClient(options: options, queue: queue, sources: sources, logger: logger)
         member = FleetMember(settings: settings, store: client, clock: DispatchFleetClock(queue: queue, sources: sources, owner: "cluster"),
                              queue: queue, identity: .current(), logger: logger)
     }

@@ -1,5 +1,6 @@
 import DequeModule
 import Dispatch
+import Logging
 
 /// What a call to etcd came to, for the operator: which endpoint, and why.
 public enum EtcdError: Error, Equatable, CustomStringConvertible {
@@ -123,12 +124,15 @@ public final class EtcdClient: @unchecked Sendable {
     public private(set) var callsFailed: UInt64 = 0
     public private(set) var lastFailure: EtcdError?
     private let resolver = DispatchQueue(label: "watchkeeper.cluster.resolve")
+    /// Every connection's socket, in the cluster queue's epoll.
+    private let poller: DescriptorPoller
 
-    public init(options: Options, queue: SubsystemQueue, sources: SourceRegistry) {
+    public init(options: Options, queue: SubsystemQueue, sources: SourceRegistry, logger: Logger = Logger(label: "watchkeeper")) {
         precondition(!options.endpoints.isEmpty, "an etcd client needs at least one endpoint")
         self.options = options
         self.queue = queue
         self.sources = sources
+        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "cluster", purpose: "etcd connections")
         for lane in Lane.all { lanes[lane] = LaneState() }
     }
 
@@ -270,7 +274,7 @@ public final class EtcdClient: @unchecked Sendable {
         let state = lanes[lane]!
         let secure = options.secureStream
         do {
-            let connection = try GatewayConnection(endpoint: endpoint, address: address, queue: queue.queue,
+            let connection = try GatewayConnection(endpoint: endpoint, address: address, poller: poller, queue: queue.queue,
                                                    secureStream: endpoint.secure ? { fd throws(GatewayFailure) in
                                                        guard let secure else { throw .tls("no TLS settings for \(endpoint)") }
                                                        return try secure(endpoint, fd)

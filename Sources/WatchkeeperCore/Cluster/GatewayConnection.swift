@@ -72,9 +72,11 @@ final class PlainStream: GatewayStream {
 }
 
 /// One keep-alive HTTP/1.1 connection to one etcd endpoint, on the cluster client's
-/// queue: a non-blocking socket, its read source (whose cancel handler closes the fd) and
-/// a write source while a connect or a write waits. One exchange at a time; the caller
-/// keeps the deadline and closes the connection when it passes.
+/// queue: a non-blocking socket in that queue's epoll (DescriptorPoller), waiting to read,
+/// and to write while a connect or a write waits. Not a dispatch source: a refused connect
+/// or a reset reports EPOLLHUP, which libdispatch's epoll backend cannot take (issue 36).
+/// One exchange at a time; the caller keeps the deadline and closes the connection when
+/// it passes.
 final class GatewayConnection: @unchecked Sendable {
     enum Event {
         case head(status: Int)
@@ -91,10 +93,7 @@ final class GatewayConnection: @unchecked Sendable {
     }
 
     let endpoint: EtcdEndpoint
-    private let queue: DispatchQueue
-    private var reader: FileDescriptorReadSource
-    private var writer: DispatchSourceWrite?
-    private var writerSuspended = false
+    private let socket: PolledDescriptor
     private var state = State.connecting
     private var stream: GatewayStream
     private var outbound: [UInt8] = []
@@ -110,14 +109,13 @@ final class GatewayConnection: @unchecked Sendable {
 
     /// Starts connecting to `address`. The first exchange may be sent at once: it is
     /// written when the connection (and TLS) is up.
-    init(endpoint: EtcdEndpoint, address: SocketAddress, queue: DispatchQueue,
+    init(endpoint: EtcdEndpoint, address: SocketAddress, poller: DescriptorPoller, queue: DispatchQueue,
          secureStream: ((Int32) throws(GatewayFailure) -> GatewayStream)?) throws(GatewayFailure) {
         self.endpoint = endpoint
-        self.queue = queue
         self.makeSecureStream = secureStream
         let descriptor: Int32
         do {
-            descriptor = try systemCall { socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+            descriptor = try systemCall { Glibc.socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
         } catch {
             throw .connect(error)
         }
@@ -127,7 +125,8 @@ final class GatewayConnection: @unchecked Sendable {
         let connectResult = address.withPointer { pointer, length in
             nothingOrErrno { Glibc.connect(descriptor, pointer, length) }
         }
-        reader = owned.makeReadSource(queue: queue)
+        let handler = WeakPump()
+        socket = poller.watch(owned, owner: "cluster", target: "connection to \(endpoint)", interest: .readable) { _ in handler.connection?.pump() }
         stream = PlainStream(descriptor: descriptor)
         switch connectResult {
         case .success:
@@ -135,18 +134,22 @@ final class GatewayConnection: @unchecked Sendable {
         case .failure(.nowInProgress):
             state = .connecting
         case .failure(let code):
-            reader.source.activate()
-            reader.cancel()
+            socket.cancel()
             state = .closed
             throw .connect(code)
         }
-        reader.source.setEventHandler { [weak self] in self?.pump() }
-        reader.source.activate()
+        handler.connection = self
+        socket.activate()
         if state == .connecting {
             wantWritable()
         } else {
             queue.async { [weak self] in self?.pump() }
         }
+    }
+
+    /// The socket's handler holds the connection weakly: one its client let go is simply gone.
+    private final class WeakPump {
+        weak var connection: GatewayConnection?
     }
 
     deinit {
@@ -174,15 +177,7 @@ final class GatewayConnection: @unchecked Sendable {
         state = .closed
         onEvent = nil
         parser = nil
-        let reader = self.reader
-        if let writer {
-            writer.setCancelHandler { reader.cancel() }
-            if writerSuspended { writer.resume() }
-            writer.cancel()
-            self.writer = nil
-        } else {
-            reader.cancel()
-        }
+        socket.cancel()
     }
 
     private func fail(_ failure: GatewayFailure) {
@@ -192,23 +187,11 @@ final class GatewayConnection: @unchecked Sendable {
     }
 
     private func wantWritable() {
-        if let writer {
-            if writerSuspended {
-                writer.resume()
-                writerSuspended = false
-            }
-            return
-        }
-        let source = DispatchSource.makeWriteSource(fileDescriptor: reader.descriptor.rawValue, queue: queue)
-        source.setEventHandler { [weak self] in self?.pump() }
-        writer = source
-        source.activate()
+        socket.setInterest([.readable, .writable])
     }
 
     private func writableNotNeeded() {
-        guard let writer, !writerSuspended else { return }
-        writer.suspend()
-        writerSuspended = true
+        socket.setInterest(.readable)
     }
 
     /// Moves the connection on as far as it can go now: connect, handshake, write, read.
@@ -218,7 +201,7 @@ final class GatewayConnection: @unchecked Sendable {
             if state == .connecting {
                 var error: Int32 = 0
                 var length = socklen_t(MemoryLayout<Int32>.size)
-                _ = getsockopt(reader.descriptor.rawValue, SOL_SOCKET, SO_ERROR, &error, &length)
+                _ = getsockopt(socket.descriptor.rawValue, SOL_SOCKET, SO_ERROR, &error, &length)
                 if error == EINPROGRESS || error == EALREADY {
                     wantWritable()
                     return
@@ -229,14 +212,14 @@ final class GatewayConnection: @unchecked Sendable {
                 var peer = sockaddr_storage()
                 var peerLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
                 let connected = withUnsafeMutablePointer(to: &peer) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(reader.descriptor.rawValue, $0, &peerLength) == 0 }
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(socket.descriptor.rawValue, $0, &peerLength) == 0 }
                 }
                 guard connected else {
                     wantWritable()
                     return
                 }
                 state = .handshaking
-                if let makeSecureStream { stream = try makeSecureStream(reader.descriptor.rawValue) }
+                if let makeSecureStream { stream = try makeSecureStream(socket.descriptor.rawValue) }
             }
             if state == .handshaking {
                 switch try stream.handshake() {

@@ -48,21 +48,21 @@ public struct ControlLimits: Sendable {
     public init() {}
 }
 
-/// One client, confined to the control queue. Its read source owns the socket; a write
-/// source exists only while a reply does not fit the socket buffer, and is suspended
-/// rather than cancelled in between, so the fd is closed once, after both are gone.
+/// One client, confined to the control queue. Its socket is a descriptor of the control
+/// queue's epoll (DescriptorPoller), never a dispatch source: a client that hangs up makes
+/// it report EPOLLHUP, which libdispatch's epoll backend cannot take (issue 36). What it
+/// waits for follows what it owes: readable while nothing is owed, writable while a reply
+/// does not fit the socket buffer; `drop` closes it at once.
 final class ControlConnection {
     let id: UInt64
     let peer: ControlPeer
-    private let reader: FileDescriptorReadSource
-    private var readSuspended = false
+    private let socket: PolledDescriptor
     /// Not reading while a reply waits to be read: a client gets no more answers than it
     /// takes (see `flush`).
     private(set) var paused = false
     /// Called on the queue when a reply that had to wait for the socket is all written.
     var onDrained: (() -> Void)?
-    private var writer: DispatchSourceWrite?
-    private var writeSuspended = false
+    private var waitingToWrite = false
     private(set) var dropped = false
 
     var inbound: [UInt8] = []
@@ -79,26 +79,33 @@ final class ControlConnection {
     private(set) var writeBlockedSince: MonotonicInstant?
     var calls = 0
 
-    init(id: UInt64, peer: ControlPeer, reader: FileDescriptorReadSource, now: MonotonicInstant) {
+    /// `socket` is inactive; `activate` starts its events.
+    init(id: UInt64, peer: ControlPeer, socket: PolledDescriptor, now: MonotonicInstant) {
         self.id = id
         self.peer = peer
-        self.reader = reader
+        self.socket = socket
         self.openedAt = now
         self.lastActivity = now
     }
 
-    var descriptor: FileDescriptor { reader.descriptor }
+    var descriptor: FileDescriptor { socket.descriptor }
     var pendingReplyBytes: Int { outbound.count - outboundOffset }
     var isIdle: Bool { inFlight == nil && queued.isEmpty && pendingReplyBytes == 0 && partialSince == nil }
 
-    func activate(onReadable: @escaping () -> Void) {
-        reader.source.setEventHandler(handler: onReadable)
-        reader.activate()
+    func activate() {
+        socket.activate()
     }
 
-    /// Appends a reply and writes what the socket takes now; the rest waits for a write
-    /// source. False if the client is not reading and the backlog passed `limit`.
-    func send(_ bytes: [UInt8], limit: Int, queue: DispatchQueue, now: MonotonicInstant) -> Bool {
+    /// The socket's events, from the server: room to write goes to `flush`; true when
+    /// there is something to read (or a hang-up or error, which a read reports).
+    func ready(_ readiness: PolledDescriptor.Readiness, now: MonotonicInstant) -> Bool {
+        if readiness.writable && waitingToWrite { flush(now: now) }
+        return !dropped && (readiness.readable || readiness.hangUp || readiness.error)
+    }
+
+    /// Appends a reply and writes what the socket takes now; the rest waits for room.
+    /// False if the client is not reading and the backlog passed `limit`.
+    func send(_ bytes: [UInt8], limit: Int, now: MonotonicInstant) -> Bool {
         guard !dropped else { return true }
         if outboundOffset > 0 && outboundOffset == outbound.count {
             outbound.removeAll(keepingCapacity: true)
@@ -106,13 +113,13 @@ final class ControlConnection {
         }
         outbound += bytes
         if pendingReplyBytes > limit { return false }
-        flush(queue: queue, now: now)
+        flush(now: now)
         return true
     }
 
     /// Writes until the socket is full or the backlog is empty. Errors (EPIPE: the client
     /// went away) close the connection on the next check, like any dead client.
-    func flush(queue: DispatchQueue, now: MonotonicInstant) {
+    func flush(now: MonotonicInstant) {
         while pendingReplyBytes > 0 {
             let sent = valueOrErrno {
                 outbound.withUnsafeBytes { buffer in
@@ -125,7 +132,7 @@ final class ControlConnection {
                 lastActivity = now
                 continue
             case .failure(.resourceTemporarilyUnavailable):
-                waitForWritable(queue: queue, now: now)
+                waitForWritable(now: now)
                 return
             case .success, .failure:
                 break
@@ -134,6 +141,8 @@ final class ControlConnection {
             outbound.removeAll()
             outboundOffset = 0
             closing = true
+            waitingToWrite = false
+            updateInterest()
             return
         }
         let waited = writeBlockedSince != nil
@@ -143,9 +152,9 @@ final class ControlConnection {
             outbound = []
             outboundOffset = 0
         }
-        if let writer, !writeSuspended {
-            writer.suspend()
-            writeSuspended = true
+        if waitingToWrite {
+            waitingToWrite = false
+            updateInterest()
         }
         if waited { onDrained?() }
     }
@@ -154,22 +163,16 @@ final class ControlConnection {
     func pauseReading() {
         guard !paused, !closing, !dropped else { return }
         paused = true
-        if !readSuspended {
-            reader.source.suspend()
-            readSuspended = true
-        }
+        updateInterest()
     }
 
     func resumeReading() {
         guard paused else { return }
         paused = false
-        if readSuspended && !closing && !dropped {
-            reader.source.resume()
-            readSuspended = false
-        }
+        updateInterest()
     }
 
-    private func waitForWritable(queue: DispatchQueue, now: MonotonicInstant) {
+    private func waitForWritable(now: MonotonicInstant) {
         if writeBlockedSince == nil { writeBlockedSince = now }
         // Keep only what is still to be written: a reply the socket took half of would
         // otherwise hold its whole size until the client reads the rest.
@@ -177,18 +180,18 @@ final class ControlConnection {
             outbound = Array(outbound[outboundOffset...])
             outboundOffset = 0
         }
-        if writer == nil {
-            let source = DispatchSource.makeWriteSource(fileDescriptor: descriptor.rawValue, queue: queue)
-            // Weak: a connection dropped while an event was already on its way is simply gone.
-            source.setEventHandler { [weak self] in
-                self?.flush(queue: queue, now: .now)
-            }
-            writer = source
-            source.activate()
-        } else if writeSuspended {
-            writer?.resume()
-            writeSuspended = false
-        }
+        waitingToWrite = true
+        updateInterest()
+    }
+
+    /// Readable while it may read, writable while a reply waits for room; neither takes
+    /// the socket out of the epoll set.
+    private func updateInterest() {
+        guard !dropped else { return }
+        var interest: PolledDescriptor.Interest = []
+        if !paused && !closing { interest.insert(.readable) }
+        if waitingToWrite { interest.insert(.writable) }
+        socket.setInterest(interest)
     }
 
     /// No more reading: the client is refused, sent too much, or hung up; what it is owed
@@ -196,34 +199,22 @@ final class ControlConnection {
     func stopReading() {
         closing = true
         paused = false
-        guard !readSuspended, !dropped else { return }
-        reader.source.suspend()
-        readSuspended = true
+        updateInterest()
     }
 
     var finished: Bool { closing && pendingReplyBytes == 0 && inFlight == nil }
 
-    /// Closes the socket: the write source (if any) is cancelled first, and the read
-    /// source, whose cancel handler closes the fd, only once that cancellation is done.
+    /// Out of the epoll set and closed, now.
     func drop() {
         guard !dropped else { return }
         dropped = true
-        if readSuspended {
-            reader.source.resume()
-            readSuspended = false
-        }
-        guard let writer else {
-            reader.cancel()
-            return
-        }
-        let reader = self.reader
-        writer.setCancelHandler { reader.cancel() }
-        if writeSuspended {
-            writer.resume()
-            writeSuspended = false
-        }
-        writer.cancel()
-        self.writer = nil
+        socket.cancel()
+    }
+
+    /// The one reply a client turned away at the door gets, if its socket takes it now;
+    /// the descriptor closes as `fd` goes out of scope.
+    static func turnAway(_ fd: consuming OwnedFileDescriptor, with reply: [UInt8]) {
+        _ = reply.withUnsafeBytes { Glibc.send(fd.rawValue, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
     }
 }
 

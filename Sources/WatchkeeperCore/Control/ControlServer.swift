@@ -1,5 +1,4 @@
 import CWatchkeeperSystem
-import DequeModule
 import Dispatch
 import Logging
 import SystemPackage
@@ -17,43 +16,35 @@ public protocol ControlBackend: AnyObject, Sendable {
 }
 
 /// The control socket, `<runtime_dir>/control.sock`: a Unix stream socket speaking
-/// Varlink, served by read sources on its own queue. Every connection is checked with
-/// SO_PEERCRED before anything it sends is read; calls are answered one at a time per
-/// connection, in order, without ever blocking this queue on another subsystem.
-///
-/// Per-connection sources are not in the SourceRegistry (200 clients would be 200 lines of
-/// every dump); the listener and the deadline timer are, and the dump's `control` section
-/// lists the connections.
+/// Varlink, on its own queue (ControlListener; each client in the queue's epoll, since a
+/// client that closes hangs up, which libdispatch's epoll backend cannot take:
+/// DescriptorPoller). Every connection is checked with SO_PEERCRED before anything it sends
+/// is read; calls are answered one at a time per connection, in order, without ever
+/// blocking this queue on another subsystem. Connections are not in the SourceRegistry
+/// (200 clients would be 200 lines of every dump); the dump's `control` section lists them.
 public final class ControlServer: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     private let sources: SourceRegistry
     private let logger: Logger
     private let backend: ControlBackend
     public let limits: ControlLimits
+    /// Every client's socket.
+    private let poller: DescriptorPoller
 
     // Confined to `queue`.
-    private var listener: FileDescriptorReadSource?
-    private var listenerSuspended = false
-    private var socketPath: String?
-    private var socketInode: ino_t = 0
+    private let listener: ControlListener
     private var access: ControlAccess
     private var problem: String?
     private var connections: [UInt64: ControlConnection] = [:]
     private var nextID: UInt64 = 1
     private var sweepTimer: RegisteredTimer?
     private var sweepArmed = false
-    private var acceptRetry: RegisteredTimer?
     private var scratch = [UInt8](repeating: 0, count: 64 * 1024)
     private var refusals = RefusalLog()
     private var counters = Counters()
-    /// History, Dump and Metrics calls handed to the backend and not answered yet.
-    private var largeCallsInFlight = 0
-    /// Connections with a call ready and no slot for it, in the order they asked.
-    private var slotWaiters: Deque<UInt64> = []
-    /// Accepted descriptors not closed yet (a dropped connection's closes when libdispatch
-    /// has cancelled its sources, a turn or more later).
+    private var slots: LargeCallSlots
+    /// Accepted descriptors not closed yet.
     private var descriptorsHeld = 0
-    private var acceptPausedForDescriptors = false
     /// Set when replies of some size were dropped or written: the sweep gives freed memory
     /// back to the system once little is pending.
     private var trimDue = false
@@ -66,7 +57,6 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         var dropped: [String: UInt64] = [:]
         var acceptFailures: UInt64 = 0
         var peakPendingReplyBytes = 0
-        var peakLargeCallsInFlight = 0
     }
 
     public init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, backend: ControlBackend, limits: ControlLimits = ControlLimits()) {
@@ -76,14 +66,15 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         self.backend = backend
         self.limits = limits
         self.access = ControlAccess(daemonUID: geteuid(), group: nil)
+        self.slots = LargeCallSlots(limit: limits.maxLargeCallsInFlight)
+        self.listener = ControlListener(queue: queue, sources: sources, logger: logger)
+        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "control", purpose: "control connections")
     }
 
     public var dumpSectionName: String { "control" }
     public var dumpQueue: SubsystemQueue { queue }
 
     public static func socketPath(runtimeDirectory: String) -> String { runtimeDirectory + "/control.sock" }
-
-    // MARK: Listening
 
     /// Start, and every reload: binds `path` (replacing a stale socket), or re-applies the
     /// group and mode when only they changed. A failure is logged and leaves the daemon
@@ -99,10 +90,10 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             return (name, gid)
         }
         access = ControlAccess(daemonUID: geteuid(), group: resolve(group, "control_group"), readGroup: resolve(readGroup, "read_group"))
-        if path != socketPath {
-            closeListener()
+        if path != listener.path {
+            listener.close()
             do {
-                try listen(at: path)
+                try listener.open(at: path) { [unowned self] in self.acceptAll() }
                 problem = nil
             } catch {
                 problem = error.message
@@ -111,103 +102,19 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             }
         }
         do {
-            try setOwnership(path)
+            try listener.setOwnership(group: access.group?.gid ?? getegid(), openToAll: access.readGroup != nil)
         } catch {
             logger.warning("\(error.unable("set the group and mode of \(path)"))")
         }
     }
 
-    struct ListenError: Error {
-        let message: String
-    }
-
-    private func listen(at path: String) throws(ListenError) {
-        guard path.utf8.count <= Int(WK_SUN_PATH_MAX) else {
-            throw ListenError(message: "unable to create the control socket \(path): the path is longer than \(WK_SUN_PATH_MAX) bytes; choose a shorter runtime_dir")
-        }
-        try removeStaleSocket(path)
-        // A nested function, so the owned fd is never conditionally initialised (which the
-        // compiler does not support for noncopyable values): on failure it closes on return.
-        func open() throws(Errno) -> FileDescriptorReadSource {
-            let fd = OwnedFileDescriptor(adopting: try systemCall { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) })
-            try socketCall(fd.rawValue, path: path, connecting: false)
-            try systemCall { Glibc.listen(fd.rawValue, 128) }
-            return fd.makeReadSource(queue: queue.queue)
-        }
-        let source: FileDescriptorReadSource
-        do {
-            source = try open()
-        } catch {
-            throw ListenError(message: error.unable("create the control socket \(path)"))
-        }
-        var info = stat()
-        if lstat(path, &info) == 0 { socketInode = info.st_ino }
-        socketPath = path
-        let stats = sources.register(.read, owner: "control", target: "control socket \(path)", on: queue)
-        source.source.setEventHandler { [unowned self] in
-            stats.fired()
-            self.acceptAll()
-        }
-        source.activate()
-        listener = source
-        listenerStats = stats
-        logger.info("control socket listening on \(path)")
-    }
-
-    private var listenerStats: SourceStats?
-
-    /// A socket left by a daemon that died is replaced; one that still answers belongs to a
-    /// running daemon and is left alone; anything that is not a socket is never deleted.
-    private func removeStaleSocket(_ path: String) throws(ListenError) {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return }
-        guard info.st_mode & S_IFMT == S_IFSOCK else {
-            throw ListenError(message: "unable to create the control socket \(path): a file that is not a socket is in the way; remove it")
-        }
-        if let probe = try? systemCall({ socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }) {
-            defer { close(probe) }
-            let live = (try? socketCall(probe, path: path, connecting: true)) != nil
-            if live {
-                throw ListenError(message: "unable to create the control socket \(path): another process is listening on it (a second watchkeeper with the same runtime_dir?)")
-            }
-        }
-        unlink(path)
-        logger.notice("replaced a stale control socket at \(path) (left by a daemon that did not stop cleanly)")
-    }
-
-    /// 0660, group `control_group` (or the daemon's own): the file mode keeps strangers
-    /// from connecting at all; SO_PEERCRED decides for those who can. With `read_group`,
-    /// 0666: a file has one group, and SO_PEERCRED turns away at the door whoever is in
-    /// neither.
-    private func setOwnership(_ path: String) throws(Errno) {
-        try systemCall { chmod(path, access.readGroup == nil ? 0o660 : 0o666) }
-        try systemCall { chown(path, uid_t.max, access.group?.gid ?? getegid()) }
-    }
-
     /// At stop: the socket file goes with the daemon, unless another has replaced it.
     public func stop() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        closeListener()
+        listener.close()
         for connection in connections.values { connection.drop() }
         connections.removeAll()
         sweepTimer?.cancel()
-        acceptRetry?.cancel()
-    }
-
-    private func closeListener() {
-        if let listener {
-            if listenerSuspended { listener.source.resume() }
-            listener.cancel()
-        }
-        listenerSuspended = false
-        if let listenerStats { sources.unregister(listenerStats) }
-        listener = nil
-        listenerStats = nil
-        if let path = socketPath {
-            var info = stat()
-            if lstat(path, &info) == 0, info.st_ino == socketInode { unlink(path) }
-        }
-        socketPath = nil
     }
 
     // MARK: Connections
@@ -215,18 +122,19 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     /// At most `acceptsPerEvent` a turn (the listener stays readable, so the source fires
     /// again), and none while the descriptors held are at their bound.
     private func acceptAll() {
-        guard let listener else { return }
         for _ in 0 ..< limits.acceptsPerEvent {
             guard descriptorsHeld < limits.maxDescriptors else {
-                pauseAcceptingForDescriptors()
+                // Until connections being closed give their descriptors back (`descriptorClosed`).
+                if !listener.isPaused { counters.dropped["descriptor limit (accepting paused)", default: 0] += 1 }
+                listener.pause(.descriptors)
                 return
             }
             let fd: Int32
-            switch valueOrErrno({ wk_accept_nonblocking(listener.descriptor.rawValue) }) {
+            switch listener.accept() {
             case .success(let accepted): fd = accepted
             case .failure(let failure):
                 switch failure {
-                case .resourceTemporarilyUnavailable: return
+                case .resourceTemporarilyUnavailable, .badFileDescriptor: return
                 case .connectionAbort: continue
                 default:
                     // EMFILE/ENFILE: the pending connection stays readable, so without a pause
@@ -235,7 +143,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
                     if counters.acceptFailures == 1 || counters.acceptFailures % 100 == 0 {
                         logger.error("\(failure.unable("accept a control connection")) (\(counters.acceptFailures) time(s) so far); accepting again in 1s")
                     }
-                    pauseAccepting()
+                    listener.pause(.failure)
                     return
                 }
             }
@@ -243,37 +151,9 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         }
     }
 
-    /// Until connections being closed give their descriptors back (`descriptorClosed`).
-    private func pauseAcceptingForDescriptors() {
-        guard let listener, !listenerSuspended else { return }
-        listener.source.suspend()
-        listenerSuspended = true
-        acceptPausedForDescriptors = true
-        counters.dropped["descriptor limit (accepting paused)", default: 0] += 1
-    }
-
     private func descriptorClosed() {
         descriptorsHeld -= 1
-        if acceptPausedForDescriptors, descriptorsHeld < limits.maxDescriptors, let listener, listenerSuspended {
-            acceptPausedForDescriptors = false
-            listenerSuspended = false
-            listener.source.resume()
-        }
-    }
-
-    private func pauseAccepting() {
-        guard let listener, !listenerSuspended else { return }
-        listener.source.suspend()
-        listenerSuspended = true
-        if acceptRetry == nil {
-            acceptRetry = sources.makeTimer(owner: "control", target: "accept again after a failure", on: queue) { [unowned self] in
-                if let listener = self.listener, self.listenerSuspended {
-                    self.listenerSuspended = false
-                    listener.source.resume()
-                }
-            }
-        }
-        acceptRetry?.schedule(after: .seconds(1))
+        if descriptorsHeld < limits.maxDescriptors { listener.resume(.descriptors) }
     }
 
     /// SO_PEERCRED at once: a refused peer gets PermissionDenied and is closed before it can
@@ -307,21 +187,21 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         let id = nextID
         nextID += 1
         descriptorsHeld += 1
-        let reader = fd.makeReadSource(queue: queue.queue, afterClose: { [weak self] in self?.descriptorClosed() })
-        let connection = ControlConnection(id: id, peer: peer, reader: reader, now: now)
+        let socket = poller.watch(fd, owner: "control", target: "connection \(id)", interest: .readable,
+                                  afterClose: { [weak self] in self?.descriptorClosed() }) { [unowned self] readiness in
+            self.ready(id, readiness)
+        }
+        let connection = ControlConnection(id: id, peer: peer, socket: socket, now: now)
         connections[id] = connection
         counters.accepted += 1
         connection.onDrained = { [unowned self] in self.drained(id) }
-        connection.activate { [unowned self] in self.readable(id) }
+        connection.activate()
         armSweep()
     }
 
-    /// The one reply a connection turned away at the door gets, if its socket takes it now;
-    /// the descriptor closes as `fd` goes out of scope.
     private func answerAndClose(_ fd: consuming OwnedFileDescriptor, _ error: VarlinkError) {
         counters.errors += 1
-        let bytes = VarlinkReply.error(error).encoded
-        _ = bytes.withUnsafeBytes { Glibc.send(fd.rawValue, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        ControlConnection.turnAway(fd, with: VarlinkReply.error(error).encoded)
     }
 
     /// The journal says who it was and who may connect, once a minute per uid.
@@ -346,21 +226,34 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         return true
     }
 
-    private func readable(_ id: UInt64) {
-        guard let connection = connections[id], !connection.dropped else { return }
+    private func ready(_ id: UInt64, _ readiness: PolledDescriptor.Readiness) {
+        guard let connection = connections[id] else { return }
+        guard connection.ready(readiness, now: .now) else {
+            finishIfDone(connection)
+            return
+        }
+        // A client that hung up sends nothing more, and the poller takes its socket out of
+        // the set after this: what it sent is read to the end now, unless a call stops it.
+        while readable(connection), readiness.hangUp, !connection.dropped, !connection.closing, !connection.paused {}
+    }
+
+    /// One read; true if it brought bytes.
+    @discardableResult
+    private func readable(_ connection: ControlConnection) -> Bool {
+        guard !connection.dropped else { return false }
         let now = MonotonicInstant.now
         let count: Int
         switch scratch.withUnsafeMutableBytes({ NonBlockingRead.read(connection.descriptor.rawValue, into: $0) }) {
         case .bytes(let read): count = read
-        case .wouldBlock: return
+        case .wouldBlock: return false
         case .failed(let error):
             drop(connection, reason: ("read failed", error.unable("read from the client")))
-            return
+            return false
         case .endOfFile:
             // The client hung up (or shut its side): answer what it already asked, then close.
             connection.stopReading()
             finishIfDone(connection)
-            return
+            return false
         }
         connection.lastActivity = now
         var start = 0
@@ -384,6 +277,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             fail(connection, ControlInterface.ErrorName.requestTooLarge.error([.init("limit", .int(Int64(limits.maxRequestBytes)))]))
         }
         pump(connection)
+        return true
     }
 
     private func received(_ message: [UInt8], on connection: ControlConnection) {
@@ -420,8 +314,8 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     /// more answers than it takes, so one that never reads costs one reply, not 64 MiB.
     private func pump(_ connection: ControlConnection) {
         while connection.inFlight == nil, connection.pendingReplyBytes == 0, !connection.dropped, let call = connection.queued.first {
-            let large = Self.isLarge(call)
-            guard takeSlot(for: connection, large: large) else { break }
+            let large = LargeCallSlots.isLarge(call)
+            guard !large || slots.take(for: connection.id, root: connection.peer.uid == 0) else { break }
             connection.queued.removeFirst()
             connection.inFlight = call
             connection.calls += 1
@@ -429,7 +323,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             let id = connection.id
             dispatch(call, peer: connection.peer) { [unowned self] result in
                 self.queue.async {
-                    if large { self.largeCallsInFlight -= 1 }
+                    if large { self.slots.release() }
                     self.replied(id, result)
                     if large { self.serveSlotWaiters() }
                 }
@@ -443,33 +337,9 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         finishIfDone(connection)
     }
 
-    /// Calls whose answer is large or costly to build (a History of 10,000 rows, a Dump, the
-    /// metrics, a Next of 1,000 fires a task) take one of `maxLargeCallsInFlight` slots, root's reserved one included; a
-    /// connection without one waits in line for the next. The others (Status, Tasks, Trigger,
-    /// ...) are answered at once, so a crowd asking for History does not delay `status`.
-    private func takeSlot(for connection: ControlConnection, large: Bool) -> Bool {
-        guard large else { return true }
-        let room = connection.peer.uid == 0 ? limits.maxLargeCallsInFlight : limits.maxLargeCallsInFlight - 1
-        guard largeCallsInFlight < room else {
-            if !slotWaiters.contains(connection.id) { slotWaiters.append(connection.id) }
-            return false
-        }
-        largeCallsInFlight += 1
-        counters.peakLargeCallsInFlight = max(counters.peakLargeCallsInFlight, largeCallsInFlight)
-        return true
-    }
-
-    static func isLarge(_ call: VarlinkCall) -> Bool {
-        guard call.interface == ControlInterface.name, let method = ControlInterface.Method(rawValue: call.methodName) else { return false }
-        switch method {
-        case .history, .dump, .metrics, .fleet, .next: return true
-        case .status, .trigger, .cancel, .reload, .tasks, .watches: return false
-        }
-    }
-
     private func serveSlotWaiters() {
-        var passes = slotWaiters.count
-        while passes > 0, largeCallsInFlight < limits.maxLargeCallsInFlight, let id = slotWaiters.popFirst() {
+        var passes = slots.waiting.count
+        while passes > 0, slots.inFlight < slots.limit, let id = slots.popWaiting() {
             passes -= 1
             if let connection = connections[id] { pump(connection) }
         }
@@ -526,7 +396,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     private func write(_ bytes: [UInt8], to connection: ControlConnection) {
-        if !connection.send(bytes, limit: limits.maxReplyBytes, queue: queue.queue, now: .now) {
+        if !connection.send(bytes, limit: limits.maxReplyBytes, now: .now) {
             drop(connection, reason: ("replies not read", "over \(limits.maxReplyBytes) bytes of replies not read"))
             trimDue = true
             return
@@ -611,7 +481,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         let now = MonotonicInstant.now
         let open = connections.values.sorted { $0.id < $1.id }
         return .object([
-            .init("socket", socketPath.map { .string($0) } ?? .null),
+            .init("socket", listener.path.map { .string($0) } ?? .null),
             .init("problem", problem.map { .string($0) } ?? .null),
             .init("group", access.group.map { .string($0.name) } ?? .null),
             .init("read_group", access.readGroup.map { .string($0.name) } ?? .null),
@@ -622,9 +492,9 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             .init("calls", .int(Int64(counters.calls))),
             .init("error_replies", .int(Int64(counters.errors))),
             .init("accept_failures", .int(Int64(counters.acceptFailures))),
-            .init("large_calls_in_flight", .int(Int64(largeCallsInFlight))),
-            .init("peak_large_calls_in_flight", .int(Int64(counters.peakLargeCallsInFlight))),
-            .init("calls_waiting_for_a_slot", .int(Int64(slotWaiters.count))),
+            .init("large_calls_in_flight", .int(Int64(slots.inFlight))),
+            .init("peak_large_calls_in_flight", .int(Int64(slots.peak))),
+            .init("calls_waiting_for_a_slot", .int(Int64(slots.waiting.count))),
             .init("descriptors", .int(Int64(descriptorsHeld))),
             .init("max_descriptors", .int(Int64(limits.maxDescriptors))),
             .init("pending_reply_bytes", .int(Int64(pendingReplyBytes))),

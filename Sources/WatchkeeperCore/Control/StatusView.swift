@@ -162,13 +162,7 @@ public enum StatusView {
     private static func watches(_ section: DumpValue?, style: TerminalStyle) -> [String] {
         guard let rules = section?["rules"]?.arrayValue, !rules.isEmpty else { return [] }
         let rows = rules.map { rule -> [String] in
-            var problems: [String] = []
-            if rule["root_missing"]?.boolValue == true { problems.append("root missing") }
-            if let count = rule["unwatched_total"]?.intValue, count > 0 { problems.append("\(count) unwatched") }
-            if let count = rule["overflows"]?.intValue, count > 0 { problems.append("\(count) overflow(s)") }
-            for tree in rule["polled_trees"]?.arrayValue ?? [] where text(tree["state"]) != "polling" && text(tree["state"]) != "first pass" {
-                problems.append("poll \(text(tree["tree"])) \(text(tree["state"]))")
-            }
+            let problems = Self.problems(of: rule)
             let problem = problems.isEmpty ? "-" : style.paint(problems.joined(separator: ", "), .yellow)
             return [text(rule["name"]), text(rule["root"]), text(rule["inotify_watches"]), text(rule["events_seen"]),
                     text(rule["jobs_submitted"]), text(rule["pending_settle"]), problem]
@@ -186,6 +180,19 @@ public enum StatusView {
             lines.append("  " + style.paint(text(problem), .yellow))
         }
         return lines
+    }
+
+    /// What is wrong with a watch rule (the dump's `watches.rules` entry), one phrase each:
+    /// what `status` and `watches` both show.
+    public static func problems(of rule: DumpValue) -> [String] {
+        var problems: [String] = []
+        if rule["root_missing"]?.boolValue == true { problems.append("root missing") }
+        if let count = rule["unwatched_total"]?.intValue, count > 0 { problems.append("\(count) unwatched") }
+        if let count = rule["overflows"]?.intValue, count > 0 { problems.append("\(count) overflow(s)") }
+        for tree in rule["polled_trees"]?.arrayValue ?? [] where text(tree["state"]) != "polling" && text(tree["state"]) != "first pass" {
+            problems.append("poll \(text(tree["tree"])) \(text(tree["state"]))")
+        }
+        return problems
     }
 
     /// A value as one escaped line.

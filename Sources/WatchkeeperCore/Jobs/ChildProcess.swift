@@ -19,7 +19,7 @@ public struct JobContext: Sendable {
     /// A cgroup per job where one is delegated to the daemon, process groups otherwise.
     public let containment: JobContainment
     /// Every job's pidfd and pipes, in one epoll instance of `queue`.
-    let poller: JobDescriptorPoller
+    let poller: DescriptorPoller
     /// Every job's budget, warn_at and kill_grace deadline, on one timer of `queue`.
     let deadlines: JobDeadlines
 
@@ -32,7 +32,7 @@ public struct JobContext: Sendable {
         self.daemonEnvironment = daemonEnvironment
         self.daemonAccount = Account.lookup(uid: geteuid())
         self.containment = containment
-        self.poller = JobDescriptorPoller(queue: queue, sources: sources, logger: logger)
+        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)")
         self.deadlines = JobDeadlines(queue: queue, sources: sources)
     }
 

@@ -4,7 +4,7 @@ import Dispatch
 /// a heap of deadlines, earliest first, and the timer set for the earliest.
 ///
 /// Why not a timer source each: libdispatch configures and removes every timer on its
-/// manager thread, two more round trips per job to that thread (see `JobDescriptorPoller`).
+/// manager thread, two more round trips per job to that thread (see `DescriptorPoller`).
 /// Here a new deadline later than the earliest (every job of a burst with the same budget)
 /// touches no timer at all, and a cancelled earliest leaves the timer as it is: it wakes
 /// once for nothing and is set for the next.

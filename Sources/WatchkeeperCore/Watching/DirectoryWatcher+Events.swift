@@ -38,6 +38,7 @@ extension DirectoryWatcher {
             }
             return
         }
+        if event.mask.contains(.movedFrom) || event.mask.contains(.movedTo) { followRenameOnShare(rule, event, path: path) }
         if event.mask.contains(.delete) || event.mask.contains(.movedFrom) {
             ledger.noteDeletion()
             if rule.settings.fleet == .one { fleetFileGone(rule, relative: path) }

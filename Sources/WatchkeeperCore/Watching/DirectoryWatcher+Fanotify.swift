@@ -43,7 +43,10 @@ extension DirectoryWatcher {
             case .success(let unmarked):
                 rule.usesFanotify = true
                 let had = rule.inotifyDirectories
-                backend?.unwatch(.rule(rule.name), under: [])
+                // Not a plain unwatch: what inotify queued for the tree before the mark (a
+                // directory made just before) still counts, and the removals must not overflow
+                // the queue every other rule's events share.
+                backend?.handOver(.rule(rule.name))
                 rule.inotifyDirectories = 0
                 let marks = fanotify.watchedCount(of: .rule(rule.name))
                 logger.notice("watch \(rule.name): watching \(LineEscaping.escaped(root)) with fanotify, because \(why): \(marks) file system mark\(marks == 1 ? "" : "s") instead of one inotify watch per directory\(had > 0 ? " (its \(had) inotify watches are removed)" : "")")
@@ -66,6 +69,14 @@ extension DirectoryWatcher {
     }
 
     // MARK: Listing a fanotify tree
+
+    /// Events of the tree were lost (a directory handle that could not be resolved): its
+    /// files are found by listing it again, unless a listing is under way already, which
+    /// finds them too. Issue 36: the journal promised that rescan, and none ran.
+    func rescanForMissedEvents(_ rule: WatchRule) {
+        guard accepting, rule.listing == nil else { return }
+        rescan(rule)
+    }
 
     /// Lists `relative` and below for the files already there (catch-up, a directory that
     /// came in, a rescan after an overflow) in slices of `listingSlice` on the watching
@@ -137,6 +148,10 @@ extension DirectoryWatcher {
             }
         case (.resolveRoot, .notPermitted), (.resolveRoot, .permissionDenied):
             if privileges.has(ProcessPrivileges.dacReadSearch) == false {
+                // The mark comes next: with neither capability, both are named at once.
+                if privileges.has(ProcessPrivileges.sysAdmin) == false {
+                    return "open_by_handle_at needs CAP_DAC_READ_SEARCH and a fanotify mark on a whole file system CAP_SYS_ADMIN, neither of which this process has (the shipped unit's CapabilityBoundingSet has the first; \(fanotifyDropIn) adds the second)"
+                }
                 return "open_by_handle_at needs CAP_DAC_READ_SEARCH, which this process does not have (the shipped unit's CapabilityBoundingSet has it)"
             }
             if privileges.seccompFiltered {

@@ -26,6 +26,9 @@ extension DirectoryWatcher {
                     ? "is on \(tree.fileSystemType) and the rule says method = \"poll\""
                     : "is on \(tree.fileSystemType) (\(LineEscaping.escaped(tree.source))), \(tree.reason)"
                 logger.notice("watch \(rule.name): \(path) \(what): \(how)")
+                if let warning = FilesystemClass.settleWarning(type: tree.fileSystemType, settle: rule.settings.pollSettle) {
+                    logger.warning("watch \(rule.name): \(path): \(warning)")
+                }
             }
             let filter = rule.settings.filter
             let recursive = rule.settings.recursive
@@ -82,7 +85,8 @@ extension DirectoryWatcher {
                 rule.duplicates += 1
                 continue
             }
-            let identity = file.identity
+            // The poller's identity, but with the path the file had before a rename followed.
+            let identity = rule.identity(of: file.status, at: file.relative)
             if let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
                 rule.duplicates += 1
                 continue
@@ -105,17 +109,35 @@ extension DirectoryWatcher {
         let tree = LineEscaping.escaped(rule.absolute(poller.settings.tree.relative))
         switch report {
         case .unreachable(let path, let error):
-            logger.warning("watch \(rule.name): unable to poll \(tree): \(error) (\(error.symbolicName)) at \(LineEscaping.escaped(path)); trying again every \(rule.settings.pollInterval.compactDescription), and the files written there meanwhile are handled once it answers")
+            let interval = rule.settings.pollInterval
+            logger.warning("watch \(rule.name): unable to poll \(tree): \(error) (\(error.symbolicName)) at \(LineEscaping.escaped(path)); trying again after \(interval.compactDescription), then less often, up to every \(TreePoller.longestPause(interval: interval).compactDescription), and the files written there meanwhile are handled once it answers")
         case .reachableAgain(let after):
             logger.notice("watch \(rule.name): \(tree) answers again after \(after.compactDescription); the files written there meanwhile are handled as they settle")
         case .skipped(let counts):
             rule.skipped += counts
+        case .moved(let from, let to):
+            if rule.followMoveOnShare(from: from, to: to) {
+                logger.debug("watch \(rule.name): \(LineEscaping.escaped(rule.absolute(from))) was renamed to \(LineEscaping.escaped(rule.absolute(to))) on \(poller.settings.tree.fileSystemType); followed as the same file")
+            }
+        }
+    }
+
+    /// A file renamed on this host within a polled FUSE tree (its identity hashes the path):
+    /// IN_MOVED_FROM and IN_MOVED_TO, paired by cookie, make the new path keep the identity
+    /// of the old, so a job that moves its file into `done/` does not run it again.
+    func followRenameOnShare(_ rule: WatchRule, _ event: InotifyEvent, path: [UInt8]) {
+        guard !rule.polledTrees.isEmpty else { return }
+        if event.mask.contains(.movedFrom), rule.remoteTree(holding: path) != nil {
+            if rule.renamesOnShare.count >= Self.pendingMovesLimit { rule.renamesOnShare.removeAll() }
+            rule.renamesOnShare[event.cookie] = path
+        } else if event.mask.contains(.movedTo), let from = rule.renamesOnShare.removeValue(forKey: event.cookie) {
+            rule.followMoveOnShare(from: from, to: path)
         }
     }
 
     // MARK: A file system that stopped answering
 
-    /// Every 5 s while anything is polled: a poller that has waited `TreePoller.stallAfter`
+    /// Every 5 s while anything is polled: a poller that has waited `PollProgress.stallAfter`
     /// for one directory or stat is said once in the log (its queue is stuck in the kernel;
     /// nothing else is), and again when it answers.
     func armPollMonitorIfNeeded() {
@@ -137,7 +159,7 @@ extension DirectoryWatcher {
                 anyPollers = true
                 let progress = poller.progress.withLock { $0 }
                 let tree = LineEscaping.escaped(rule.absolute(poller.settings.tree.relative))
-                if let since = progress.busySince, now - since >= TreePoller.stallAfter {
+                if let since = progress.busySince, now - since >= PollProgress.stallAfter {
                     guard !poller.stallReported else { continue }
                     poller.stallReported = true
                     logger.warning("watch \(rule.name): polling \(tree) has waited \((now - since).compactDescription) for the file system (at \(LineEscaping.escaped(rule.absolute(progress.directory)))): its server may not be answering. Only this poll waits; it goes on when the file system answers")

@@ -239,6 +239,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 for case (.rule(let name), true) in locations.map({ ($0.owner, $0.relative.isEmpty) }) {
                     if let rule = rules[name] { lose(rule, why: "is no longer watchable") }
                 }
+            case .missed(let locations):
+                for case .rule(let name) in locations.map(\.owner) {
+                    if let rule = rules[name] { rescanForMissedEvents(rule) }
+                }
             case .unattributed:
                 break // counted by the backend
             }

@@ -31,9 +31,12 @@ final class FanotifyBackend: WatchBackend {
         let recursive: Bool
         /// The root directory's own handle, to tell its MOVE_SELF and DELETE_SELF.
         let rootHandle: FanotifyFileHandle
-        /// One per file system marked for the tree (by fsid): the root's, and the local ones
-        /// mounted below it.
-        var resolvers: [UInt64: DirectoryHandleResolver]
+        /// Per file system marked for the tree (by fsid), one for each of its mounts in the
+        /// tree: the root's, the local file systems mounted below it, and the bind mounts of a
+        /// file system already marked (a directory of the root's file system bound below the
+        /// root: its events name the directory by a handle, which only a resolver of that
+        /// mount spells as the path inside the tree; issue 36).
+        var resolvers: [UInt64: [DirectoryHandleResolver]]
         /// Mount points below the root that could not be marked, with why: the fallback
         /// scan tries them again through `watch`.
         var unmarked: [[UInt8]: Errno] = [:]
@@ -56,6 +59,8 @@ final class FanotifyBackend: WatchBackend {
     private(set) var unattributed: UInt64 = 0
     /// Handles no tree could resolve (EMFILE, ENAMETOOLONG, ...): their events are lost.
     private(set) var unresolved: UInt64 = 0
+    /// The trees whose events were lost in the batch being interpreted: they rescan.
+    private var unresolvedOwners: Set<WatchOwner> = []
     /// Renames paired by FAN_RENAME. Cookies of our own, from the top half so that they are
     /// unlike the inotify instance's (`pendingMoves` holds both kinds).
     private var nextCookie: UInt32 = 1 << 31
@@ -134,7 +139,7 @@ final class FanotifyBackend: WatchBackend {
         if case .failure(let error) = mark(resolver.fileSystemID, path: root, mask: mask) {
             return .failure(StartFailure(step: .mark, error: error))
         }
-        var tree = Tree(root: root, recursive: recursive, rootHandle: rootHandle, resolvers: [resolver.fileSystemID: resolver], mask: mask)
+        var tree = Tree(root: root, recursive: recursive, rootHandle: rootHandle, resolvers: [resolver.fileSystemID: [resolver]], mask: mask)
         var failures: [(path: [UInt8], error: Errno)] = []
         if recursive {
             for point in mountPoints {
@@ -164,7 +169,7 @@ final class FanotifyBackend: WatchBackend {
     /// batches (umount would fail with EBUSY).
     private func releaseRoots() {
         for tree in trees.values {
-            for resolver in tree.resolvers.values { resolver.releaseRoot() }
+            for resolver in tree.resolvers.values.joined() { resolver.releaseRoot() }
         }
     }
 
@@ -172,10 +177,16 @@ final class FanotifyBackend: WatchBackend {
         do throws(Errno) {
             let resolver = try DirectoryHandleResolver(queue: watcher.queue, rootPath: point)
             // Another mount of a file system already marked (a bind mount of the root's):
-            // its directories resolve through the first resolver.
-            guard tree.resolvers[resolver.fileSystemID] == nil else { return .success(()) }
+            // the mark hears it already; a resolver of its own spells its directories' paths
+            // through it.
+            if let same = tree.resolvers[resolver.fileSystemID] {
+                if !same.contains(where: { $0.canonicalRootPath == resolver.canonicalRootPath }) {
+                    tree.resolvers[resolver.fileSystemID]!.append(resolver)
+                }
+                return .success(())
+            }
             try mark(resolver.fileSystemID, path: point, mask: tree.mask).get()
-            tree.resolvers[resolver.fileSystemID] = resolver
+            tree.resolvers[resolver.fileSystemID] = [resolver]
             return .success(())
         } catch {
             return .failure(error)
@@ -262,7 +273,7 @@ final class FanotifyBackend: WatchBackend {
         // A directory renamed (or an overflow, which may have hidden one) makes cached paths
         // stale: forgotten before this batch is resolved, so it resolves to today's paths.
         for tree in trees.values {
-            for resolver in tree.resolvers.values { resolver.forgetStalePaths(after: events) }
+            for resolver in tree.resolvers.values.joined() { resolver.forgetStalePaths(after: events) }
         }
         var changes: [Change] = []
         changes.reserveCapacity(events.count)
@@ -324,6 +335,10 @@ final class FanotifyBackend: WatchBackend {
             }
         }
         releaseRoots()
+        if !unresolvedOwners.isEmpty {
+            changes.append(.missed(locations: unresolvedOwners.map { Location(owner: $0, relative: []) }))
+            unresolvedOwners = []
+        }
         return changes
     }
 
@@ -334,21 +349,31 @@ final class FanotifyBackend: WatchBackend {
         (.modify, .modify), (.attrib, .attrib), (.closeWrite, .closeWrite),
     ]
 
-    /// Every tree's location of the directory `handle` names, if inside the tree.
+    /// Every tree's location of the directory `handle` names, if inside the tree: through
+    /// each mount of its file system there, so a directory bound into the tree from
+    /// elsewhere is found at the bind mount (and at its source too, if that is in the tree).
     private func locations(of handle: FanotifyFileHandle) -> [Location] {
         var found: [Location] = []
         for (owner, tree) in trees {
-            guard let resolver = tree.resolvers[handle.fileSystemID] else { continue }
-            switch resolver.resolve(handle) {
-            case .path(let path):
-                guard let relative = relativePath(path, under: tree.root), tree.recursive || relative.isEmpty else { continue }
-                found.append(Location(owner: owner, relative: relative))
-            case .outsideRoot, .gone:
-                continue
-            case .failed(let error):
-                unresolved += 1
-                problems.report("unable to find the directory of fanotify events: \(error) (\(error.symbolicName)); their files are found by the next rescan",
-                                example: "\(owner): \(handle)")
+            for resolver in tree.resolvers[handle.fileSystemID] ?? [] {
+                switch resolver.resolve(handle) {
+                case .path(let path):
+                    guard let relative = relativePath(path, under: tree.root), tree.recursive || relative.isEmpty else { continue }
+                    let location = Location(owner: owner, relative: relative)
+                    if !found.contains(location) { found.append(location) }
+                case .outsideRoot, .gone:
+                    continue
+                case .failed(.fileNameTooLong):
+                    // No rescan finds them either: a path the kernel will not spell cannot be listed.
+                    unresolved += 1
+                    problems.report("unable to find the directory of fanotify events: its path is longer than PATH_MAX (\(PATH_MAX) bytes); files below such directories are not handled (move them up the tree)",
+                                    example: "\(owner): \(handle)")
+                case .failed(let error):
+                    unresolved += 1
+                    unresolvedOwners.insert(owner)
+                    problems.report("unable to find the directory of fanotify events: \(error) (\(error.symbolicName)); rescanning the tree for their files",
+                                    example: "\(owner): \(handle)")
+                }
             }
         }
         return found
@@ -370,7 +395,7 @@ final class FanotifyBackend: WatchBackend {
                 .init(owner.description, .object([
                     .init("root", .bytes(tree.root)),
                     .init("recursive", .bool(tree.recursive)),
-                    .init("resolvers", .array(tree.resolvers.values.map { $0.describe() })),
+                    .init("resolvers", .array(tree.resolvers.values.joined().map { $0.describe() })),
                     .init("unmarked_mounts", .array(tree.unmarked.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { .bytes($0) })),
                 ]))
             })),

@@ -105,6 +105,16 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
     private func readAvailableEvents() {
         guard state == .started else { return }
         statistics.wakeUps += 1
+        let events = readQueued()
+        guard !events.isEmpty else { return }
+        onEvents(events)
+    }
+
+    /// What the kernel has queued, read now and returned instead of delivered: for an owner
+    /// that must empty the kernel's queue before it fills (a burst of its own making).
+    func readQueued() -> [Event] {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard state == .started else { return [] }
         let fd = readSource.descriptor.rawValue
         var events: [Event] = []
         reading: for _ in 0..<Self.maxReadsPerWakeUp {
@@ -121,11 +131,11 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
                 break reading
             }
         }
-        guard !events.isEmpty else { return }
+        guard !events.isEmpty else { return [] }
         statistics.events += UInt64(events.count)
         statistics.largestBatch = max(statistics.largestBatch, events.count)
         statistics.overflows += UInt64(events.lazy.filter(isOverflow).count)
-        onEvents(events)
+        return events
     }
 
     /// The fields both watchers show in the dump.

@@ -31,6 +31,19 @@ enum FilesystemClass {
         }
     }
 
+    /// sshfs keeps attributes and listings for 20 s by default (its cache_timeout), and a stat,
+    /// even one that asks the kernel to go to the server, is answered from that cache: with
+    /// `poll_settle` below it, both looks at a file still being written on the server can see
+    /// the same stale size, and its job runs on partial content (11 of 50 slowly written files
+    /// with the default 5 s; issue 36). The mount's options do not show whether the cache is
+    /// off, so a settle below it is said, with both ways out.
+    static let sshfsCache: Duration = .seconds(20)
+
+    static func settleWarning(type: String, settle: Duration) -> String? {
+        guard type == "fuse.sshfs", settle <= sshfsCache else { return nil }
+        return "poll_settle (\(settle.compactDescription)) is not above sshfs's \(sshfsCache.compactDescription) cache of attributes and listings: unless the share is mounted with -o cache=no (or dir_cache=no and cache_timeout below poll_settle), a file still being written on the server can look unchanged at both looks and its job run on partial content; set poll_settle = \"\((sshfsCache + .seconds(1)).compactDescription)\" or mount without the cache"
+    }
+
     /// Whether inode numbers survive a remount: a FUSE file system's are handed out by
     /// libfuse in lookup order unless the server passes its own (sshfs does not).
     static func hasStableInodes(_ type: String) -> Bool {

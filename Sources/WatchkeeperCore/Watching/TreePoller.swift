@@ -22,72 +22,8 @@ import Glibc
 /// chunk and pause together four times the chunk's CPU: at most a quarter of one core while
 /// it runs, whatever the tree's size.
 final class TreePoller: @unchecked Sendable {
-    struct Settings: Sendable {
-        /// The rule's root (real path).
-        var root: [UInt8]
-        var tree: PolledTree
-        var interval: Duration
-        var settle: Duration
-        var recursive: Bool
-        var followSymlinks: Bool
-        /// The first pass hands on every file found (the ledger and this life's memory say
-        /// which were handled); without it only files changed since the poller started.
-        var catchUp: Bool
-        /// The rule has no include or exclude: no path is built to ask the filter.
-        var selectsAll = false
-        /// The files of a directory that did not change are stat'ed every this many passes
-        /// (each directory in its own turn): 1 on a local file system, where a stat costs a
-        /// microsecond; on a network one each is a round trip (200 µs over sshfs, 13.5 s a
-        /// pass for 100,000 files), so new files, which change their directory, are found
-        /// at every pass and a file rewritten in place within this many.
-        var sweepEvery = 1
-        /// The largest share of one core a pass takes while it runs.
-        var share: Double = 0.25
-    }
-
-    /// A file that was the same in two looks `settle` apart.
-    struct Settled: Sendable {
-        let relative: [UInt8]
-        let identity: FileIdentity
-        /// When it was first seen new or changed: where its latency is measured from.
-        let firstSeen: MonotonicInstant
-    }
-
-    enum Report: Sendable {
-        /// A pass stopped at a file system error (ENOTCONN, ESTALE, EIO, ...): said once.
-        case unreachable(path: [UInt8], error: Errno)
-        /// A pass completed after passes that stopped.
-        case reachableAgain(after: Duration)
-        /// Entries skipped because they are not regular files, by type (each entry once).
-        case skipped(TreeScanner.TypeCounts)
-    }
-
     /// Whether a stall was said in the log (the watching queue's, like everything it says).
     var stallReported = false
-
-    /// What the watching queue may read at any time.
-    struct Progress: Sendable {
-        /// Set while a chunk runs: since when it has worked on `directory`.
-        var busySince: MonotonicInstant?
-        var directory: [UInt8] = []
-        var passes: UInt64 = 0
-        var passesStopped: UInt64 = 0
-        /// The pass that ran past the interval (the next one started at once).
-        var overruns: UInt64 = 0
-        var lastPassWall: Duration?
-        var lastPassCPU: Duration?
-        var totalCPU: Duration = .zero
-        var directoriesKnown = 0
-        var filesKnown = 0
-        var listedLastPass = 0
-        var unchangedLastPass = 0
-        var statsLastPass = 0
-        var waitingToSettle = 0
-        var handedOn: UInt64 = 0
-        var settleRestarts: UInt64 = 0
-        var unreachableSince: MonotonicInstant?
-        var lastError: String?
-    }
 
     let settings: Settings
     let queue: SubsystemQueue
@@ -96,62 +32,11 @@ final class TreePoller: @unchecked Sendable {
     private let descend: @Sendable ([UInt8]) -> Bool
     private let deliver: @Sendable (TreePoller, [Settled]) -> Void
     private let report: @Sendable (TreePoller, Report) -> Void
-    let progress = Mutex(Progress())
+    /// What the watching queue may read at any time.
+    let progress = Mutex(PollProgress())
 
     // Everything below is touched only on `queue`.
-    /// What a pass compares. The change time too: a deleted file's inode number given to
-    /// the next one, with the same size and a preserved mtime (`cp -p`, `tar -x`), differs
-    /// from it only there; admission then tells it apart by its birth time, and a chmod
-    /// that only moved the change time runs nothing.
-    private struct KnownFile: Equatable {
-        var inode: UInt64
-        var size: Int64
-        var modified: Int64
-        var changed: Int64
-
-        init(inode: UInt64, size: Int64, modified: Int64, changed: Int64) {
-            self.inode = inode
-            self.size = size
-            self.modified = modified
-            self.changed = changed
-        }
-
-        init(_ file: wk_file_identity) {
-            self.init(inode: file.inode, size: file.size, modified: file.modified_ns, changed: file.changed_ns)
-        }
-    }
-
-    /// An array, not a dictionary: a pass walks every entry of every directory, and an
-    /// array of names already NUL-terminated for statx costs no hashing and no copy.
-    private struct FileEntry {
-        /// NUL-terminated.
-        var name: [UInt8]
-        var known: KnownFile
-
-        var bareName: ArraySlice<UInt8> { name.dropLast() }
-    }
-
-    private static let unknownFile = KnownFile(inode: 0, size: -1, modified: 0, changed: 0)
-
-    private struct DirectoryState {
-        var inode: UInt64
-        var modified: Int64
-        var changed: Int64
-        /// Listed because it changed: listed once more on the next pass.
-        var confirm: Bool
-        /// Which of `sweepEvery` passes stats its files when it did not change.
-        var turn = 0
-        var files: [FileEntry] = []
-        var subdirectories: [[UInt8]] = []
-        /// FIFOs, sockets, devices, links not followed: never handed on.
-        var skippedNames: Set<[UInt8]> = []
-    }
-
-    private struct Candidate {
-        var identity: FileIdentity
-        var lookedAt: MonotonicInstant
-        let firstSeen: MonotonicInstant
-    }
+    private typealias KnownFile = PolledDirectory.KnownFile
 
     private struct Pass {
         var frontier: [[UInt8]]
@@ -164,8 +49,12 @@ final class TreePoller: @unchecked Sendable {
         var skipped = TreeScanner.TypeCounts()
     }
 
-    private var directories: [[UInt8]: DirectoryState] = [:]
-    private var candidates: [[UInt8]: Candidate] = [:]
+    private var directories: [[UInt8]: PolledDirectory] = [:]
+    /// Renames within the tree, told only where the tree's identities hash the path (FUSE).
+    private var moves: PolledMoves?
+    private var secondLooks: SecondLooks
+    /// Passes in a row that stopped at a file system error: the next waits longer.
+    private var passFailuresInARow = 0
     private var pass: Pass?
     private var isFirstPass = true
     private let startedWall = WallTime.now()
@@ -186,7 +75,10 @@ final class TreePoller: @unchecked Sendable {
         self.descend = descend
         self.deliver = deliver
         self.report = report
+        self.secondLooks = SecondLooks(settle: settings.settle, maximumPause: Self.longestPause(interval: settings.interval))
+        if settings.tree.isRemote && !FilesystemClass.hasStableInodes(settings.tree.fileSystemType) { moves = PolledMoves() }
     }
+
 
     var owner: String { "poll \(String(decoding: absolute(settings.tree.relative), as: UTF8.self))" }
 
@@ -299,48 +191,47 @@ final class TreePoller: @unchecked Sendable {
             state.listedLastPass = done.listed
             state.unchangedLastPass = done.unchanged
             state.statsLastPass = done.stats
-            state.waitingToSettle = candidates.count
+            state.waitingToSettle = secondLooks.count
             defer {
                 state.unreachableSince = nil
                 state.lastError = nil
+                state.retryAt = nil
             }
             return state.unreachableSince
         }
+        passFailuresInARow = 0
+        secondLooks.fileSystemAnswered()
+        moves?.passEnded(passesBegun)
         if let since = wasUnreachable { report(self, .reachableAgain(after: now - since)) }
         if done.skipped.skipped > 0 { report(self, .skipped(done.skipped)) }
-        scheduleNextPass(now: now)
+        passTimer?.schedule(at: max(nextPassAt ?? now, now).dispatchTime)
         armSettle()
     }
 
     /// A pass that met a file system error stops there; what it learned so far is kept, and
-    /// the next pass (at the interval) starts again from the top.
+    /// the next pass starts again from the top after a pause: the interval, doubled with
+    /// each stopped pass in a row up to `longestPause`.
     private func stopPass(_ stoppedPass: Pass, at path: [UInt8], error: Errno) {
         let now = MonotonicInstant.now
-        let first = progress.withLock { state -> Bool in
-            state.passesStopped += 1
+        passFailuresInARow += 1
+        let pause = min(settings.interval * (1 << min(passFailuresInARow - 1, 16)), Self.longestPause(interval: settings.interval))
+        let next = max(nextPassAt ?? now, now + pause)
+        let first = noteFailure(at: path, error: error, now: now) { $0.passesStopped += 1; $0.retryAt = next }
+        if first { report(self, .unreachable(path: absolute(path), error: error)) }
+        passTimer?.schedule(at: next.dispatchTime)
+    }
+
+    /// Says in `progress` that the file system failed at `path`; true the first time since
+    /// it last answered.
+    private func noteFailure(at path: [UInt8], error: Errno, now: MonotonicInstant, _ count: (inout PollProgress) -> Void) -> Bool {
+        progress.withLock { state -> Bool in
+            count(&state)
             state.lastError = "\(error) (\(error.symbolicName)) at \(LineEscaping.escaped(absolute(path)))"
             guard state.unreachableSince == nil else { return false }
             state.unreachableSince = now
             return true
         }
-        if first { report(self, .unreachable(path: absolute(path), error: error)) }
-        scheduleNextPass(now: now)
     }
-
-    private func scheduleNextPass(now: MonotonicInstant) {
-        let next = max(nextPassAt ?? now, now)
-        passTimer?.schedule(at: next.dispatchTime)
-    }
-
-    /// Errors that mean the file system, not this entry, is unwell: the pass stops.
-    static func isFileSystemFailure(_ error: Errno) -> Bool {
-        fileSystemFailures.contains(error.rawValue)
-    }
-
-    private static let fileSystemFailures: Set<Int32> = [
-        ENOTCONN, ESTALE, EIO, EHOSTDOWN, EHOSTUNREACH, ETIMEDOUT, ECONNABORTED, ECONNRESET, ENETDOWN, ENETUNREACH,
-        EREMOTEIO, ENODEV, ENXIO, ENOLINK, ECOMM,
-    ]
 
     /// Looks at one directory: stat, a listing if it changed, a stat of each of its files
     /// (by name, relative to the directory's descriptor: one component for the kernel to
@@ -361,7 +252,7 @@ final class TreePoller: @unchecked Sendable {
             forget(directory)
             return nil
         }
-        if let known = directories[directory], known.inode == raw.inode, known.modified == raw.modified_ns, known.changed == raw.changed_ns,
+        if let known = directories[directory], known.isUnchanged(raw),
            !known.confirm, settings.sweepEvery > 1, (passesBegun % UInt64(settings.sweepEvery)) != UInt64(known.turn) {
             // Unchanged, and not its files' turn: only its subdirectories are visited.
             pass.unchanged += 1
@@ -384,7 +275,7 @@ final class TreePoller: @unchecked Sendable {
         }
         defer { close(descriptor) }
         var state = directories[directory]
-        let changed = state.map { $0.inode != raw.inode || $0.modified != raw.modified_ns || $0.changed != raw.changed_ns } ?? true
+        let changed = state.map { !$0.isUnchanged(raw) } ?? true
         if changed || state?.confirm == true {
             let listing = TreeScanner(root: settings.root).listDirectory(directory)
             if let failure = listing.failure {
@@ -396,35 +287,13 @@ final class TreePoller: @unchecked Sendable {
                 }
             }
             pass.listed += 1
-            var next = DirectoryState(inode: raw.inode, modified: raw.modified_ns, changed: raw.changed_ns, confirm: changed,
-                                      turn: state?.turn ?? Int(PolledTree.fnv1a(directory) % UInt64(max(1, settings.sweepEvery))))
-            var before: [[UInt8]: KnownFile] = [:]
-            if let old = state {
-                before.reserveCapacity(old.files.count)
-                for entry in old.files { before[entry.name] = entry.known }
-            }
-            for entry in listing.entries {
-                switch entry.type {
-                case .regular:
-                    let name = entry.name + [0]
-                    next.files.append(FileEntry(name: name, known: before.removeValue(forKey: name) ?? Self.unknownFile))
-                case .directory:
-                    next.subdirectories.append(entry.name)
-                case .symlink where settings.followSymlinks:
-                    let name = entry.name + [0]
-                    next.files.append(FileEntry(name: name, known: before.removeValue(forKey: name) ?? Self.unknownFile))
-                default:
-                    // Counted once, when first listed, not at every listing.
-                    next.skippedNames.insert(entry.name)
-                    if state?.skippedNames.contains(entry.name) != true { pass.skipped[entry.type] += 1 }
-                }
-            }
-            for gone in state?.subdirectories ?? [] where !next.subdirectories.contains(gone) {
-                forget(Self.join(directory, gone))
-            }
+            let relisting = PolledDirectory.listed(listing.entries, status: raw, changed: changed,
+                                                   turn: state?.turn ?? Int(PolledTree.fnv1a(directory) % UInt64(max(1, settings.sweepEvery))),
+                                                   followSymlinks: settings.followSymlinks, before: state, skipped: &pass.skipped)
+            for gone in relisting.goneSubdirectories { forget(Self.join(directory, gone)) }
             // Files no longer listed: what waited for their second look is dropped.
-            for name in before.keys { candidates[Self.join(directory, Array(name.dropLast()))] = nil }
-            state = next
+            for (name, known) in relisting.goneFiles { vanished(Self.join(directory, name), known) }
+            state = relisting.directory
         } else {
             pass.unchanged += 1
             state!.confirm = false
@@ -437,6 +306,16 @@ final class TreePoller: @unchecked Sendable {
                 if descend(child) { pass.frontier.append(child) }
             }
         }
+        let failure = lookAtFiles(of: directory, &current, in: descriptor, pass: &pass)
+        directories[directory] = current
+        return failure
+    }
+
+    /// A stat of each selected file of `directory` (open as `descriptor`): what changed
+    /// waits for its second look, what is gone or not a regular file is dropped from
+    /// `state`. Returns the failure that stops the pass, if any.
+    private func lookAtFiles(of directory: [UInt8], _ current: inout PolledDirectory, in descriptor: Int32,
+                             pass: inout Pass) -> (path: [UInt8], error: Errno)? {
         let now = MonotonicInstant.now
         let looks = statFiles(current.files, in: descriptor, directory: directory)
         var dropped = false
@@ -447,11 +326,8 @@ final class TreePoller: @unchecked Sendable {
             let file = look.status
             guard look.error == 0 else {
                 let error = Errno(rawValue: look.error)
-                if Self.isFileSystemFailure(error) {
-                    directories[directory] = current
-                    return (relative ?? Self.join(directory, Array(current.files[index].bareName)), error)
-                }
-                candidates[relative ?? Self.join(directory, Array(current.files[index].bareName))] = nil
+                if Self.isFileSystemFailure(error) { return (relative ?? Self.join(directory, Array(current.files[index].bareName)), error) }
+                vanished(relative ?? Self.join(directory, Array(current.files[index].bareName)), current.files[index].known)
                 current.files[index].known.size = -2 // gone: dropped below
                 dropped = true
                 continue
@@ -467,32 +343,38 @@ final class TreePoller: @unchecked Sendable {
             let known = current.files[index].known
             guard seen != known else { continue }
             current.files[index].known = seen
-            if known.size < 0 && isFirstPass && !settings.catchUp && !changedSinceStart(file) { continue }
+            if known.isUnknown && isFirstPass && !settings.catchUp && !changedSinceStart(file) { continue }
             let path = relative ?? Self.join(directory, Array(current.files[index].bareName))
+            if known.isUnknown, !isFirstPass, let move = moves?.appeared(path, seen, pass: passesBegun) { followed(move) }
             let identity = settings.tree.identity(of: FileIdentity(file), relative: path)
-            if var waiting = candidates[path] {
-                waiting.identity = identity
-                waiting.lookedAt = now
-                candidates[path] = waiting
-            } else {
-                candidates[path] = Candidate(identity: identity, lookedAt: now, firstSeen: now)
-            }
+            secondLooks.saw(path, as: identity, at: now)
         }
         if dropped { current.files.removeAll { $0.known.size == -2 } }
-        directories[directory] = current
         return nil
+    }
+
+    /// A file no longer there: its second look is dropped, and it may be half of a rename.
+    private func vanished(_ path: [UInt8], _ known: KnownFile) {
+        secondLooks.forget(path)
+        if let move = moves?.vanished(path, known, pass: passesBegun) { followed(move) }
+    }
+
+    /// The watcher hears of it before the file's second look can hand it on from its new
+    /// path (both go to its queue in order).
+    private func followed(_ move: (from: [UInt8], to: [UInt8])) {
+        progress.withLock { $0.movesFollowed += 1 }
+        report(self, .moved(from: move.from, to: move.to))
     }
 
     private struct Look {
         var status = wk_file_identity()
-        /// 0, or the errno of the statx.
-        var error: Int32 = 0
+        var error: Int32 = 0 // or the errno of the statx
     }
 
     /// One statx per selected file (nil for one the filter leaves out). From one thread:
     /// stats from eight threads at once made a pass over sshfs slower, not faster (18.4 s
     /// against 13.5 s for 100,000 files: sshfs answers one request at a time).
-    private func statFiles(_ files: [FileEntry], in descriptor: Int32, directory: [UInt8]) -> [Look?] {
+    private func statFiles(_ files: [PolledDirectory.FileEntry], in descriptor: Int32, directory: [UInt8]) -> [Look?] {
         // A pass comes poll_interval after the last look: the cache has expired, and the
         // lookup that refills it asks the server once (forcing would ask twice).
         let flags = settings.followSymlinks ? 0 : AT_SYMLINK_NOFOLLOW
@@ -527,25 +409,30 @@ final class TreePoller: @unchecked Sendable {
 
     private func forget(_ directory: [UInt8]) {
         guard let state = directories.removeValue(forKey: directory) else { return }
-        for entry in state.files { candidates[Self.join(directory, Array(entry.bareName))] = nil }
+        for entry in state.files { secondLooks.forget(Self.join(directory, Array(entry.bareName))) }
         for name in state.subdirectories { forget(Self.join(directory, name)) }
     }
 
     // MARK: Second looks
 
     private func armSettle() {
-        guard let next = candidates.values.map(\.lookedAt).min() else { return }
-        settleTimer?.schedule(at: (next + settings.settle).dispatchTime)
+        guard let next = secondLooks.nextLook else { return }
+        settleTimer?.schedule(at: next.dispatchTime)
     }
 
-    /// Candidates whose first look is `settle` old are looked at again: unchanged ones are
-    /// handed on, changed ones wait again from now, vanished ones are dropped.
+    /// Candidates whose last look is `settle` old are looked at again: unchanged ones are
+    /// handed on, changed ones wait again from now, vanished ones are dropped. A look the
+    /// file system fails ends the round and pauses the looks (SecondLooks); its CPU, like a
+    /// pass's, is counted in `progress`.
     private func lookAgain() {
-        guard !stopped, !candidates.isEmpty else { return }
+        guard !stopped, !secondLooks.isEmpty else { return }
+        let cpuAtStart = Self.threadCPU()
         let now = MonotonicInstant.now
         var settled: [Settled] = []
         var restarted: UInt64 = 0
-        for (relative, candidate) in candidates where candidate.lookedAt + settings.settle <= now {
+        var failure: (path: [UInt8], error: Errno)?
+        var answered = false
+        for (relative, candidate) in secondLooks.due(at: now) {
             guard !stopped else { return }
             var file = wk_file_identity()
             progress.withLock {
@@ -555,80 +442,49 @@ final class TreePoller: @unchecked Sendable {
             let stated = nothingOrErrno { TreeScanner.withCString(absolute(relative)) { wk_poll_stat(AT_FDCWD, $0, statFlags, &file) } }
             progress.withLock { $0.busySince = nil }
             if case .failure(let error) = stated {
-                // Unreachable: the next pass finds out and says so; gone: nothing to run.
-                if !Self.isFileSystemFailure(error) { candidates[relative] = nil }
+                // Unreachable: no more looks for now; gone: nothing to run.
+                if Self.isFileSystemFailure(error) {
+                    failure = (relative, error)
+                    break
+                }
+                secondLooks.forget(relative)
+                answered = true
                 continue
             }
-            let identity = settings.tree.identity(of: FileIdentity(file), relative: relative)
+            answered = true
+            let status = FileIdentity(file)
+            let identity = settings.tree.identity(of: status, relative: relative)
             let before = candidate.identity
             if identity.inode == before.inode && identity.size == before.size && identity.modifiedNanoseconds == before.modifiedNanoseconds
                 && mode_t(file.mode) & S_IFMT == S_IFREG {
-                candidates[relative] = nil
-                settled.append(Settled(relative: relative, identity: identity, firstSeen: candidate.firstSeen))
+                _ = secondLooks.take(relative)
+                settled.append(Settled(relative: relative, identity: identity, status: status, firstSeen: candidate.firstSeen))
                 remember(relative, KnownFile(file))
             } else {
                 restarted += 1
-                candidates[relative] = Candidate(identity: identity, lookedAt: now, firstSeen: candidate.firstSeen)
+                secondLooks.saw(relative, as: identity, at: now)
             }
         }
+        // A timer that fired a little before the pause's end looked at nothing: no answer.
+        if failure != nil { secondLooks.fileSystemFailed(at: now) } else if answered { secondLooks.fileSystemAnswered() }
+        let used = Self.threadCPU() - cpuAtStart
         progress.withLock {
             $0.handedOn += UInt64(settled.count)
             $0.settleRestarts += restarted
-            $0.waitingToSettle = candidates.count
+            $0.waitingToSettle = secondLooks.count
+            $0.totalCPU += used
+            $0.secondLookCPU += used
+        }
+        if let failure, noteFailure(at: failure.path, error: failure.error, now: now, { $0.secondLookFailures += 1 }) {
+            report(self, .unreachable(path: absolute(failure.path), error: failure.error))
         }
         if !settled.isEmpty { deliver(self, settled) }
         armSettle()
     }
 
-    // MARK: CPU
-
-    static func threadCPU() -> Duration {
-        var spec = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &spec)
-        return .seconds(Int64(spec.tv_sec)) + .nanoseconds(Int64(spec.tv_nsec))
-    }
-
-    // MARK: Dump
-
+    /// Its part of the dump (PollProgress).
     func describe(now: MonotonicInstant) -> [DumpField] {
-        let state = progress.withLock { $0 }
-        func ms(_ value: Duration?) -> DumpValue { value.map { .double(($0.secondsDouble * 1_000_000).rounded() / 1_000) } ?? .null }
-        return [
-            .init("tree", .bytes(absolute(settings.tree.relative))),
-            .init("file_system", .string(settings.tree.fileSystemType)),
-            .init("source", .string(settings.tree.source)),
-            .init("why", .string(settings.tree.reason)),
-            .init("interval_s", .double(settings.interval.secondsDouble)),
-            .init("settle_s", .double(settings.settle.secondsDouble)),
-            .init("unchanged_directories_files_every_passes", .int(Int64(settings.sweepEvery))),
-            .init("state", .string(Self.stateText(state, now: now))),
-            .init("passes", .int(Int64(state.passes))),
-            .init("passes_stopped", .int(Int64(state.passesStopped))),
-            .init("overruns", .int(Int64(state.overruns))),
-            .init("last_pass_ms", ms(state.lastPassWall)),
-            .init("last_pass_cpu_ms", ms(state.lastPassCPU)),
-            .init("cpu_total_ms", ms(state.totalCPU)),
-            .init("directories", .int(Int64(state.directoriesKnown))),
-            .init("files", .int(Int64(state.filesKnown))),
-            .init("listed_last_pass", .int(Int64(state.listedLastPass))),
-            .init("unchanged_last_pass", .int(Int64(state.unchangedLastPass))),
-            .init("stats_last_pass", .int(Int64(state.statsLastPass))),
-            .init("waiting_to_settle", .int(Int64(state.waitingToSettle))),
-            .init("handed_on", .int(Int64(state.handedOn))),
-            .init("settle_restarts", .int(Int64(state.settleRestarts))),
-            .init("last_error", state.lastError.map { .string($0) } ?? .null),
-        ]
-    }
-
-    /// "polling", "unreachable for 42s: ...", "waiting 20s for the file system at ...".
-    static func stateText(_ state: Progress, now: MonotonicInstant) -> String {
-        if let since = state.busySince, now - since >= stallAfter {
-            return "waiting \((now - since).compactDescription) for the file system (at \(LineEscaping.escaped(state.directory)))"
-        }
-        if let since = state.unreachableSince {
-            return "unreachable for \((now - since).compactDescription): \(state.lastError ?? "?")"
-        }
-        return state.passes == 0 ? "first pass" : "polling"
+        progress.withLock { $0 }.describe(settings, now: now, absolute: absolute)
     }
 
     /// How a second look stats. On a network or FUSE file system the client keeps attributes
@@ -640,12 +496,4 @@ final class TreePoller: @unchecked Sendable {
         (settings.followSymlinks ? 0 : AT_SYMLINK_NOFOLLOW) | (settings.tree.isRemote ? WK_AT_STATX_FORCE_SYNC : 0)
     }
 
-    /// `sweepEvery` on a network or FUSE file system: each stat there is a round trip that
-    /// costs the daemon ~12 µs of kernel CPU (sshfs), and a file rewritten in place is the
-    /// only one an unchanged directory hides. Every sixth pass cost 0.244 s a pass on
-    /// 100,000 files over sshfs, over issue 24's 0.2 s (docs/measurements/polling.md).
-    static let remoteSweepEvery = 10
-
-    /// A directory or stat this long in the making is a file system that stopped answering.
-    static let stallAfter: Duration = .seconds(10)
 }

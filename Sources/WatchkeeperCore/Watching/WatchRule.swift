@@ -50,6 +50,13 @@ final class WatchRule: @unchecked Sendable {
     var pollNotesSaid: Set<String> = []
     /// Files the pollers handed on.
     var polledFiles: UInt64 = 0
+    /// Files renamed within a polled tree whose identities hash the path (FUSE: its inode
+    /// numbers do not survive a remount), by their path now: the path whose hash they keep,
+    /// so a file its job moved into `done/` is still the file it handled (issue 36).
+    /// Bounded; for this life only.
+    var movedOnShare: [[UInt8]: [UInt8]] = [:]
+    /// IN_MOVED_FROM of files on such a tree, by cookie, until their IN_MOVED_TO.
+    var renamesOnShare: [UInt32: [UInt8]] = [:]
     /// The tree is watched by one fanotify mark per file system (FanotifyBackend), not by
     /// an inotify watch per directory; its ancestors stay on inotify.
     var usesFanotify = false
@@ -145,10 +152,26 @@ final class WatchRule: @unchecked Sendable {
     }
 
     /// A file's identity as this rule knows it: on a network or FUSE file system, the form
-    /// that survives a remount (PolledTree.identity), whichever way the file was found.
+    /// that survives a remount (PolledTree.identity), whichever way the file was found, with
+    /// the path it had before the renames followed (`movedOnShare`).
     func identity(of identity: FileIdentity, at relative: [UInt8]) -> FileIdentity {
-        remoteTree(holding: relative)?.identity(of: identity, relative: relative) ?? identity
+        guard let tree = remoteTree(holding: relative) else { return identity }
+        return tree.identity(of: identity, relative: movedOnShare[relative] ?? relative)
     }
+
+    /// A file renamed from `from` to `to` within one polled tree whose identities hash the
+    /// path: it keeps the identity it had at `from`. False where nothing needs following.
+    @discardableResult
+    func followMoveOnShare(from: [UInt8], to: [UInt8]) -> Bool {
+        guard from != to, let tree = remoteTree(holding: from), tree.contains(to),
+              !FilesystemClass.hasStableInodes(tree.fileSystemType) else { return false }
+        let origin = movedOnShare.removeValue(forKey: from) ?? from
+        if movedOnShare.count >= Self.movedOnShareLimit { movedOnShare.removeAll() }
+        movedOnShare[to] = origin == to ? nil : origin
+        return true
+    }
+
+    static let movedOnShareLimit = 16_384
 
     func mayContainSelected(directory relative: [UInt8]) -> Bool {
         settings.recursive && settings.filter.mayContainSelected(directory: relative)
@@ -240,6 +263,14 @@ final class WatchRule: @unchecked Sendable {
 
     // MARK: Dump
 
+    /// How the tree is watched: "inotify", "fanotify", "poll" (method = "poll"), or with
+    /// "+poll" where a network or FUSE tree of it is polled as well.
+    var treeMethod: String {
+        if settings.method == .poll { return "poll" }
+        let backend = usesFanotify ? "fanotify" : "inotify"
+        return polledTrees.isEmpty ? backend : backend + "+poll"
+    }
+
     func describe(now: MonotonicInstant, watchedDirectories: Int, ledgerSize: DumpValue) -> DumpValue {
         let lastEvent: DumpValue = lastEventAt.map { .double((now - $0).secondsDouble) } ?? .null
         let skippedByType: [DumpField] = TreeScanner.EntryType.allCases.compactMap { type in
@@ -258,7 +289,7 @@ final class WatchRule: @unchecked Sendable {
             .init("events", .array(settings.events.map { .string($0.rawValue) })),
             .init("root_missing", .bool(isMissing)),
             .init("roots_lost", .int(Int64(rootsLost))),
-            .init("tree_method", .string(usesFanotify ? "fanotify" : settings.method == .poll ? "poll" : "inotify")),
+            .init("tree_method", .string(treeMethod)),
             .init("listing", listing.map { listing in
                 .object([
                     .init("directories_listed", .int(Int64(listing.directories))),

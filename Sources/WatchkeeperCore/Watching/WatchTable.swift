@@ -64,6 +64,9 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
         /// An event for a descriptor the table no longer attributes: removed by its owner
         /// (events still queued), or detached by a move. Nothing to do but count it.
         case unattributed(InotifyEvent)
+        /// Events of these owners' trees (their roots' locations) were lost without an
+        /// overflow (fanotify: a directory handle that could not be resolved): they rescan.
+        case missed(locations: [Location])
     }
 
     /// Every location is a node of the tree (its name and its parent's index, not its path);

@@ -18,16 +18,7 @@ final class RawErrnoTests: XCTestCase {
         let files = try Self.swiftFiles(under: sources).filter { !$0.path.hasPrefix(system) }
         XCTAssertGreaterThan(files.count, 50, "the sources were not found under \(sources.path)")
 
-        var reads: [String] = []
-        for file in files {
-            let text = try String(contentsOf: file, encoding: .utf8)
-            let lines = Self.blankingCommentsAndStrings(text).split(separator: "\n", omittingEmptySubsequences: false)
-            let original = text.split(separator: "\n", omittingEmptySubsequences: false)
-            for (index, line) in lines.enumerated() where Self.readsErrno(String(line)) {
-                let relative = String(file.path.dropFirst(Self.repositoryRoot.path.count + 1))
-                reads.append("\(relative):\(index + 1): \(original[index].trimmingCharacters(in: .whitespaces))")
-            }
-        }
+        let reads = try Self.lines(of: files, where: Self.readsErrno).map { "\($0.file):\($0.line): \($0.text)" }
         XCTAssertTrue(reads.isEmpty, """
             errno read outside Sources/WatchkeeperCore/System/: wrap the call in valueOrErrno, \
             nothingOrErrno, systemCall or pointerOrErrno (or add a helper to System/):
@@ -62,6 +53,22 @@ final class RawErrnoTests: XCTestCase {
     }
 
     // MARK: The rough Swift lexer
+
+    /// The lines of `files` whose code (comments and strings blanked) `matches`: each with its
+    /// file relative to the repository, its number and its original text.
+    static func lines(of files: [URL], where matches: (String) -> Bool) throws -> [(file: String, line: Int, text: String)] {
+        var found: [(file: String, line: Int, text: String)] = []
+        for file in files {
+            let text = try String(contentsOf: file, encoding: .utf8)
+            let code = blankingCommentsAndStrings(text).split(separator: "\n", omittingEmptySubsequences: false)
+            let original = text.split(separator: "\n", omittingEmptySubsequences: false)
+            let relative = String(file.path.dropFirst(repositoryRoot.path.count + 1))
+            for (index, line) in code.enumerated() where matches(String(line)) {
+                found.append((relative, index + 1, original[index].trimmingCharacters(in: .whitespaces)))
+            }
+        }
+        return found
+    }
 
     /// The repository root, from this file's path: Tests/WatchkeeperCoreTests/System/.
     static let repositoryRoot = URL(fileURLWithPath: #filePath)

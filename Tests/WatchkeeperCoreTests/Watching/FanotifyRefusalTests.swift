@@ -34,6 +34,17 @@ final class FanotifyRefusalTests: XCTestCase {
         XCTAssertTrue(refusal(.resolveRoot, .notPermitted, filtered).contains("system call filter refuses open_by_handle_at"))
     }
 
+    /// Issue 36: with no capabilities at all, the first step to fail (open_by_handle_at)
+    /// named CAP_DAC_READ_SEARCH only; granting it then failed again at the mark.
+    func testNoCapabilitiesAtAll_namesBothThatFanotifyNeeds() {
+        let none = ProcessPrivileges(effectiveCapabilities: 0, seccompFiltered: false)
+        let text = refusal(.resolveRoot, .notPermitted, none)
+        XCTAssertTrue(text.contains("CAP_DAC_READ_SEARCH"), text)
+        XCTAssertTrue(text.contains("CAP_SYS_ADMIN"), text)
+        XCTAssertFalse(refusal(.resolveRoot, .notPermitted, ProcessPrivileges(effectiveCapabilities: ~(1 << 2), seccompFiltered: false))
+            .contains("CAP_SYS_ADMIN"), "with CAP_SYS_ADMIN there, only the one missing is named")
+    }
+
     func testFanotifyInitRefusedUnderTheShippedUnit_namesTheFilterAndTheCapabilityTheMarkNeeds() {
         let text = DirectoryWatcher.fanotifyInitRefusal(.notPermitted, privileges: shippedUnit)
         XCTAssertTrue(text.contains("system call filter refuses fanotify_init"), text)

@@ -81,4 +81,35 @@ final class PolledTreeTests: XCTestCase {
         XCTAssertEqual(entries.first?.source, "root@127.0.0.1:/tmp/with space")
         XCTAssertEqual(entries.first?.fileSystemType, "fuse.sshfs")
     }
+
+    /// Issue 36: with sshfs's default 20 s cache, a settle of 5 s let 11 of 50 slowly
+    /// written files run on partial content, and nothing said why.
+    func testASettleNotAboveSshfsCache_isSaidWithBothWaysOut() {
+        let warning = FilesystemClass.settleWarning(type: "fuse.sshfs", settle: .seconds(5))
+        XCTAssertNotNil(warning)
+        XCTAssertTrue(warning?.contains("poll_settle (5s)") == true, warning ?? "")
+        XCTAssertTrue(warning?.contains("cache=no") == true, warning ?? "")
+        XCTAssertTrue(warning?.contains("poll_settle = \"21s\"") == true, warning ?? "")
+        XCTAssertNil(FilesystemClass.settleWarning(type: "fuse.sshfs", settle: .seconds(21)))
+        XCTAssertNil(FilesystemClass.settleWarning(type: "nfs4", settle: .seconds(5)))
+    }
+
+    /// Issue 36: a file its job moved into done/ on sshfs ran again, because the identity of
+    /// a file there hashes its path; a rename followed keeps the first path's hash.
+    func testARenameFollowedOnAFuseTree_keepsTheIdentityOfTheFirstPath_andOnlyThere() {
+        var settings = WatchSettings(name: "share", path: "/srv/in", filter: PathFilter(include: [], exclude: []), catchUp: true,
+                                     job: JobSettings(command: .arguments(["/bin/true"])))
+        settings.recursive = true
+        let rule = WatchRule(settings: settings)
+        rule.root = Array("/srv/in".utf8)
+        rule.polledTrees = PolledTree.trees(root: Array("/srv/in".utf8), recursive: true, method: .auto, mounts: table)
+        let status = FileIdentity(device: 40, inode: 1234, size: 5, modifiedNanoseconds: 9, changedNanoseconds: 9, bornNanoseconds: nil, generation: nil)
+        let before = rule.identity(of: status, at: Array("share/job".utf8))
+        XCTAssertNotEqual(rule.identity(of: status, at: Array("share/done/job".utf8)), before, "the path is what tells files apart there")
+        XCTAssertTrue(rule.followMoveOnShare(from: Array("share/job".utf8), to: Array("share/done/job".utf8)))
+        XCTAssertEqual(rule.identity(of: status, at: Array("share/done/job".utf8)), before)
+        XCTAssertTrue(rule.followMoveOnShare(from: Array("share/done/job".utf8), to: Array("share/done/old/job".utf8)))
+        XCTAssertEqual(rule.identity(of: status, at: Array("share/done/old/job".utf8)), before, "a second rename keeps the first path's")
+        XCTAssertFalse(rule.followMoveOnShare(from: Array("local".utf8), to: Array("local2".utf8)), "on a local disk the inode is the identity")
+    }
 }

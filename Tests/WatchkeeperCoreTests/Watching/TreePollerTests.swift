@@ -44,7 +44,7 @@ final class TreePollerTests: ScratchDirectoryTestCase {
     }
 
     private func handed() -> [String] { handedOn.withLock { $0.map(\.path) } }
-    private func progress() -> TreePoller.Progress { poller!.progress.withLock { $0 } }
+    private func progress() -> PollProgress { poller!.progress.withLock { $0 } }
 
     private func write(_ relative: String, _ text: String = "data", append: Bool = false) {
         let fd = open(directory + "/" + relative, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0o644)

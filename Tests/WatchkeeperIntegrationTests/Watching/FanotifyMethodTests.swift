@@ -24,13 +24,14 @@ final class FanotifyMethodTests: WatchTestCase {
     private func handled() -> [[UInt8]] { records(sandbox.root + "/handled") }
     private func handledNames() -> [String] { handled().map { String(decoding: $0, as: UTF8.self) } }
 
-    /// A rule on `@DIR@/in` (a fresh tmpfs) whose jobs append their paths to @DIR@/handled.
-    private func startOnTmpfs(method: String = "fanotify", extra: String = "", environment: [String: String] = [:],
-                              prepare: @escaping (String) throws -> Void = { _ in }) throws {
+    /// A rule on `@DIR@/in` (a fresh tmpfs; `tree` below it) whose jobs append their paths
+    /// to @DIR@/handled; `rules` after it.
+    private func startOnTmpfs(method: String = "fanotify", tree: String = "", extra: String = "", rules: String = "",
+                              environment: [String: String] = [:], prepare: @escaping (String) throws -> Void = { _ in }) throws {
         try start("""
             [[watch]]
             name = "huge"
-            path = "@DIR@/in"
+            path = "@DIR@/in\(tree)"
             recursive = true
             method = "\(method)"
             exclude = ["**/*.part"]
@@ -38,6 +39,8 @@ final class FanotifyMethodTests: WatchTestCase {
             settle = "300ms"
             \(extra)
             command = ["/bin/sh", "-c", "cat >> @DIR@/handled"]
+
+            \(rules)
             """, environment: environment) { root in
             self.tmpfs = try ScratchTmpfs(at: root + "/in")
             try prepare(root)
@@ -201,5 +204,97 @@ final class FanotifyMethodTests: WatchTestCase {
         makeDirectory(sandbox.root + "/in/d3/new")
         write("d3/new/in-a-new-directory")
         XCTAssertTrue(waitFor(20) { self.handled().count == 2 }, "\(handled().count)\n\(daemon.stderr)")
+    }
+
+    private func bindMount(_ source: String, on target: String) {
+        let result = runCommand(["/bin/mount", "--bind", source, target], timeout: 30)
+        XCTAssertEqual(result.status, 0, "mount --bind \(source) \(target): \(result.stderr)")
+    }
+
+    /// Issue 36: a directory of the tree's own file system bound into the tree is heard by
+    /// the file system mark, but its events name the directory by a handle that resolved
+    /// through the root's mount to the source's path, outside the tree: its files were never
+    /// handled and nothing was said. Each mount of the file system in the tree resolves now.
+    func testFilesWrittenIntoABindMountInsideTheTree_areHandledAtTheirPathThere() throws {
+        try startOnTmpfs(tree: "/tree") { root in
+            for directory in ["tree", "tree/bound", "tree/later", "elsewhere", "elsewhere-too", "not-bound"] { self.makeDirectory(root + "/in/" + directory) }
+            self.bindMount(root + "/in/elsewhere", on: root + "/in/tree/bound")
+        }
+        defer {
+            _ = umount2(sandbox.root + "/in/tree/bound", Int32(MNT_DETACH))
+            _ = umount2(sandbox.root + "/in/tree/later", Int32(MNT_DETACH))
+        }
+        create(sandbox.root + "/in/tree/bound/through-the-bind-mount")
+        XCTAssertTrue(waitFor(10) { self.handledNames().contains(self.sandbox.root + "/in/tree/bound/through-the-bind-mount") },
+                      "\(handledNames())\n\(daemon.stderr.suffix(3_000))")
+        // One bound after the start: the mount watcher sees it, and it resolves as well.
+        bindMount(sandbox.root + "/in/elsewhere-too", on: sandbox.root + "/in/tree/later")
+        XCTAssertTrue(daemon.waitForStderr(containing: "a file system was mounted on \(tmpfs!.path)/tree/later", timeout: 15), daemon.stderr.suffix(2_000).description)
+        create(sandbox.root + "/in/tree/later/after-the-start")
+        XCTAssertTrue(waitFor(10) { self.handledNames().contains(self.sandbox.root + "/in/tree/later/after-the-start") },
+                      "\(handledNames())\n\(daemon.stderr.suffix(3_000))")
+        // Written through the source's own path: the tree shows it too, at the bind mount (as
+        // inotify's watch of that directory would report it). Outside every bind: nothing.
+        create(sandbox.root + "/in/elsewhere/through-the-source")
+        create(sandbox.root + "/in/not-bound/outside-the-tree")
+        XCTAssertTrue(waitFor(10) { self.handledNames().contains(self.sandbox.root + "/in/tree/bound/through-the-source") },
+                      "\(handledNames())\n\(daemon.stderr.suffix(3_000))")
+        letTimePass(1.5)
+        XCTAssertEqual(Set(handledNames()), [sandbox.root + "/in/tree/bound/through-the-bind-mount", sandbox.root + "/in/tree/later/after-the-start",
+                                             sandbox.root + "/in/tree/bound/through-the-source"], "nothing from outside the tree")
+        XCTAssertEqual(handledNames().count, 3, "each once")
+    }
+
+    /// Issue 36: at the switch to fanotify, inotify's events already queued for the tree's
+    /// watches were dropped with the watches: a directory made just before the switch was
+    /// never listed, and its file written before the mark was lost (2 and 6 of 120).
+    func testAuto_movingATreeToFanotifyWhileDirectoriesAreMade_losesNoneOfTheirFiles() throws {
+        try startOnTmpfs(method: "auto", environment: ["WATCHKEEPER_TEST_FANOTIFY_ABOVE": "500"]) { root in
+            _ = self.makeTree(root, count: 40, tops: 4)
+        }
+        // 1,000 new directories with a file each, made as fast as one thread makes them while
+        // the daemon reads: the tree passes 500 directories among them and moves to fanotify
+        // while they keep coming, with events of directories made just before still queued.
+        let root = sandbox.root
+        let count = 1_000
+        let maker = Thread {
+            for index in 0..<count {
+                mkdir("\(root)/in/new-\(index)", 0o755)
+                let fd = open("\(root)/in/new-\(index)/file", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+                _ = Glibc.write(fd, "x", 1)
+                close(fd)
+            }
+        }
+        maker.start()
+        XCTAssertTrue(daemon.waitForStderr(containing: "with fanotify, because it has more than 500 directories", timeout: 20), daemon.stderr.suffix(3_000).description)
+        XCTAssertTrue(waitFor(60) { self.handled().count >= count }, "\(handled().count) of \(count)\n\(daemon.stderr.suffix(3_000))")
+        letTimePass(1.5)
+        let names = handledNames()
+        XCTAssertEqual(Set(names).count, count, "lost: \(Set((0..<count).map { "\(root)/in/new-\($0)/file" }).subtracting(names).sorted().prefix(10))")
+        XCTAssertEqual(names.count, count, "each once")
+    }
+
+    /// Issue 36: the switch removed every inotify watch of the tree at once, and each removal
+    /// queues an IN_IGNORED: past fs.inotify.max_queued_events the daemon's one inotify queue
+    /// overflowed, and every other rule on inotify rescanned its tree.
+    func testAuto_movingAHugeTreeToFanotify_doesNotOverflowTheInotifyQueueOfTheOtherRules() throws {
+        guard let queued = (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_queued_events", encoding: .utf8)).flatMap({ Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }),
+              queued <= 65_536 else { throw XCTSkip("fs.inotify.max_queued_events is too large to fill here") }
+        let threshold = queued + 1_000
+        try startOnTmpfs(method: "auto", rules: """
+            [[watch]]
+            name = "small"
+            path = "@DIR@/small"
+            command = ["/bin/sh", "-c", "printf '%s\\\\0' \\"$1\\" >> @DIR@/small-handled", "sh", "{path}"]
+            """, environment: ["WATCHKEEPER_TEST_FANOTIFY_ABOVE": "\(threshold)"]) { root in
+            self.makeDirectory(root + "/small")
+            _ = self.makeTree(root, count: threshold + 2_000, tops: 20)
+        }
+        XCTAssertTrue(daemon.waitForStderr(containing: "with fanotify, because it has more than \(threshold) directories", timeout: 60),
+                      daemon.stderr.suffix(3_000).description)
+        create(sandbox.root + "/small/after-the-switch")
+        XCTAssertTrue(waitFor(10) { !self.records(self.sandbox.root + "/small-handled").isEmpty }, daemon.stderr.suffix(3_000).description)
+        XCTAssertFalse(daemon.stderr.contains("inotify event queue overflowed"), daemon.stderr.suffix(3_000).description)
+        XCTAssertEqual(dumpedRule()?["tree_method"] as? String, "fanotify")
     }
 }

@@ -9,12 +9,12 @@ import WatchkeeperTestSupport
 import Glibc
 #endif
 
-/// The jobs' epoll with real pipes: every wait is for an event with a deadline; counts are
-/// taken after the queue has run everything it had.
-final class JobDescriptorPollerTests: XCTestCase {
+/// A queue's epoll with real pipes and sockets: every wait is for an event with a deadline;
+/// counts are taken after the queue has run everything it had.
+final class DescriptorPollerTests: XCTestCase {
     private let queue = SubsystemQueue(name: "test.poller.\(UUIDLess.next())")
     private lazy var sources = SourceRegistry()
-    private lazy var poller = JobDescriptorPoller(queue: queue, sources: sources, logger: Logger(label: "test"))
+    private lazy var poller = DescriptorPoller(queue: queue, sources: sources, logger: Logger(label: "test"), owner: "test", purpose: "test descriptors")
 
     /// Calls on the jobs queue, counted; `signal` when the first arrives.
     private final class Calls: @unchecked Sendable {
@@ -179,5 +179,112 @@ final class JobDescriptorPollerTests: XCTestCase {
         // event handler after that, so whatever the queue still holds is all there is.
         settle()
         XCTAssertEqual(queue.queue.sync { calls.count }, after, "no call after cancel")
+    }
+
+    /// A connected pair of non-blocking Unix stream sockets: (ours, the peer's).
+    private static func socketPair() -> (Int32, Int32) {
+        var ends: [Int32] = [-1, -1]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends), 0)
+        return (ends[0], ends[1])
+    }
+
+    /// What libdispatch's epoll backend cannot take (issue 36): a socket whose peer goes
+    /// away reports EPOLLHUP; here it is one event, told as such, and the owner's cancel
+    /// closes the socket at once.
+    func testSocketWhosePeerCloses_reportsAHangUpOnce_andCancelClosesItAtOnce() throws {
+        final class Seen: @unchecked Sendable {
+            var readiness: [PolledDescriptor.Readiness] = []
+            let first = DispatchSemaphore(value: 0)
+        }
+        let seen = Seen()
+        let (entry, peer) = queue.queue.sync { () -> (PolledDescriptor, Int32) in
+            let (ours, peer) = Self.socketPair()
+            let entry = poller.watch(OwnedFileDescriptor(adopting: ours), owner: "test", target: "client", interest: .readable) { readiness in
+                seen.readiness.append(readiness)
+                if seen.readiness.count == 1 { seen.first.signal() }
+            }
+            entry.activate()
+            return (entry, peer)
+        }
+        close(peer)
+        XCTAssertEqual(seen.first.wait(timeout: .now() + 10), .success, "the peer's close must reach the handler")
+        settle()
+        let socket = entry.descriptor.rawValue
+        queue.queue.sync {
+            XCTAssertEqual(seen.readiness.count, 1, "a hang-up the owner leaves in place must be told once")
+            XCTAssertEqual(seen.readiness.first?.hangUp, true)
+            XCTAssertEqual(seen.readiness.first?.readable, true, "the end of file is there to read")
+            entry.cancel()
+            XCTAssertEqual(poller.count, 0)
+        }
+        XCTAssertFalse(isOpen(socket), "cancel must close the socket before it returns")
+    }
+
+    func testWritableInterest_callsTheHandlerOnceTheSocketTakesMore_andNotWhileItIsFull() throws {
+        final class Seen: @unchecked Sendable {
+            var writable = 0
+            let first = DispatchSemaphore(value: 0)
+        }
+        let seen = Seen()
+        let (entry, peer) = queue.queue.sync { () -> (PolledDescriptor, Int32) in
+            let (ours, peer) = Self.socketPair()
+            let entry = poller.watch(OwnedFileDescriptor(adopting: ours), owner: "test", target: "client", interest: .readable) { readiness in
+                guard readiness.writable else { return }
+                seen.writable += 1
+                seen.first.signal()
+            }
+            entry.activate()
+            return (entry, peer)
+        }
+        let socket = entry.descriptor.rawValue
+        let chunk = [UInt8](repeating: 1, count: 4_096)
+        var filled = 0
+        while chunk.withUnsafeBytes({ send(socket, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }) > 0 { filled += chunk.count }
+        queue.queue.sync { entry.setInterest([.readable, .writable]) }
+        settle()
+        XCTAssertEqual(queue.queue.sync { seen.writable }, 0, "a full socket must not be called writable")
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var drained = 0
+        while drained < filled {
+            let count = recv(peer, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if count <= 0 { break }
+            drained += count
+        }
+        XCTAssertEqual(seen.first.wait(timeout: .now() + 10), .success, "room in the socket must call the handler")
+        queue.queue.sync { entry.setInterest(.readable) }
+        let before = queue.queue.sync { seen.writable }
+        settle()
+        XCTAssertEqual(queue.queue.sync { seen.writable }, before, "without the interest, an empty socket must not be called writable")
+        queue.queue.sync { entry.cancel() }
+        close(peer)
+    }
+
+    /// The churn of a connect/close flood on one queue: thousands of sockets whose peers hang
+    /// up, each cancelled by its own handler, with new ones taking the numbers just closed.
+    func testThousandsOfPeersHangingUp_eachCancelledInItsHandler_leaveNothingBehind() throws {
+        final class Count: @unchecked Sendable {
+            var hangUps = 0
+            let done = DispatchSemaphore(value: 0)
+        }
+        let count = Count()
+        let rounds = 5_000
+        let poller = self.poller
+        final class Box: @unchecked Sendable { var entry: PolledDescriptor? }
+        for _ in 0..<rounds {
+            queue.queue.async {
+                let (ours, peer) = Self.socketPair()
+                let box = Box()
+                box.entry = poller.watch(OwnedFileDescriptor(adopting: ours), owner: "test", target: "client", interest: .readable) { _ in
+                    box.entry?.cancel()
+                    box.entry = nil
+                    count.hangUps += 1
+                    if count.hangUps == rounds { count.done.signal() }
+                }
+                box.entry?.activate()
+                close(peer)
+            }
+        }
+        XCTAssertEqual(count.done.wait(timeout: .now() + 60), .success, "every hang-up must reach its handler")
+        XCTAssertEqual(queue.queue.sync { poller.count }, 0)
     }
 }
