@@ -2,9 +2,9 @@
 the anomalies watchkeeper-fleet-check found (the checker judges; nothing here decides
 whether a history is right), and what each kind of fault cost the fleet, measured from the
 same history: the runs it interrupted (ended not ok, or killed), how long after the fault
-began their items ran again, persistent fires in its window that never ran ok, and which
-of the checker's examples fall in its window."""
-import calendar, json, re, statistics, time
+began their items ran again, persistent fires in its window that never ran ok, and the
+anomalies the checker finds among the items of its window (the checker run again on them)."""
+import calendar, json, os, re, statistics, tempfile, time
 
 HOST_FAULTS = {"kill9", "sigstop", "partition", "sigterm_restart", "same_name"}
 
@@ -39,9 +39,26 @@ def runs_of(events):
     return runs
 
 
-def fault_costs(events, report, lease_ttl):
+def window_anomalies(events, fault, horizon, check):
+    """The checker's verdict on the items whose runs started in the fault's window (every
+    fault line kept, so silences are judged as in the whole history): which anomalies this
+    fault is behind. An item in two windows counts for both."""
+    items = {e["item"] for e in events if e.get("type") == "start" and fault["t"] <= e["t"] <= horizon}
+    items |= {e["item"] for e in events if e.get("type") == "expect" and fault["t"] <= (instant_of(e["item"]) or 0) <= fault.get("until", 0)}
+    subset = [e for e in events if e.get("type") == "fault" or e.get("item") in items]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("".join(json.dumps(e) + "\n" for e in subset))
+    try:
+        report = check(f.name)
+    finally:
+        os.unlink(f.name)
+    return report.get("anomalies", {}), report.get("examples", {})
+
+
+def fault_costs(events, report, lease_ttl, check):
     """Per kind of fault: how many, runs interrupted, their items run again (delay from the
-    fault's start), persistent fires in the window never run ok, checker examples in it."""
+    fault's start), persistent fires in the window never run ok, the anomalies among the
+    items of its window (`window_anomalies`) with the first example of each."""
     runs = runs_of(events)
     by_item = {}
     for run in runs.values():
@@ -52,13 +69,11 @@ def fault_costs(events, report, lease_ttl):
     for item in expected_fires:
         fires.setdefault(item.split("@")[0], set())
     faults = [e for e in events if e.get("type") == "fault"]
-    examples = [(kind, text, float(m.group(1))) for kind, texts in report.get("examples", {}).items()
-                for text in texts for m in [re.search(r"started at (\d+(?:\.\d+)?)", text)] if m]
     costs = {}
     for fault in faults:
         kind, start, until = fault["kind"], fault["t"], fault.get("until") or fault["t"]
         cost = costs.setdefault(kind, {"count": 0, "seconds": [], "interrupted": 0, "rerun_delays": [],
-                                       "fires_never_ok": 0, "examples": {}})
+                                       "fires_never_ok": 0, "anomalies": {}, "examples": {}})
         cost["count"] += 1
         cost["seconds"].append(until - start)
         horizon = until + lease_ttl + 2
@@ -76,16 +91,18 @@ def fault_costs(events, report, lease_ttl):
                 if f"{task}@{iso(instant)}" not in ok_items:
                     cost["fires_never_ok"] += 1
                 instant += 2
-        for anomaly, text, at in examples:
-            if start <= at <= horizon:
-                cost["examples"].setdefault(anomaly, []).append(text)
+        anomalies, examples = window_anomalies(events, fault, horizon, check)
+        for anomaly, count in anomalies.items():
+            if count:
+                cost["anomalies"][anomaly] = cost["anomalies"].get(anomaly, 0) + count
+                cost["examples"].setdefault(anomaly, examples.get(anomaly, [""])[0])
     return costs
 
 
-def summary(nemesis, timing, report):
+def summary(nemesis, timing, report, check):
     events = nemesis.history.events()
     runs = runs_of(events).values()
-    costs = fault_costs(events, report, 4.0)
+    costs = fault_costs(events, report, 4.0, check)
     return {
         "faults": dict(sorted(report.get("faults", {}).items())),
         "anomalies": report.get("anomalies", {}),
@@ -104,7 +121,7 @@ def summary(nemesis, timing, report):
                          "rerun_delay_median_s": round(statistics.median(c["rerun_delays"]), 1) if c["rerun_delays"] else None,
                          "rerun_delay_max_s": round(max(c["rerun_delays"]), 1) if c["rerun_delays"] else None,
                          "fires_never_ok": c["fires_never_ok"],
-                         "anomaly_examples": {k: len(v) for k, v in c["examples"].items()}}
+                         "anomalies": c["anomalies"], "examples": c["examples"]}
                   for kind, c in sorted(costs.items())},
         "notes": nemesis.notes,
     }
@@ -131,8 +148,10 @@ def print_result(result, kept):
     for kind, c in result["costs"].items():
         delay = f", delay median {c['rerun_delay_median_s']} s, max {c['rerun_delay_max_s']} s" if c["rerun"] else ""
         print(f"    {kind:17s} ×{c['count']:<3d} (median {c['median_s']} s): interrupted {c['interrupted_runs']}, rerun {c['rerun']}{delay}; "
-              f"persistent fires in the window never ok {c['fires_never_ok']}"
-              + (f"; checker examples in the window: {json.dumps(c['anomaly_examples'])}" if c["anomaly_examples"] else ""))
+              f"persistent fires in the window never ok {c['fires_never_ok']}; anomalies among its window's items: "
+              + (", ".join(f"{k} {v}" for k, v in c["anomalies"].items()) or "none"))
+        for anomaly, text in c["examples"].items():
+            print(f"        e.g. {anomaly}: {text}")
     for note in result.get("notes", []):
         print(f"  note: {note}")
     if kept:

@@ -16,8 +16,8 @@ job is fleet_job.sh: the items are task:<task>@<scheduled instant> and
 file:inbox:<name>#<version>.
 
 The faults, one at a time, each chosen by a generator seeded with --seed (printed; the same
-seed replays the same schedule, though real timing differs), half of them right after a
-burst of files:
+seed replays the same schedule, though real timing differs), half of them 1.5 s after a
+burst of 30-60 files:
   kill9            the daemon and its jobs SIGKILLed (its cgroup's cgroup.kill), restarted 1-6 s later
   sigstop          the daemon (not its jobs) stopped past its lease (TTL + 1-4 s), then SIGCONT
   partition        host c's link down for 1-12 s, then up
@@ -97,23 +97,24 @@ class Producer(threading.Thread):
         super().__init__(daemon=True)
         self.inbox, self.history, self.rng = inbox, history, random.Random(seed)
         self.stopping, self.lock = threading.Event(), threading.Lock()
-        self.bursts, self.versions, self.written_at, self.count = 0, {}, {}, 0
+        self.bursts, self.versions, self.written_at, self.count = [], {}, {}, 0
         self.error = None
 
-    def burst(self):
+    def burst(self, size):
         with self.lock:
-            self.bursts += 1
+            self.bursts.append(size)
 
     def run(self):
         try:
             next_burst = time.monotonic() + self.rng.uniform(10, 20)
             while not self.stopping.wait(self.rng.uniform(0.3, 0.9)):
                 with self.lock:
-                    asked, self.bursts = self.bursts, 0
-                if asked or time.monotonic() > next_burst:
+                    asked, self.bursts = self.bursts, []
+                if time.monotonic() > next_burst:
                     next_burst = time.monotonic() + self.rng.uniform(10, 20)
-                    for _ in range(self.rng.randint(15, 30)):
-                        self.write_one()
+                    asked.append(self.rng.randint(15, 30))
+                for _ in range(sum(asked)):
+                    self.write_one()
                 self.write_one()
         except Exception as error:  # reported by the main thread
             self.error = error
@@ -250,10 +251,12 @@ class Nemesis:
         kind, slot = self.rng.choice(kinds), self.rng.choice("abc")
         other = self.rng.choice([s for s in "abc" if s != slot])
         seconds, members = self.rng.uniform(0, 1), self.rng.sample(range(3), 2)
-        burst_first, gap = self.rng.random() < 0.5, self.rng.uniform(1, 4)
+        burst_first, burst, gap = self.rng.random() < 0.5, self.rng.randint(30, 60), self.rng.uniform(1, 4)
         host = self.hosts["c" if kind == "partition" else slot]
         if burst_first:
-            self.producer.burst()
+            # A backlog claimed just before the fault, as in the partition (60 files,
+            # the link down 2 s later): what a host cut off or stopped holds.
+            self.producer.burst(burst)
             time.sleep(1.5)
         print(f"  {time.strftime('%H:%M:%S')} {kind} {host.slot if kind.startswith(('kill', 'sig', 'part', 'same')) else members}", flush=True)
         if kind == "kill9":
@@ -372,7 +375,7 @@ def main():
         nemesis = Nemesis(args, scratch, cleanup)
         timing = nemesis.run()
         report = check(args, nemesis.paths["history"])
-        result.update(fleet_costs.summary(nemesis, timing, report))
+        result.update(fleet_costs.summary(nemesis, timing, report, lambda path: check(args, path)))
     except world.HarnessError as error:
         result["failures"].append(f"harness: {error}")
     result["duration_s"] = round(time.monotonic() - began)
