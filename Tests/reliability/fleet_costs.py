@@ -1,9 +1,9 @@
 """What the fleet nemesis prints and returns: the counts of the faults it injected and of
 the anomalies watchkeeper-fleet-check found (the checker judges; nothing here decides
 whether a history is right), and what each kind of fault cost the fleet, measured from the
-same history: the runs it interrupted (ended not ok, or killed), how long after the fault
+same history: the runs it interrupted (killed, or stopped by SIGTERM), how long after the fault
 began their items ran again, persistent fires in its window that never ran ok, and the
-anomalies the checker finds among the items of its window (the checker run again on them)."""
+anomalies the checker finds among the items it is behind (the checker run again on them)."""
 import calendar, json, os, re, statistics, tempfile, time
 
 HOST_FAULTS = {"kill9", "sigstop", "partition", "sigterm_restart", "same_name"}
@@ -24,27 +24,43 @@ def instant_of(item):
 
 
 def runs_of(events):
-    """run id -> {item, host, start, end, ok, note}; a run cut by a kill9 of its host ends
-    at the kill, not ok."""
+    """run id -> {item, host, start, end, ok, note, stopped}; a run cut by a kill9 of its
+    host ends at the kill, not ok; `stopped`: killed so, or ended by a SIGTERM (a fence, an
+    expiry, a stop) rather than by failing on its own."""
     runs = {}
     for e in events:
         if e.get("type") == "start":
             runs[e["run"]] = {"item": e["item"], "host": e["host"], "start": e["t"], "end": None, "ok": None, "note": e.get("note")}
         elif e.get("type") == "end" and e["run"] in runs:
-            runs[e["run"]].update(end=e["t"], ok=e["ok"])
+            runs[e["run"]].update(end=e["t"], ok=e["ok"], stopped=e.get("note") == "stopped by SIGTERM")
     for fault in (e for e in events if e.get("type") == "fault" and e.get("jobs_killed")):
         for run in runs.values():
             if run["end"] is None and run["host"] == fault["host"] and run["start"] <= fault["t"]:
-                run.update(end=fault["t"], ok=False)
+                run.update(end=fault["t"], ok=False, stopped=True)
     return runs
 
 
-def window_anomalies(events, fault, horizon, check):
-    """The checker's verdict on the items whose runs started in the fault's window (every
-    fault line kept, so silences are judged as in the whole history): which anomalies this
-    fault is behind. An item in two windows counts for both."""
-    items = {e["item"] for e in events if e.get("type") == "start" and fault["t"] <= e["t"] <= horizon}
-    items |= {e["item"] for e in events if e.get("type") == "expect" and fault["t"] <= (instant_of(e["item"]) or 0) <= fault.get("until", 0)}
+def items_by_fault(events, by_item, lease_ttl):
+    """Each item goes to one fault: the last one that began before the item's first run
+    started (a fire never run: before its instant), if that run started before the fault
+    healed plus the lease and 2 s; items of no fault's window go to None (quiet time). A
+    rough guide: a backlog claimed before one fault may run twice during the next."""
+    faults = sorted((e for e in events if e.get("type") == "fault"), key=lambda f: f["t"])
+    items = set(by_item) | {e["item"] for e in events if e.get("type") == "expect" and instant_of(e["item"])}
+    assigned = {}
+    for item in items:
+        anchor = min(r["start"] for r in by_item[item]) if item in by_item else instant_of(item)
+        before = [i for i, f in enumerate(faults) if f["t"] <= anchor]
+        last = before[-1] if before else None
+        if last is not None and anchor > (faults[last].get("until") or faults[last]["t"]) + lease_ttl + 2:
+            last = None
+        assigned.setdefault(last, set()).add(item)
+    return faults, assigned
+
+
+def checker_on(events, items, check):
+    """The checker's verdict on these items alone (every fault line kept, so silences are
+    judged as in the whole history): anomaly counts and examples."""
     subset = [e for e in events if e.get("type") == "fault" or e.get("item") in items]
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.write("".join(json.dumps(e) + "\n" for e in subset))
@@ -57,8 +73,9 @@ def window_anomalies(events, fault, horizon, check):
 
 def fault_costs(events, report, lease_ttl, check):
     """Per kind of fault: how many, runs interrupted, their items run again (delay from the
-    fault's start), persistent fires in the window never run ok, the anomalies among the
-    items of its window (`window_anomalies`) with the first example of each."""
+    fault's start), persistent fires in the window never run ok, and the anomalies among the
+    items `items_by_fault` gives it, with the first example of each; "~ no fault" (sorted
+    last) for anomalies among the items of quiet time."""
     runs = runs_of(events)
     by_item = {}
     for run in runs.values():
@@ -68,11 +85,11 @@ def fault_costs(events, report, lease_ttl, check):
     fires = {}
     for item in expected_fires:
         fires.setdefault(item.split("@")[0], set())
-    faults = [e for e in events if e.get("type") == "fault"]
+    faults, assigned = items_by_fault(events, by_item, lease_ttl)
     costs = {}
-    for fault in faults:
+    for index, fault in enumerate(faults):
         kind, start, until = fault["kind"], fault["t"], fault.get("until") or fault["t"]
-        cost = costs.setdefault(kind, {"count": 0, "seconds": [], "interrupted": 0, "rerun_delays": [],
+        cost = costs.setdefault(kind, {"count": 0, "seconds": [], "interrupted": 0, "stop_delays": [], "rerun_delays": [],
                                        "fires_never_ok": 0, "anomalies": {}, "examples": {}})
         cost["count"] += 1
         cost["seconds"].append(until - start)
@@ -80,8 +97,9 @@ def fault_costs(events, report, lease_ttl, check):
         for run in runs.values():
             if kind in HOST_FAULTS and run["host"] != fault["host"]:
                 continue
-            if run["ok"] is False and run["end"] is not None and start <= run["end"] <= horizon and run["start"] <= until:
+            if run.get("stopped") and start <= run["end"] <= horizon and run["start"] <= until:
                 cost["interrupted"] += 1
+                cost["stop_delays"].append(run["end"] - start)
                 later = [r["start"] for r in by_item[run["item"]] if r["start"] > run["start"]]
                 if later:
                     cost["rerun_delays"].append(min(later) - start)
@@ -91,11 +109,16 @@ def fault_costs(events, report, lease_ttl, check):
                 if f"{task}@{iso(instant)}" not in ok_items:
                     cost["fires_never_ok"] += 1
                 instant += 2
-        anomalies, examples = window_anomalies(events, fault, horizon, check)
+        anomalies, examples = checker_on(events, assigned.get(index, set()), check) if index in assigned else ({}, {})
         for anomaly, count in anomalies.items():
             if count:
                 cost["anomalies"][anomaly] = cost["anomalies"].get(anomaly, 0) + count
                 cost["examples"].setdefault(anomaly, examples.get(anomaly, [""])[0])
+    anomalies, examples = checker_on(events, assigned[None], check) if None in assigned else ({}, {})
+    if any(anomalies.values()):
+        costs["~ no fault"] = {"count": 0, "seconds": [0], "interrupted": 0, "stop_delays": [], "rerun_delays": [], "fires_never_ok": 0,
+                               "anomalies": {k: v for k, v in anomalies.items() if v},
+                               "examples": {k: v[0] for k, v in examples.items() if v}}
     return costs
 
 
@@ -117,7 +140,9 @@ def summary(nemesis, timing, report, check):
         "fault_seconds": round(timing["faults_ended"] - timing["began"]),
         "quiesced_s": timing["quiesced_s"],
         "costs": {kind: {"count": c["count"], "median_s": round(statistics.median(c["seconds"]), 1),
-                         "interrupted_runs": c["interrupted"], "rerun": len(c["rerun_delays"]),
+                         "interrupted_runs": c["interrupted"],
+                         "stopped_after_max_s": round(max(c["stop_delays"]), 1) if c["stop_delays"] else None,
+                         "rerun": len(c["rerun_delays"]),
                          "rerun_delay_median_s": round(statistics.median(c["rerun_delays"]), 1) if c["rerun_delays"] else None,
                          "rerun_delay_max_s": round(max(c["rerun_delays"]), 1) if c["rerun_delays"] else None,
                          "fires_never_ok": c["fires_never_ok"],
@@ -144,11 +169,13 @@ def print_result(result, kept):
     for kind, texts in result["examples"].items():
         for text in texts[:5]:
             print(f"    {kind}: {text}")
-    print("  what each fault cost (interrupted: runs ended not ok or killed; rerun: their items run again, delay from the fault's start):")
+    print("  what each fault cost (interrupted: runs killed or stopped by SIGTERM; rerun: their items run again, delay from the fault's start;")
+    print("  its items: those whose first run began after it and before the next fault, within the lease and 2 s of its end):")
     for kind, c in result["costs"].items():
         delay = f", delay median {c['rerun_delay_median_s']} s, max {c['rerun_delay_max_s']} s" if c["rerun"] else ""
-        print(f"    {kind:17s} ×{c['count']:<3d} (median {c['median_s']} s): interrupted {c['interrupted_runs']}, rerun {c['rerun']}{delay}; "
-              f"persistent fires in the window never ok {c['fires_never_ok']}; anomalies among its window's items: "
+        stopped = f" (the last {c['stopped_after_max_s']} s after the fault began)" if c["interrupted_runs"] else ""
+        print(f"    {kind:17s} ×{c['count']:<3d} (median {c['median_s']} s): interrupted {c['interrupted_runs']}{stopped}, rerun {c['rerun']}{delay}; "
+              f"persistent fires in the window never ok {c['fires_never_ok']}; anomalies among its items: "
               + (", ".join(f"{k} {v}" for k, v in c["anomalies"].items()) or "none"))
         for anomaly, text in c["examples"].items():
             print(f"        e.g. {anomaly}: {text}")

@@ -26,10 +26,10 @@ finish() {
     # Cleared before the write: a TERM between the two would otherwise write a second end.
     was=$started
     started=
-    [ -n "$was" ] && printf '{"type":"end","item":"%s","host":"%s","run":"%s","t":%s,"ok":%s}\n' \
-        "$item" "$host" "$run" "$(date +%s.%N)" "$1" >> "$history"
+    [ -n "$was" ] && printf '{"type":"end","item":"%s","host":"%s","run":"%s","t":%s,"ok":%s%s}\n' \
+        "$item" "$host" "$run" "$(date +%s.%N)" "$1" "${2:+,\"note\":\"$2\"}" >> "$history"
 }
-trap 'finish false; exit 143' TERM INT
+trap 'finish false "stopped by SIGTERM"; exit 143' TERM INT
 
 case $kind in
 task)
