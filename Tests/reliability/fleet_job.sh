@@ -69,6 +69,9 @@ if [ "$kind" = file ] && ! ln -- "$WATCHKEEPER_PATH" "$done_dir/$name.v$version.
     finish false
     exit 1
 fi
+# Done: the end line, the file's removal and the exit 0 go together, so a stop signal now
+# cannot leave an ok end line beside a run the daemon records as stopped.
+trap '' TERM INT
 finish true
 [ "$kind" = file ] && rm -f -- "$WATCHKEEPER_PATH"
 exit 0
