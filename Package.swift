@@ -80,6 +80,15 @@ let package = Package(
         // nemesis against real daemons. Not linked into the daemon.
         .target(name: "FleetCheck", dependencies: ["WatchkeeperCore"]),
         .executableTarget(name: "watchkeeper-fleet-check", dependencies: ["FleetCheck", "WatchkeeperCore"]),
+        // The fleet's deterministic simulation (issue 35): the daemon's own fleet code
+        // (FleetMember, FleetFires, FleetStarts) against a simulated etcd and clock, under
+        // seeded faults, every history read by FleetCheck. Not linked into the daemon;
+        // `watchkeeper-sim` runs or replays seeds, Tests/FleetSimulationTests runs 10,000.
+        .target(
+            name: "FleetSimulation",
+            dependencies: ["WatchkeeperCore", "FleetCheck", .product(name: "Logging", package: "swift-log")]
+        ),
+        .executableTarget(name: "watchkeeper-sim", dependencies: ["FleetSimulation"]),
         // What both test targets share: scratch directories, polling with a deadline, a
         // recorder for events delivered on another queue, configuration and time zone
         // fixtures. A regular target, so `swift build` compiles it too: its files are wrapped
@@ -104,8 +113,12 @@ let package = Package(
             dependencies: ["FleetCheck", "WatchkeeperCore"]
         ),
         .testTarget(
+            name: "FleetSimulationTests",
+            dependencies: ["FleetSimulation", "FleetCheck", "WatchkeeperCore", .product(name: "Logging", package: "swift-log")]
+        ),
+        .testTarget(
             name: "WatchkeeperIntegrationTests",
-            dependencies: ["WatchkeeperCore", "WatchkeeperTestSupport"]
+            dependencies: ["WatchkeeperCore", "WatchkeeperTestSupport", "FleetCheck"]
         ),
     ]
 )

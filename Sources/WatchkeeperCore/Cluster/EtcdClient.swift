@@ -40,20 +40,21 @@ public enum EtcdError: Error, Equatable, CustomStringConvertible {
 /// is closed (an answer still on its way cannot be matched to the next call). A refused
 /// connection moves to the next endpoint at once, within the call's deadline.
 public final class EtcdClient: @unchecked Sendable {
-    /// `lease` and `watch` have a connection each; claims and records share `calls`
-    /// connections (four), each call going to the one with the least queued, so a burst of
-    /// a shared inbox's claims is not one long line.
+    /// `lease` and `watch` have a connection each, and so do `records` (the ends of runs,
+    /// written at once, never behind a claim); claims and the rest share `calls`
+    /// connections (four), each call going to the one with the least queued.
     public enum Lane: Hashable, Sendable {
-        case lease, watch
+        case lease, watch, records
         case calls(Int)
 
         static let callLanes = 4
-        static var all: [Lane] { [.lease, .watch] + (0..<callLanes).map { .calls($0) } }
+        static var all: [Lane] { [.lease, .watch, .records] + (0..<callLanes).map { .calls($0) } }
 
         var name: String {
             switch self {
             case .lease: return "lease"
             case .watch: return "watch"
+            case .records: return "records"
             case .calls(let index): return "calls \(index)"
             }
         }
@@ -341,8 +342,8 @@ public final class EtcdClient: @unchecked Sendable {
             return
         }
         let parsed = try? DumpValue.parse(json: call.answer)
-        let message = parsed?["message"]?.stringValue ?? parsed?["error"]?.stringValue
-            ?? "HTTP \(call.status): \(String(decoding: call.answer.prefix(200), as: UTF8.self))"
+        let message = (parsed?["message"]?.stringValue ?? parsed?["error"]?.stringValue).map { Self.oneLine($0) }
+            ?? Self.summary(ofBody: call.answer, status: call.status)
         let code = parsed?["code"].flatMap { $0.int64Value }.map(Int.init) ?? -call.status
         let error = EtcdError.server(endpoint, code: code, message: message)
         if error.isInvalidToken, !call.authenticated {
@@ -357,6 +358,38 @@ public final class EtcdClient: @unchecked Sendable {
         }
         if error.isTransient { moveEndpoint(from: endpoint) }
         finish(call, .failure(error), lane: lane)
+    }
+
+    /// What a server that is not etcd's gateway answered (a proxy's or web server's error
+    /// page at a wrong endpoint), as the one short line the journal and `status` show: an
+    /// HTML page's title (or its text without tags), white space made single spaces,
+    /// escaped, at most 160 characters.
+    static func summary(ofBody body: [UInt8], status: Int) -> String {
+        var text = String(decoding: body.prefix(64 * 1024), as: UTF8.self)
+        if text.contains("<") && text.contains(">") {
+            // Tags are ASCII: lower-casing keeps the offsets of the characters around them.
+            let lower = Array(text.lowercased().utf8), bytes = Array(text.utf8)
+            if lower.count == bytes.count, let open = lower.firstRange(of: Array("<title>".utf8)),
+               let close = lower[open.upperBound...].firstRange(of: Array("</title>".utf8)) {
+                text = String(decoding: bytes[open.upperBound..<close.lowerBound], as: UTF8.self)
+            } else {
+                var inTag = false
+                text = String(text.filter { character in
+                    if character == "<" { inTag = true; return false }
+                    if character == ">" { inTag = false; return false }
+                    return !inTag
+                })
+            }
+        }
+        let line = oneLine(text)
+        return line.isEmpty ? "HTTP \(status)" : "HTTP \(status): \(line)"
+    }
+
+    /// `text` on one line, escaped, at most 160 characters.
+    static func oneLine(_ text: String) -> String {
+        let single = text.split(whereSeparator: { $0.isWhitespace || $0.isNewline }).joined(separator: " ")
+        let escaped = LineEscaping.escaped(single)
+        return escaped.count > 160 ? String(escaped.prefix(159)) + "…" : escaped
     }
 
     private func transportFailed(_ call: Call, _ failure: GatewayFailure, lane: Lane, retryable: Bool) {
@@ -396,7 +429,8 @@ public final class EtcdClient: @unchecked Sendable {
             state.timer?.schedule(at: .distantFuture)
         }
         switch result {
-        case .success: latencies.append(.now - call.started)
+        // A watch is a stream that lasts its whole life: not a call's latency.
+        case .success: if call.onMessage == nil { latencies.append(.now - call.started) }
         case .failure(let error):
             callsFailed += 1
             lastFailure = error

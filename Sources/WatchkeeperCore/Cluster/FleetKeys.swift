@@ -2,6 +2,8 @@
 ///
 ///     <prefix>/tasks/<task>/fires/<instant>   one fire: who claimed it, then how it ended
 ///     <prefix>/tasks/<task>/running           overlap = "skip": the fire running somewhere now
+///     <prefix>/watches/<rule>/files/<path>    a shared inbox's file: its claim, then its record
+///     <prefix>/members/<name>                 the live member holding a name (one per name)
 ///
 /// Instants are UTC ISO 8601 with milliseconds, so keys sort in time order.
 struct FleetKeys: Sendable, Equatable {
@@ -13,6 +15,8 @@ struct FleetKeys: Sendable, Equatable {
     func running(_ task: String) -> String { "\(prefix)/tasks/\(task)/running" }
     var watches: String { "\(prefix)/watches/" }
     func file(_ rule: String, _ relativeKey: String) -> String { "\(prefix)/watches/\(rule)/files/\(relativeKey)" }
+    var members: String { "\(prefix)/members/" }
+    func member(_ name: String) -> String { members + name }
 
     /// A file's path relative to its rule's root as a key: bytes other than printable ASCII,
     /// and '%', percent-encoded, so any name (not UTF-8, with newlines) is a key, readable
@@ -49,26 +53,42 @@ struct FleetKeys: Sendable, Equatable {
         case fire(task: String, instant: String)
         case running(task: String)
         case file(rule: String, relativeKey: String)
+        case member(name: String)
     }
 
     func parse(_ key: String) -> Parsed? {
-        if key.hasPrefix(watches) {
-            let rest = key.dropFirst(watches.count)
-            guard let slash = rest.firstIndex(of: "/"), rest[slash...].hasPrefix("/files/") else { return nil }
-            return .file(rule: String(rest[..<slash]), relativeKey: String(rest[slash...].dropFirst("/files/".count)))
+        // The prefix, then what kind of key: one pass over the bytes (every watch event of
+        // every host comes here).
+        var bytes = key.utf8[...]
+        guard bytes.starts(with: prefix.utf8) else { return nil }
+        bytes = bytes.dropFirst(prefix.utf8.count)
+        if bytes.starts(with: "/members/".utf8) { return .member(name: String(decoding: bytes.dropFirst(9), as: UTF8.self)) }
+        if bytes.starts(with: "/watches/".utf8) {
+            let rest = bytes.dropFirst(9)
+            guard let slash = rest.firstIndex(of: UInt8(ascii: "/")), rest[slash...].starts(with: "/files/".utf8) else { return nil }
+            return .file(rule: String(decoding: rest[..<slash], as: UTF8.self),
+                         relativeKey: String(decoding: rest[slash...].dropFirst(7), as: UTF8.self))
         }
-        guard key.hasPrefix(tasks) else { return nil }
-        let parts = key.dropFirst(tasks.count).split(separator: "/", omittingEmptySubsequences: false)
-        if parts.count == 3, parts[1] == "fires" { return .fire(task: String(parts[0]), instant: String(parts[2])) }
-        if parts.count == 2, parts[1] == "running" { return .running(task: String(parts[0])) }
-        return nil
+        guard bytes.starts(with: "/tasks/".utf8) else { return nil }
+        // <task>/fires/<instant> or <task>/running (task names hold no '/').
+        let rest = bytes.dropFirst(7)
+        guard let slash = rest.firstIndex(of: UInt8(ascii: "/")) else { return nil }
+        let task = String(decoding: rest[..<slash], as: UTF8.self)
+        let tail = rest[rest.index(after: slash)...]
+        if tail.starts(with: "fires/".utf8) {
+            let instant = tail.dropFirst(6)
+            guard !instant.contains(UInt8(ascii: "/")) else { return nil }
+            return .fire(task: task, instant: String(decoding: instant, as: UTF8.self))
+        }
+        return tail.elementsEqual("running".utf8) ? .running(task: task) : nil
     }
 }
 
 /// What a fire's key holds: the claim while the run goes on (bound to the winner's
-/// lease), then the record of how it ended (bound to nothing, so it stays).
+/// lease), then the record of how it ended (bound to nothing, so it stays), or that the
+/// claim was released before its run started (another host may run the fire).
 public struct FleetFire: Sendable, Equatable {
-    public enum State: String, Sendable { case running, done }
+    public enum State: String, Sendable { case running, done, released }
 
     public var task: String
     public var instant: String
@@ -81,6 +101,9 @@ public struct FleetFire: Sendable, Equatable {
     public var finishedAt: WallTime?
     /// A takeover: the host whose claim expired before its run ended.
     public var takenOverFrom: String?
+    /// The run was cut short by its own host (its fence, or its stop): another host may run
+    /// the fire again (a persistent task, inside catch_up_window).
+    public var interrupted = false
 
     public init(task: String, instant: String, host: String, runID: String, state: State) {
         self.task = task
@@ -98,6 +121,7 @@ public struct FleetFire: Sendable, Equatable {
         if let startedAt { fields.append(DumpField("started_at", .string(startedAt.iso8601))) }
         if let finishedAt { fields.append(DumpField("finished_at", .string(finishedAt.iso8601))) }
         if let takenOverFrom { fields.append(DumpField("taken_over_from", .string(takenOverFrom))) }
+        if interrupted { fields.append(DumpField("interrupted", .bool(true))) }
         return DumpValue.object(fields).json
     }
 
@@ -111,6 +135,7 @@ public struct FleetFire: Sendable, Equatable {
         startedAt = value["started_at"]?.stringValue.flatMap(WallTime.init(iso8601:))
         finishedAt = value["finished_at"]?.stringValue.flatMap(WallTime.init(iso8601:))
         takenOverFrom = value["taken_over_from"]?.stringValue
+        interrupted = value["interrupted"]?.boolValue ?? false
     }
 
     var dumpValue: DumpValue {
@@ -120,6 +145,7 @@ public struct FleetFire: Sendable, Equatable {
         fields.append(DumpField("started_at", startedAt.map { .string($0.iso8601) } ?? .null))
         fields.append(DumpField("finished_at", finishedAt.map { .string($0.iso8601) } ?? .null))
         fields.append(DumpField("taken_over_from", takenOverFrom.map { .string($0) } ?? .null))
+        if interrupted { fields.append(DumpField("interrupted", .bool(true))) }
         return .object(fields)
     }
 }
@@ -192,5 +218,44 @@ public struct FleetFile: Sendable, Equatable {
         guard let value = try? DumpValue.parse(json: text), let host = value["host"]?.stringValue, let runID = value["run_id"]?.stringValue,
               let state = value["state"]?.stringValue.flatMap(State.init(rawValue:)) else { return nil }
         self.init(host: host, runID: runID, state: state, size: value["size"]?.int64Value ?? -1, modifiedNanoseconds: value["mtime_ns"]?.int64Value ?? -1)
+    }
+}
+
+/// Who holds a member name (`<prefix>/members/<name>`, bound to that member's lease): the
+/// host, its machine and boot, its daemon's pid. `stopping` is written just before a clean
+/// stop revokes the lease, so that the hosts watching tell a stop from an expiry.
+public struct FleetMemberRecord: Sendable, Equatable {
+    public var host: String
+    public var machineID: String
+    public var bootID: String
+    public var pid: Int64
+    public var since: String
+    public var stopping = false
+
+    public init(host: String, machineID: String, bootID: String, pid: Int64, since: String) {
+        self.host = host
+        self.machineID = machineID
+        self.bootID = bootID
+        self.pid = pid
+        self.since = since
+    }
+
+    var json: String {
+        var fields = [DumpField("host", .string(host)), DumpField("machine_id", .string(machineID)), DumpField("boot_id", .string(bootID)),
+                      DumpField("pid", .int(pid)), DumpField("since", .string(since))]
+        if stopping { fields.append(DumpField("state", .string("stopping"))) }
+        return DumpValue.object(fields).json
+    }
+
+    init?(json text: String) {
+        guard let value = try? DumpValue.parse(json: text), let host = value["host"]?.stringValue else { return nil }
+        self.init(host: host, machineID: value["machine_id"]?.stringValue ?? "", bootID: value["boot_id"]?.stringValue ?? "",
+                  pid: value["pid"]?.int64Value ?? 0, since: value["since"]?.stringValue ?? "")
+        stopping = value["state"]?.stringValue == "stopping"
+    }
+
+    /// "host web-1 (machine ID 0a1b…, boot ID 9f8e…, pid 4242, since …)"
+    public var description: String {
+        "host \(host) (machine ID \(machineID.prefix(12)), boot ID \(bootID.prefix(12)), pid \(pid), since \(since))"
     }
 }

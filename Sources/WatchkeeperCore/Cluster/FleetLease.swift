@@ -5,9 +5,11 @@
 /// The times are this host's monotonic clock. A renewal sent at `s` and answered with a
 /// TTL of `t` means etcd will not expire the lease before `s + t` (it reset the TTL after
 /// receiving the request, which was after `s`): that is `expiresBy`, a bound that needs
-/// no clock agreement between hosts. Fleet jobs are fenced at `expiresBy - fenceLead`
-/// and must be gone by `stopBy`, so they end before etcd can expire the lease and hand
-/// their claims to another host (docs/fleet.md, "Fencing").
+/// no clock agreement between hosts, only clocks that tick at nearly the same rate (within
+/// `clockMargin`). No fleet job starts after `expiresBy - fenceLead`, when fleet jobs are
+/// fenced, and they must be gone by `expiresBy - clockMargin - stopMargin`, so they end
+/// before etcd can expire the lease and hand their claims to another host (docs/fleet.md,
+/// "The lease, and fencing").
 struct FleetLease: Equatable {
     enum State: Equatable {
         /// No lease: not granted yet, or lost. Claims wait.
@@ -27,7 +29,7 @@ struct FleetLease: Equatable {
         case renewed(ttl: Duration, sentAt: MonotonicInstant)
         case renewalFailed(now: MonotonicInstant)
         /// etcd says the lease no longer exists (TTL 0, or "lease not found").
-        case leaseGone
+        case leaseGone(now: MonotonicInstant)
         /// The timer set by `.armTimer` went off.
         case timer(now: MonotonicInstant)
     }
@@ -45,7 +47,7 @@ struct FleetLease: Equatable {
 
     private(set) var state = State.none
     let requestedTTL: Duration
-    /// When the last renewal was answered, for the dump.
+    /// When the last renewal that succeeded was sent (the bound counts from it), for the dump.
     private(set) var lastRenewal: MonotonicInstant?
     private(set) var renewalsFailed: UInt64 = 0
     private(set) var fences: UInt64 = 0
@@ -62,6 +64,13 @@ struct FleetLease: Equatable {
     static func fenceLead(_ ttl: Duration) -> Duration { max(.seconds(1), ttl / 3) }
     /// The margin left between the last SIGKILL and the lease's expiry.
     static func stopMargin(_ ttl: Duration) -> Duration { min(.milliseconds(500), ttl / 10) }
+    /// How much faster etcd's clock may run than this host's over a TTL: 1 % (NTP slews a
+    /// clock by 0.05 % at most; a host whose clock is further off must not be trusted).
+    static func clockMargin(_ ttl: Duration) -> Duration { ttl / 100 }
+    /// Where the fence's stop must be over, for a lease that etcd cannot expire before `expiresBy`.
+    static func stopBy(expiresBy: MonotonicInstant, ttl: Duration) -> MonotonicInstant {
+        expiresBy - clockMargin(ttl) - stopMargin(ttl)
+    }
     static let retryDelay = Duration.milliseconds(500)
 
     var leaseID: Int64? {
@@ -74,6 +83,13 @@ struct FleetLease: Equatable {
     /// Claims may be made only on a lease renewed in time.
     var claimable: Int64? {
         if case .held(let id, _, _) = state { return id }
+        return nil
+    }
+
+    /// The lease fleet jobs may start under, and until when: a job started before the fence
+    /// point is stopped by the fence in time; none starts after it.
+    var startsAllowed: (lease: Int64, until: MonotonicInstant)? {
+        if case .held(let id, let ttl, let expires) = state { return (id, expires - Self.fenceLead(ttl)) }
         return nil
     }
 
@@ -98,13 +114,13 @@ struct FleetLease: Equatable {
         case (.granting, .granted(let id, let ttl, let sentAt)):
             let expires = sentAt + ttl
             state = .held(id: id, ttl: ttl, expiresBy: expires)
-            lastRenewal = .now
+            lastRenewal = sentAt
             return [.available(id: id)] + scheduleRenewal(after: sentAt, ttl: ttl, expiresBy: expires)
         case (.held(let id, _, _), .renewed(let ttl, let sentAt)), (.fencing(let id, _, _), .renewed(let ttl, let sentAt)):
             let wasFencing = if case .fencing = state { true } else { false }
             let expires = sentAt + ttl
             state = .held(id: id, ttl: ttl, expiresBy: expires)
-            lastRenewal = .now
+            lastRenewal = sentAt
             return (wasFencing ? [.available(id: id)] : []) + scheduleRenewal(after: sentAt, ttl: ttl, expiresBy: expires)
         case (.held(let id, let ttl, let expires), .renewalFailed(let now)), (.fencing(let id, let ttl, let expires), .renewalFailed(let now)):
             renewalsFailed += 1
@@ -122,18 +138,18 @@ struct FleetLease: Equatable {
             if case .held = state, now >= expires - Self.fenceLead(ttl) {
                 state = .fencing(id: id, ttl: ttl, expiresBy: expires)
                 fences += 1
-                return [.fence(stopBy: expires - Self.stopMargin(ttl)), .armTimer(at: expires)] + (nextRenewal.map { $0 <= now } ?? true ? [.renew(id: id)] : [])
+                return [.fence(stopBy: Self.stopBy(expiresBy: expires, ttl: ttl)), .armTimer(at: expires)] + (nextRenewal.map { $0 <= now } ?? true ? [.renew(id: id)] : [])
             }
             if let due = nextRenewal, now >= due {
                 nextRenewal = nil
                 return [.renew(id: id), .armTimer(at: min(expires - Self.fenceLead(ttl), expires))]
             }
             return [.armTimer(at: nextDeadline(ttl: ttl, expiresBy: expires))]
-        case (.held(let id, _, _), .leaseGone), (.fencing(let id, _, _), .leaseGone):
+        case (.held(let id, _, _), .leaseGone(let now)), (.fencing(let id, _, _), .leaseGone(let now)):
             // Claims bound to it are gone already: fleet jobs stop at once.
             state = .granting
             fences += 1
-            return [.fence(stopBy: .now), .lost(id: id), .grant]
+            return [.fence(stopBy: now), .lost(id: id), .grant]
         default:
             return []
         }

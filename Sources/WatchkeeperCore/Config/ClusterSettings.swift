@@ -83,9 +83,9 @@ public struct ClusterSettings: Equatable, Sendable {
         // etcd grants at least its own minimum (1.5 s with default timings); under 3 s a
         // renewal could not be retried before the lease expires.
         if let ttl = reader.duration("lease_ttl", range: .seconds(3) ... .seconds(3_600)) { settings.leaseTTL = ttl }
-        settings.caFile = readableFile(&reader, "ca_file")
-        settings.certFile = readableFile(&reader, "cert_file")
-        settings.keyFile = readableFile(&reader, "key_file")
+        settings.caFile = pemFile(&reader, "ca_file", holding: "CERTIFICATE")
+        settings.certFile = pemFile(&reader, "cert_file", holding: "CERTIFICATE")
+        settings.keyFile = pemFile(&reader, "key_file", holding: "PRIVATE KEY")
         if (reader.table["cert_file"] == nil) != (reader.table["key_file"] == nil) {
             context.error(at: reader.valuePosition(reader.table["cert_file"] == nil ? "key_file" : "cert_file"),
                           "cert_file and key_file go together: the client certificate and its private key")
@@ -111,6 +111,27 @@ public struct ClusterSettings: Equatable, Sendable {
                           "username and password_file go together: etcd's user and the file holding its password")
         }
         return settings
+    }
+
+    /// A certificate or key file as OpenSSL will read it at the first https:// call: a
+    /// regular file holding a PEM block of `label` ("CERTIFICATE", "PRIVATE KEY", which also
+    /// matches "RSA PRIVATE KEY" and "EC PRIVATE KEY"). A directory, /dev/null or a DER file
+    /// would pass a read check and then hold every fleet fire.
+    private static func pemFile(_ reader: inout TableReader, _ key: String, holding label: String) -> String? {
+        guard let path = readableFile(&reader, key) else { return nil }
+        var info = stat()
+        let what: String
+        if stat(path, &info) != 0 || (info.st_mode & S_IFMT) != S_IFREG {
+            what = (info.st_mode & S_IFMT) == S_IFDIR ? "is a directory" : "is not a regular file"
+        } else if info.st_size > 1_048_576 {
+            what = "is over 1 MiB"
+        } else if let text = try? readSmallFile(path), text.contains("-----BEGIN "), text.contains(label + "-----") {
+            return path
+        } else {
+            what = info.st_size == 0 ? "is empty" : "holds no PEM \(label) (-----BEGIN ...\(label)-----)"
+        }
+        reader.context.error(at: reader.valuePosition(key), "\(reader.dotted(key)) = \"\(path)\" \(what): give the \(key == "key_file" ? "client's private key" : key == "ca_file" ? "CA certificate that signed etcd's" : "client certificate") in PEM form")
+        return nil
     }
 
     private static func readableFile(_ reader: inout TableReader, _ key: String) -> String? {

@@ -135,7 +135,9 @@ public enum StatusView {
             line += style.paint("no lease: fleet fires held", .red)
         }
         var lines = [line]
-        if state != "held", let error = cluster["last_error"], error != .null {
+        if let holder = cluster["name_held_by"], holder != .null {
+            lines.append("            " + style.paint("the member name \(text(cluster["name"])) is held by another member, \(text(holder)): no fleet duty here until it goes", .red))
+        } else if state != "held", let error = cluster["last_error"], error != .null {
             lines.append("            " + style.paint(text(error), .red))
         }
         return lines

@@ -79,10 +79,16 @@ struct DaemonParts {
         scheduler = TaskScheduler(engine: engine)
         scheduler.stateStore = store
         cluster = owner.configuration.cluster.map { ClusterMember(settings: $0, queue: queues.cluster, sources: sources, logger: logger) }
-        scheduler.cluster = cluster
+        if let cluster {
+            // Fleet jobs start through the cluster's gate and claims, and the fence reaches the engine.
+            engine.fleetStarts = FleetStarts(member: cluster.member, queue: queues.jobs, clock: { .now }) { [unowned engine] stopBy in
+                engine.fenceFleet(stopBy: stopBy)
+            }
+        }
+        scheduler.cluster = cluster?.member
         watcher = DirectoryWatcher(queue: queues.watching, engine: engine)
         watcher.store = store
-        watcher.cluster = cluster
+        watcher.cluster = cluster?.member
         control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: owner)
         // The scheduler and the cluster only with [cluster]: without it they add no series.
         var fleetMetrics: [any MetricsContributor] = []

@@ -16,7 +16,8 @@ public struct JobGroup: Sendable, Equatable {
     public var retry: RetryPolicy?
     /// Runs that expired on their budget are retried too (failed ones always are).
     public var retryExpired: Bool
-
+    /// fleet = "one": a job starts only under a claim on a live etcd lease (FleetStarts).
+    public var fleet = false
 }
 
 /// What a caller gets back, exactly once per submission: after the last attempt, or
@@ -45,6 +46,14 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let earlier: [RunRecord]
         let reply: Reply
         let submittedAt: MonotonicInstant
+        /// A fleet job's claim, once it holds one (FleetStarts).
+        var claim: FleetClaimHold?
+
+        func claimed(_ claim: FleetClaimHold?) -> Waiting {
+            var item = self
+            item.claim = claim
+            return item
+        }
     }
 
     private final class Active {
@@ -109,6 +118,10 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public var onBurstOver: (() -> Void)?
     /// Told of every group configured, first attempt started and record journaled.
     public var metrics: JobMetrics?
+    /// Fleet jobs' starts, with `[cluster]` (Jobs/FleetStarts.swift); set by Daemon.init.
+    public var fleetStarts: FleetStarts?
+    /// Fleet jobs whose slot waits for their claim's answer (the line counts them running).
+    private var claiming: Set<RunID> = []
 
     public init(context: JobContext, maxJobs: Int) {
         self.queue = context.queue
@@ -189,9 +202,18 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     @discardableResult
     public func submit(_ key: JobKey, subject: JobSubject, runID: RunID? = nil, replyOn: SubsystemQueue? = nil,
                        completion: @escaping (JobCompletion) -> Void) -> RunID {
+        submit(key, Waiting(runID: runID ?? .random(), subject: subject, attempt: 1, earlier: [], reply: (replyOn, completion), submittedAt: .now))
+    }
+
+    /// A fleet fire claimed before it was submitted: it starts only under that claim's lease.
+    @discardableResult
+    public func submitClaimed(_ key: JobKey, subject: JobSubject, runID: RunID, claim: FleetClaimHold,
+                              completion: @escaping (JobCompletion) -> Void) -> RunID {
+        submit(key, Waiting(runID: runID, subject: subject, attempt: 1, earlier: [], reply: (nil, completion), submittedAt: .now).claimed(claim))
+    }
+
+    private func submit(_ key: JobKey, _ item: Waiting) -> RunID {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        let item = Waiting(runID: runID ?? .random(), subject: subject, attempt: 1, earlier: [], reply: (replyOn, completion),
-                           submittedAt: .now)
         guard accepting, groups[key] != nil else {
             let why = accepting ? "cancelled: \(key) is not configured" : "cancelled: the daemon is stopping"
             complete(key, item, adding: cancelledRecord(key, item, detail: why))
@@ -236,6 +258,20 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             }
         }
         return false
+    }
+
+    /// The fence (FleetStarts): every running fleet job ends through its expiry sequence by
+    /// `stopBy`; fleet jobs that hold a claim and wait (for a slot, a retry) never start, and
+    /// their claims are released with their completions.
+    func fenceFleet(stopBy: MonotonicInstant) {
+        let fleet = Set(groups.values.filter(\.fleet).map(\.key))
+        for entry in active.values where fleet.contains(entry.key) { entry.run?.expire(.fleetLeaseLost, by: stopBy) }
+        let retries = retrying.filter { fleet.contains($0.value.key) && $0.value.next.claim != nil }
+        for (runID, retry) in retries { retry.timer.cancel(); retrying[runID] = nil }
+        let dropped = fleet.flatMap { key in line.removeWaiting(of: key) { $0.claim != nil }.map { (key, $0) } } + retries.values.map { ($0.key, $0.next) }
+        for (key, item) in dropped {
+            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: not started, as this host could not renew its etcd lease in time; its claim is released"))
+        }
     }
 
     /// Ends the running jobs of a group early (overlap = "replace").
@@ -314,6 +350,38 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(key) was removed"))
             return
         }
+        guard group.fleet, let fleet = fleetStarts else { return launch(key, item, group) }
+        let waiting = UncheckedSendable(item)
+        fleetStart(key, item, fleet.beforeStart(FleetStarts.job(key, item.subject, claim: item.claim), runID: item.runID) { [weak self] answer in
+            guard let self, self.claiming.remove(waiting.value.runID) != nil else { return }
+            self.fleetStart(key, waiting.value, answer)
+            self.pump()
+        })
+    }
+
+    /// What FleetStarts decided for a fleet job a slot came to: it starts, its slot waits for
+    /// its claim's answer, or the slot is free again. Held work goes back to its owner
+    /// unjournaled (an outage would otherwise log every file of an inbox once a second).
+    private func fleetStart(_ key: JobKey, _ item: Waiting, _ decision: FleetStartDecision) {
+        switch decision {
+        case .start(let claim) where accepting:
+            if let group = groups[key] { return launch(key, item.claimed(claim), group) }
+            fleetStart(key, item.claimed(claim), .notStarted(.cancelled, detail: "cancelled: \(key) was removed"))
+        case .start(let claim):
+            fleetStart(key, item.claimed(claim), .notStarted(.cancelled, detail: "cancelled: the daemon is stopping"))
+        case .claiming:
+            claiming.insert(item.runID)
+        case .notStarted(let outcome, let detail):
+            line.finished(key)
+            let record = RunRecord(name: key.name, runID: item.runID.description, attempt: item.attempt, outcome: outcome,
+                                   scheduledAt: item.subject.scheduledAt, startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil,
+                                   expiry: nil, lateness: nil, detail: detail)
+            if outcome == .held { return deliver(key, item, records: item.earlier + [record]) }
+            complete(key, item, adding: record, inBulk: outcome == .ranElsewhere)
+        }
+    }
+
+    private func launch(_ key: JobKey, _ item: Waiting, _ group: JobGroup) {
         // A file renamed, removed or replaced since it was admitted is not this job's any
         // more: running it would fail on a missing path or read another file's content, and
         // its new name (or the new file) has evidence of its own (docs/architecture.md).
@@ -327,7 +395,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         case .narrowed(let subject, let gone):
             logger.notice("\(key) run \(item.runID): \(gone.count) of its files were renamed, removed or replaced before it started and are left out (the first: \(LineEscaping.escaped(gone[0].path)))")
             item = Waiting(runID: item.runID, subject: subject, attempt: item.attempt, earlier: item.earlier, reply: item.reply,
-                           submittedAt: item.submittedAt)
+                           submittedAt: item.submittedAt).claimed(item.claim)
         case .gone:
             line.finished(key)
             filesGoneBeforeStart += 1
@@ -417,7 +485,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let record = records[records.count - 1]
         let delay = retry.delay(afterAttempt: record.attempt)
         let next = Waiting(runID: .random(), subject: item.subject, attempt: record.attempt + 1, earlier: records, reply: item.reply,
-                           submittedAt: item.submittedAt)
+                           submittedAt: item.submittedAt).claimed(item.claim)
         let what = item.subject.summary.map { " for \(LineEscaping.escaped($0))" } ?? ""
         logger.notice("\(key) run \(record.runID)\(what): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription) as run \(next.runID)")
         let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): retry run \(next.runID) (attempt \(next.attempt))", on: queue) { [weak self] in
@@ -501,6 +569,10 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
     private func deliver(_ key: JobKey, _ item: Waiting, records: [RunRecord]) {
         let completion = JobCompletion(key: key, subject: item.subject, records: records)
+        // A shared inbox file's record (or release) goes to etcd now, before anything else.
+        if let claim = item.claim, let fleet = fleetStarts {
+            fleet.ended(FleetStarts.job(key, item.subject, claim: nil), hold: claim, runID: item.runID, ok: completion.final.outcome == .ok)
+        }
         if let replyQueue = item.reply.queue {
             // The handler belongs to the reply queue's owner and runs only there.
             let handler = UncheckedSendable(item.reply.handler)
@@ -528,6 +600,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("running_total", .int(Int64(active.count))),
             .init("waiting_total", .int(Int64(line.waitingCount))),
             .init("retrying_total", .int(Int64(retrying.count))),
+            .init("fleet_claims_waiting", .int(Int64(claiming.count))),
             .init("lingering_groups", .int(Int64(lingering.count))),
             .init("started_since_start", .int(Int64(startedTotal))),
             .init("files_gone_before_start", .int(Int64(filesGoneBeforeStart))),

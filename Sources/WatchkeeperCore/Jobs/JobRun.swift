@@ -243,10 +243,16 @@ final class JobRun: @unchecked Sendable {
             case .signalGroup(let signal):
                 child?.signalGroup(signal)
             case .startKillGrace:
-                killTimer = addTimer(after: squeezed(request.settings.killGrace), target: "\(request.name) kill_grace") { [weak self] in
+                let grace = squeezed(request.settings.killGrace)
+                killTimer = addTimer(after: grace, target: "\(request.name) kill_grace") { [weak self] in
                     guard let self else { return }
                     if self.machine.phase != .finished {
-                        self.logger.warning("\(self.label) did not stop within kill_grace \(self.request.settings.killGrace.compactDescription): SIGKILL to \(self.child?.containerDescription ?? "its process group")")
+                        let configured = self.request.settings.killGrace
+                        // A fence squeezes the sequence: say the time the job had, and why.
+                        let within = grace < configured
+                            ? "within \(grace.compactDescription) (its kill_grace of \(configured.compactDescription), cut short so that it ends before this host's etcd lease can expire)"
+                            : "within kill_grace \(configured.compactDescription)"
+                        self.logger.warning("\(self.label) did not stop \(within): SIGKILL to \(self.child?.containerDescription ?? "its process group")")
                     }
                     self.perform(self.machine.handle(.killGraceElapsed))
                 }

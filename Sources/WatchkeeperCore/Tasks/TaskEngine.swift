@@ -13,6 +13,10 @@ public protocol TaskEngine: AnyObject {
     @discardableResult
     func submit(_ key: JobKey, subject: JobSubject, runID: RunID?, replyOn: SubsystemQueue?,
                 completion: @escaping (JobCompletion) -> Void) -> RunID
+    /// A fleet fire this host claimed: it starts only under the claim's lease (FleetStarts).
+    @discardableResult
+    func submitClaimed(_ key: JobKey, subject: JobSubject, runID: RunID, claim: FleetClaimHold,
+                       completion: @escaping (JobCompletion) -> Void) -> RunID
     func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject)
     @discardableResult
     func cancel(runID: RunID, detail: String) -> Bool
@@ -22,6 +26,15 @@ public protocol TaskEngine: AnyObject {
     func activeCount(of key: JobKey) -> Int
     /// The group's running jobs as the dump shows them.
     func describeRuns(of key: JobKey, now: MonotonicInstant) -> [DumpValue]
+}
+
+extension TaskEngine {
+    /// An engine without fleet starts (a test's fake) runs a claimed fire as any other.
+    @discardableResult
+    public func submitClaimed(_ key: JobKey, subject: JobSubject, runID: RunID, claim: FleetClaimHold,
+                              completion: @escaping (JobCompletion) -> Void) -> RunID {
+        submit(key, subject: subject, runID: runID, replyOn: nil, completion: completion)
+    }
 }
 
 extension JobEngine: TaskEngine {

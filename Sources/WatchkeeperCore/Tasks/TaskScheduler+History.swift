@@ -182,7 +182,7 @@ extension TaskScheduler {
                 .init("next_run", .string(describeNext(task))),
                 .init("overlap", .string(settings.overlap.rawValue)),
                 .init("fleet", .string(settings.fleet.rawValue)),
-                .init("fleet_state", describeFleet(task)),
+                .init("fleet_state", task.settings.fleet == .one ? fleet?.describe(task.settings.name) ?? .null : .null),
                 .init("budget", .string(settings.job.budget.compactDescription)),
                 .init("running", .array(engine.describeRuns(of: task.key, now: now))),
                 .init("waiting_for_current_run", .bool(task.runAfterCurrent != nil)),
@@ -200,7 +200,7 @@ extension TaskScheduler {
             .init("state_file", reader.map { .string($0.path) } ?? .null),
             .init("state_problem", storeProblem.map { .string($0) } ?? .null),
             .init("tasks", .array(entries)),
-            .init("fleet_held_cause", fleetHeldCause.map { .string($0) } ?? .null),
+            .init("fleet_held_cause", fleet?.heldCause.map { .string($0) } ?? .null),
         ])
     }
 }

@@ -35,8 +35,6 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         var onFire: (() -> Void)?
         var history: [RunRecord] = []
         var totals: [RunOutcome: UInt64] = [:]
-        /// fleet = "one": claims, fires run elsewhere, held fires (TaskScheduler+Fleet.swift).
-        var fleet = FleetTaskState()
 
         init(settings: TaskSettings) {
             self.settings = settings
@@ -47,7 +45,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
         var group: JobGroup {
             // overlap = "allow" may run max_concurrent at once; every other policy one.
             JobGroup(key: key, settings: settings.job, limit: settings.overlap == .allow ? settings.maxConcurrent : 1,
-                     retry: settings.retry, retryExpired: settings.retryExpired)
+                     retry: settings.retry, retryExpired: settings.retryExpired, fleet: settings.fleet == .one)
         }
     }
 
@@ -69,13 +67,12 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// runs on, without catch-up, and says so in the dump).
     var reader: StateReader?
     var clockWatcher: ClockChangeWatcher?
-    /// This host in the fleet, when `[cluster]` is configured (set by Daemon.init).
-    public var cluster: ClusterMember?
-    var fleetCheckTimer: RegisteredTimer?
-    var heldRetryTimer: RegisteredTimer?
-    var heldRetryDelay = Duration.milliseconds(250)
-    /// Why fleet fires are held now (no etcd lease), for the dump and `status`.
-    var fleetHeldCause: String?
+    /// This host in the fleet, when `[cluster]` is configured (set by Daemon.init), and
+    /// the decisions about fleet tasks' fires (TaskScheduler+Fleet.swift).
+    public var cluster: FleetMember? {
+        didSet { fleet = cluster.map { FleetFires(member: $0, owner: self, logger: logger) } }
+    }
+    var fleet: FleetFires?
     var storeProblem: String?
     static let historyLength = 10
 
@@ -133,6 +130,7 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
             }
         }
         order = settings.map(\.name)
+        configureFleet()
         // Only once every task is known, so `after` sees the tasks listed later too.
         for task in startNow {
             fire(task, scheduledAt: .now(), reason: "run_on_start")

@@ -47,10 +47,6 @@ extension DirectoryWatcher {
                 for file in subject.files { rule.submitted(file) }
             }
         }
-        if rule.settings.fleet == .one, cluster != nil {
-            claimThenSubmit(subjects, rule: rule)
-            return
-        }
         rule.jobsSubmitted += UInt64(subjects.count)
         if rule.settings.batch { rule.batchesStarted += UInt64(subjects.count) }
         let key = rule.key
@@ -67,6 +63,7 @@ extension DirectoryWatcher {
     /// The final outcome of a file's job goes to the ledger (cancelled ones are left for the
     /// next catch-up); the record itself is the engine's.
     func finished(_ completion: JobCompletion, rule: WatchRule) {
+        if rule.settings.fleet == .one, cluster != nil, fleetFinished(completion, rule: rule) { return }
         let outcome = completion.final.outcome
         var followers: [InFlightFile.Follower] = []
         for file in completion.subject.files {

@@ -67,7 +67,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     }()
     /// This host in the fleet, when `[cluster]` is configured: shared inboxes claim their
     /// files through it (set by Daemon.init).
-    public var cluster: ClusterMember?
+    public var cluster: FleetMember?
     var fleetRetryTimer: RegisteredTimer?
     var store: StateStore? {
         get { ledger.store }

@@ -109,7 +109,8 @@ final class WatchRule: @unchecked Sendable {
     var isMissing: Bool { root == nil }
 
     var group: JobGroup {
-        JobGroup(key: key, settings: settings.job, limit: settings.maxConcurrent, retry: settings.retry, retryExpired: settings.retryExpired)
+        JobGroup(key: key, settings: settings.job, limit: settings.maxConcurrent, retry: settings.retry, retryExpired: settings.retryExpired,
+                 fleet: settings.fleet == .one)
     }
 
     func absolute(_ relative: some Collection<UInt8>) -> [UInt8] {

@@ -40,7 +40,7 @@ final class EtcdClientSmokeTests: XCTestCase {
         let first = run { done in client.create("/t/a", value: "one", lease: granted, timeout: .seconds(2)) { done($0) } }
         guard case .success(.created)? = first else { return XCTFail("\(String(describing: first))") }
         let second = run { done in client.create("/t/a", value: "two", lease: 0, timeout: .seconds(2)) { done($0) } }
-        guard case .success(.exists(let kv))? = second else { return XCTFail("\(String(describing: second))") }
+        guard case .success(.exists(let found))? = second, let kv = found.first else { return XCTFail("\(String(describing: second))") }
         XCTAssertEqual(kv.value, "one")
         XCTAssertEqual(kv.lease, granted)
         let renewed = run { done in client.keepAlive(lease: granted, timeout: .seconds(1)) { done($0) } }

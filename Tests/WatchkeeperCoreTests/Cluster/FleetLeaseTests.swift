@@ -36,11 +36,25 @@ final class FleetLeaseTests: XCTestCase {
         _ = lease.handle(.renewalFailed(now: zero + .seconds(5)))
         // Fence point: expiry (9 s) minus a third of the TTL (3 s).
         let actions = lease.handle(.timer(now: zero + .seconds(6)))
-        XCTAssertEqual(actions.first, .fence(stopBy: zero + .seconds(9) - .milliseconds(500)))
+        // Everything stopped by expiry minus the clock's margin (1 % of the TTL) and the stop's (0.5 s).
+        XCTAssertEqual(actions.first, .fence(stopBy: zero + .seconds(9) - .milliseconds(90) - .milliseconds(500)))
         XCTAssertNil(lease.claimable, "no claim is made on a lease that is being fenced")
         XCTAssertEqual(lease.leaseID, 7, "but it is still renewed")
         XCTAssertEqual(lease.handle(.timer(now: zero + .seconds(9))), [.lost(id: 7), .grant])
         XCTAssertEqual(lease.fences, 1)
+    }
+
+    /// Issue 35, item 1: jobs may start under a held lease until its fence point, and not
+    /// at all once it is being fenced or lost.
+    func testJobsMayStartUntilTheFencePoint_andNotWhileTheLeaseIsFenced() {
+        var lease = FleetLease(ttl: .seconds(9))
+        held(&lease, sentAt: zero)
+        XCTAssertEqual(lease.startsAllowed?.lease, 7)
+        XCTAssertEqual(lease.startsAllowed?.until, zero + .seconds(6), "expiry (9 s) minus a third of the TTL")
+        _ = lease.handle(.timer(now: zero + .seconds(6)))
+        XCTAssertNil(lease.startsAllowed)
+        _ = lease.handle(.timer(now: zero + .seconds(9)))
+        XCTAssertNil(lease.startsAllowed)
     }
 
     func testARenewalThatComesBackDuringTheFenceMakesTheLeaseClaimableAgain() {
@@ -56,7 +70,7 @@ final class FleetLeaseTests: XCTestCase {
     func testALeaseEtcdNoLongerHasFencesAtOnceAndAsksForANewOne() {
         var lease = FleetLease(ttl: .seconds(9))
         held(&lease, sentAt: zero)
-        let actions = lease.handle(.leaseGone)
+        let actions = lease.handle(.leaseGone(now: zero + .seconds(1)))
         guard case .fence = actions.first else { return XCTFail("\(actions)") }
         XCTAssertEqual(Array(actions.dropFirst()), [.lost(id: 7), .grant])
         XCTAssertNil(lease.claimable)

@@ -39,14 +39,14 @@ final class ClusterSettingsTests: XCTestCase {
 
     func testACertificateWithoutItsKey_isRefused() throws {
         let directory = try makeScratchDirectory()
-        FileManager.default.createFile(atPath: directory + "/c.pem", contents: Data("x".utf8))
+        FileManager.default.createFile(atPath: directory + "/c.pem", contents: Data(Self.certificate.utf8))
         assertSingleConfigError("[cluster]\netcd = [\"https://h:2379\"]\ncert_file = \"\(directory)/c.pem\"\n", at: (3, 13),
                                 "cert_file and key_file go together: the client certificate and its private key")
     }
 
     func testTLSFilesWithOnlyHTTPEndpoints_areRefused() throws {
         let directory = try makeScratchDirectory()
-        FileManager.default.createFile(atPath: directory + "/ca.pem", contents: Data("x".utf8))
+        FileManager.default.createFile(atPath: directory + "/ca.pem", contents: Data(Self.certificate.utf8))
         assertSingleConfigError("[cluster]\netcd = [\"http://h:2379\"]\nca_file = \"\(directory)/ca.pem\"\n", at: (3, 11),
                                 "cluster.ca_file is set but no etcd endpoint is https://: use https:// endpoints, or remove it")
     }
@@ -101,6 +101,34 @@ final class ClusterSettingsTests: XCTestCase {
             command = ["/bin/true", "{paths}"]
             """)
         XCTAssertTrue(diagnostics.contains { $0.message.contains("not available with batch") }, "\(diagnostics)")
+    }
+
+    static let certificate = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUXJ\n-----END CERTIFICATE-----\n"
+    static let key = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----\n"
+
+    /// Issue 35, item 8: what OpenSSL could never load is refused by check-config, at its
+    /// line, instead of a daemon that then holds every fleet fire.
+    func testATLSFileThatIsADirectoryDevNullOrNotPEM_isRefusedWithWhatItIs() throws {
+        let directory = try makeScratchDirectory()
+        FileManager.default.createFile(atPath: directory + "/cert.pem", contents: Data(Self.certificate.utf8))
+        FileManager.default.createFile(atPath: directory + "/key.pem", contents: Data(Self.key.utf8))
+        FileManager.default.createFile(atPath: directory + "/ca.der", contents: Data([0x30, 0x82, 0x01, 0x0a, 0x02]))
+        FileManager.default.createFile(atPath: directory + "/empty.pem", contents: Data())
+        func source(ca: String, cert: String = directory + "/cert.pem", key: String = directory + "/key.pem") -> String {
+            "[cluster]\netcd = [\"https://h:2379\"]\nca_file = \"\(ca)\"\ncert_file = \"\(cert)\"\nkey_file = \"\(key)\"\n"
+        }
+        XCTAssertNotNil(parsedConfiguration(source(ca: directory + "/cert.pem")), "PEM files load")
+        assertSingleConfigError(source(ca: directory), at: (3, 11),
+                                "cluster.ca_file = \"\(directory)\" is a directory: give the CA certificate that signed etcd's in PEM form")
+        assertSingleConfigError(source(ca: "/dev/null"), at: (3, 11),
+                                "cluster.ca_file = \"/dev/null\" is not a regular file: give the CA certificate that signed etcd's in PEM form")
+        assertSingleConfigError(source(ca: directory + "/ca.der"), at: (3, 11),
+                                "cluster.ca_file = \"\(directory)/ca.der\" holds no PEM CERTIFICATE (-----BEGIN ...CERTIFICATE-----): give the CA certificate that signed etcd's in PEM form")
+        assertSingleConfigError(source(ca: directory + "/cert.pem", cert: directory + "/empty.pem"), at: (4, 13),
+                                "cluster.cert_file = \"\(directory)/empty.pem\" is empty: give the client certificate in PEM form")
+        // A certificate given as the key: no private key in it.
+        assertSingleConfigError(source(ca: directory + "/cert.pem", key: directory + "/cert.pem"), at: (5, 12),
+                                "cluster.key_file = \"\(directory)/cert.pem\" holds no PEM PRIVATE KEY (-----BEGIN ...PRIVATE KEY-----): give the client's private key in PEM form")
     }
 
     func testAFleetTasksJitterComesFromItsNameAlone() {

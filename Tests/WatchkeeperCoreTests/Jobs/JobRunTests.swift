@@ -75,6 +75,22 @@ final class JobRunTests: JobTestCase {
         XCTAssertLessThan(record?.finishedAt ?? readingFrom, readingFrom, "finished_at is when the sink took the line, not the exit")
     }
 
+    /// Issue 35, item 8: a fence squeezes the expiry sequence to end before the lease can
+    /// expire; the warning says the time the job had, not a kill_grace it never got.
+    func testAFencesSqueezedKillGrace_isSaidAsTheTimeTheJobHad() throws {
+        let directory = try makeScratchDirectory()
+        let done = Arrivals<JobCompletion>()
+        let key = JobKey(.task, "deaf")
+        let engine = runOnce(key, "trap '' TERM; touch \(directory)/deaf; exec sleep 30", configure: { $0.killGrace = .seconds(5) }, into: done)
+        // Deaf to SIGTERM from here on.
+        XCTAssertTrue(waitFor(5) { FileManager.default.fileExists(atPath: directory + "/deaf") })
+        engine.queue.queue.sync { engine.expire(key, reason: .fleetLeaseLost, by: .now + .milliseconds(400)) }
+        XCTAssertTrue(done.wait(timeout: 3), "the fenced job did not end by its squeezed deadline: \(log.messages)")
+        let warning = messages(at: .warning).first { $0.contains("did not stop") } ?? ""
+        XCTAssertFalse(warning.contains("within kill_grace 5s"), warning)
+        XCTAssertTrue(warning.contains("its kill_grace of 5s, cut short so that it ends before this host's etcd lease can expire"), warning)
+    }
+
     func testWarnAt_logsAWarningOnceThatShareOfTheBudgetIsUsed() {
         let done = Arrivals<JobCompletion>()
         // Warned at 200 ms, long before the job ends; the budget is far away.

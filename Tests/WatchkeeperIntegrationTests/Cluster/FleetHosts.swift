@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import FleetCheck
 import WatchkeeperCore
 import WatchkeeperTestSupport
 
@@ -42,8 +43,11 @@ final class FleetHosts {
 
     /// `tasks`: the [[task]] tables, with @SHARED@ for the shared directory and @HOST@ for the
     /// host's name; `cluster`: extra [cluster] keys.
+    /// `memberName`: the `[cluster] name` of every host, when a test gives them one name
+    /// (jobs still tell the hosts apart by `@HOST@`).
+    /// `daemon`: extra `[daemon]` keys (max_jobs).
     init(count: Int, endpoints: [String], shared: String, tasks: String, cluster: String = "lease_ttl = \"4s\"",
-         prefix: String? = nil, firstIndex: Int = 0) throws {
+         prefix: String? = nil, firstIndex: Int = 0, memberName: String? = nil, daemon: String = "") throws {
         self.shared = shared
         self.prefix = prefix ?? "/wk-test/\(UInt32.random(in: 0 ... .max))"
         for index in firstIndex..<(firstIndex + count) {
@@ -53,10 +57,11 @@ final class FleetHosts {
                 log_level = "debug"
                 shutdown_grace = "5s"
                 dump_component_timeout = "1s"
+                \(daemon)
 
                 [cluster]
                 etcd = [\(endpoints.map { "\"\($0)\"" }.joined(separator: ", "))]
-                name = "\(host.name)"
+                name = "\(memberName ?? host.name)"
                 prefix = "\(self.prefix)"
                 \(cluster)
 
@@ -139,6 +144,33 @@ final class FleetHosts {
         guard let object = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
               let runs = object["runs"] as? [[String: Any]] else { throw XCTSkip("no history from \(host.name): \(text)") }
         return runs.map { (($0["run_id"] as? String) ?? "", ($0["outcome"] as? String) ?? "", $0["host"] as? String) }
+    }
+
+    /// A shared inbox's job that writes its start and end to @SHARED@/history as the JSON
+    /// lines `FleetHistoryChecker` reads (item `file:<name>#1`): it sleeps `seconds`, then moves
+    /// its file to @SHARED@/done/ (a failed move, a file already gone, ends it not ok); told
+    /// to stop (the fence's SIGTERM), it writes its end at once.
+    static func inboxJob(seconds: String) -> String {
+        #"""
+        mkdir -p @SHARED@/pids @SHARED@/done; touch @SHARED@/pids/@HOST@.$$
+        log() { printf '{"type":"%s","item":"file:%s#1","host":"@HOST@","run":"%s","t":%s%s}\n' "$1" "$WATCHKEEPER_NAME" "$WATCHKEEPER_RUN_ID" "$(date +%s.%N)" "$2" >> @SHARED@/history; }
+        log start ""
+        trap 'log end ",\"ok\":false"; exit 1' TERM
+        sleep \#(seconds) & wait $!
+        if mv -- "$WATCHKEEPER_PATH" @SHARED@/done/ 2>/dev/null; then log end ",\"ok\":true"; else log end ",\"ok\":false"; exit 1; fi
+        """#
+    }
+
+    /// What the jobs wrote to @SHARED@/history, in time order, with `faults` and an `expect`
+    /// for each of `expected`: the checker's input.
+    func historyEvents(faults: [FleetFault] = [], expected: [String] = []) throws -> [FleetHistoryEvent] {
+        let text = (try? String(contentsOfFile: shared + "/history", encoding: .utf8)) ?? ""
+        var events: [FleetHistoryEvent] = expected.map { .expect(item: $0) }
+        for (index, line) in text.split(separator: "\n").enumerated() {
+            if let event = try FleetHistoryEvent.parse(line: String(line), lineNumber: index + 1) { events.append(event) }
+        }
+        events += faults.map { .fault($0) }
+        return events.enumerated().sorted { (FleetHistoryEvent.sortKey($0.element), $0.offset) < (FleetHistoryEvent.sortKey($1.element), $1.offset) }.map(\.element)
     }
 
     /// A fleet task named `tick` running `command(sleep:)`.

@@ -1,0 +1,132 @@
+/// The claim a fleet job holds: the lease it is bound to, and its revision in etcd.
+public struct FleetClaimHold: Sendable, Equatable {
+    public var lease: Int64
+    public var revision: Int64
+
+    public init(lease: Int64, revision: Int64) {
+        self.lease = lease
+        self.revision = revision
+    }
+}
+
+/// A fleet job, as its start sees it.
+public enum FleetJob: Sendable, Equatable {
+    /// Its claim is held already: a fire the scheduler claimed at its instant, or a file
+    /// whose earlier attempt claimed it.
+    case claimed(FleetClaimHold)
+    /// A shared inbox's file, claimed now that a slot is free for its job.
+    case file(rule: String, relative: [UInt8], size: Int64, modifiedNanoseconds: Int64)
+    /// A fleet task run on this host by `watchkeeper trigger` without `--fleet`: unclaimed.
+    case unclaimed
+}
+
+/// What happens to a fleet job that a free slot came to.
+public enum FleetStartDecision: Sendable, Equatable {
+    /// It starts, holding this claim (nil: unclaimed).
+    case start(FleetClaimHold?)
+    /// A file's claim is on its way; the slot stays the job's until the answer comes.
+    case claiming
+    /// It does not start, and ends with this outcome: `ranElsewhere` (another host has or
+    /// had the file), `held` (no claim can be made now: handed back to wait for the lease),
+    /// or `cancelled`.
+    case notStarted(RunOutcome, detail: String)
+}
+
+/// The job engine's side of the fleet (docs/architecture.md, "Fleet jobs at a free
+/// slot"): a fleet job starts only under a lease known to be alive (`FleetStartGate`, read
+/// at each start); a shared inbox's file is claimed in etcd only when a slot is free for its
+/// job, the slot held while the claim is on its way (the engine never waits on etcd: the
+/// answer comes as a turn of its queue); a file job's end is recorded at once; and the fence
+/// reaches the engine here. The daemon's `JobEngine` and the simulation's engine both drive
+/// it, each holding its own waiting line and slots.
+public final class FleetStarts: FleetJobsListener, @unchecked Sendable {
+    public let gate: FleetStartGate
+    public let fleetJobsQueue: any FleetQueue
+    let member: FleetMember
+    let clock: () -> MonotonicInstant
+    let onFence: (MonotonicInstant) -> Void
+    /// Files whose claim is on its way (their slots held), for the dump.
+    public private(set) var claiming = 0
+    public private(set) var claimsMade: UInt64 = 0
+
+    /// `queue`: the engine's, where claims are answered; `onFence`: on that queue, the
+    /// engine stops every fleet job by the instant given and drops the claims not started.
+    public init(member: FleetMember, queue: any FleetQueue, clock: @escaping () -> MonotonicInstant,
+                onFence: @escaping (MonotonicInstant) -> Void) {
+        self.member = member
+        gate = member.gate
+        fleetJobsQueue = queue
+        self.clock = clock
+        self.onFence = onFence
+    }
+
+    /// A slot is free for `job` (its group's limit too). A file's claim answers through
+    /// `answered`, on the engine's queue, when this returns `.claiming`.
+    public func beforeStart(_ job: FleetJob, runID: RunID, answered: @escaping @Sendable (FleetStartDecision) -> Void) -> FleetStartDecision {
+        let now = clock()
+        switch job {
+        case .unclaimed:
+            return .start(nil)
+        case .claimed(let hold):
+            guard gate.allows(lease: hold.lease, at: now) else {
+                return .notStarted(.cancelled, detail: "cancelled: not started, as this host's etcd lease \(FleetMember.hex(hold.lease)) was not known to be alive (it could not be renewed in time); its claim is released")
+            }
+            return .start(hold)
+        case .file(let rule, let relative, let size, let modified):
+            guard gate.openLease(at: now) != nil else {
+                return .notStarted(.held, detail: "held: no etcd lease known to be alive")
+            }
+            claiming += 1
+            claimsMade += 1
+            member.claimFile(rule: rule, relative: relative, size: size, modifiedNanoseconds: modified, runID: runID.description,
+                             replyOn: fleetJobsQueue) { [self] claim in
+                claiming -= 1
+                answered(decide(claim, job: job, runID: runID))
+            }
+            return .claiming
+        }
+    }
+
+    private func decide(_ claim: FileClaim, job: FleetJob, runID: RunID) -> FleetStartDecision {
+        switch claim {
+        case .won(let revision, let lease):
+            let hold = FleetClaimHold(lease: lease, revision: revision)
+            if gate.allows(lease: lease, at: clock()) { return .start(hold) }
+            // Won as the lease stopped being known alive: released, and the file waits.
+            ended(job, hold: hold, runID: runID, ok: false)
+            return .notStarted(.held, detail: "held: claimed as this host's etcd lease stopped being renewed in time; released")
+        case .runningElsewhere(let other):
+            return .notStarted(.ranElsewhere, detail: "running on \(other.host) (run \(other.runID))")
+        case .handledElsewhere(let other):
+            return .notStarted(.ranElsewhere, detail: "handled on \(other.host) (run \(other.runID))")
+        case .runningHere:
+            return .notStarted(.cancelled, detail: "cancelled: its job runs on this host already")
+        case .held(let cause):
+            return .notStarted(.held, detail: "held: \(cause)")
+        }
+    }
+
+    /// A job that held a claim ended, or did not start after all: a file's record (ok) or
+    /// release goes to etcd at once, before the engine hands its completion on. A fire's end
+    /// is its scheduler's to record.
+    public func ended(_ job: FleetJob, hold: FleetClaimHold, runID: RunID, ok: Bool) {
+        guard case .file(let rule, let relative, let size, let modified) = job else { return }
+        member.fileJobEnded(rule: rule, relative: relative, claimRevision: hold.revision, ok: ok, runID: runID.description, size: size,
+                            modifiedNanoseconds: modified)
+    }
+
+    public func fleetFence(stopBy: MonotonicInstant) {
+        onFence(stopBy)
+    }
+}
+
+extension FleetStarts {
+    /// A job of the daemon's engine as a fleet job: its claim if it holds one, a shared
+    /// inbox's file, or a fleet task run unclaimed.
+    static func job(_ key: JobKey, _ subject: JobSubject, claim: FleetClaimHold?) -> FleetJob {
+        if let claim { return .claimed(claim) }
+        guard key.kind == .watch, case .file(let file) = subject else { return .unclaimed }
+        return .file(rule: key.name, relative: Array(file.relative), size: file.identity?.size ?? -1,
+                     modifiedNanoseconds: file.identity?.modifiedNanoseconds ?? -1)
+    }
+}
