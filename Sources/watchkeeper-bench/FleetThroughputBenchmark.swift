@@ -173,7 +173,8 @@ func runFleetThroughputBenchmark() {
     print("\nfleet inbox: \(releaseBinary()); \(rounds) burst(s) of \(files) files renamed into one fleet = \"one\" inbox, "
           + "a \(jobMilliseconds) ms job each (C: usleep, one line appended); etcd single member \(etcd.storage), pid \(etcd.pid)")
     print("  time: the first rename to the last job's end (CLOCK_REALTIME), median of the bursts; ideal: files × \(jobMilliseconds) ms / slots")
-    print("  hosts (max_jobs)   | time s | files/s | ideal s | time/ideal | files per host (each burst)             | run twice | never ran")
+    print("  CPU: the daemons' own (utime + stime) over the bursts, per file, and as cores while bursts ran (the machine has \(ProcessInfo.processInfo.activeProcessorCount))")
+    print("  hosts (max_jobs)   | time s | files/s | ideal s | time/ideal | files per host (each burst)             | run twice | never ran | CPU ms/file | cores")
     var medians: [String: Double] = [:]
     for (label, slots) in [("1 (4)", [4]), ("3 (4, 4, 4)", [4, 4, 4]), ("3 (4, 4, 1)", [4, 4, 1])] {
         let fleet: InboxFleet
@@ -184,7 +185,9 @@ func runFleetThroughputBenchmark() {
             continue
         }
         let timeout = Double(files * jobMilliseconds) / 1000 + 60
+        let cpuBefore = fleet.daemons.map(\.cpuSeconds).reduce(0, +)
         let bursts = (0..<rounds).map { _ in fleet.burst(files: files, timeout: timeout) }
+        let cpu = fleet.daemons.map(\.cpuSeconds).reduce(0, +) - cpuBefore
         fleet.stop()
         let time = median(bursts.map(\.seconds))
         let ideal = Double(files * jobMilliseconds) / 1000 / Double(slots.reduce(0, +))
@@ -192,7 +195,8 @@ func runFleetThroughputBenchmark() {
         let shares = bursts.map { burst in fleet.names.map { String(burst.perHost[$0] ?? 0) }.joined(separator: "/") }.joined(separator: ", ")
         print("  \(label.padding(toLength: 18, withPad: " ", startingAt: 0)) | " + String(format: "%6.2f | %7.0f | %7.2f | %10.2f | ", time, Double(files) / time, ideal, time / ideal)
               + shares.padding(toLength: 40, withPad: " ", startingAt: 0)
-              + " | \(bursts.map(\.runTwice).reduce(0, +))" + " | \(bursts.map(\.missing).reduce(0, +))")
+              + " | \(bursts.map(\.runTwice).reduce(0, +))" + " | \(bursts.map(\.missing).reduce(0, +))"
+              + String(format: " | %.2f | %.2f", cpu * 1000 / Double(files * rounds), cpu / bursts.map(\.seconds).reduce(0, +)))
     }
     if let one = medians["1 (4)"], let three = medians["3 (4, 4, 4)"] {
         print(String(format: "  three equal hosts vs one: %.2fx the rate (bound: at least 2.5x): ", one / three) + (one / three >= 2.5 ? "holds" : "DOES NOT HOLD"))
