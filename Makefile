@@ -51,7 +51,7 @@ SWIFT_FLAGS ?=
 RELEASE_BIN = .build/release/watchkeeper
 DEBUG_BIN   = .build/debug/watchkeeper
 
-.PHONY: all deps pydeps build release run check test unit-test fanotify-test poll-test e2e-test browser-test reliability sanitize fuzz bench install install-files uninstall clean
+.PHONY: all deps pydeps build release run check test unit-test fanotify-test poll-test e2e-test browser-test reliability nemesis sanitize fuzz bench install install-files uninstall clean
 
 all: build
 
@@ -139,6 +139,13 @@ reliability: release build pydeps
 	@if pgrep -x incrond >/dev/null; then systemctl stop incron 2>/dev/null || pkill -x incrond; fi
 	swift build --build-tests $(SWIFT_FLAGS)
 	python3 Tests/reliability/run.py --long --binary $(RELEASE_BIN) --doc docs/reliability.md
+
+# Issue 35's nemesis alone (it is also a scenario of both reliability runs above): three
+# daemons on a three-member etcd under seeded faults, its history read by watchkeeper-fleet-check.
+# SEED=N replays a schedule; NEMESIS_SECONDS of faults (default 600); root only.
+NEMESIS_SECONDS ?= 600
+nemesis: build
+	python3 Tests/reliability/fleet_nemesis.py $(DEBUG_BIN) --seconds $(NEMESIS_SECONDS) $(if $(SEED),--seed $(SEED))
 
 # Every unit and integration test under AddressSanitizer, then under ThreadSanitizer, each
 # in its own build directory, with the integration tests' daemon built the same way.

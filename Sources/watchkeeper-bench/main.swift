@@ -19,7 +19,7 @@ let benchmarks: [(name: String, summary: String, run: () -> Void)] = [
     ("output", "a job's 1 GiB of output through the daemon: CPU per GiB, throughput, peak RSS (WATCHKEEPER_BENCH_OUTPUT_MIB, _READ_MIBS, _CASES=lines,flat)", runOutputBenchmark),
     ("poll", "polling 100,000 files in 1,000 directories every 10 s: CPU per pass, share of a core, write-to-job latency; locally, through sshfs, beside fswatch's poll monitor", runPollBenchmark),
     ("fanotify", "a tree of 1,000,000 directories on a tmpfs: watchkeeper with method = fanotify and inotify, fsnotifywait -r/-S, inotifywait -r: start to watching, RSS, kernel memory of the marks, close-to-job latency (WATCHKEEPER_BENCH_FANOTIFY_DIRS, _FILES, _CASES, _TIMEOUT_S)", runFanotifyBenchmark),
-    ("fleet", "issue 25's fleet = \"one\" on a loopback etcd (data dir on disk and on /dev/shm): what a claim adds to a job's start, etcd call latency by kind, idle RSS and CPU with [cluster] and without (WATCHKEEPER_BENCH_FLEET_FIRES, _IDLE_S, _RUNS, _BASELINE)", runFleetBenchmark),
+    ("fleet", "issue 25's fleet = \"one\" on a loopback etcd (data dir on disk and on /dev/shm): what a claim adds to a job's start, etcd call latency by kind, idle RSS and CPU with [cluster] and without; issue 35's shared-inbox throughput: three hosts vs one, a slow host beside two (WATCHKEEPER_BENCH_FLEET_FIRES, _IDLE_S, _RUNS, _BASELINE, _FLEET_PARTS=latency,throughput, _INBOX_FILES, _INBOX_ROUNDS)", runFleetBenchmark),
     ("watch", "watch rules vs a C inotify loop, inotifywait, incrond: event-to-job latency, 100k-file burst, idle 10k dirs; batch = \"stdin\" vs a watchman trigger", runWatchBenchmarks),
 ]
 

@@ -45,6 +45,20 @@ def summarise_crash(_, data):
             f"of them running); integrity_check failed {t['integrity_failures']} times; READY after restart ≤ {t['ready_s_max']} s"), not data["failures"]
 
 
+def summarise_nemesis(_, data):
+    if data.get("skipped"):
+        return f"skipped ({data['skipped']})", True
+    if "faults" not in data:
+        return "; ".join(data["failures"]) or "no result", False
+    faults = ", ".join(f"{kind} {count}" for kind, count in data["faults"].items())
+    anomalies = ", ".join(f"{kind} {count}" for kind, count in data["anomalies"].items() if count) or "none"
+    c = data["checker"]
+    return (f"seed {data['seed']}, {data['fault_seconds']} s of faults: {sum(data['faults'].values())} ({faults}); "
+            f"{c['runs']} runs, {c['expected']} items expected ({data['file_versions']} file versions, the rest fires), "
+            f"{c['reruns_after_failure']} run again after a failure or kill, {c['reruns_after_silenced_ok']} after a silenced ok; "
+            f"anomalies {data['anomaly_count']} ({anomalies})"), not data["failures"]
+
+
 def summarise_control(_, data):
     r = data["result"]
     return (f"never reading: RSS {r.get('idle_rss_mib')} MiB idle, {r.get('peak_rss_mib')} peak, {r.get('rss_after_mib')} after; "
@@ -150,6 +164,9 @@ def scenarios(long, binary):
     """(id, issue part, what, command, summariser, wants a --json file)."""
     swift_test = ["swift", "test", "--disable-swift-testing", "--skip-build", "--filter"]
     kills, files, output, soak = (50, 10000, 1024, 30) if long else (8, 500, 8, 1)
+    # The nemesis's faults: 10 minutes in `make reliability`, 2.5 in `make test` (3 with
+    # start-up and healing: within CI's 25 minutes).
+    nemesis_s = 600 if long else 150
     # The XCTest groups below are part of `swift test`, which `make test` has just run: the
     # short run does not run them a second time; the long run (the release build) does.
     return ([
@@ -186,6 +203,11 @@ def scenarios(long, binary):
                "only: make test runs the same tests with 15 fires every second and 1,000 files)",
                ["env", "WATCHKEEPER_TEST_FLEET_FIRES=150", "WATCHKEEPER_TEST_FLEET_INTERVAL_S=2", "WATCHKEEPER_TEST_INBOX_FILES=10000"]
                + swift_test + ["FleetTaskTests/testEachFire|SharedInboxTests"], summarise_swift_test, False)] if long else []) + [
+        ("fleet-nemesis", "35", f"three daemons (one in a network namespace) on a three-member etcd, fleet tasks every 2 s and a "
+         f"shared inbox taking files all the time, while a seeded nemesis kills -9, SIGSTOPs past the lease, partitions, kills one "
+         f"or two etcd members, restarts with SIGTERM and gives two daemons one name, for {nemesis_s / 60:g} min; "
+         "watchkeeper-fleet-check reads the jobs' own history",
+         script("fleet_nemesis.py") + [binary, "--seconds", str(nemesis_s)], summarise_nemesis, True),
         ("crash", "4", f"SIGKILL ×{kills} in bursts, catch-up, runs and reloads", script("crash.py") + [binary, "--kills", str(kills)],
          summarise_crash, True),
         ("hostile-jobs", "3", "hostile jobs: ignores SIGTERM, setsid grandchild, output floods, closed stdout, stdin, "
