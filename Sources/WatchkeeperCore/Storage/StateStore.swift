@@ -339,6 +339,8 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
             try ledger.recordInTransaction(records)
         case .ledgerMove(let rule, let from, let to):
             try ledger.moveInTransaction(rule: rule, fromPrefix: from, toPrefix: to)
+        case .ledgerFollow(let rule, let from, let to, let known, let now):
+            try ledger.followInTransaction(rule: rule, from: from, to: to, known: known, now: now)
         case .ledgerForget(let rule, let gone):
             removed[rule, default: 0] += try ledger.forgetInTransaction(rule: rule, gone[...])
         case .pruneFinished, .checkpoint:

@@ -9,6 +9,9 @@ enum StateWrite: Sendable {
     /// A directory (or a file found by identity) moved within a rule's tree: its entries
     /// follow (FileLedger.move).
     case ledgerMove(rule: String, from: [UInt8], to: [UInt8])
+    /// A handled file renamed, or its attributes changed, as the watcher saw and confirmed:
+    /// its entry goes from `from` to `to` and from form `known` to `now` (FileLedger.follow).
+    case ledgerFollow(rule: String, from: [UInt8], to: [UInt8], known: FileIdentity, now: FileIdentity)
     /// Entries a prune found gone (the store's own walk, LedgerPruneWalk).
     case ledgerForget(rule: String, [LedgerPruneWalk.Gone])
     /// A rule's prune walk ended: once the deletions before this are in, say how many.
@@ -26,7 +29,7 @@ enum StateWrite: Sendable {
         switch self {
         case .ledgerRecords(let records): return records.count
         case .ledgerForget(_, let gone): return gone.count
-        case .ledgerMove, .taskScheduled, .taskRun: return 1
+        case .ledgerMove, .ledgerFollow, .taskScheduled, .taskRun: return 1
         case .pruneFinished, .checkpoint: return 0
         }
     }
@@ -35,7 +38,7 @@ enum StateWrite: Sendable {
     var kind: Kind {
         switch self {
         case .ledgerRecords: return .ledgerRecords
-        case .ledgerMove: return .ledgerMoves
+        case .ledgerMove, .ledgerFollow: return .ledgerMoves
         case .ledgerForget, .pruneFinished, .checkpoint: return .maintenance
         case .taskScheduled: return .taskSchedules
         case .taskRun: return .taskRuns
@@ -55,7 +58,7 @@ enum StateWrite: Sendable {
         var consequence: String {
             switch self {
             case .ledgerRecords: return "handled file(s) that catch-up will run again at the next start"
-            case .ledgerMoves: return "moved director(ies) whose files catch-up may run again"
+            case .ledgerMoves: return "moves, renames or attribute changes of handled files, which catch-up may run again"
             case .taskSchedules: return "task schedule time(s) that persistent tasks may catch up again"
             case .taskRuns: return "task run(s) missing from the history"
             case .maintenance: return "prune deletion(s), done again by the next prune"

@@ -28,7 +28,11 @@ final class WatchRule: @unchecked Sendable {
     /// Files whose job succeeded in this life, by inode, with the form and path they had,
     /// until the ledger holds them: a rescan, or the same file moved within the tree after
     /// its job, is not run again.
-    var handled: [InodeKey: (identity: FileIdentity, path: [UInt8])] = [:]
+    var handled: [InodeKey: HandledFile] = [:]
+    /// Renames, attribute changes and writes seen since files were handled (TrackedChanges),
+    /// and the timer that confirms the changes (DirectoryWatcher.confirmChanges).
+    var changes = TrackedChanges()
+    var changesTimer: RegisteredTimer?
     /// fleet = "one": files claimed elsewhere, held, and recorded handled here
     /// (DirectoryWatcher+Fleet.swift).
     var fleet = FleetRuleState()
@@ -81,6 +85,10 @@ final class WatchRule: @unchecked Sendable {
     var matched: UInt64 = 0
     var duplicates: UInt64 = 0
     var movesFollowed: UInt64 = 0
+    /// Renames and attribute changes of handled files followed (confirmed), and O_TMPFILE
+    /// files handled under the name they were linked to.
+    var changesFollowed: UInt64 = 0
+    var tmpfilesLinked: UInt64 = 0
     /// New names of files whose job was pending or running when they were renamed.
     var renamesFollowed: UInt64 = 0
     /// Files a scan found still changing, whose wait started again.
@@ -118,9 +126,12 @@ final class WatchRule: @unchecked Sendable {
     }
 
     /// What every directory watch asks for: the rule's events, plus what keeps the tree
-    /// known (new and moved directories, the directory itself going away).
+    /// known (new and moved directories, the directory itself going away), and for a rule
+    /// that handles files as they become ready what keeps their identity current: writes
+    /// and attribute changes (TrackedChanges).
     var watchMask: InotifyMask {
         var mask: InotifyMask = [.create, .movedTo, .movedFrom, .delete, .deleteSelf, .moveSelf, .onlyDirectory]
+        if readyEvent != nil { mask.formUnion([.modify, .attrib]) }
         for event in settings.events { mask.insert(InotifyMask(rawValue: event.mask)) }
         if !settings.followSymlinks { mask.insert(.dontFollow) }
         return mask
@@ -163,16 +174,24 @@ final class WatchRule: @unchecked Sendable {
 
     /// Remembers a file handled successfully in this life; the memory is bounded (the
     /// ledger remembers the rest across restarts).
-    func remember(_ identity: FileIdentity, at relative: [UInt8]) {
+    func remember(_ file: HandledFile) {
         if handled.count >= Self.handledLimit { handled.removeAll(keepingCapacity: true) }
-        handled[identity.inodeKey] = (identity, relative)
+        handled[file.current.inodeKey] = file
     }
 
     /// Handled successfully in this life in this exact form (the path follows it).
     func handledInThisLife(_ identity: FileIdentity, at relative: [UInt8]) -> Bool {
-        guard let known = handled[identity.inodeKey], known.identity.sameFile(as: identity) else { return false }
-        if known.path != relative { handled[identity.inodeKey] = (identity, relative) }
+        guard let known = handled[identity.inodeKey], known.current.sameFile(as: identity) else { return false }
+        if known.path != relative { handled[identity.inodeKey]?.path = relative }
         return true
+    }
+
+    /// The form a file's record is to carry: the one admitted, or what it became through the
+    /// attribute changes followed while its job waited or ran.
+    func recordedIdentity(of file: FileSubject) -> FileIdentity? {
+        guard let identity = file.identity else { return nil }
+        guard let entry = inFlight[identity.inodeKey], entry.identity == identity else { return identity }
+        return entry.current
     }
 
     /// A file went to the engine.
@@ -182,9 +201,10 @@ final class WatchRule: @unchecked Sendable {
         if var entry = inFlight[key] {
             entry.submissions += 1
             entry.identity = identity
+            entry.current = identity
             inFlight[key] = entry
         } else {
-            inFlight[key] = InFlightFile(identity: identity, submissions: 1, followers: [])
+            inFlight[key] = InFlightFile(identity: identity, current: identity, submissions: 1, followers: [])
         }
     }
 
@@ -193,7 +213,7 @@ final class WatchRule: @unchecked Sendable {
     /// when no job of this file is in flight.
     func followIfInFlight(_ identity: FileIdentity, at relative: [UInt8], event: WatchEvent) -> Bool {
         let key = identity.inodeKey
-        guard let entry = inFlight[key], entry.identity.sameFile(as: identity) else { return false }
+        guard let entry = inFlight[key], entry.current.renamed(as: identity) else { return false }
         inFlight[key]?.followers.append(.init(path: relative, event: event, identity: identity))
         renamesFollowed += 1
         return true
@@ -272,6 +292,9 @@ final class WatchRule: @unchecked Sendable {
             .init("coalesced", .int(Int64(settle.coalesced))),
             .init("duplicates_dropped", .int(Int64(duplicates))),
             .init("moves_followed", .int(Int64(movesFollowed))),
+            .init("changes_followed", .int(Int64(changesFollowed))),
+            .init("tracked_changes", changes.describe()),
+            .init("tmpfiles_linked", .int(Int64(tmpfilesLinked))),
             .init("renames_followed", .int(Int64(renamesFollowed))),
             .init("scan_waits_restarted", .int(Int64(scanWaitsRestarted))),
             .init("links_handled", .int(Int64(linksHandled))),
@@ -304,6 +327,25 @@ struct PendingFile: Sendable, Equatable {
     /// A file only a scan found (no writer's close): its form when last looked at, so the
     /// wait starts again while it keeps changing. Nil until first looked at.
     var seen: FileIdentity?
+    /// Moved in from this name of the rule's tree, by a rename the watcher saw (and not
+    /// while it was being written): a handled file there is this file.
+    var renamedFrom: [UInt8]?
+
+    init(event: WatchEvent, seen: FileIdentity? = nil, renamedFrom: [UInt8]? = nil) {
+        self.event = event
+        self.seen = seen
+        self.renamedFrom = renamedFrom
+    }
+}
+
+/// A file whose job succeeded in this life.
+struct HandledFile: Sendable, Equatable {
+    /// Its form when admitted: a close that finds it so changed nothing.
+    var admitted: FileIdentity
+    /// Its form now as far as the watcher saw: `admitted`, or what the renames and
+    /// attribute changes it followed made of it. What scans compare with.
+    var current: FileIdentity
+    var path: [UInt8]
 }
 
 /// A file with a job pending or running.
@@ -316,7 +358,10 @@ struct InFlightFile {
         let identity: FileIdentity
     }
 
+    /// Its form when last admitted.
     var identity: FileIdentity
+    /// `identity`, or what the attribute changes followed since made of it.
+    var current: FileIdentity
     var submissions: Int
     var followers: [Follower]
 }

@@ -37,6 +37,14 @@ class WatchTestCase: XCTestCase {
         }
     }
 
+    /// Starts the daemon again on the same sandbox (after a stop or a kill); the last life's
+    /// state dump goes, so `dumpedRule` reads this life's.
+    func startAgain() throws {
+        try? FileManager.default.removeItem(atPath: sandbox.statePath)
+        dumpsAsked = 0
+        daemon = try sandbox.startReady(notifySocket: try NotifySocket())
+    }
+
     /// Whether the rule's tree is watched in full: with inotify, `directories` watches; with
     /// fanotify, its one mark, which covers every directory from the start.
     func watchesTree(_ rule: [String: Any]?, directories: Int) -> Bool {
