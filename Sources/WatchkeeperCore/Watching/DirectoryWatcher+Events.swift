@@ -107,6 +107,13 @@ extension DirectoryWatcher {
             return .dealtWith
         }
         guard rule.event(for: event.mask) == nil else { return .toAdmit(renamedFrom: renamedFrom) }
+        // Written under a temporary name and renamed into place: it arrives here, for a rule
+        // that does not ask for moves too (its close, under the temporary name, was left out).
+        if let origin, !origin.writing, rule.settings.filter.isTemporary(origin.path), let ready = rule.readyEvent, rule.selects(path) {
+            rule.matched += 1
+            enqueue(rule, relative: path, event: ready)
+            return .dealtWith
+        }
         followRename(rule, relative: path, from: renamedFrom)
         return .dealtWith
     }

@@ -11,8 +11,8 @@ import Glibc
 /// identity"): a file rewritten in place while the daemon is down runs at the next start; a
 /// file whose tool set its mtime after its close (unzip, rsync) or that was chmod'ed or
 /// renamed while watched does not run again after a restart; an O_TMPFILE linked into place
-/// is handled live under its final name; an exchange of two handled files keeps both in the
-/// ledger. Run with inotify; Tests/reliability/deliveries.py
+/// and rsync's --delay-updates are handled live under their final names; an exchange of two
+/// handled files keeps both in the ledger. Run with inotify; Tests/reliability/deliveries.py
 /// runs the same tools under inotify, fanotify and poll, across SIGTERM and SIGKILL restarts.
 final class FileIdentityDeliveryTests: WatchTestCase {
     private var inbox: String { sandbox.root + "/in/" }
@@ -248,5 +248,48 @@ final class FileIdentityDeliveryTests: WatchTestCase {
         _ = daemon.waitForExit(timeout: 10)
         try restartAndCatchUp(files: names.count)
         XCTAssertEqual(reads().count, 10, "an exchanged file ran again after a kill: \(reads())\n\(daemon.stderr)")
+    }
+
+    // MARK: Item 7: rsync --delay-updates
+
+    func testRsyncWithDelayedUpdates_intoARecursiveRule_givesJobsTheFinalPaths() throws {
+        try startReading(recursive: true)
+        let staging = sandbox.root + "/src/stage/"
+        try FileManager.default.createDirectory(atPath: staging + "sub", withIntermediateDirectories: true)
+        var expected: [String: String] = [:]
+        for round in 0..<2 {
+            for index in 0..<20 {
+                let name = (index % 2 == 0 ? "sub/" : "") + "file-\(index)"
+                let content = version("delayed \(round) \(index)")
+                create(staging + name, content)
+                expected[content] = inbox + name
+            }
+            run(["rsync", "-a", "-I", "--delay-updates", staging, inbox])
+            XCTAssertTrue(waitFor(15) { expected.keys.allSatisfy { readCounts()[$0] == 1 } }, "\(reads())\n\(daemon.stderr)")
+        }
+        for read in reads() {
+            XCTAssertEqual(read.path, expected[read.content], "a job got rsync's temporary name, or ran twice: \(reads())")
+        }
+        XCTAssertEqual(reads().count, expected.count, "\(reads())")
+        // Not even a job that failed because rsync had renamed its file away meanwhile.
+        XCTAssertFalse(daemon.stderr.contains(".~tmp~/"), daemon.stderr)
+    }
+
+    func testAFileWrittenUnderATemporaryNameAndRenamedIntoPlace_arrivesUnderItsName_forARuleThatOnlyAsksForCloses() throws {
+        try start("""
+            [[watch]]
+            name = "closes"
+            path = "@DIR@/in"
+            events = ["closed_write"]
+            \(DeliveryPatternTests.reader)
+            """)
+        for (index, temporary) in ["x0.part", ".x1.AbC123", "x2.tmp", "x3.crdownload"].enumerated() {
+            create(inbox + temporary, version("arrival \(index)"))
+            XCTAssertEqual(rename(inbox + temporary, inbox + "x\(index)"), 0)
+        }
+        let expected = Dictionary(uniqueKeysWithValues: (0..<4).map { (version("arrival \($0)"), inbox + "x\($0)") })
+        XCTAssertTrue(waitFor(15) { expected.keys.allSatisfy { readCounts()[$0] == 1 } }, "\(reads())\n\(daemon.stderr)")
+        for read in reads() { XCTAssertEqual(read.path, expected[read.content], "\(reads())") }
+        XCTAssertFalse(daemon.stderr.contains("event=moved_in"), "handled as the close its temporary name's was")
     }
 }
