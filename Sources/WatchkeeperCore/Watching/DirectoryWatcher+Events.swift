@@ -153,8 +153,14 @@ extension DirectoryWatcher {
               status.type == .regular else { return }
         let identity = status.identity
         // One link and no close yet: a file being written, or an O_TMPFILE linked into place,
-        // whose close comes as "#<inode>" (TrackedChanges.linkedTmpfile).
-        if status.links == 1 { rule.changes.mayBeLinkedTmpfile(inode: identity.inode, at: relative) }
+        // whose close comes as "#<inode>" (TrackedChanges.linkedTmpfile), or came already.
+        if status.links == 1 {
+            if rule.changes.wasClosedAsTmpfile(inode: identity.inode) {
+                closedLinkedTmpfile(rule, relative: relative)
+                return
+            }
+            rule.changes.mayBeLinkedTmpfile(inode: identity.inode, at: relative)
+        }
         let writtenBeforeItsLastChange = identity.size > 0 && identity.modifiedNanoseconds < identity.changedNanoseconds ?? .min
         guard status.links > 1 || writtenBeforeItsLastChange else { return }
         rule.linksHandled += 1

@@ -47,6 +47,9 @@ struct TrackedChanges {
     private(set) var pending: [[UInt8]: Change] = [:]
     private var tmpfiles: [UInt64: [UInt8]] = [:]
     private var tmpfileInodes: [[UInt8]: UInt64] = [:]
+    /// `#<inode>` closes that came before the IN_CREATE of the name they were linked to
+    /// (fanotify merges the close into the tmpfile's earlier MODIFY event).
+    private var closedTmpfiles: Set<UInt64> = []
     /// Changes dropped because `pendingLimit` was reached (their files may run again after
     /// a restart): for the dump.
     private(set) var dropped: UInt64 = 0
@@ -153,11 +156,22 @@ struct TrackedChanges {
         tmpfileInodes[path] = inode
     }
 
-    /// The close of `name`: the path an O_TMPFILE of that name was linked to, if one was.
+    /// The close of `name`: the path an O_TMPFILE of that name was linked to, if one was;
+    /// otherwise it is kept for the IN_CREATE that may follow (`wasClosedAsTmpfile`).
     mutating func linkedTmpfile(closedAs name: [UInt8]) -> [UInt8]? {
-        guard !tmpfiles.isEmpty, let inode = Self.tmpfileInode(name), let path = tmpfiles.removeValue(forKey: inode) else { return nil }
+        guard let inode = Self.tmpfileInode(name) else { return nil }
+        guard let path = tmpfiles.removeValue(forKey: inode) else {
+            if closedTmpfiles.count >= Self.tmpfilesLimit { closedTmpfiles.removeAll() }
+            closedTmpfiles.insert(inode)
+            return nil
+        }
         tmpfileInodes[path] = nil
         return path
+    }
+
+    /// The IN_CREATE of a one-link file whose O_TMPFILE close came first: it is whole.
+    mutating func wasClosedAsTmpfile(inode: UInt64) -> Bool {
+        !closedTmpfiles.isEmpty && closedTmpfiles.remove(inode) != nil
     }
 
     private mutating func forgetTmpfile(at path: [UInt8]) {

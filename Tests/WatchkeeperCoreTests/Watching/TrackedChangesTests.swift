@@ -69,6 +69,10 @@ final class TrackedChangesTests: XCTestCase {
         changes.mayBeLinkedTmpfile(inode: 99, at: a)
         changes.closed(a) // an ordinary file, written in place and closed under its own name
         XCTAssertNil(changes.linkedTmpfile(closedAs: Array("#99".utf8)))
+        // fanotify merges the tmpfile's close into its earlier MODIFY: the close comes first.
+        XCTAssertNil(changes.linkedTmpfile(closedAs: Array("#77".utf8)))
+        XCTAssertTrue(changes.wasClosedAsTmpfile(inode: 77))
+        XCTAssertFalse(changes.wasClosedAsTmpfile(inode: 77), "once")
         XCTAssertEqual(TrackedChanges.tmpfileInode(Array("#0".utf8)), 0)
         for name in ["#", "#12a", "12", "#123#", "#99999999999999999999999"] {
             XCTAssertNil(TrackedChanges.tmpfileInode(Array(name.utf8)), name)
