@@ -12,7 +12,9 @@ extension DirectoryWatcher {
     /// this long, and a close event for the same path meanwhile joins the same job.
     static let scanSettle: Duration = .seconds(1)
 
-    func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false, renamedFrom: [UInt8]? = nil) {
+    func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false, renamedFrom: [UInt8]? = nil,
+                 changedSince: Int64? = nil) {
+        let pending = PendingFile(event: event, renamedFrom: renamedFrom, changedSince: changedSince)
         guard accepting else { return }
         let now = MonotonicInstant.now
         // A writer's close (or a move in) is evidence that the file is whole: a wait that only
@@ -22,13 +24,13 @@ extension DirectoryWatcher {
         }
         let window = settleWindow(rule, fromScan: fromScan)
         if window == .zero && rule.settle.item(for: relative) == nil {
-            switch admit(rule, relative: relative, pending: PendingFile(event: event, renamedFrom: renamedFrom), fromScan: false, eventAt: now) {
+            switch admit(rule, relative: relative, pending: pending, fromScan: false, eventAt: now) {
             case .admitted(let subject): submit([.file(subject)], rule: rule)
             case .skipped, .stillChanging: break
             }
             return
         }
-        rule.settle.add(path: relative, event: PendingFile(event: event, renamedFrom: renamedFrom), deadline: now + window, fromScan: fromScan)
+        rule.settle.add(path: relative, event: pending, deadline: now + window, fromScan: fromScan)
         armSettleTimer(rule)
     }
 
@@ -104,6 +106,11 @@ extension DirectoryWatcher {
             // Nobody said the writer is done: it must have stopped changing for the window.
             let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity)
             if changing { return .stillChanging(identity) }
+            if let since = pending.changedSince, max(identity.modifiedNanoseconds, identity.changedNanoseconds ?? .max) < since {
+                // Without catch-up, a rescan after lost events runs only what they could have been.
+                rule.rescanOlderSkipped += 1
+                return .skipped
+            }
             if let inFlight = rule.inFlight[identity.inodeKey], inFlight.current.sameFile(as: identity) {
                 rule.duplicates += 1
                 return .skipped

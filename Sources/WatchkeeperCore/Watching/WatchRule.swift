@@ -57,6 +57,12 @@ final class WatchRule: @unchecked Sendable {
     /// The tree is watched by one fanotify mark per file system (FanotifyBackend), not by
     /// an inotify watch per directory; its ancestors stay on inotify.
     var usesFanotify = false
+    /// A rescan after lost events in a rule without catch-up: only files changed since then
+    /// (nanoseconds since the epoch) are new; the others were there before (inotify's rescan,
+    /// which is synchronous; a fanotify listing carries its own, `Listing.changedSince`).
+    var rescanChangedSince: Int64?
+    /// Files such a rescan found unchanged since before the events were lost.
+    var rescanOlderSkipped: UInt64 = 0
     /// Why fanotify was not used, said once per reason.
     var fanotifyNote: String?
     /// Why fanotify cannot take the tree, until it is watched anew: `auto` does not ask
@@ -71,6 +77,8 @@ final class WatchRule: @unchecked Sendable {
         let began: MonotonicInstant
         var directories = 0
         var slices = 0
+        /// Set when the listing is a rescan after lost events in a rule without catch-up.
+        var changedSince: Int64?
     }
     /// Moves on each time the tree is unwatched: a listing of the old tree stops.
     var treeGeneration: UInt64 = 0
@@ -297,6 +305,7 @@ final class WatchRule: @unchecked Sendable {
             .init("tmpfiles_linked", .int(Int64(tmpfilesLinked))),
             .init("renames_followed", .int(Int64(renamesFollowed))),
             .init("scan_waits_restarted", .int(Int64(scanWaitsRestarted))),
+            .init("rescan_older_skipped", .int(Int64(rescanOlderSkipped))),
             .init("links_handled", .int(Int64(linksHandled))),
             .init("files_in_flight", .int(Int64(inFlight.count))),
             .init("jobs_submitted", .int(Int64(jobsSubmitted))),
@@ -330,11 +339,15 @@ struct PendingFile: Sendable, Equatable {
     /// Moved in from this name of the rule's tree, by a rename the watcher saw (and not
     /// while it was being written): a handled file there is this file.
     var renamedFrom: [UInt8]?
+    /// Found by a rescan after lost events, in a rule without catch-up: handled only if it
+    /// changed since (nanoseconds since the epoch), since it was there before otherwise.
+    var changedSince: Int64?
 
-    init(event: WatchEvent, seen: FileIdentity? = nil, renamedFrom: [UInt8]? = nil) {
+    init(event: WatchEvent, seen: FileIdentity? = nil, renamedFrom: [UInt8]? = nil, changedSince: Int64? = nil) {
         self.event = event
         self.seen = seen
         self.renamedFrom = renamedFrom
+        self.changedSince = changedSince
     }
 }
 

@@ -163,6 +163,37 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertEqual(records(sandbox.root + "/handled").count, 600, "every file exactly once")
     }
 
+    func testQueueOverflow_inARuleWithoutCatchUp_runsTheFilesWhoseEventsWereLost_notThoseThereBefore() throws {
+        try skipIfPolling("a poll has no kernel queue to overflow")
+        let kernel = DaemonSandbox.watchMethodUnderTest == "fanotify" ? "fanotify" : "inotify"
+        guard getuid() == 0 else { throw XCTSkip("lowering fs.\(kernel).max_queued_events needs root") }
+        let knob = "/proc/sys/fs/\(kernel)/max_queued_events"
+        let original = try String(contentsOfFile: knob, encoding: .utf8)
+        try "32\n".write(toFile: knob, atomically: false, encoding: .utf8)
+        defer { try? original.write(toFile: knob, atomically: false, encoding: .utf8) }
+        try start("""
+            [[watch]]
+            name = "fresh-only"
+            path = "@DIR@/in"
+            catch_up = false
+            shell = true
+            command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
+            """, daemonExtra: "max_jobs = 8", environment: ["WATCHKEEPER_TEST_STALL": "watching:1500ms:0s"]) { root in
+            // There before the start (`import incron` writes catch_up = false): never run.
+            for index in 0..<100 { FileManager.default.createFile(atPath: root + "/in/old-\(index)", contents: Data("old".utf8)) }
+            letTimePass(1.2) // older than the second of slack the rescan allows
+        }
+        try original.write(toFile: knob, atomically: false, encoding: .utf8)
+        for index in 0..<300 { write("new-\(index)") }
+        XCTAssertTrue(waitFor(60) { Set(records(sandbox.root + "/handled")).count >= 300 },
+                      "handled \(Set(records(sandbox.root + "/handled")).count) of 300\n\(daemon.stderrTail)")
+        XCTAssertTrue(daemon.stderr.contains("\(kernel) event queue overflowed"), "no overflow happened, the test proves nothing")
+        XCTAssertTrue(waitFor(10) { (dumpedRule()?["rescan_older_skipped"] as? Int ?? 0) >= 100 }, daemon.stderrTail)
+        let handled = records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
+        XCTAssertEqual(handled.filter { $0.contains("/old-") }, [], "files there before the start ran at the overflow's rescan")
+        XCTAssertEqual(handled.count, 300, "every new file exactly once")
+    }
+
     func testRootDeletedAndRecreated_isWatchedAgain_andFilesInsideAreHandled() throws {
         try skipIfPolling("a root coming back seen within 2.5 s through inotify on its parent")
         try start("""
