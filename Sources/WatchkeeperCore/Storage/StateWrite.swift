@@ -18,6 +18,9 @@ enum StateWrite: Sendable {
     case pruneFinished(rule: String)
     /// The WAL folded into the file, once everything before this is in (after a prune).
     case checkpoint
+    /// After a prune: the pages it freed given back to the file system, a chunk per turn,
+    /// then the checkpoint (StateStore.shrinkStep).
+    case shrink
     /// A task's run fell due (TaskStore.recordScheduled).
     case taskScheduled(task: String, at: WallTime)
     /// A task's run ended: its history row, its last state, the history trimmed
@@ -30,7 +33,7 @@ enum StateWrite: Sendable {
         case .ledgerRecords(let records): return records.count
         case .ledgerForget(_, let gone): return gone.count
         case .ledgerMove, .ledgerFollow, .taskScheduled, .taskRun: return 1
-        case .pruneFinished, .checkpoint: return 0
+        case .pruneFinished, .checkpoint, .shrink: return 0
         }
     }
 
@@ -39,7 +42,7 @@ enum StateWrite: Sendable {
         switch self {
         case .ledgerRecords: return .ledgerRecords
         case .ledgerMove, .ledgerFollow: return .ledgerMoves
-        case .ledgerForget, .pruneFinished, .checkpoint: return .maintenance
+        case .ledgerForget, .pruneFinished, .checkpoint, .shrink: return .maintenance
         case .taskScheduled: return .taskSchedules
         case .taskRun: return .taskRuns
         }
@@ -51,7 +54,7 @@ enum StateWrite: Sendable {
         case ledgerMoves = "ledger_moves"
         case taskSchedules = "task_schedules"
         case taskRuns = "task_runs"
-        /// A prune's deletions, its end and the checkpoint after it.
+        /// A prune's deletions, its end, the shrink and the checkpoint after it.
         case maintenance
 
         /// What losing one of them means, for the message that says they were dropped.

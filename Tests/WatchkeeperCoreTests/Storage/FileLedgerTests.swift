@@ -134,6 +134,10 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try ledger.entries(rule: "inbox", identity: identity(77, size: 8)), [], "a changed size is another form")
         let plan = try query("EXPLAIN QUERY PLAN " + FileLedger.identityLookup, column: 3)
         XCTAssertTrue(plan.joined().contains("USING INDEX file_ledger_by_identity"), plan.joined())
+        // `history WATCH` reads the latest entries through an index in its order: no sort of
+        // the rule's whole ledger (0.5 s for 1,000,000 entries without it).
+        let recent = try query("EXPLAIN QUERY PLAN " + FileLedger.recentLookup, column: 3).joined()
+        XCTAssertTrue(recent.contains("USING INDEX file_ledger_by_recency") && !recent.contains("TEMP B-TREE"), recent)
     }
 
     func testRecord_keepsTheChangeTimeBirthTimeAndGeneration_andAReusedInodeIsNotFoundAsTheHandledFile() throws {
@@ -167,7 +171,7 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         let now = FileIdentity(device: identity(12).device, inode: 12, size: 7, modifiedNanoseconds: identity(12).modifiedNanoseconds,
                                changedNanoseconds: 77, bornNanoseconds: 66, generation: 55)
         XCTAssertTrue(entry.identity.sameFile(as: now))
-        XCTAssertEqual(StateDatabase.schemaVersion, 6)
+        XCTAssertEqual(StateDatabase.schemaVersion, 7)
     }
 
     // MARK: - Moving a directory

@@ -15,7 +15,7 @@ class WatchTestCase: XCTestCase {
 
     /// `prepare` runs before the daemon starts, with the sandbox's root (files and trees
     /// that must be there at start-up, for catch-up).
-    func start(_ rules: String, daemonExtra: String = "", environment: [String: String] = [:],
+    func start(_ rules: String, daemonExtra: String = "", logLevel: String = "debug", environment: [String: String] = [:],
                prepare: (String) throws -> Void = { _ in }) throws {
         sandbox = try DaemonSandbox()
         dumpsAsked = 0
@@ -24,7 +24,7 @@ class WatchTestCase: XCTestCase {
         let notify = try NotifySocket()
         try sandbox.writeConfig("""
             [daemon]
-            log_level = "debug"
+            log_level = "\(logLevel)"
             shutdown_grace = "5s"
             \(daemonExtra)
 
