@@ -35,18 +35,16 @@ version may be read twice only if the ledger did not hold its file as it was at 
 
 usage: tools.py --binary BINARY (--short | --long) [--methods inotify,poll] [--only cp-p,...] [--json FILE] [--keep]
 """
-import argparse, ctypes, hashlib, io, json, os, shutil, signal, sqlite3, subprocess, sys, threading, time, zipfile
+import argparse, ctypes, json, os, shutil, signal, sqlite3, subprocess, sys, threading, time, zipfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wk
+from deliveries import READER, appended_lines, sha256, tool
+import deliveries
 
 OLD_MTIME = 1_000_000_000
 SIZE = 3000
 TOKEN = os.urandom(6).hex()
 LIBC = ctypes.CDLL(None, use_errno=True)
-READER = """#!/bin/sh
-h=$(sha256sum < "$2") || exit 1
-printf '%s %s\\n' "${h%% *}" "$2" >> "$1"
-"""
 # Cells that cannot pass until another part of issue 36 lands, with why: run, reported, not failed.
 KNOWN_GAPS = {
     ("exchange", "poll"): "a poll sees two files whose inode and change time moved, not a rename: "
@@ -68,26 +66,11 @@ def parse():
     return p.parse_args()
 
 
-def sha256(data):
-    return hashlib.sha256(data).hexdigest()
-
-
 def write(path, data, mtime=None):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+    """deliveries.py's open(O_TRUNC), write, close; then, with `mtime`, utime to it."""
+    deliveries.write(path, data)
     if mtime is not None:
         os.utime(path, (mtime, mtime))
-
-
-def tool(*argv):
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.decode(errors='replace').strip()}")
 
 
 def exchange(first, second):
@@ -142,15 +125,8 @@ class Cell:
 
     def poll(self):
         with self.lock:
-            try:
-                with open(self.results, "rb") as f:
-                    f.seek(self.offset)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            chunk = chunk[:chunk.rfind(b"\n") + 1]
-            self.offset += len(chunk)
-            for line in chunk.splitlines():
+            lines, self.offset = appended_lines(self.results, self.offset)
+            for line in lines:
                 sha, _, path = line.partition(b" ")
                 self.reads.setdefault(sha.decode(errors="replace"), []).append(path)
             return sum(len(v) for v in self.reads.values())

@@ -40,13 +40,19 @@ extension DirectoryWatcher {
 
     func armSettleTimer(_ rule: WatchRule) {
         guard let next = rule.settle.nextDeadline else { return }
-        if rule.settleTimer == nil {
-            rule.settleTimer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "settle \(rule.settings.settle.compactDescription)",
-                                                         on: queue) { [unowned self] in
-                self.settleDue(rule)
-            }
+        arm(\.settleTimer, of: rule, at: next, target: "settle \(rule.settings.settle.compactDescription)") { [unowned self] in
+            self.settleDue(rule)
         }
-        rule.settleTimer?.schedule(at: next.dispatchTime)
+    }
+
+    /// One of a rule's timers, made the first time it is needed (registered with its
+    /// purpose), set to fire at `instant`.
+    func arm(_ timer: ReferenceWritableKeyPath<WatchRule, RegisteredTimer?>, of rule: WatchRule, at instant: MonotonicInstant,
+             target: String, fire: @escaping () -> Void) {
+        if rule[keyPath: timer] == nil {
+            rule[keyPath: timer] = context.sources.makeTimer(owner: "watch \(rule.name)", target: target, on: queue, handler: fire)
+        }
+        rule[keyPath: timer]?.schedule(at: instant.dispatchTime)
     }
 
     /// Starts every path whose window has ended, and re-arms for the next one.

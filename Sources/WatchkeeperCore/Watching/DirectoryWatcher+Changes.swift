@@ -57,13 +57,9 @@ extension DirectoryWatcher {
 
     private func armChangesTimer(_ rule: WatchRule) {
         guard let next = rule.changes.nextDue else { return }
-        if rule.changesTimer == nil {
-            rule.changesTimer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "confirm renames and attribute changes of handled files",
-                                                          on: queue) { [unowned self] in
-                self.confirmChanges(rule)
-            }
+        arm(\.changesTimer, of: rule, at: next, target: "confirm renames and attribute changes of handled files") { [unowned self] in
+            self.confirmChanges(rule)
         }
-        rule.changesTimer?.schedule(at: next.dispatchTime)
     }
 
     /// Changes seen `TrackedChanges.confirmAfter` ago: taken where the file is still as it was
