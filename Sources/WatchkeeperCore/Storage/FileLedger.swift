@@ -311,7 +311,9 @@ public final class FileLedger {
     /// is the rule's whole ledger; the identity index finds the inode's rows directly, and
     /// the rest of the identity is compared here (which parts count depends on what the
     /// file system keeps).
-    public func entries(rule: String, identity: FileIdentity) throws(SQLiteError) -> [LedgerEntry] {
+    /// `renamed`: also the entries of which the file looks renamed (`FileIdentity.renamed`:
+    /// only its change time moved), for a polled tree, where no event says what moved.
+    public func entries(rule: String, identity: FileIdentity, renamed: Bool = false) throws(SQLiteError) -> [LedgerEntry] {
         var found: [LedgerEntry] = []
         try connection.execute(
             Self.identityLookup,
@@ -320,7 +322,7 @@ public final class FileLedger {
             action: "look up a file by identity in watch \"\(rule)\" of"
         ) { row in
             let entry = Self.entry(row)
-            if entry.identity.sameFile(as: identity) { found.append(entry) }
+            if renamed ? entry.identity.renamed(as: identity) : entry.identity.sameFile(as: identity) { found.append(entry) }
         }
         return found
     }

@@ -76,7 +76,11 @@ final class WatchLedger {
                 return entry.outcome == RunOutcome.ok.rawValue
             }
             guard mayHaveMoved else { return false }
-            guard let moved = try reader.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
+            // In a polled tree no event says what was renamed: a handled file found under
+            // another name with only its change time moved is taken for that file, moved.
+            let polled = rule.isPolled(relative)
+            guard let moved = try reader.entries(rule: rule.name, identity: identity, renamed: polled)
+                .first(where: { $0.outcome == RunOutcome.ok.rawValue && $0.path != relative }) else {
                 return false
             }
             rule.movesFollowed += 1

@@ -187,11 +187,22 @@ final class WatchRule: @unchecked Sendable {
         handled[file.current.inodeKey] = file
     }
 
-    /// Handled successfully in this life in this exact form (the path follows it).
+    /// Handled successfully in this life in this exact form (the path follows it), or, in a
+    /// polled tree (where no event says what was renamed), found under another name with only
+    /// its change time moved: the ledger follows it there the next time a poll hands it on
+    /// (WatchLedger.handledBefore).
     func handledInThisLife(_ identity: FileIdentity, at relative: [UInt8]) -> Bool {
-        guard let known = handled[identity.inodeKey], known.current.sameFile(as: identity) else { return false }
-        if known.path != relative { handled[identity.inodeKey]?.path = relative }
-        return true
+        guard let known = handled[identity.inodeKey] else { return false }
+        if known.current.sameFile(as: identity) {
+            if known.path != relative { handled[identity.inodeKey]?.path = relative }
+            return true
+        }
+        return known.path != relative && isPolled(relative) && known.current.renamed(as: identity)
+    }
+
+    /// In a tree that is polled (`method = "poll"`, or a network or FUSE file system).
+    func isPolled(_ relative: [UInt8]) -> Bool {
+        settings.method == .poll || remoteTree(holding: relative) != nil
     }
 
     /// The form a file's record is to carry: the one admitted, or what it became through the

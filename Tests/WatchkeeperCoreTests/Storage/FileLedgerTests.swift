@@ -157,6 +157,9 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         let renamed = FileIdentity(device: 3, inode: 9, size: 5, modifiedNanoseconds: 1_000, changedNanoseconds: 3_000,
                                    bornNanoseconds: 1_500, generation: 0xFFFF_0000_1234_5678)
         XCTAssertEqual(try ledger.entries(rule: "r", identity: renamed), [])
+        // A polled tree has no event to say so, and asks for what looks renamed.
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: renamed, renamed: true).count, 1)
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: reused, renamed: true), [], "a reused inode is not a rename")
         // A file whose directory moved keeps its change time: found.
         XCTAssertEqual(try ledger.entries(rule: "r", identity: handled).count, 1)
     }
