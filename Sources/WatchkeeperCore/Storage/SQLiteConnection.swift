@@ -329,17 +329,6 @@ public final class SQLiteConnection {
         return problems == ["ok"] ? [] : problems
     }
 
-    /// The file's pages, those free (left by deletions), the page size, and whether freed
-    /// pages can be given back a chunk at a time (auto_vacuum = INCREMENTAL).
-    public func freeSpace() throws(SQLiteError) -> (pages: Int64, freePages: Int64, pageSize: Int64, incremental: Bool) {
-        var pages: Int64 = 0, free: Int64 = 0, size: Int64 = 0, mode: Int64 = 0
-        try execute("PRAGMA page_count", action: "measure") { row in pages = row.integer(0) ?? 0 }
-        try execute("PRAGMA freelist_count", action: "measure") { row in free = row.integer(0) ?? 0 }
-        try execute("PRAGMA page_size", action: "measure") { row in size = row.integer(0) ?? 0 }
-        try execute("PRAGMA auto_vacuum", action: "measure") { row in mode = row.integer(0) ?? 0 }
-        return (pages, free, size, mode == 2)
-    }
-
     public struct CheckpointResult: Sendable, Equatable {
         /// Another connection's reader or writer kept the checkpoint from finishing.
         public let busy: Bool
