@@ -288,7 +288,7 @@ final class StateStoreTests: ScratchDirectoryTestCase {
         try other.executeOnce("ROLLBACK", action: "unlock")
     }
 
-    func testHistory_answersAfterWritingWhatWaits_andWhileTheDiskIsFull_includesWhatStillWaits() throws {
+    func testHistory_includesWhatWasSubmittedBeforeTheQuestion_writtenOrNot_evenWhileTheDiskIsFull() throws {
         store.submit(.ledgerRecords([record("old", inode: 1)]))
         store.submit(.taskRun(run("00000000000000c1")))
         XCTAssertEqual(try ledgerHistory().map(\.0), ["old"], "what was submitted before the question is in the answer")
