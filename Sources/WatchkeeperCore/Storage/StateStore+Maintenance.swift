@@ -80,6 +80,9 @@ extension StateStore {
     /// Pages given back per turn by `incremental_vacuum`: each moves a page and rewrites a
     /// pointer page, 2 MiB of WAL at most, checkpointed as a prune's deletions are.
     static let shrinkPagesPerStep = 256
+    /// Between two steps: a step and the checkpoint its megabyte brings took 15 + 100 ms on a
+    /// 400 MB file, and back to back they held `history` 0.25 s behind them (16 callers).
+    static let shrinkPause: Duration = .milliseconds(100)
 
     /// After a prune, once its deletions are in: the pages it freed go back to the file system,
     /// so a ledger that forgot 1,000,000 entries does not keep its 172 MB for good. In a file
@@ -90,12 +93,14 @@ extension StateStore {
     /// vacuum on for good. Then the checkpoint.
     func shrinkStep() {
         guard let ledger else { return }
+        // A stop does not wait for it: the next prune gives back what is left.
+        guard closing == nil else { return runCheckpoint() }
         do throws(SQLiteError) {
             let space = try ledger.connection.freeSpace()
             if space.freePages >= max(Int64(Self.shrinkPagesPerStep), space.pages / 10) {
                 if space.incremental {
                     try ledger.connection.executeOnce("PRAGMA incremental_vacuum(\(Self.shrinkPagesPerStep))", action: "shrink")
-                    enqueue(PendingWrite(write: .shrink, submittedAt: .now, confirmation: nil))
+                    scheduleShrinkStep()
                     return
                 }
                 if space.freePages * 2 >= space.pages {
@@ -108,6 +113,18 @@ extension StateStore {
             problems.report("unable to give the state file's free pages back", example: "\(error)")
         }
         runCheckpoint()
+    }
+
+    /// The next shrink step, after a pause in which what waits (records, `history`) goes first.
+    private func scheduleShrinkStep() {
+        if shrinkTimer == nil {
+            shrinkTimer = sources.makeTimer(owner: "state", target: "give a prune's free pages back, \(Self.shrinkPagesPerStep) at a time",
+                                            on: queue) { [weak self] in
+                guard let self, self.isOpen, self.closing == nil else { return }
+                self.enqueue(PendingWrite(write: .shrink, submittedAt: .now, confirmation: nil))
+            }
+        }
+        shrinkTimer?.schedule(after: Self.shrinkPause)
     }
 
     /// A rule's prune deletions are all in.
@@ -160,6 +177,7 @@ extension StateStore {
                 return
             }
             walks = []
+            shrinkTimer?.cancel()
             commitTimer.cancel()
             retryTimer?.cancel()
             retryTimer = nil

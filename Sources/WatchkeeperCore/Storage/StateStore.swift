@@ -83,6 +83,8 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// Prunes waiting or under way, in order; the first is walked a page per turn.
     var walks: [LedgerPruneWalk] = []
     var walkScheduled = false
+    /// Paces the shrink after a prune (StateStore.shrinkStep).
+    var shrinkTimer: RegisteredTimer?
     /// Entries deleted per rule by the prune under way, said when it ends.
     var pruneRemoved: [String: Int] = [:]
     var prunesFinished: UInt64 = 0

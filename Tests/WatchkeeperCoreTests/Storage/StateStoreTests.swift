@@ -376,12 +376,15 @@ final class StateStoreTests: ScratchDirectoryTestCase {
         let root = directory + "/tree"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         XCTAssertEqual(try space().mode, 2, "a new file gives pages back as it goes (auto_vacuum = INCREMENTAL)")
-        let largest = try pruneEverything(40_000, root: root)
-        XCTAssertLessThan(largest, 4 << 20, "the WAL during a prune of 40,000 entries")
-        let after = try space()
+        var largest = try pruneEverything(40_000, root: root)
         XCTAssertEqual(try count("SELECT count(*) FROM file_ledger"), 0)
-        XCTAssertLessThan(after.free, 256, "\(after)")
-        XCTAssertLessThan(after.pages, 200, "the file shrank back: \(after)")
+        // The pages go back a step at a time after the prune, paced.
+        XCTAssertTrue(waitFor(60, every: .milliseconds(5)) {
+            var info = stat()
+            if stat(self.databasePath + "-wal", &info) == 0 { largest = max(largest, Int64(info.st_size)) }
+            return ((try? self.space().pages) ?? .max) < 200
+        }, "the file never shrank back: \((try? space()).map { "\($0)" } ?? "?")")
+        XCTAssertLessThan(largest, 4 << 20, "the WAL during a prune of 40,000 entries and the shrink after it")
     }
 
     func testAFileMadeBeforeIncrementalVacuum_isRewrittenOnce_whenAPruneLeavesMostOfItFree() throws {
@@ -393,9 +396,8 @@ final class StateStoreTests: ScratchDirectoryTestCase {
         }
         XCTAssertEqual(try space().mode, 0)
         _ = try pruneEverything(20_000, root: root)
-        let after = try space()
-        XCTAssertEqual(after.mode, 2, "converted by the one VACUUM: \(after)")
-        XCTAssertLessThan(after.pages, 200, "\(after)")
+        XCTAssertTrue(waitFor(60) { ((try? self.space().pages) ?? .max) < 200 }, "\((try? space()).map { "\($0)" } ?? "?")")
+        XCTAssertEqual(try space().mode, 2, "converted by the one VACUUM")
     }
 
     func testClose_writesWhatWaits_thenCheckpoints_andClosesTheFile() throws {
