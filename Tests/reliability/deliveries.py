@@ -99,6 +99,18 @@ def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
+def appended_lines(path, offset):
+    """The whole lines appended to `path` (a job's results) since `offset`, and the offset after them."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        chunk = b""
+    chunk = chunk[:chunk.rfind(b"\n") + 1]
+    return chunk.splitlines(), offset + len(chunk)
+
+
 def tool(*argv):
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if done.returncode != 0:
@@ -164,15 +176,8 @@ class Pattern:
     def poll(self):
         """Reads the lines jobs appended since the last poll; returns how many lines there are."""
         with self.lock:
-            try:
-                with open(self.results, "rb") as f:
-                    f.seek(self.offset)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            chunk = chunk[:chunk.rfind(b"\n") + 1]
-            self.offset += len(chunk)
-            for line in chunk.splitlines():
+            lines, self.offset = appended_lines(self.results, self.offset)
+            for line in lines:
                 self.lines += 1
                 sha, _, path = line.partition(b" ")
                 sha = sha.decode(errors="replace")

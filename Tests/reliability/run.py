@@ -125,6 +125,18 @@ def summarise_deliveries(_, data):
             f"{total('temporary_name_only')} read only under a temporary name" + ("; " + ", ".join(cells) if cells else "")), not data["failures"]
 
 
+def summarise_tools(_, data):
+    rows = data["rows"]
+    total = lambda key: sum(r[key] for r in rows)
+    methods = sorted({r["method"] for r in rows})
+    gaps = [f"{r['tool']} under {r['method']}: {r['again']} read again (known gap)" for r in rows if r.get("gap") and r["again"]]
+    return (f"{len({r['tool'] for r in rows})} tools × {', '.join(methods)}, live and across SIGTERM and SIGKILL restarts"
+            f"{' and a SIGKILL stream' if data['names'] > 2 else ''}: {total('delivered'):,} versions, {total('lost')} never read, "
+            f"{total('again') - sum(r['again'] for r in rows if r.get('gap'))} read again unchanged "
+            f"({total('again_at_risk')} of them at risk at a kill), {total('wrong_path')} under another name"
+            + ("; " + "; ".join(gaps + data.get("notes", [])) if gaps or data.get("notes") else "")), not data["failures"]
+
+
 def summarise_clock(_, data):
     if data.get("skipped"):
         return f"skipped ({data['skipped']})", True
@@ -224,6 +236,12 @@ def scenarios(long, binary):
          "into the same names with one size and mtime (inode reuse), mv, ln and cp -l, a slow writer in a new directory, "
          "a job that deletes its file, catch-up after a stop; every version's sha256 read, none partial",
          script("deliveries.py") + ["--binary", binary, "--long" if long else "--short"], summarise_deliveries, True),
+        ("tools", "36", "delivery tools that leave only the change time behind, under inotify, fanotify (a tmpfs of its own) and "
+         "poll, live and across SIGTERM and SIGKILL restarts: cp -p and cp --reflink=auto -p over handled files, unzip, unzip -o, "
+         "write then utime, rsync --inplace, rsync --delay-updates, O_TMPFILE + linkat, renameat2(RENAME_EXCHANGE); every "
+         "version read once, under its final name, none run again unchanged"
+         + ("; and in-place deliveries while the daemon is killed five times" if long else ""),
+         script("tools.py") + ["--binary", binary, "--long" if long else "--short"], summarise_tools, True),
         ("control", "23", "control-socket attacks under a 4 s watchdog while files arrive: 200 clients sending History and Dump "
          "calls and never reading, 300 half-sent calls from root and 300 from a refused uid, connect/close floods by four "
          f"processes ({50 if long else 3} rounds of {15 if long else 5} s)",

@@ -138,7 +138,9 @@ public struct WatchSettings: Equatable, Sendable {
         }
         let include = readGlobs("include", from: &reader)
         let exclude = readGlobs("exclude", from: &reader)
-        watch.filter = PathFilter(include: include, exclude: exclude)
+        // The temporary names of rsync, cp --backup, editors and downloads are left out
+        // unless asked for: their files arrive when renamed into place (PathFilter).
+        watch.filter = PathFilter(include: include, exclude: exclude, excludesTemporaryNames: reader.bool("exclude_temporary") ?? true)
         if let value = reader.bool("follow_symlinks") { watch.followSymlinks = value }
         let settle = reader.duration("settle", range: .zero ... .seconds(3_600))
         if let settle { watch.settle = settle }

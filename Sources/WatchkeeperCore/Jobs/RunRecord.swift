@@ -57,9 +57,10 @@ extension RunRecord {
     /// One structured journal entry per run, for tasks and watch rules alike: the task's or
     /// the rule's own field (never both), and for files the path as bytes, exactly as the
     /// kernel gave it (the journal keeps non-UTF-8 values as they are).
-    /// `inBulk`: one of many cancelled together (a reload, the drain), which one line with
-    /// their count already says: journaled at debug priority, so a reload that cancels 3,000
-    /// waiting files does not write 3,000 lines.
+    /// `inBulk`: one of many cancelled together (a reload, the drain), which one notice with
+    /// their count already says: journaled at info priority rather than notice, so that
+    /// `journalctl -p notice` shows the count and not 3,000 lines; still one record per run
+    /// (docs/operations.md), which at debug priority the default log level dropped.
     func journal(to sink: LogSink, key: JobKey, subject: JobSubject, inBulk: Bool = false) {
         var pairs: [(key: String, value: [UInt8])] = [
             (key.kind.rawValue, Array(name.utf8)),
@@ -95,7 +96,7 @@ extension RunRecord {
         let level: Logger.Level
         switch outcome {
         case .ok, .ranElsewhere: level = .info  // another host's run of a fleet fire: the fleet working
-        case .cancelled: level = inBulk ? .debug : .notice
+        case .cancelled: level = inBulk ? .info : .notice
         case .held: level = .notice
         default: level = .warning
         }

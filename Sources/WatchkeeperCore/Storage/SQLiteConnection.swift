@@ -95,6 +95,10 @@ public final class SQLiteConnection {
         public var journalSizeLimitBytes: Int64
         /// Pages in the WAL that trigger an automatic checkpoint at a commit.
         public var walAutocheckpointPages: Int32
+        /// A file this connection creates gives freed pages back on `PRAGMA incremental_vacuum`
+        /// (auto_vacuum = INCREMENTAL, which must be set before the file's first page is
+        /// written); an older file asks for it, which its next VACUUM grants.
+        public var incrementalVacuum: Bool
         /// A reader beside the one writer (StateReader): opened with SQLITE_OPEN_READONLY,
         /// never creating the file nor changing its settings. WAL lets it read the last
         /// committed state while the writer writes, without waiting for it.
@@ -104,7 +108,8 @@ public final class SQLiteConnection {
             label: String = "database", directoryRole: String = "directory",
             damageAdvice: String = "the file is damaged or not a SQLite database: move it aside",
             fileMode: mode_t = 0o600, busyTimeout: Duration = .milliseconds(2_000),
-            journalSizeLimitBytes: Int64 = 4 << 20, walAutocheckpointPages: Int32 = 1_000, readOnly: Bool = false
+            journalSizeLimitBytes: Int64 = 4 << 20, walAutocheckpointPages: Int32 = 1_000, incrementalVacuum: Bool = false,
+            readOnly: Bool = false
         ) {
             self.label = label
             self.directoryRole = directoryRole
@@ -113,6 +118,7 @@ public final class SQLiteConnection {
             self.busyTimeout = busyTimeout
             self.journalSizeLimitBytes = journalSizeLimitBytes
             self.walAutocheckpointPages = walAutocheckpointPages
+            self.incrementalVacuum = incrementalVacuum
             self.readOnly = readOnly
         }
     }
@@ -400,6 +406,8 @@ public final class SQLiteConnection {
             throw failure(action: "open", code: SQLITE_READONLY, message: "the file is read-only to uid \(geteuid())")
         }
         // The first statement that reads the file: a file that is not a database fails here.
+        // auto_vacuum before journal_mode: WAL writes the new file's first page.
+        if options.incrementalVacuum { try executeOnce("PRAGMA auto_vacuum = INCREMENTAL", action: "open") }
         var journalMode = ""
         try execute("PRAGMA journal_mode = WAL", action: "open") { row in journalMode = row.text(0) ?? "" }
         guard journalMode.lowercased() == "wal" else {

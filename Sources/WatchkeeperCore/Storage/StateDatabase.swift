@@ -94,10 +94,22 @@ public enum StateDatabase {
         [
             "ALTER TABLE run_history ADD COLUMN host TEXT",
         ],
+        // 7: `watchkeeper history WATCH` reads a rule's latest entries through an index in
+        // its order: over 1,000,000 entries a scan and sort took 0.4-0.6 s on the state queue,
+        // and 16 callers waited 3.3 s (issue 36; docs/measurements/ledger.md).
+        [
+            "CREATE INDEX file_ledger_by_recency ON file_ledger (rule, handled_at DESC, path)",
+        ],
     ]
 
     /// The `PRAGMA user_version` this build writes and understands.
     public static var schemaVersion: Int { migrations.count }
+
+    /// 1 MiB of 4 KiB pages: the WAL is checkpointed when a commit takes it past this, so a
+    /// transaction's pages on top (a prune's 256 deletions, a group commit) keep it under
+    /// `journal_size_limit`'s 4 MiB (docs/configuration.md, "The ledger's size"). At 1,000
+    /// pages a start-up prune of 1,000,000 entries took it to 5.4 MB.
+    static let walAutocheckpointPages: Int32 = 256
 
     public static func path(inDirectory directory: String) -> String {
         (directory.hasSuffix("/") ? directory : directory + "/") + fileName
@@ -110,7 +122,7 @@ public enum StateDatabase {
         let options = SQLiteConnection.Options(
             label: label, directoryRole: "state directory",
             damageAdvice: "the file is damaged or not watchkeeper's: move it aside and watchkeeper starts again with \(emptyState)",
-            fileMode: fileMode, busyTimeout: busyTimeout)
+            fileMode: fileMode, busyTimeout: busyTimeout, walAutocheckpointPages: walAutocheckpointPages, incrementalVacuum: true)
         let connection = try SQLiteConnection(path: path, options: options)
         do throws(SQLiteError) {
             try connection.migrate(migrations) { found, known in

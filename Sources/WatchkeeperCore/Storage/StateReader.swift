@@ -43,8 +43,8 @@ public final class StateReader {
         try ledger.entry(rule: rule, path: path)
     }
 
-    public func entries(rule: String, identity: FileIdentity) throws(SQLiteError) -> [LedgerEntry] {
-        try ledger.entries(rule: rule, identity: identity)
+    public func entries(rule: String, identity: FileIdentity, renamed: Bool = false) throws(SQLiteError) -> [LedgerEntry] {
+        try ledger.entries(rule: rule, identity: identity, renamed: renamed)
     }
 
     public func count(rule: String) throws(SQLiteError) -> Int {

@@ -6,14 +6,17 @@ import Dispatch
 extension StateStore {
     // MARK: History
 
-    /// `watchkeeper history WATCH`: the rule's files handled last, newest first. What is
-    /// waiting is committed first; what still cannot be (a full disk) is merged in from the
-    /// line, so the answer is the same either way. `reply` runs on this queue.
+    /// `watchkeeper history WATCH`: the rule's files handled last, newest first: what is
+    /// committed, with the records still waiting in the line merged in, so a job that just
+    /// ended is in the answer without a commit first. Committing first made a call wait for
+    /// whatever was ahead of the records, such as a prune's thousands of deletions (16
+    /// callers during a prune of 1,000,000 entries waited 0.28 s each). `reply` runs on
+    /// this queue.
     func ledgerHistory(rule: String, limit: Int,
                        reply: @escaping @Sendable (Result<[(entry: LedgerEntry, run: LedgerRun?)], SQLiteError>) -> Void) {
         queue.async { [self] in
             guard let ledger else { return reply(.failure(notOpen())) }
-            commitAllNow()
+            takeSubmitted(markingWritten: false)
             let committed: [(entry: LedgerEntry, run: LedgerRun?)]
             do throws(SQLiteError) {
                 committed = try ledger.recent(rule: rule, limit: limit)

@@ -83,6 +83,8 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// Prunes waiting or under way, in order; the first is walked a page per turn.
     var walks: [LedgerPruneWalk] = []
     var walkScheduled = false
+    /// Paces the shrink after a prune (StateStore.shrinkStep).
+    var shrinkTimer: RegisteredTimer?
     /// Entries deleted per rule by the prune under way, said when it ends.
     var pruneRemoved: [String: Int] = [:]
     var prunesFinished: UInt64 = 0
@@ -278,19 +280,29 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// out of range, a damaged file) is found by writing them one at a time, and only the
     /// write that fails so is dropped, said and counted.
     func commitFront(into confirmations: inout [Confirmation]) -> CommitOutcome {
-        if case .checkpoint = pending.first?.write {
+        switch pending.first?.write {
+        case .checkpoint?, .shrink?:
+            // Outside any transaction: a checkpoint, VACUUM and incremental_vacuum cannot run in one.
             let item = pending.removeFirst()
-            runCheckpoint()
+            if case .shrink = item.write { shrinkStep() } else { runCheckpoint() }
             item.confirmation.map { confirmations.append($0) }
             return .committed
+        default:
+            break
         }
         var count = 0
         var rows = 0
         for item in pending {
             if case .checkpoint = item.write { break }
+            if case .shrink = item.write { break }
+            // A prune's deletions go one write a transaction: each deletion touches random
+            // pages of the indexes, and a WAL checkpoint can only follow a commit
+            // (FileLedger.deletionsPerTransaction).
+            if case .ledgerForget = item.write, count > 0 { break }
             if count > 0 && rows + item.write.rows > Self.rowsPerTransaction { break }
             count += 1
             rows += item.write.rows
+            if case .ledgerForget = item.write { break }
         }
         do throws(SQLiteError) {
             try commit(count, into: &confirmations)
@@ -339,9 +351,11 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
             try ledger.recordInTransaction(records)
         case .ledgerMove(let rule, let from, let to):
             try ledger.moveInTransaction(rule: rule, fromPrefix: from, toPrefix: to)
+        case .ledgerFollow(let rule, let from, let to, let known, let now):
+            try ledger.followInTransaction(rule: rule, from: from, to: to, known: known, now: now)
         case .ledgerForget(let rule, let gone):
             removed[rule, default: 0] += try ledger.forgetInTransaction(rule: rule, gone[...])
-        case .pruneFinished, .checkpoint:
+        case .pruneFinished, .checkpoint, .shrink:
             break
         case .taskScheduled(let task, let at):
             do throws(TaskStoreError) {

@@ -12,7 +12,9 @@ extension DirectoryWatcher {
     /// this long, and a close event for the same path meanwhile joins the same job.
     static let scanSettle: Duration = .seconds(1)
 
-    func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false) {
+    func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false, renamedFrom: [UInt8]? = nil,
+                 changedSince: Int64? = nil) {
+        let pending = PendingFile(event: event, renamedFrom: renamedFrom, changedSince: changedSince)
         guard accepting else { return }
         let now = MonotonicInstant.now
         // A writer's close (or a move in) is evidence that the file is whole: a wait that only
@@ -22,13 +24,13 @@ extension DirectoryWatcher {
         }
         let window = settleWindow(rule, fromScan: fromScan)
         if window == .zero && rule.settle.item(for: relative) == nil {
-            switch admit(rule, relative: relative, pending: PendingFile(event: event), fromScan: false, eventAt: now) {
+            switch admit(rule, relative: relative, pending: pending, fromScan: false, eventAt: now) {
             case .admitted(let subject): submit([.file(subject)], rule: rule)
             case .skipped, .stillChanging: break
             }
             return
         }
-        rule.settle.add(path: relative, event: PendingFile(event: event), deadline: now + window, fromScan: fromScan)
+        rule.settle.add(path: relative, event: pending, deadline: now + window, fromScan: fromScan)
         armSettleTimer(rule)
     }
 
@@ -38,13 +40,19 @@ extension DirectoryWatcher {
 
     func armSettleTimer(_ rule: WatchRule) {
         guard let next = rule.settle.nextDeadline else { return }
-        if rule.settleTimer == nil {
-            rule.settleTimer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "settle \(rule.settings.settle.compactDescription)",
-                                                         on: queue) { [unowned self] in
-                self.settleDue(rule)
-            }
+        arm(\.settleTimer, of: rule, at: next, target: "settle \(rule.settings.settle.compactDescription)") { [unowned self] in
+            self.settleDue(rule)
         }
-        rule.settleTimer?.schedule(at: next.dispatchTime)
+    }
+
+    /// One of a rule's timers, made the first time it is needed (registered with its
+    /// purpose), set to fire at `instant`.
+    func arm(_ timer: ReferenceWritableKeyPath<WatchRule, RegisteredTimer?>, of rule: WatchRule, at instant: MonotonicInstant,
+             target: String, fire: @escaping () -> Void) {
+        if rule[keyPath: timer] == nil {
+            rule[keyPath: timer] = context.sources.makeTimer(owner: "watch \(rule.name)", target: target, on: queue, handler: fire)
+        }
+        rule[keyPath: timer]?.schedule(at: instant.dispatchTime)
     }
 
     /// Starts every path whose window has ended, and re-arms for the next one.
@@ -104,17 +112,27 @@ extension DirectoryWatcher {
             // Nobody said the writer is done: it must have stopped changing for the window.
             let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity)
             if changing { return .stillChanging(identity) }
-            if let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
+            if let since = pending.changedSince, max(identity.modifiedNanoseconds, identity.changedNanoseconds ?? .max) < since {
+                // Without catch-up, a rescan after lost events runs only what they could have been.
+                rule.rescanOlderSkipped += 1
+                return .skipped
+            }
+            if let inFlight = rule.inFlight[identity.inodeKey], inFlight.current.sameFile(as: identity) {
                 rule.duplicates += 1
                 return .skipped
             }
         }
         if fromScan || event == .movedIn {
             // A move (or a scan's find) is evidence of new content only if the file was not
-            // handled in this form: a file moved within the tree after its job is that file.
-            // Renamed while its job waits or runs: it is handled here if that job does not
-            // succeed (a `.part` renamed to `.dat` before its job could read it).
+            // handled in this form: a file renamed within the tree after its job (a rename
+            // the watcher saw) is that file. Renamed while its job waits or runs: it is
+            // handled here if that job does not succeed (a `.part` renamed to `.dat` before
+            // its job could read it). Anything else must be unchanged, its change time too.
             if event == .movedIn && rule.followIfInFlight(identity, at: relative, event: event) { return .skipped }
+            if event == .movedIn, let from = pending.renamedFrom, followRename(rule, from: from, to: relative, identity: identity) {
+                rule.duplicates += 1
+                return .skipped
+            }
             if rule.handledInThisLife(identity, at: relative)
                 || ledger.handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: true) {
                 rule.duplicates += 1
@@ -127,11 +145,13 @@ extension DirectoryWatcher {
             // renames its file into place and closes it afterwards, or opens it for writing
             // and writes nothing, does not run its job twice.
             let key = identity.inodeKey
-            if rule.inFlight[key]?.identity == identity || rule.handled[key]?.identity == identity {
+            if rule.inFlight[key]?.identity == identity || rule.handled[key]?.admitted == identity {
                 rule.duplicates += 1
                 return .skipped
             }
         }
+        // Its job records the form it has now: a change seen before is void.
+        rule.changes.admitted(relative)
         return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
                                      followsSymlinks: follows, checksBeforeStart: rule.remoteTree(holding: relative) == nil))
     }

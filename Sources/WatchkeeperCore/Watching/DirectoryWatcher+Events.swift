@@ -19,66 +19,126 @@ extension DirectoryWatcher {
         rule.noteRawEvent(event, path: path, at: now)
         guard !event.name.isEmpty else { return } // about the directory itself
         if event.isDirectory {
-            guard rule.settings.recursive else { return }
-            if event.mask.contains(.movedFrom) {
-                dropSubtree(rule, relative: path)
-                // A move out of every watched tree never gets its IN_MOVED_TO.
-                if pendingMoves.count >= Self.pendingMovesLimit { pendingMoves.removeAll() }
-                pendingMoves[event.cookie] = (rule.name, path)
-            } else if event.mask.contains(.movedTo) {
-                if let move = pendingMoves.removeValue(forKey: event.cookie), move.rule == rule.name {
-                    followMove(rule, from: move.from, to: path)
-                }
-                if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
-            } else if event.mask.contains(.create) {
-                if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
-            } else if event.mask.contains(.delete) {
-                dropSubtree(rule, relative: path)
-                ledger.noteDeletion()
-            }
+            if rule.settings.recursive { handleDirectory(event, rule: rule, relative: path) }
             return
         }
         if event.mask.contains(.movedFrom) || event.mask.contains(.movedTo) { followRenameOnShare(rule, event, path: path) }
-        if event.mask.contains(.delete) || event.mask.contains(.movedFrom) {
+        let mask = event.mask
+        if mask.contains(.modify) { rule.changes.written(path) }
+        if mask.contains(.closeWrite) {
+            rule.changes.closed(path)
+            // An O_TMPFILE linked into place is closed under "#<inode>", not its new name.
+            if let linked = rule.changes.linkedTmpfile(closedAs: event.name) {
+                closedLinkedTmpfile(rule, relative: linked)
+                return
+            }
+        }
+        if mask.contains(.delete) { rule.changes.removed(path) }
+        if mask.contains(.delete) || mask.contains(.movedFrom) {
             ledger.noteDeletion()
             if rule.settings.fleet == .one { fleetFileGone(rule, relative: path) }
         }
-        if event.mask.contains(.movedFrom), let waiting = rule.settle.remove(path: path) {
-            // Renamed while it waits to settle: the wait moves to the new name, whatever the
-            // rule's events (IN_MOVED_FROM and IN_MOVED_TO share a cookie).
-            if rule.renamedWhileSettling.count >= Self.pendingMovesLimit { rule.renamedWhileSettling.removeAll() }
-            rule.renamedWhileSettling[event.cookie] = waiting.event.event
-        }
-        if event.mask.contains(.movedTo) {
-            if let renamedEvent = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
-                guard rule.selects(path) else { return }
-                rule.renamesFollowed += 1
-                rule.matched += 1
-                enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamedEvent)
-                return
-            }
-            if rule.event(for: event.mask) == nil {
-                followRenameOfFileInFlight(rule, relative: path)
-                return
+        if mask.contains(.movedFrom) {
+            rule.changes.movedFrom(path, cookie: event.cookie)
+            if let waiting = rule.settle.remove(path: path) {
+                // Renamed while it waits to settle: the wait moves to the new name, whatever the
+                // rule's events (IN_MOVED_FROM and IN_MOVED_TO share a cookie).
+                if rule.renamedWhileSettling.count >= Self.pendingMovesLimit { rule.renamedWhileSettling.removeAll() }
+                rule.renamedWhileSettling[event.cookie] = waiting.event.event
             }
         }
-        if event.mask.contains(.create) && !rule.settings.events.contains(.created) {
+        var renamedFrom: [UInt8]?
+        if mask.contains(.movedTo) {
+            switch movedIn(event, rule: rule, relative: path) {
+            case .dealtWith: return
+            case .toAdmit(let from): renamedFrom = from
+            }
+        }
+        if mask.contains(.attrib) && !rule.settings.events.contains(.attrib) {
+            attributesChanged(rule, relative: path)
+            return
+        }
+        if mask.contains(.modify) && !rule.settings.events.contains(.modified) { return }
+        if mask.contains(.create) && !rule.settings.events.contains(.created) {
             if !closedNow.contains(EntryKey(wd: event.wd, name: event.name)) { handleCreatedFile(rule, relative: path) }
             return
         }
-        guard let watchEvent = rule.event(for: event.mask), rule.selects(path) else { return }
+        guard let watchEvent = rule.event(for: mask), rule.selects(path) else { return }
         rule.matched += 1
-        enqueue(rule, relative: path, event: watchEvent)
+        enqueue(rule, relative: path, event: watchEvent, renamedFrom: renamedFrom)
+    }
+
+    /// A directory of a recursive rule's tree came, went or moved.
+    private func handleDirectory(_ event: InotifyEvent, rule: WatchRule, relative path: [UInt8]) {
+        if event.mask.contains(.movedFrom) {
+            dropSubtree(rule, relative: path)
+            // A move out of every watched tree never gets its IN_MOVED_TO.
+            if pendingMoves.count >= Self.pendingMovesLimit { pendingMoves.removeAll() }
+            pendingMoves[event.cookie] = (rule.name, path)
+        } else if event.mask.contains(.movedTo) {
+            if let move = pendingMoves.removeValue(forKey: event.cookie), move.rule == rule.name {
+                followMove(rule, from: move.from, to: path)
+            }
+            if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
+        } else if event.mask.contains(.create) {
+            if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
+        } else if event.mask.contains(.delete) {
+            dropSubtree(rule, relative: path)
+            ledger.noteDeletion()
+        }
+    }
+
+    private enum MovedIn {
+        /// A wait moved to the new name, or a rule without `moved_in` followed the rename.
+        case dealtWith
+        /// To admission as `moved_in`, with the name it had in this tree if the watcher saw the
+        /// rename happen and the file was not being written: a handled file there is this
+        /// file under a new name (TrackedChanges).
+        case toAdmit(renamedFrom: [UInt8]?)
+    }
+
+    private func movedIn(_ event: InotifyEvent, rule: WatchRule, relative path: [UInt8]) -> MovedIn {
+        let origin = rule.changes.movedTo(path, cookie: event.cookie)
+        let renamedFrom = origin.flatMap { $0.writing ? nil : $0.path }
+        if let renamedEvent = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
+            guard rule.selects(path) else { return .dealtWith }
+            rule.renamesFollowed += 1
+            rule.matched += 1
+            enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamedEvent)
+            return .dealtWith
+        }
+        guard rule.event(for: event.mask) == nil else { return .toAdmit(renamedFrom: renamedFrom) }
+        // Written under a temporary name and renamed into place: it arrives here, for a rule
+        // that does not ask for moves too (its close, under the temporary name, was left out).
+        if let origin, !origin.writing, rule.settings.filter.isTemporary(origin.path), let ready = rule.readyEvent, rule.selects(path) {
+            rule.matched += 1
+            enqueue(rule, relative: path, event: ready)
+            return .dealtWith
+        }
+        followRename(rule, relative: path, from: renamedFrom)
+        return .dealtWith
     }
 
     static let pendingMovesLimit = 4_096
 
     /// A rule without `moved_in`: a file renamed into its name while its job waits or runs
-    /// still gets that job's outcome followed (a `.part` renamed before its job read it).
-    private func followRenameOfFileInFlight(_ rule: WatchRule, relative: [UInt8]) {
-        guard !rule.inFlight.isEmpty, let event = rule.readyEvent, rule.selects(relative),
+    /// still gets that job's outcome followed (a `.part` renamed before its job read it), and
+    /// a handled file renamed within the tree is still the handled file under its new name.
+    private func followRename(_ rule: WatchRule, relative: [UInt8], from: [UInt8]?) {
+        guard let event = rule.readyEvent, rule.inFlight.isEmpty == false || from != nil, rule.selects(relative),
               let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular else { return }
-        _ = rule.followIfInFlight(rule.identity(of: status.identity, at: relative), at: relative, event: event)
+        let identity = rule.identity(of: status.identity, at: relative)
+        if rule.followIfInFlight(identity, at: relative, event: event) { return }
+        if let from { _ = followRename(rule, from: from, to: relative, identity: identity) }
+    }
+
+    /// The close of an O_TMPFILE (`#<inode>`) linked into place at `relative` (linkat from
+    /// /proc/self/fd/N, then close): the file is whole now, under the name it was linked to.
+    private func closedLinkedTmpfile(_ rule: WatchRule, relative: [UInt8]) {
+        guard rule.settings.events.contains(.closedWrite), rule.selects(relative) else { return }
+        rule.tmpfilesLinked += 1
+        rule.matched += 1
+        enqueue(rule, relative: relative, event: .closedWrite)
     }
 
     /// IN_CREATE of a file is only a name until its writer closes it, except for a hard link
@@ -93,6 +153,15 @@ extension DirectoryWatcher {
               let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks, generation: false),
               status.type == .regular else { return }
         let identity = status.identity
+        // One link and no close yet: a file being written, or an O_TMPFILE linked into place,
+        // whose close comes as "#<inode>" (TrackedChanges.linkedTmpfile), or came already.
+        if status.links == 1 {
+            if rule.changes.wasClosedAsTmpfile(inode: identity.inode) {
+                closedLinkedTmpfile(rule, relative: relative)
+                return
+            }
+            rule.changes.mayBeLinkedTmpfile(inode: identity.inode, at: relative)
+        }
         let writtenBeforeItsLastChange = identity.size > 0 && identity.modifiedNanoseconds < identity.changedNanoseconds ?? .min
         guard status.links > 1 || writtenBeforeItsLastChange else { return }
         rule.linksHandled += 1

@@ -65,21 +65,31 @@ extension DirectoryWatcher {
     func finished(_ completion: JobCompletion, rule: WatchRule) {
         if rule.settings.fleet == .one, cluster != nil, fleetFinished(completion, rule: rule) { return }
         let outcome = completion.final.outcome
-        var followers: [InFlightFile.Follower] = []
-        for file in completion.subject.files {
-            followers += rule.returned(file)
-            if outcome == .ok, let identity = file.identity { rule.remember(identity, at: Array(file.relative)) }
+        let files = completion.subject.files
+        // What each record carries: the form admitted, or what the attribute changes followed
+        // while the job waited or ran made of it.
+        let recorded = files.map { rule.recordedIdentity(of: $0) }
+        var followers: [(follower: InFlightFile.Follower, file: FileSubject, recorded: FileIdentity)] = []
+        for (file, identity) in zip(files, recorded) {
+            guard let identity else { continue }
+            followers += rule.returned(file).map { ($0, file, identity) }
+            if outcome == .ok, let admitted = file.identity {
+                rule.remember(HandledFile(admitted: admitted, current: identity, path: Array(file.relative)))
+            }
         }
+        ledger.record(completion, identities: recorded, rule: rule) { [weak self] records in self?.ledgerCommitted(records) }
         // Names a file was renamed to while its job waited or ran: if the job succeeded it
-        // read that file (a rename keeps the content); if not, the file is handled there now.
-        for follower in followers {
-            if outcome == .ok && completion.subject.files.contains(where: { $0.identity.map { $0.sameFile(as: follower.identity) } ?? false }) {
+        // read that file (a rename keeps the content), and its record follows it there; if
+        // not, the file is handled there now.
+        for (follower, file, identity) in followers {
+            if outcome == .ok && identity.renamed(as: follower.identity) {
                 rule.duplicates += 1
+                track(rule, .init(path: follower.path, from: Array(file.relative), known: identity, seen: follower.identity,
+                                  due: .now + TrackedChanges.confirmAfter))
             } else if rules[rule.name] === rule {
                 enqueue(rule, relative: follower.path, event: follower.event)
             }
         }
-        ledger.record(completion, rule: rule) { [weak self] records in self?.ledgerCommitted(records) }
     }
 
     /// `watchkeeper history WATCH`: the files the rule handled last, from the ledger.
@@ -101,7 +111,7 @@ extension DirectoryWatcher {
         // go, so a burst's 100,000 files are not kept in memory until the daemon stops.
         for record in records where record.outcome == RunOutcome.ok.rawValue {
             guard let rule = rules[record.rule], let known = rule.handled[record.identity.inodeKey], known.path == record.path,
-                  known.identity == record.identity else { continue }
+                  known.current == record.identity else { continue }
             rule.handled[record.identity.inodeKey] = nil
             // Emptied, it also gives back the capacity the burst grew it to.
             if rule.handled.isEmpty { rule.handled = [:] }
@@ -151,6 +161,7 @@ extension DirectoryWatcher {
     /// write-ahead log into the file (Daemon.finishStopping).
     func close() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
+        confirmChangesAtStop()
         ledger.close()
     }
 

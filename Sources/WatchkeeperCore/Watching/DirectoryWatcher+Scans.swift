@@ -34,15 +34,22 @@ extension DirectoryWatcher {
     }
 
     /// Every file of the tree through the settle queue; directories without a watch (new
-    /// ones whose events were lost) are watched on the way.
-    func rescan(_ rule: WatchRule, from relative: [UInt8] = []) {
+    /// ones whose events were lost) are watched on the way. `changedSince`: a rule without
+    /// catch-up runs only the files changed since (the others were there before the events
+    /// were lost, and it does not run what was there before).
+    func rescan(_ rule: WatchRule, from relative: [UInt8] = [], changedSince: Int64? = nil) {
         // A rule that only polls has no events to lose: its next pass sees everything.
         guard let root = rule.root, rule.settings.method != .poll else { return }
         rule.rescans += 1
         if rule.usesFanotify {
+            let fresh = rule.listing == nil
             listInSlices(rule, from: relative)
+            // A listing already going on (a new directory's) keeps running everything it finds.
+            if fresh { rule.listing?.changedSince = changedSince }
             return
         }
+        rule.rescanChangedSince = changedSince
+        defer { rule.rescanChangedSince = nil }
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
             self.treeBackend(of: rule)?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
         }, descend: { child in
@@ -81,7 +88,8 @@ extension DirectoryWatcher {
     func scanned(_ rule: WatchRule, relative: [UInt8]) {
         guard let event = rule.readyEvent, rule.selects(relative) else { return }
         rule.matched += 1
-        enqueue(rule, relative: relative, event: event, fromScan: true)
+        let changedSince = rule.usesFanotify ? rule.listing?.changedSince : rule.rescanChangedSince
+        enqueue(rule, relative: relative, event: event, fromScan: true, changedSince: changedSince)
     }
 
     /// Directories listed by one walk beyond which its garbage is handed back to the kernel.
@@ -142,8 +150,11 @@ extension DirectoryWatcher {
     // MARK: Overflow
 
     /// IN_Q_OVERFLOW: the kernel dropped events. Every tree is scanned again; files not
-    /// handled yet in the form they have now get their job, so nothing is lost.
-    func overflowed(_ source: EventSource) {
+    /// handled yet in the form they have now get their job, so nothing is lost. A rule
+    /// without catch-up has no ledger to tell what was there before: it runs only the files
+    /// changed since `lostSince` (every event before it was read, DirectoryWatcher.handle),
+    /// less a second for the read and the file system's coarse clock.
+    func overflowed(_ source: EventSource, lostSince: WallTime) {
         overflowsTotal += 1
         switch source {
         case .inotify:
@@ -158,7 +169,7 @@ extension DirectoryWatcher {
             // Only the trees whose events were lost: the other backend's are intact.
             guard let rule = rules[name], !rule.isMissing, rule.usesFanotify == (source == .fanotify) else { continue }
             rule.overflows += 1
-            rescan(rule)
+            rescan(rule, changedSince: rule.settings.catchUp ? nil : (lostSince.nanosecondsSinceEpoch ?? 0) - 1_000_000_000)
         }
     }
 

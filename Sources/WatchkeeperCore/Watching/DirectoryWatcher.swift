@@ -49,6 +49,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     var order: [String] = []
     var accepting = true
     var overflowsTotal: UInt64 = 0
+    /// Per backend, when its last batch without an overflow was read: no event before it was
+    /// lost (a rescan after an overflow runs, for a rule without catch-up, what changed since).
+    private var eventsCompleteAt: [EventSource: WallTime] = [:]
+    private let startedAt = WallTime.now()
     var recheckTimer: RegisteredTimer?
     /// Notices a polled file system that stopped answering (DirectoryWatcher+Polling).
     var pollMonitor: RegisteredTimer?
@@ -195,13 +199,16 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     // MARK: Events
 
-    enum EventSource {
+    enum EventSource: Hashable {
         case inotify
         case fanotify
     }
 
     private func handle(_ changes: [WatchBackend.Change], from source: EventSource) {
         let now = MonotonicInstant.now
+        let readAt = WallTime.now()
+        var overflowedNow = false
+        defer { if !overflowedNow { eventsCompleteAt[source] = readAt } }
         // Files whose writer's close is in this same read: their IN_CREATE needs no look (the
         // close is the evidence), which keeps a burst of written files off the created path.
         var closedNow: Set<EntryKey> = []
@@ -211,7 +218,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         for change in changes {
             switch change {
             case .overflow:
-                overflowed(source)
+                overflowedNow = true
+                overflowed(source, lostSince: eventsCompleteAt[source] ?? startedAt)
             case .entry(let event, let locations):
                 for location in locations {
                     switch location.owner {

@@ -15,10 +15,13 @@ import Glibc
 ///   number is reused;
 /// - the birth time (statx STX_BTIME, where the file system keeps one: ext4, xfs, btrfs,
 ///   tmpfs), set when the inode is made;
-/// - the change time, which every write, rename, chmod and `utime` moves to now.
+/// - the change time, which every write, rename, chmod and `utime` moves to now: the one
+///   trace `cp -p` over a handled file leaves (same inode, size and mtime).
 ///
-/// `sameFile(as:)` is the comparison that matters; docs/architecture.md ("File identity")
-/// says which parts are used on which file system.
+/// `sameFile(as:)` (nothing changed) is what scans and catch-up compare; `renamed(as:)` and
+/// `attributesChanged(as:)` are what the daemon accepts for a change it saw happen (a rename,
+/// an IN_ATTRIB with no write), after which it holds the new form. docs/architecture.md
+/// ("File identity") says which parts are used on which file system.
 public struct FileIdentity: Sendable, Hashable {
     public let device: UInt64
     public let inode: UInt64
@@ -45,28 +48,43 @@ public struct FileIdentity: Sendable, Hashable {
     /// The inode, whatever its content: where in-flight work is looked up.
     public var inodeKey: InodeKey { InodeKey(device: device, inode: inode) }
 
-    /// The same inode (not a reused number) with the same size and modification time: the
-    /// same file with the same content, wherever it is now. Where the inode's incarnation
-    /// is known (generation or birth time), the change time is not compared, since a rename
-    /// moves it and a file renamed within the tree after its job is still that file. Where
-    /// it is not known, the change time must match too: it is the only thing a reused inode
-    /// with a preserved modification time cannot fake. A ledger row from before the change
-    /// time was kept (both nil) is compared as it was written: device, inode, size, mtime.
+    /// Unchanged: the same inode (not a reused number) with the same size, modification time
+    /// and change time. This is what a scan, a catch-up or a poll compares with what was
+    /// handled (this life's memory, the ledger): anything that changed the file since, even
+    /// its attributes, may have changed its content (`cp -p` over a handled file keeps its
+    /// inode, size and mtime; only the change time moves), so it runs. The daemon keeps the
+    /// identity it holds current through the attribute changes and renames it sees live
+    /// (`renamed(as:)`, `attributesChanged(as:)`, docs/architecture.md "File identity"), so a
+    /// file chmod'ed or renamed while watched is still the handled one. A ledger row from
+    /// before the change time was kept (schema 4 and older, all three nil) is compared as it
+    /// was written: device, inode, size, mtime.
     public func sameFile(as other: FileIdentity) -> Bool {
-        guard device == other.device, inode == other.inode, size == other.size,
-              modifiedNanoseconds == other.modifiedNanoseconds else { return false }
-        var incarnationKnown = false
-        if let mine = generation, let theirs = other.generation {
-            guard mine == theirs else { return false }
-            incarnationKnown = true
-        }
-        if let mine = bornNanoseconds, let theirs = other.bornNanoseconds {
-            guard mine == theirs else { return false }
-            incarnationKnown = true
-        }
-        if incarnationKnown { return true }
+        guard sameInode(as: other), size == other.size, modifiedNanoseconds == other.modifiedNanoseconds else { return false }
         if let mine = changedNanoseconds, let theirs = other.changedNanoseconds { return mine == theirs }
         return true
+    }
+
+    /// What a rename of this file looks like: the same inode (by its incarnation where it
+    /// is known: generation or birth time; otherwise by its change time, which a rename
+    /// moves, so nothing matches), the same size and modification time; only the change time
+    /// moved. Where the daemon sees the rename happen (IN_MOVED_FROM and IN_MOVED_TO of one
+    /// cookie, the old name not being written), this is the same file.
+    public func renamed(as other: FileIdentity) -> Bool {
+        guard sameInode(as: other), size == other.size, modifiedNanoseconds == other.modifiedNanoseconds else { return false }
+        return incarnationKnown(with: other) || sameFile(as: other)
+    }
+
+    /// What an attribute change of this file looks like (chmod, chown, `utime`, a link
+    /// count): the same inode and size; the modification time may have been set. Where the
+    /// daemon sees an IN_ATTRIB with no write since the file was handled, this is the same
+    /// content.
+    public func attributesChanged(as other: FileIdentity) -> Bool {
+        sameInode(as: other) && size == other.size && (incarnationKnown(with: other) || changedNanoseconds == nil)
+    }
+
+    /// Both sides carry the generation or the birth time: a reused inode number is told by them.
+    private func incarnationKnown(with other: FileIdentity) -> Bool {
+        (generation != nil && other.generation != nil) || (bornNanoseconds != nil && other.bornNanoseconds != nil)
     }
 
     /// The same inode, not a reused number: what is checked just before a job starts (the

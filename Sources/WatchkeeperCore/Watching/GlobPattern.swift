@@ -172,55 +172,6 @@ public struct GlobPattern: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// Which paths of a watched directory a rule handles.
-///
-/// A path is selected when it matches at least one include pattern (an empty include list
-/// means every path) and neither it nor any directory above it matches an exclude pattern.
-/// Excluding a directory excludes everything in it, as in gitignore: with `exclude = [".*"]`
-/// the file `.git/config` is excluded because `.git` is. Includes match the whole path
-/// only: to include a directory's contents, write `incoming/**`.
-public struct PathFilter: Sendable, Equatable {
-    public let include: [GlobPattern]
-    public let exclude: [GlobPattern]
-
-    public init(include: [GlobPattern], exclude: [GlobPattern]) {
-        self.include = include
-        self.exclude = exclude
-    }
-
-    public func selects(_ relativePath: [UInt8]) -> Bool {
-        let components = PathComponents.ranges(of: relativePath)
-        // The root of the watch is a directory, never a file to hand to a task.
-        guard !components.isEmpty else { return false }
-        if exclude.contains(where: { $0.matchesPathOrAncestor(relativePath, components) }) {
-            return false
-        }
-        if include.isEmpty { return true }
-        var steps = 0
-        return include.contains { $0.matches(relativePath, steps: &steps) }
-    }
-
-    public func selects(_ relativePath: String) -> Bool {
-        selects(Array(relativePath.utf8))
-    }
-
-    /// Whether a directory at this relative path could contain selected files, so that
-    /// recursive watching can skip excluded subtrees. A directory is pruned when it or a
-    /// directory above it matches an exclude (`.git` with `.*` or `**/.git`), or when an
-    /// exclude matches each of its children (`build` with `build/**` or `build/*`), which
-    /// `selects` would then refuse. Includes never prune: a directory need not match an
-    /// include to hold files that do. The empty path is the watch's root, pruned only by an
-    /// exclude that matches every top-level name, such as `*` or `**`.
-    public func mayContainSelected(directory relativePath: [UInt8]) -> Bool {
-        let components = PathComponents.ranges(of: relativePath)
-        return !exclude.contains { $0.matchesDirectoryOrAllUnder(relativePath, components) }
-    }
-
-    public func mayContainSelected(directory relativePath: String) -> Bool {
-        mayContainSelected(directory: Array(relativePath.utf8))
-    }
-}
-
 // MARK: - Representation
 
 extension GlobPattern {

@@ -65,6 +65,9 @@ public struct SettleQueue<Event> {
     /// Consumed slots kept before the array is compacted: compacting on every take would
     /// make a burst quadratic.
     static var compactionThreshold: Int { 1_024 }
+    /// Capacity an emptied queue keeps for the next files; a catch-up's (100,000 paths: 20 MB
+    /// of dictionary and slots) is given back, not kept for the daemon's life.
+    static var keptCapacity: Int { 4_096 }
 
     public init() {}
 
@@ -144,7 +147,18 @@ public struct SettleQueue<Event> {
                 due.append(Item(path: slot.path, event: entry.event, deadline: entry.deadline, fromScan: entry.fromScan))
             }
             skipStale()
+            if waiting.isEmpty { releaseCapacity() }
         }
+    }
+
+    /// Emptied: a burst's storage goes back to malloc (and, this large, to the system).
+    private mutating func releaseCapacity() {
+        if waiting.capacity > Self.keptCapacity { waiting = [:] }
+        if order.capacity > Self.keptCapacity, head == order.count {
+            order = []
+            head = 0
+        }
+        if early.isEmpty && early.capacity > Self.keptCapacity { early = [] }
     }
 
     /// Everything waiting, earliest window first, leaving the queue empty: for the drain
@@ -164,6 +178,7 @@ public struct SettleQueue<Event> {
     public mutating func remove(path: [UInt8]) -> Item? {
         guard let entry = waiting.removeValue(forKey: path) else { return nil }
         skipStale()
+        if waiting.isEmpty { releaseCapacity() }
         return Item(path: path, event: entry.event, deadline: entry.deadline, fromScan: entry.fromScan)
     }
 
@@ -181,6 +196,9 @@ public struct SettleQueue<Event> {
 
     /// Slots held in memory, consumed or stale ones included: what compaction bounds.
     var storedSlots: Int { order.count + early.count }
+
+    /// Paths and slots the storage has room for: what an emptied queue gives back.
+    var storageCapacity: Int { waiting.capacity + order.capacity + early.capacity }
 
     // MARK: - Slots
 

@@ -391,10 +391,12 @@ final class TreePoller: @unchecked Sendable {
         }
     }
 
-    /// Without catch-up, the first pass takes only what changed since the poller started
-    /// (with a second of slack for a coarse clock): the rest was there before.
+    /// Without catch-up, the first pass takes only what changed since the poller started: the
+    /// rest was there before. The slack is the file system clock's step: file times lag the
+    /// wall clock by up to a tick (10 ms at HZ=100) on a local disk; over SFTP they are whole
+    /// seconds. Two seconds ran files written before the start (issue 36).
     private func changedSinceStart(_ file: wk_file_identity) -> Bool {
-        let since = (startedWall.nanosecondsSinceEpoch ?? 0) - 2_000_000_000
+        let since = (startedWall.nanosecondsSinceEpoch ?? 0) - (settings.tree.isRemote ? 1_000_000_000 : 10_000_000)
         return file.modified_ns >= since || file.changed_ns >= since
     }
 

@@ -76,15 +76,31 @@ final class WatchLedger {
                 return entry.outcome == RunOutcome.ok.rawValue
             }
             guard mayHaveMoved else { return false }
-            guard let moved = try reader.entries(rule: rule.name, identity: identity).first(where: { $0.outcome == RunOutcome.ok.rawValue }) else {
+            // In a polled tree no event says what was renamed: a handled file found under
+            // another name with only its change time moved is taken for that file, moved.
+            let polled = rule.isPolled(relative)
+            guard let moved = try reader.entries(rule: rule.name, identity: identity, renamed: polled)
+                .first(where: { $0.outcome == RunOutcome.ok.rawValue && $0.path != relative }) else {
                 return false
             }
             rule.movesFollowed += 1
-            store?.submit(.ledgerMove(rule: rule.name, from: moved.path, to: relative))
+            store?.submit(.ledgerFollow(rule: rule.name, from: moved.path, to: relative, known: moved.identity, now: identity))
             return true
         } catch {
             problems.report("unable to read the file ledger", example: "\(error)")
             return false
+        }
+    }
+
+    /// The rule's entry at `relative` (nil when the ledger is not open, has none, or cannot
+    /// be read: that is reported).
+    func entry(_ rule: WatchRule, path relative: [UInt8]) -> LedgerEntry? {
+        guard let reader else { return nil }
+        do {
+            return try reader.entry(rule: rule.name, path: relative)
+        } catch {
+            problems.report("unable to read the file ledger", example: "\(error)")
+            return nil
         }
     }
 
@@ -129,7 +145,8 @@ final class WatchLedger {
     /// A job's final outcome for its files (cancelled ones are left for the next catch-up).
     /// The store commits them with the others that ended meanwhile (group commit) and says
     /// so through `committed`, on this queue; until then `rule.handled` knows.
-    func record(_ completion: JobCompletion, rule: WatchRule, committed: @escaping @Sendable ([LedgerRecord]) -> Void) {
+    /// `identities` are the files' forms to record, in the subject's order (nil: none).
+    func record(_ completion: JobCompletion, identities: [FileIdentity?], rule: WatchRule, committed: @escaping @Sendable ([LedgerRecord]) -> Void) {
         let outcome = completion.final.outcome
         guard outcome != .cancelled, rule.settings.catchUp, reader != nil, let store else { return }
         let final = completion.final
@@ -143,11 +160,20 @@ final class WatchLedger {
         let run = LedgerRun(runID: final.runID, startedAt: final.startedAt, durationNanoseconds: final.duration.nanosecondsClamped,
                             exitCode: exitCode, signal: signal)
         let now = WallTime.now()
-        let records: [LedgerRecord] = completion.subject.files.compactMap { file in
-            file.identity.map { LedgerRecord(rule: rule.name, path: Array(file.relative), identity: $0, outcome: outcome.rawValue, handledAt: now, run: run) }
+        let records: [LedgerRecord] = zip(completion.subject.files, identities).compactMap { file, identity in
+            identity.map { LedgerRecord(rule: rule.name, path: Array(file.relative), identity: $0, outcome: outcome.rawValue, handledAt: now, run: run) }
         }
         guard !records.isEmpty else { return }
         store.submit(.ledgerRecords(records), confirmOn: queue) { committed(records) }
+    }
+
+    /// A rename or an attribute change of a handled file, seen and confirmed by the watcher:
+    /// the entry held in form `known` at `from` goes to `to` in form `now` (FileLedger.follow),
+    /// behind every record submitted before it. `committed` runs on this queue once it is in.
+    func follow(_ rule: WatchRule, from: [UInt8], to: [UInt8], known: FileIdentity, now: FileIdentity,
+                committed: @escaping @Sendable () -> Void) {
+        guard rule.settings.catchUp, reader != nil, let store else { return }
+        store.submit(.ledgerFollow(rule: rule.name, from: from, to: to, known: known, now: now), confirmOn: queue, confirmed: committed)
     }
 
     /// A directory moved within the tree: its entries follow it, so its files are found

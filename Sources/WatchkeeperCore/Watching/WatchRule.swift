@@ -28,7 +28,11 @@ final class WatchRule: @unchecked Sendable {
     /// Files whose job succeeded in this life, by inode, with the form and path they had,
     /// until the ledger holds them: a rescan, or the same file moved within the tree after
     /// its job, is not run again.
-    var handled: [InodeKey: (identity: FileIdentity, path: [UInt8])] = [:]
+    var handled: [InodeKey: HandledFile] = [:]
+    /// Renames, attribute changes and writes seen since files were handled (TrackedChanges),
+    /// and the timer that confirms the changes (DirectoryWatcher.confirmChanges).
+    var changes = TrackedChanges()
+    var changesTimer: RegisteredTimer?
     /// fleet = "one": files claimed elsewhere, held, and recorded handled here
     /// (DirectoryWatcher+Fleet.swift).
     var fleet = FleetRuleState()
@@ -60,6 +64,12 @@ final class WatchRule: @unchecked Sendable {
     /// The tree is watched by one fanotify mark per file system (FanotifyBackend), not by
     /// an inotify watch per directory; its ancestors stay on inotify.
     var usesFanotify = false
+    /// A rescan after lost events in a rule without catch-up: only files changed since then
+    /// (nanoseconds since the epoch) are new; the others were there before (inotify's rescan,
+    /// which is synchronous; a fanotify listing carries its own, `Listing.changedSince`).
+    var rescanChangedSince: Int64?
+    /// Files such a rescan found unchanged since before the events were lost.
+    var rescanOlderSkipped: UInt64 = 0
     /// Why fanotify was not used, said once per reason.
     var fanotifyNote: String?
     /// Why fanotify cannot take the tree, until it is watched anew: `auto` does not ask
@@ -74,6 +84,8 @@ final class WatchRule: @unchecked Sendable {
         let began: MonotonicInstant
         var directories = 0
         var slices = 0
+        /// Set when the listing is a rescan after lost events in a rule without catch-up.
+        var changedSince: Int64?
     }
     /// Moves on each time the tree is unwatched: a listing of the old tree stops.
     var treeGeneration: UInt64 = 0
@@ -88,6 +100,10 @@ final class WatchRule: @unchecked Sendable {
     var matched: UInt64 = 0
     var duplicates: UInt64 = 0
     var movesFollowed: UInt64 = 0
+    /// Renames and attribute changes of handled files followed (confirmed), and O_TMPFILE
+    /// files handled under the name they were linked to.
+    var changesFollowed: UInt64 = 0
+    var tmpfilesLinked: UInt64 = 0
     /// New names of files whose job was pending or running when they were renamed.
     var renamesFollowed: UInt64 = 0
     /// Files a scan found still changing, whose wait started again.
@@ -126,9 +142,12 @@ final class WatchRule: @unchecked Sendable {
     }
 
     /// What every directory watch asks for: the rule's events, plus what keeps the tree
-    /// known (new and moved directories, the directory itself going away).
+    /// known (new and moved directories, the directory itself going away), and for a rule
+    /// that handles files as they become ready what keeps their identity current: writes
+    /// and attribute changes (TrackedChanges).
     var watchMask: InotifyMask {
         var mask: InotifyMask = [.create, .movedTo, .movedFrom, .delete, .deleteSelf, .moveSelf, .onlyDirectory]
+        if readyEvent != nil { mask.formUnion([.modify, .attrib]) }
         for event in settings.events { mask.insert(InotifyMask(rawValue: event.mask)) }
         if !settings.followSymlinks { mask.insert(.dontFollow) }
         return mask
@@ -187,16 +206,35 @@ final class WatchRule: @unchecked Sendable {
 
     /// Remembers a file handled successfully in this life; the memory is bounded (the
     /// ledger remembers the rest across restarts).
-    func remember(_ identity: FileIdentity, at relative: [UInt8]) {
+    func remember(_ file: HandledFile) {
         if handled.count >= Self.handledLimit { handled.removeAll(keepingCapacity: true) }
-        handled[identity.inodeKey] = (identity, relative)
+        handled[file.current.inodeKey] = file
     }
 
-    /// Handled successfully in this life in this exact form (the path follows it).
+    /// Handled successfully in this life in this exact form (the path follows it), or, in a
+    /// polled tree (where no event says what was renamed), found under another name with only
+    /// its change time moved: the ledger follows it there the next time a poll hands it on
+    /// (WatchLedger.handledBefore).
     func handledInThisLife(_ identity: FileIdentity, at relative: [UInt8]) -> Bool {
-        guard let known = handled[identity.inodeKey], known.identity.sameFile(as: identity) else { return false }
-        if known.path != relative { handled[identity.inodeKey] = (identity, relative) }
-        return true
+        guard let known = handled[identity.inodeKey] else { return false }
+        if known.current.sameFile(as: identity) {
+            if known.path != relative { handled[identity.inodeKey]?.path = relative }
+            return true
+        }
+        return known.path != relative && isPolled(relative) && known.current.renamed(as: identity)
+    }
+
+    /// In a tree that is polled (`method = "poll"`, or a network or FUSE file system).
+    func isPolled(_ relative: [UInt8]) -> Bool {
+        settings.method == .poll || remoteTree(holding: relative) != nil
+    }
+
+    /// The form a file's record is to carry: the one admitted, or what it became through the
+    /// attribute changes followed while its job waited or ran.
+    func recordedIdentity(of file: FileSubject) -> FileIdentity? {
+        guard let identity = file.identity else { return nil }
+        guard let entry = inFlight[identity.inodeKey], entry.identity == identity else { return identity }
+        return entry.current
     }
 
     /// A file went to the engine.
@@ -206,9 +244,10 @@ final class WatchRule: @unchecked Sendable {
         if var entry = inFlight[key] {
             entry.submissions += 1
             entry.identity = identity
+            entry.current = identity
             inFlight[key] = entry
         } else {
-            inFlight[key] = InFlightFile(identity: identity, submissions: 1, followers: [])
+            inFlight[key] = InFlightFile(identity: identity, current: identity, submissions: 1, followers: [])
         }
     }
 
@@ -217,7 +256,7 @@ final class WatchRule: @unchecked Sendable {
     /// when no job of this file is in flight.
     func followIfInFlight(_ identity: FileIdentity, at relative: [UInt8], event: WatchEvent) -> Bool {
         let key = identity.inodeKey
-        guard let entry = inFlight[key], entry.identity.sameFile(as: identity) else { return false }
+        guard let entry = inFlight[key], entry.current.renamed(as: identity) else { return false }
         inFlight[key]?.followers.append(.init(path: relative, event: event, identity: identity))
         renamesFollowed += 1
         return true
@@ -304,8 +343,12 @@ final class WatchRule: @unchecked Sendable {
             .init("coalesced", .int(Int64(settle.coalesced))),
             .init("duplicates_dropped", .int(Int64(duplicates))),
             .init("moves_followed", .int(Int64(movesFollowed))),
+            .init("changes_followed", .int(Int64(changesFollowed))),
+            .init("tracked_changes", changes.describe()),
+            .init("tmpfiles_linked", .int(Int64(tmpfilesLinked))),
             .init("renames_followed", .int(Int64(renamesFollowed))),
             .init("scan_waits_restarted", .int(Int64(scanWaitsRestarted))),
+            .init("rescan_older_skipped", .int(Int64(rescanOlderSkipped))),
             .init("links_handled", .int(Int64(linksHandled))),
             .init("files_in_flight", .int(Int64(inFlight.count))),
             .init("jobs_submitted", .int(Int64(jobsSubmitted))),
@@ -336,6 +379,29 @@ struct PendingFile: Sendable, Equatable {
     /// A file only a scan found (no writer's close): its form when last looked at, so the
     /// wait starts again while it keeps changing. Nil until first looked at.
     var seen: FileIdentity?
+    /// Moved in from this name of the rule's tree, by a rename the watcher saw (and not
+    /// while it was being written): a handled file there is this file.
+    var renamedFrom: [UInt8]?
+    /// Found by a rescan after lost events, in a rule without catch-up: handled only if it
+    /// changed since (nanoseconds since the epoch), since it was there before otherwise.
+    var changedSince: Int64?
+
+    init(event: WatchEvent, seen: FileIdentity? = nil, renamedFrom: [UInt8]? = nil, changedSince: Int64? = nil) {
+        self.event = event
+        self.seen = seen
+        self.renamedFrom = renamedFrom
+        self.changedSince = changedSince
+    }
+}
+
+/// A file whose job succeeded in this life.
+struct HandledFile: Sendable, Equatable {
+    /// Its form when admitted: a close that finds it so changed nothing.
+    var admitted: FileIdentity
+    /// Its form now as far as the watcher saw: `admitted`, or what the renames and
+    /// attribute changes it followed made of it. What scans compare with.
+    var current: FileIdentity
+    var path: [UInt8]
 }
 
 /// A file with a job pending or running.
@@ -348,7 +414,10 @@ struct InFlightFile {
         let identity: FileIdentity
     }
 
+    /// Its form when last admitted.
     var identity: FileIdentity
+    /// `identity`, or what the attribute changes followed since made of it.
+    var current: FileIdentity
     var submissions: Int
     var followers: [Follower]
 }

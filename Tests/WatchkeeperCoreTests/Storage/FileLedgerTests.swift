@@ -134,6 +134,10 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         XCTAssertEqual(try ledger.entries(rule: "inbox", identity: identity(77, size: 8)), [], "a changed size is another form")
         let plan = try query("EXPLAIN QUERY PLAN " + FileLedger.identityLookup, column: 3)
         XCTAssertTrue(plan.joined().contains("USING INDEX file_ledger_by_identity"), plan.joined())
+        // `history WATCH` reads the latest entries through an index in its order: no sort of
+        // the rule's whole ledger (0.5 s for 1,000,000 entries without it).
+        let recent = try query("EXPLAIN QUERY PLAN " + FileLedger.recentLookup, column: 3).joined()
+        XCTAssertTrue(recent.contains("USING INDEX file_ledger_by_recency") && !recent.contains("TEMP B-TREE"), recent)
     }
 
     func testRecord_keepsTheChangeTimeBirthTimeAndGeneration_andAReusedInodeIsNotFoundAsTheHandledFile() throws {
@@ -148,10 +152,16 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         let reused = FileIdentity(device: 3, inode: 9, size: 5, modifiedNanoseconds: 1_000, changedNanoseconds: 9_000,
                                   bornNanoseconds: 8_500, generation: 0xFFFF_0000_1234_5679)
         XCTAssertEqual(try ledger.entries(rule: "r", identity: reused), [])
-        // The same file renamed (its change time moved): found.
+        // The same file renamed (its change time moved) is not found by identity: unseen, a
+        // rename looks like `cp -p` over it. The watcher follows the renames it sees (follow).
         let renamed = FileIdentity(device: 3, inode: 9, size: 5, modifiedNanoseconds: 1_000, changedNanoseconds: 3_000,
                                    bornNanoseconds: 1_500, generation: 0xFFFF_0000_1234_5678)
-        XCTAssertEqual(try ledger.entries(rule: "r", identity: renamed).count, 1)
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: renamed), [])
+        // A polled tree has no event to say so, and asks for what looks renamed.
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: renamed, renamed: true).count, 1)
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: reused, renamed: true), [], "a reused inode is not a rename")
+        // A file whose directory moved keeps its change time: found.
+        XCTAssertEqual(try ledger.entries(rule: "r", identity: handled).count, 1)
     }
 
     func testARowWrittenBeforeSchema5_readsWithoutTheNewParts_andMatchesAsItDidBefore() throws {
@@ -164,7 +174,7 @@ final class FileLedgerTests: ScratchDirectoryTestCase {
         let now = FileIdentity(device: identity(12).device, inode: 12, size: 7, modifiedNanoseconds: identity(12).modifiedNanoseconds,
                                changedNanoseconds: 77, bornNanoseconds: 66, generation: 55)
         XCTAssertTrue(entry.identity.sameFile(as: now))
-        XCTAssertEqual(StateDatabase.schemaVersion, 6)
+        XCTAssertEqual(StateDatabase.schemaVersion, 7)
     }
 
     // MARK: - Moving a directory

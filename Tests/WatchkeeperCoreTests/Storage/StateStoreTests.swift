@@ -288,7 +288,7 @@ final class StateStoreTests: ScratchDirectoryTestCase {
         try other.executeOnce("ROLLBACK", action: "unlock")
     }
 
-    func testHistory_answersAfterWritingWhatWaits_andWhileTheDiskIsFull_includesWhatStillWaits() throws {
+    func testHistory_includesWhatWasSubmittedBeforeTheQuestion_writtenOrNot_evenWhileTheDiskIsFull() throws {
         store.submit(.ledgerRecords([record("old", inode: 1)]))
         store.submit(.taskRun(run("00000000000000c1")))
         XCTAssertEqual(try ledgerHistory().map(\.0), ["old"], "what was submitted before the question is in the answer")
@@ -346,6 +346,58 @@ final class StateStoreTests: ScratchDirectoryTestCase {
         store.prune(rule: "inbox", root: Array((directory + "/unmounted").utf8))
         XCTAssertTrue(waitFor(10) { self.dump(self.store)["prunes_finished"]?.intValue == 2 }, "\(dump(store))")
         XCTAssertEqual(try count("SELECT count(*) FROM file_ledger"), 2)
+    }
+
+    /// Pages of the file, free pages, and the auto_vacuum mode, as another process reads them.
+    private func space() throws -> (pages: Int, free: Int, mode: Int) {
+        let read = { (pragma: String) throws -> Int in Int(try queryRows("PRAGMA \(pragma)", database: self.databasePath).first ?? "") ?? -1 }
+        return (try read("page_count"), try read("freelist_count"), try read("auto_vacuum"))
+    }
+
+    /// Fills the ledger with `count` entries of files that do not exist under `root`, then
+    /// prunes it, sampling the WAL's size until the prune and what follows it are done.
+    private func pruneEverything(_ count: Int, root: String) throws -> Int64 {
+        for start in stride(from: 0, to: count, by: 4_096) {
+            store.submit(.ledgerRecords((start..<min(count, start + 4_096)).map { record("gone/d\($0 % 97)/f\($0)", inode: UInt64(1_000 + $0)) }))
+        }
+        XCTAssertTrue(waitFor(30) { self.dump(self.store)["writes_waiting"]?.intValue == 0 }, "\(dump(store))")
+        let finished = dump(store)["prunes_finished"]?.intValue ?? 0
+        store.prune(rule: "inbox", root: Array(root.utf8))
+        var largest: Int64 = 0
+        XCTAssertTrue(waitFor(120, every: .milliseconds(2)) {
+            var info = stat()
+            if stat(self.databasePath + "-wal", &info) == 0 { largest = max(largest, Int64(info.st_size)) }
+            return self.dump(self.store)["prunes_finished"]?.intValue == finished + 1 && self.dump(self.store)["writes_waiting"]?.intValue == 0
+        }, "\(dump(store))")
+        return largest
+    }
+
+    func testAPrune_givesTheFreedPagesBack_andKeepsTheWALUnderItsLimit() throws {
+        let root = directory + "/tree"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        XCTAssertEqual(try space().mode, 2, "a new file gives pages back as it goes (auto_vacuum = INCREMENTAL)")
+        var largest = try pruneEverything(40_000, root: root)
+        XCTAssertEqual(try count("SELECT count(*) FROM file_ledger"), 0)
+        // The pages go back a step at a time after the prune, paced.
+        XCTAssertTrue(waitFor(60, every: .milliseconds(5)) {
+            var info = stat()
+            if stat(self.databasePath + "-wal", &info) == 0 { largest = max(largest, Int64(info.st_size)) }
+            return ((try? self.space().pages) ?? .max) < 200
+        }, "the file never shrank back: \((try? space()).map { "\($0)" } ?? "?")")
+        XCTAssertLessThan(largest, 4 << 20, "the WAL during a prune of 40,000 entries and the shrink after it")
+    }
+
+    func testAFileMadeBeforeIncrementalVacuum_isRewrittenOnce_whenAPruneLeavesMostOfItFree() throws {
+        let root = directory + "/tree"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        // What schema 6 made: no auto_vacuum (VACUUM makes the file so, with the mode off).
+        try store.queue.queue.sync { () throws in
+            try store.ledger!.connection.executeOnce("PRAGMA auto_vacuum = NONE; VACUUM", action: "age")
+        }
+        XCTAssertEqual(try space().mode, 0)
+        _ = try pruneEverything(20_000, root: root)
+        XCTAssertTrue(waitFor(60) { ((try? self.space().pages) ?? .max) < 200 }, "\((try? space()).map { "\($0)" } ?? "?")")
+        XCTAssertEqual(try space().mode, 2, "converted by the one VACUUM")
     }
 
     func testClose_writesWhatWaits_thenCheckpoints_andClosesTheFile() throws {

@@ -46,7 +46,7 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
         XCTAssertEqual(stat(databasePath, &info), 0)
         XCTAssertEqual(info.st_mode & 0o777, 0o640)
         XCTAssertEqual(try query("PRAGMA user_version"), [String(TaskStore.schemaVersion)])
-        XCTAssertEqual(TaskStore.schemaVersion, 6, "1: task state and history, 2: the file ledger, 3: the ledger by identity, 4: the run that handled each file, 5: change and birth time and generation, 6: where a fleet fire ran")
+        XCTAssertEqual(TaskStore.schemaVersion, 7, "1: task state and history, 2: the file ledger, 3: the ledger by identity, 4: the run that handled each file, 5: change and birth time and generation, 6: where a fleet fire ran, 7: the ledger by recency")
         XCTAssertEqual(try query("PRAGMA journal_mode"), ["wal"])
         XCTAssertEqual(try query("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"), ["file_ledger", "run_history", "task_state"])
     }

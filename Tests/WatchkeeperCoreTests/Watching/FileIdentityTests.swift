@@ -22,11 +22,29 @@ final class FileIdentityTests: ScratchDirectoryTestCase {
         XCTAssertFalse(identity(changed: 1).sameFile(as: identity(changed: 2)), "without generation or birth time, the change time decides")
     }
 
-    func testSameFile_whereTheIncarnationIsKnown_ignoresTheChangeTimeARenameMoves() {
-        XCTAssertTrue(identity(generation: 1, changed: 1).sameFile(as: identity(generation: 1, changed: 2)))
-        XCTAssertTrue(identity(born: 5, changed: 1).sameFile(as: identity(born: 5, changed: 2)))
+    func testSameFile_comparesTheChangeTime_evenWhereTheIncarnationIsKnown() {
+        // `cp -p` over a handled file while the daemon is down: same inode, generation, birth
+        // time, size and mtime; only the change time tells.
+        XCTAssertFalse(identity(generation: 1, born: 5, changed: 1).sameFile(as: identity(generation: 1, born: 5, changed: 2)))
+        XCTAssertTrue(identity(generation: 1, born: 5, changed: 1).sameFile(as: identity(generation: 1, born: 5, changed: 1)))
         XCTAssertFalse(identity(generation: 1, size: 7).sameFile(as: identity(generation: 1, size: 8)), "new content")
         XCTAssertFalse(identity(generation: 1, modified: 1).sameFile(as: identity(generation: 1, modified: 2)), "new content")
+    }
+
+    func testRenamed_isTheSameIncarnationSizeAndMtime_whateverTheChangeTime() {
+        XCTAssertTrue(identity(generation: 1, changed: 1).renamed(as: identity(generation: 1, changed: 2)))
+        XCTAssertTrue(identity(born: 5, changed: 1).renamed(as: identity(born: 5, changed: 2)))
+        XCTAssertFalse(identity(generation: 1).renamed(as: identity(generation: 2)), "a reused inode")
+        XCTAssertFalse(identity(generation: 1, modified: 1).renamed(as: identity(generation: 1, modified: 2)), "a rename keeps the mtime")
+        XCTAssertFalse(identity(changed: 1).renamed(as: identity(changed: 2)), "without the incarnation a reused inode looks the same")
+        XCTAssertTrue(identity(changed: 1).renamed(as: identity(changed: 1)))
+    }
+
+    func testAttributesChanged_isTheSameIncarnationAndSize_theMtimeMayHaveBeenSet() {
+        XCTAssertTrue(identity(generation: 1, changed: 1, modified: 10).attributesChanged(as: identity(generation: 1, changed: 2, modified: 99)))
+        XCTAssertFalse(identity(generation: 1, size: 7).attributesChanged(as: identity(generation: 1, size: 8)), "a write")
+        XCTAssertFalse(identity(born: 1).attributesChanged(as: identity(born: 2)), "a reused inode")
+        XCTAssertFalse(identity(changed: 1).attributesChanged(as: identity(changed: 2)), "nothing tells a reused inode")
     }
 
     func testSameFile_aLedgerRowFromBeforeTheChangeTime_comparesAsItWasWritten() {
@@ -62,11 +80,12 @@ final class FileIdentityTests: ScratchDirectoryTestCase {
         let second = try XCTUnwrap(FileStatus.of(Array(path.utf8), followSymlinks: false))
         XCTAssertEqual(second.identity.modifiedNanoseconds, first.identity.modifiedNanoseconds)
         XCTAssertFalse(second.identity.sameFile(as: first.identity), "\(first.identity) vs \(second.identity)")
-        // Renamed: the same file.
+        // Renamed: the same file in a new form (its change time moved), where the incarnation
+        // is known.
         XCTAssertEqual(rename(path, path + ".moved"), 0)
         let moved = try XCTUnwrap(FileStatus.of(Array((path + ".moved").utf8), followSymlinks: false))
         if moved.identity.generation != nil || moved.identity.bornNanoseconds != nil {
-            XCTAssertTrue(moved.identity.sameFile(as: second.identity), "\(second.identity) vs \(moved.identity)")
+            XCTAssertTrue(second.identity.renamed(as: moved.identity), "\(second.identity) vs \(moved.identity)")
         }
         XCTAssertNil(FileStatus.of(Array(path.utf8), followSymlinks: false))
     }

@@ -142,4 +142,12 @@ final class SettleQueueTests: XCTestCase {
         let sendable: any Sendable = queue
         XCTAssertEqual((sendable as? SettleQueue<Event>)?.count, 1)
     }
+
+    func testAnEmptiedQueue_givesACatchUpsStorageBack() {
+        var queue = Queue()
+        for index in 0..<50_000 { queue.add(path: path("f\(index)"), event: "closed_write", deadline: at(UInt64(index % 7)), fromScan: true) }
+        XCTAssertGreaterThanOrEqual(queue.storageCapacity, 100_000)
+        XCTAssertEqual(queue.takeDue(now: at(10)).count, 50_000)
+        XCTAssertLessThanOrEqual(queue.storageCapacity, Queue.keptCapacity * 3, "100,000 paths' worth kept for the daemon's life")
+    }
 }

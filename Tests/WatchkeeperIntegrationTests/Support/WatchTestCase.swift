@@ -15,7 +15,7 @@ class WatchTestCase: XCTestCase {
 
     /// `prepare` runs before the daemon starts, with the sandbox's root (files and trees
     /// that must be there at start-up, for catch-up).
-    func start(_ rules: String, daemonExtra: String = "", environment: [String: String] = [:],
+    func start(_ rules: String, daemonExtra: String = "", logLevel: String = "debug", environment: [String: String] = [:],
                prepare: (String) throws -> Void = { _ in }) throws {
         sandbox = try DaemonSandbox()
         dumpsAsked = 0
@@ -24,7 +24,7 @@ class WatchTestCase: XCTestCase {
         let notify = try NotifySocket()
         try sandbox.writeConfig("""
             [daemon]
-            log_level = "debug"
+            log_level = "\(logLevel)"
             shutdown_grace = "5s"
             \(daemonExtra)
 
@@ -35,6 +35,14 @@ class WatchTestCase: XCTestCase {
             // A run that quietly fell back to inotify would prove nothing about fanotify.
             XCTAssertFalse(daemon.stderr.contains("unable to use fanotify"), daemon.stderr)
         }
+    }
+
+    /// Starts the daemon again on the same sandbox (after a stop or a kill); the last life's
+    /// state dump goes, so `dumpedRule` reads this life's.
+    func startAgain() throws {
+        try? FileManager.default.removeItem(atPath: sandbox.statePath)
+        dumpsAsked = 0
+        daemon = try sandbox.startReady(notifySocket: try NotifySocket())
     }
 
     /// Whether the rule's tree is watched in full: with inotify, `directories` watches; with

@@ -43,16 +43,19 @@ final class HostileNameTests: WatchTestCase {
             [[watch]]
             name = "by-argv"
             path = "@DIR@/in"
+            exclude_temporary = false
             command = ["/bin/sh", "-c", "printf '%s\\\\0' \\"$1\\" >> @DIR@/argv", "sh", "{path}"]
 
             [[watch]]
             name = "by-env"
             path = "@DIR@/in"
+            exclude_temporary = false
             command = ["/bin/sh", "-c", "printf '%s\\\\0' \\"$WATCHKEEPER_PATH\\" >> @DIR@/env"]
 
             [[watch]]
             name = "by-stdin"
             path = "@DIR@/in"
+            exclude_temporary = false
             settle = "300ms"
             batch = "stdin"
             command = ["/bin/sh", "-c", "cat >> @DIR@/stdin"]
@@ -60,6 +63,7 @@ final class HostileNameTests: WatchTestCase {
             [[watch]]
             name = "echoes"
             path = "@DIR@/in"
+            exclude_temporary = false
             command = ["/usr/bin/printf", "name=%s\\n", "{name}"]
             """, daemonExtra: "max_jobs = 8")
         let names = Self.names

@@ -51,6 +51,26 @@ final class PollMethodTests: WatchTestCase {
         XCTAssertEqual(Set(paths).count, 26)
     }
 
+    func testWithoutCatchUp_filesWrittenBeforeTheStart_doNotRun_evenJustBefore() throws {
+        try start("""
+            [[watch]]
+            name = "fresh-only"
+            path = "@DIR@/in"
+            catch_up = false
+            \(Self.polled)
+            \(Self.recorder)
+            """) { root in
+            FileManager.default.createFile(atPath: root + "/in/long-before", contents: Data("old".utf8))
+            letTimePass(1.2)
+            // Just before the start (its configuration is being read): there before it, all the same.
+            FileManager.default.createFile(atPath: root + "/in/just-before", contents: Data("old".utf8))
+        }
+        write("after")
+        XCTAssertTrue(waitFor(20) { !self.handled().isEmpty }, daemon.stderr)
+        letTimePass(2.5) // two more passes: a file there before would have run by now
+        XCTAssertEqual(handled().map { String(decoding: $0, as: UTF8.self) }, [sandbox.root + "/in/after"])
+    }
+
     func testBatchOnStdin_takesTheFilesSettledTogether_eachOnce() throws {
         try start("""
             [[watch]]

@@ -133,9 +133,12 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/in/pwned"))
     }
 
-    func testQueueOverflow_isRecoveredByARescan_andNoFileIsLost() throws {
+    /// Starts the daemon (through `start`) with a kernel event queue of 32 events (inotify's,
+    /// or fanotify's when the watch tests run with it) and its watching queue blocked for
+    /// 1.5 s right after READY (docs/testing.md), so a burst overflows the queue however fast
+    /// this machine is. Returns the kernel's name, as the overflow warning says it.
+    private func startWithATinyEventQueue(_ start: () throws -> Void) throws -> String {
         try skipIfPolling("a poll has no kernel queue to overflow")
-        // fanotify's queue is sized the same way, by its own sysctl.
         let kernel = DaemonSandbox.watchMethodUnderTest == "fanotify" ? "fanotify" : "inotify"
         guard getuid() == 0 else { throw XCTSkip("lowering fs.\(kernel).max_queued_events needs root") }
         let knob = "/proc/sys/fs/\(kernel)/max_queued_events"
@@ -144,16 +147,20 @@ final class WatchRunTests: WatchTestCase {
         // created before READY. Restored as soon as the daemon is up.
         try "32\n".write(toFile: knob, atomically: false, encoding: .utf8)
         defer { try? original.write(toFile: knob, atomically: false, encoding: .utf8) }
-        try start("""
-            [[watch]]
-            name = "burst"
-            path = "@DIR@/in"
-            shell = true
-            command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
-            """, daemonExtra: "max_jobs = 8", environment: ["WATCHKEEPER_TEST_STALL": "watching:1500ms:0s"])
-        try original.write(toFile: knob, atomically: false, encoding: .utf8)
-        // The watching queue is blocked for 1.5 s right after READY (docs/testing.md), so
-        // the kernel's 32-event queue overflows however fast this machine is.
+        try start()
+        return kernel
+    }
+
+    func testQueueOverflow_isRecoveredByARescan_andNoFileIsLost() throws {
+        let kernel = try startWithATinyEventQueue {
+            try start("""
+                [[watch]]
+                name = "burst"
+                path = "@DIR@/in"
+                shell = true
+                command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
+                """, daemonExtra: "max_jobs = 8", environment: ["WATCHKEEPER_TEST_STALL": "watching:1500ms:0s"])
+        }
         // The daemon's queue holds 32 events; this burst is far larger.
         for index in 0..<600 { write("file-\(index)") }
         XCTAssertTrue(waitFor(60) { Set(records(sandbox.root + "/handled")).count == 600 },
@@ -161,6 +168,31 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertTrue(daemon.stderr.contains("\(kernel) event queue overflowed"), "no overflow happened, the test proves nothing")
         letTimePass(0.5) // a file both read from the queue and found by the rescan would have run twice by now
         XCTAssertEqual(records(sandbox.root + "/handled").count, 600, "every file exactly once")
+    }
+
+    func testQueueOverflow_inARuleWithoutCatchUp_runsTheFilesWhoseEventsWereLost_notThoseThereBefore() throws {
+        let kernel = try startWithATinyEventQueue {
+            try start("""
+                [[watch]]
+                name = "fresh-only"
+                path = "@DIR@/in"
+                catch_up = false
+                shell = true
+                command = 'printf "%s\\\\0" "$WATCHKEEPER_PATH" >> @DIR@/handled'
+                """, daemonExtra: "max_jobs = 8", environment: ["WATCHKEEPER_TEST_STALL": "watching:1500ms:0s"]) { root in
+                // There before the start (`import incron` writes catch_up = false): never run.
+                for index in 0..<100 { FileManager.default.createFile(atPath: root + "/in/old-\(index)", contents: Data("old".utf8)) }
+                letTimePass(1.2) // older than the second of slack the rescan allows
+            }
+        }
+        for index in 0..<300 { write("new-\(index)") }
+        XCTAssertTrue(waitFor(60) { Set(records(sandbox.root + "/handled")).count >= 300 },
+                      "handled \(Set(records(sandbox.root + "/handled")).count) of 300\n\(daemon.stderrTail)")
+        XCTAssertTrue(daemon.stderr.contains("\(kernel) event queue overflowed"), "no overflow happened, the test proves nothing")
+        XCTAssertTrue(waitFor(10) { (dumpedRule()?["rescan_older_skipped"] as? Int ?? 0) >= 100 }, daemon.stderrTail)
+        let handled = records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
+        XCTAssertEqual(handled.filter { $0.contains("/old-") }, [], "files there before the start ran at the overflow's rescan")
+        XCTAssertEqual(handled.count, 300, "every new file exactly once")
     }
 
     func testRootDeletedAndRecreated_isWatchedAgain_andFilesInsideAreHandled() throws {
