@@ -34,7 +34,7 @@ let package = Package(
         // TLS for the etcd client: OpenSSL 3 through dlopen, on first use only, so that a
         // daemon without TLS maps none of it and the build needs no libssl-dev (tls.c).
         .target(name: "CWatchkeeperTLS"),
-        // The system's SQLite for the task state and file ledger (Tasks/TaskStore.swift):
+        // The system's SQLite for the task state and file ledger (Storage/TaskStore.swift):
         // the C API directly, no wrapper package to build in CI.
         .systemLibrary(
             name: "CSQLite",

@@ -860,7 +860,7 @@ fanotify_recover() {
 
 # --- watchkeeper logs (issue 26) ---------------------------------------------
 # expected_logs: journalctl's JSON entries on stdin as the lines `watchkeeper logs` shows
-# for them, written out again from the fields (Logging/JobLogQuery.swift's format).
+# for them, written out again from the fields (Jobs/JobLogQuery.swift's format).
 expected_logs() {
     python3 -c '
 import json, sys, time

@@ -69,16 +69,6 @@ extension ClusterMember: MetricsContributor {
     }
 }
 
-extension TaskScheduler: MetricsContributor {
-    /// Fleet tasks' fires by where they went; nothing for other tasks (their runs are in
-    /// watchkeeper_jobs_total).
-    public func sampleMetrics() -> [MetricSample] {
-        order.compactMap { tasks[$0] }.filter { $0.settings.fleet == .one }.flatMap { task in
-            FleetFires.outcomes.map { MetricSample(MetricCatalog.fleetFires, [task.settings.name, $0], count: fleet?.totals(of: task.settings.name)[$0] ?? 0) }
-        }
-    }
-}
-
 /// The daemon's `FleetClock`: CLOCK_MONOTONIC and CLOCK_REALTIME, and registered timers
 /// on the owner's queue (listed in the dump's sources).
 final class DispatchFleetClock: FleetClock, @unchecked Sendable {

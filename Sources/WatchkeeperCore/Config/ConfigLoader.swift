@@ -157,7 +157,7 @@ public enum ConfigLoader {
         }
         if let directory = reader.absolutePath("runtime_dir") {
             // The control socket lives there, and a Unix socket's path has a fixed size.
-            let socket = ControlServer.socketPath(runtimeDirectory: directory)
+            let socket = DaemonSettings.controlSocketPath(runtimeDirectory: directory)
             if socket.utf8.count > Int(WK_SUN_PATH_MAX) {
                 reader.context.error(at: reader.valuePosition("runtime_dir"),
                                      "\(reader.dotted("runtime_dir")) = \"\(directory)\" is too long: the control socket \(socket) would be \(socket.utf8.count) bytes, and a Unix socket's path holds at most \(WK_SUN_PATH_MAX); choose a shorter directory")
@@ -177,14 +177,14 @@ public enum ConfigLoader {
             daemon.maxJobs = limit
         }
         if let group = reader.string("control_group") {
-            if ControlAccess.groupID(named: group) == nil {
+            if AccountNames.groupID(named: group) == nil {
                 reader.context.error(at: reader.valuePosition("control_group"),
                                      "\(reader.dotted("control_group")) = \"\(group)\": no such group (create it with groupadd, or leave control_group out to allow only root and the daemon's user)")
             }
             daemon.controlGroup = group
         }
         if let group = reader.string("read_group") {
-            if ControlAccess.groupID(named: group) == nil {
+            if AccountNames.groupID(named: group) == nil {
                 reader.context.error(at: reader.valuePosition("read_group"),
                                      "\(reader.dotted("read_group")) = \"\(group)\": no such group (create it with groupadd, or leave read_group out to let no one read without control access)")
             }

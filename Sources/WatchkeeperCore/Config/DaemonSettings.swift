@@ -35,6 +35,9 @@ public struct DaemonSettings: Equatable, Sendable {
         runtimeDirectory = firstPath("RUNTIME_DIRECTORY") ?? "/run/watchkeeper"
         stateDirectory = firstPath("STATE_DIRECTORY") ?? "/var/lib/watchkeeper"
     }
+
+    /// The control socket in a runtime directory (a Unix socket's path holds at most 108 bytes).
+    public static func controlSocketPath(runtimeDirectory: String) -> String { runtimeDirectory + "/control.sock" }
 }
 
 /// A validated configuration file. `generation` counts successful loads in this process.

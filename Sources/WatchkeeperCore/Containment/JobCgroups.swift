@@ -6,6 +6,14 @@ import SystemPackage
 import Glibc
 #endif
 
+/// Where a cgroup that is not empty yet is retried: the jobs' queue, its registry and logger
+/// (the engine's `JobContext`).
+protocol CgroupRemovalContext {
+    var queue: SubsystemQueue { get }
+    var sources: SourceRegistry { get }
+    var logger: Logger { get }
+}
+
 /// The cgroup systemd delegated to the daemon, laid out as its documentation asks
 /// (docs/CGROUP_DELEGATION.md: no processes in an inner cgroup): the daemon in the leaf
 /// `daemon`, each job in a `run-<run id>` beside it, with the controllers limits need
@@ -82,7 +90,7 @@ public final class JobCgroups: @unchecked Sendable {
 
     /// Kills what is left in it and removes it; a cgroup whose last process is still
     /// exiting is retried every 50 ms, then every second, and reported after a minute.
-    func release(_ cgroup: JobCgroup, context: JobContext) {
+    func release(_ cgroup: JobCgroup, context: any CgroupRemovalContext) {
         cgroup.closeProcs()
         if cgroup.directory.isPopulated { cgroup.directory.killAll() }
         if (try? root.removeChild(cgroup.name)) != nil { return }
@@ -90,7 +98,7 @@ public final class JobCgroups: @unchecked Sendable {
         scheduleRemoval(context: context)
     }
 
-    private func scheduleRemoval(context: JobContext) {
+    private func scheduleRemoval(context: any CgroupRemovalContext) {
         if removalTimer == nil {
             removalTimer = context.sources.makeTimer(owner: "jobs", target: "remove emptied job cgroups", on: context.queue) { [weak self] in
                 self?.retryRemovals(context: context)
@@ -100,7 +108,7 @@ public final class JobCgroups: @unchecked Sendable {
         removalTimer?.schedule(after: soonest < 20 ? .milliseconds(50) : .seconds(1))
     }
 
-    private func retryRemovals(context: JobContext) {
+    private func retryRemovals(context: any CgroupRemovalContext) {
         var left: [(cgroup: JobCgroup, attempts: Int)] = []
         for (cgroup, attempts) in pendingRemoval {
             if cgroup.directory.isPopulated { cgroup.directory.killAll() }

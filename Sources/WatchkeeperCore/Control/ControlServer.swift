@@ -74,7 +74,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     public var dumpSectionName: String { "control" }
     public var dumpQueue: SubsystemQueue { queue }
 
-    public static func socketPath(runtimeDirectory: String) -> String { runtimeDirectory + "/control.sock" }
+    public static func socketPath(runtimeDirectory: String) -> String { DaemonSettings.controlSocketPath(runtimeDirectory: runtimeDirectory) }
 
     /// Start, and every reload: binds `path` (replacing a stale socket), or re-applies the
     /// group and mode when only they changed. A failure is logged and leaves the daemon

@@ -64,6 +64,8 @@ struct DaemonParts {
     let signals: SignalSources
     /// nil without `[cluster]`: nothing of the fleet is made.
     let cluster: ClusterMember?
+    /// The engine's fleet starts (nil without `[cluster]`); the member tells it the fence.
+    let fleetStarts: FleetStarts?
 
     init(owner: LifecycleOwner) {
         let queues = owner.queues, sources = owner.sources, sink = owner.sink, logger = owner.logger, notifier = owner.notifier
@@ -77,12 +79,11 @@ struct DaemonParts {
         scheduler = TaskScheduler(engine: engine)
         scheduler.stateStore = store
         cluster = owner.configuration.cluster.map { ClusterMember(settings: $0, queue: queues.cluster, sources: sources, logger: logger) }
-        if let cluster {
-            // Fleet jobs start through the cluster's gate and claims, and the fence reaches the engine.
-            engine.fleetStarts = FleetStarts(member: cluster.member, queue: queues.jobs, clock: { .now }) { [unowned engine] stopBy in
-                engine.fenceFleet(stopBy: stopBy)
-            }
+        // Fleet jobs start through the cluster's gate and claims, and the fence reaches the engine.
+        fleetStarts = cluster.map { [unowned engine] cluster in
+            FleetStarts(member: cluster.member, queue: queues.jobs, clock: { .now }) { stopBy in engine.fenceFleet(stopBy: stopBy) }
         }
+        engine.fleetStarts = fleetStarts
         scheduler.cluster = cluster?.member
         watcher = DirectoryWatcher(queue: queues.watching, engine: engine)
         watcher.store = store

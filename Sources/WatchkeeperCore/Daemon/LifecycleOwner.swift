@@ -120,7 +120,7 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
         queues.jobs.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
         // The lease is asked for once the tasks are armed: fires held until it is granted
         // are claimed then. READY=1 does not wait for etcd (local work runs without it).
-        cluster?.start(listener: scheduler, files: watcher, jobs: engine.fleetStarts)
+        cluster?.start(listener: scheduler, files: watcher, jobs: parts.fleetStarts)
         // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
         queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup, readGroup: settings.readGroup) }
         metrics.start()

@@ -97,3 +97,12 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
         ])
     }
 }
+
+extension Watchdog: MetricsContributor {
+    public func sampleMetrics() -> [MetricSample] {
+        [
+            MetricSample(MetricCatalog.pingsWithheld, count: pingsWithheld),
+            MetricSample(MetricCatalog.pingsSent, count: pingsSent),
+        ]
+    }
+}

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// What every child-owning object needs from the daemon.
-public struct JobContext: Sendable {
+public struct JobContext: CgroupRemovalContext, Sendable {
     public let queue: SubsystemQueue
     public let sink: LogSink
     public let logger: Logger

@@ -118,8 +118,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public var onBurstOver: (() -> Void)?
     /// Told of every group configured, first attempt started and record journaled.
     public var metrics: JobMetrics?
-    /// Fleet jobs' starts, with `[cluster]` (Jobs/FleetStarts.swift); set by Daemon.init.
-    public var fleetStarts: FleetStarts?
+    /// Fleet jobs' starts, with `[cluster]` (Cluster/FleetStarts.swift); set by Daemon.init.
+    public var fleetStarts: (any FleetJobStarts)?
     /// Fleet jobs whose slot waits for their claim's answer (the line counts them running).
     private var claiming: Set<RunID> = []
 
@@ -352,7 +352,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
         guard group.fleet, let fleet = fleetStarts else { return launch(key, item, group) }
         let waiting = UncheckedSendable(item)
-        fleetStart(key, item, fleet.beforeStart(FleetStarts.job(key, item.subject, claim: item.claim), runID: item.runID) { [weak self] answer in
+        fleetStart(key, item, fleet.beforeStart(FleetJob(key, item.subject, claim: item.claim), runID: item.runID) { [weak self] answer in
             guard let self, self.claiming.remove(waiting.value.runID) != nil else { return }
             self.fleetStart(key, waiting.value, answer)
             self.pump()
@@ -571,7 +571,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let completion = JobCompletion(key: key, subject: item.subject, records: records)
         // A shared inbox file's record (or release) goes to etcd now, before anything else.
         if let claim = item.claim, let fleet = fleetStarts {
-            fleet.ended(FleetStarts.job(key, item.subject, claim: nil), hold: claim, runID: item.runID, ok: completion.final.outcome == .ok)
+            fleet.ended(FleetJob(key, item.subject, claim: nil), hold: claim, runID: item.runID, ok: completion.final.outcome == .ok)
         }
         if let replyQueue = item.reply.queue {
             // The handler belongs to the reply queue's owner and runs only there.

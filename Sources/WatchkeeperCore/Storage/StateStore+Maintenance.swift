@@ -59,7 +59,7 @@ extension StateStore {
         var start = 0
         while start < gone.count {
             let end = min(gone.count, start + FileLedger.deletionsPerTransaction)
-            enqueue(PendingWrite(write: .ledgerForget(rule: walk.rule, Array(gone[start..<end])), submittedAt: now, confirmation: nil))
+            enqueue(QueuedWrite(write: .ledgerForget(rule: walk.rule, Array(gone[start..<end])), submittedAt: now, confirmation: nil))
             start = end
         }
         if walk.finished {
@@ -73,8 +73,8 @@ extension StateStore {
 
     private func walkEnded(_ walk: LedgerPruneWalk) {
         let now = MonotonicInstant.now
-        enqueue(PendingWrite(write: .pruneFinished(rule: walk.rule), submittedAt: now, confirmation: nil))
-        if walks.isEmpty { enqueue(PendingWrite(write: .shrink, submittedAt: now, confirmation: nil)) }
+        enqueue(QueuedWrite(write: .pruneFinished(rule: walk.rule), submittedAt: now, confirmation: nil))
+        if walks.isEmpty { enqueue(QueuedWrite(write: .shrink, submittedAt: now, confirmation: nil)) }
     }
 
     /// Pages given back per turn by `incremental_vacuum`: each moves a page and rewrites a
@@ -121,7 +121,7 @@ extension StateStore {
             shrinkTimer = sources.makeTimer(owner: "state", target: "give a prune's free pages back, \(Self.shrinkPagesPerStep) at a time",
                                             on: queue) { [weak self] in
                 guard let self, self.isOpen, self.closing == nil else { return }
-                self.enqueue(PendingWrite(write: .shrink, submittedAt: .now, confirmation: nil))
+                self.enqueue(QueuedWrite(write: .shrink, submittedAt: .now, confirmation: nil))
             }
         }
         shrinkTimer?.schedule(after: Self.shrinkPause)

@@ -32,7 +32,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     }
 
     /// A write waiting to be committed, and whom to tell when it is.
-    struct PendingWrite {
+    struct QueuedWrite {
         let write: StateWrite
         /// When it was submitted: the dump's age of the oldest.
         let submittedAt: MonotonicInstant
@@ -50,7 +50,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// completions cost one hop per commit, not one per job (a hop each added 2.5 futex
     /// calls per job: docs/measurements/performance.md, "The state store").
     struct Mailbox {
-        var writes: [PendingWrite] = []
+        var writes: [QueuedWrite] = []
         var pacing = LedgerCommitPacing(interval: StateStore.commitInterval)
         /// Set once the store closed: later submissions are not kept.
         var closed = false
@@ -69,7 +69,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     // Confined to `queue`.
     var ledger: FileLedger?
     var tasks: TaskStore?
-    var pending = Deque<PendingWrite>()
+    var pending = Deque<QueuedWrite>()
     var pendingRows = 0
     /// Armed while the last attempt failed: nothing is written before it fires.
     var retryTimer: RegisteredTimer?
@@ -162,7 +162,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// dropped (past the bound, or unwritable for good), which is counted and said.
     func submit(_ write: StateWrite, confirmOn owner: SubsystemQueue? = nil, confirmed: (@Sendable () -> Void)? = nil) {
         let confirmation = owner.flatMap { owner in confirmed.map { Confirmation(queue: owner, confirmed: $0) } }
-        let item = PendingWrite(write: write, submittedAt: .now, confirmation: confirmation)
+        let item = QueuedWrite(write: write, submittedAt: .now, confirmation: confirmation)
         let action = mailbox.withLock { box -> LedgerCommitPacing.Action in
             guard !box.closed else { return .none }
             box.writes.append(item)
@@ -187,7 +187,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
 
     /// The store's own writes (a prune's deletions, its end, the checkpoint after it), behind
     /// everything submitted before them.
-    func enqueue(_ item: PendingWrite) {
+    func enqueue(_ item: QueuedWrite) {
         takeSubmitted(markingWritten: false)
         accept(item)
         scheduleCommit(mailbox.withLock { $0.pacing.recordAdded(now: item.submittedAt) })
@@ -197,7 +197,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
     /// at once, so the pacing starts counting from now.
     func takeSubmitted(markingWritten: Bool) {
         let now = MonotonicInstant.now
-        let submitted = mailbox.withLock { box -> [PendingWrite] in
+        let submitted = mailbox.withLock { box -> [QueuedWrite] in
             if markingWritten { box.pacing.wrote(now: now) }
             defer { box.writes = [] }
             return box.writes
@@ -205,7 +205,7 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
         for item in submitted { accept(item) }
     }
 
-    private func accept(_ item: PendingWrite) {
+    private func accept(_ item: QueuedWrite) {
         guard isOpen else {
             dropped[item.write.kind, default: 0] += UInt64(item.write.rows)
             return

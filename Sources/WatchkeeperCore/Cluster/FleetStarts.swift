@@ -1,37 +1,3 @@
-/// The claim a fleet job holds: the lease it is bound to, and its revision in etcd.
-public struct FleetClaimHold: Sendable, Equatable {
-    public var lease: Int64
-    public var revision: Int64
-
-    public init(lease: Int64, revision: Int64) {
-        self.lease = lease
-        self.revision = revision
-    }
-}
-
-/// A fleet job, as its start sees it.
-public enum FleetJob: Sendable, Equatable {
-    /// Its claim is held already: a fire the scheduler claimed at its instant, or a file
-    /// whose earlier attempt claimed it.
-    case claimed(FleetClaimHold)
-    /// A shared inbox's file, claimed now that a slot is free for its job.
-    case file(rule: String, relative: [UInt8], size: Int64, modifiedNanoseconds: Int64)
-    /// A fleet task run on this host by `watchkeeper trigger` without `--fleet`: unclaimed.
-    case unclaimed
-}
-
-/// What happens to a fleet job that a free slot came to.
-public enum FleetStartDecision: Sendable, Equatable {
-    /// It starts, holding this claim (nil: unclaimed).
-    case start(FleetClaimHold?)
-    /// A file's claim is on its way; the slot stays the job's until the answer comes.
-    case claiming
-    /// It does not start, and ends with this outcome: `ranElsewhere` (another host has or
-    /// had the file), `held` (no claim can be made now: handed back to wait for the lease),
-    /// or `cancelled`.
-    case notStarted(RunOutcome, detail: String)
-}
-
 /// The job engine's side of the fleet (docs/architecture.md, "Fleet jobs at a free
 /// slot"): a fleet job starts only under a lease known to be alive (`FleetStartGate`, read
 /// at each start); a shared inbox's file is claimed in etcd only when a slot is free for its
@@ -39,7 +5,7 @@ public enum FleetStartDecision: Sendable, Equatable {
 /// answer comes as a turn of its queue); a file job's end is recorded at once; and the fence
 /// reaches the engine here. The daemon's `JobEngine` and the simulation's engine both drive
 /// it, each holding its own waiting line and slots.
-public final class FleetStarts: FleetJobsListener, @unchecked Sendable {
+public final class FleetStarts: FleetJobStarts, FleetJobsListener, @unchecked Sendable {
     public let gate: FleetStartGate
     public let fleetJobsQueue: any FleetQueue
     let member: FleetMember
@@ -117,16 +83,5 @@ public final class FleetStarts: FleetJobsListener, @unchecked Sendable {
 
     public func fleetFence(stopBy: MonotonicInstant) {
         onFence(stopBy)
-    }
-}
-
-extension FleetStarts {
-    /// A job of the daemon's engine as a fleet job: its claim if it holds one, a shared
-    /// inbox's file, or a fleet task run unclaimed.
-    static func job(_ key: JobKey, _ subject: JobSubject, claim: FleetClaimHold?) -> FleetJob {
-        if let claim { return .claimed(claim) }
-        guard key.kind == .watch, case .file(let file) = subject else { return .unclaimed }
-        return .file(rule: key.name, relative: Array(file.relative), size: file.identity?.size ?? -1,
-                     modifiedNanoseconds: file.identity?.modifiedNanoseconds ?? -1)
     }
 }

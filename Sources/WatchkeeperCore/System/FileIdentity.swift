@@ -122,14 +122,14 @@ public struct InodeKey: Sendable, Hashable {
 /// One statx (and, with `generation`, one name_to_handle_at) of a path.
 struct FileStatus: Sendable {
     let identity: FileIdentity
-    let type: TreeScanner.EntryType
+    let type: FileType
     let links: UInt64
 
     /// nil with errno set when the path cannot be examined.
     static func of(_ path: [UInt8], followSymlinks: Bool, generation: Bool = true) -> FileStatus? {
         var raw = wk_file_identity()
-        let result = TreeScanner.withCString(path) { wk_file_identity($0, followSymlinks ? 1 : 0, generation ? 1 : 0, &raw) }
+        let result = withPathCString(path) { wk_file_identity($0, followSymlinks ? 1 : 0, generation ? 1 : 0, &raw) }
         guard result == 0 else { return nil }
-        return FileStatus(identity: FileIdentity(raw), type: TreeScanner.EntryType(mode: mode_t(raw.mode)), links: raw.links)
+        return FileStatus(identity: FileIdentity(raw), type: FileType(mode: mode_t(raw.mode)), links: raw.links)
     }
 }
