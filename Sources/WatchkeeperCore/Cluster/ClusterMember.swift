@@ -5,6 +5,7 @@ import Logging
 /// driven on the cluster queue, with the etcd client (its connections, call deadlines and
 /// lanes) as its store and the system clocks and registered timers as its clock; the
 /// dump's `cluster` section and the fleet's metrics.
+// @unchecked Sendable: confined to the cluster queue (`queue`).
 public final class ClusterMember: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     public let settings: ClusterSettings
@@ -71,6 +72,7 @@ extension ClusterMember: MetricsContributor {
 
 /// The daemon's `FleetClock`: CLOCK_MONOTONIC and CLOCK_REALTIME, and registered timers
 /// on the owner's queue (listed in the dump's sources).
+// @unchecked Sendable: immutable; its timers fire on its owner's queue.
 final class DispatchFleetClock: FleetClock, @unchecked Sendable {
     private let queue: SubsystemQueue
     private let sources: SourceRegistry

@@ -40,6 +40,7 @@ public enum EtcdError: Error, Equatable, CustomStringConvertible {
 /// `watch`. Every call has a deadline; when it passes the call fails and its connection
 /// is closed (an answer still on its way cannot be matched to the next call). A refused
 /// connection moves to the next endpoint at once, within the call's deadline.
+// @unchecked Sendable: confined to the cluster queue (`queue`).
 public final class EtcdClient: @unchecked Sendable {
     /// `lease` and `watch` have a connection each, and so do `records` (the ends of runs,
     /// written at once, never behind a claim); claims and the rest share `calls`
@@ -76,6 +77,7 @@ public final class EtcdClient: @unchecked Sendable {
     }
 
     /// A call: one POST and its answer, or a stream of answers (a watch).
+    // @unchecked Sendable: confined to the cluster queue, with its client.
     private final class Call: @unchecked Sendable {
         let path: String
         let body: [UInt8]
@@ -103,6 +105,7 @@ public final class EtcdClient: @unchecked Sendable {
         }
     }
 
+    // @unchecked Sendable: confined to the cluster queue, with its client.
     private final class LaneState: @unchecked Sendable {
         var connection: GatewayConnection?
         var waiting: Deque<Call> = []

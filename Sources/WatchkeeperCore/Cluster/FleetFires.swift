@@ -77,6 +77,7 @@ public struct FleetTaskState {
 /// "One host per fire"): a fire is claimed in etcd, run if won, recorded when it ends, held
 /// while no claim can be made, and taken over from a host that lost it. On the owner's
 /// queue; the daemon's `TaskScheduler` and the simulation's hosts run this same code.
+// @unchecked Sendable: confined to its owner's queue (the jobs queue in the daemon).
 public final class FleetFires: @unchecked Sendable {
     public static let outcomes = ["ran_here", "ran_elsewhere", "taken_over", "held"]
 

@@ -101,9 +101,13 @@ extension FleetMember {
     func finishWrites(within budget: Duration, then: @escaping () -> Void) {
         guard !writes.isEmpty else { return then() }
         var finished = false
+        // Held until it fires or the writes are in (a timer whose holder lets go is cancelled).
+        var deadline: (any FleetTimer)?
         let once = { [self] in
             guard !finished else { return }
             finished = true
+            deadline?.cancel()
+            deadline = nil
             writesDrained = nil
             if !writes.isEmpty {
                 let what = writes.values.sorted { $0.id < $1.id }.map(\.what).prefix(5).joined(separator: "; ")
@@ -112,8 +116,8 @@ extension FleetMember {
             then()
         }
         writesDrained = once
-        let deadline = clock.makeTimer(target: "fleet records at the stop") { once() }
-        deadline.schedule(at: clock.now + budget)
+        deadline = clock.makeTimer(target: "fleet records at the stop") { once() }
+        deadline?.schedule(at: clock.now + budget)
         for key in writes.keys.sorted() { send(key) }
     }
 }

@@ -67,6 +67,7 @@ public struct FleetMemberIdentity: Sendable, Equatable {
 /// ending. Everything runs on `queue`'s turns and reaches the world only through the seam
 /// (`FleetStore`, `FleetClock`, `FleetQueue`), so the daemon drives it with the etcd client
 /// and GCD and the simulation with its own etcd and event loop.
+// @unchecked Sendable: confined to its queue's turns (the cluster queue in the daemon).
 public final class FleetMember: @unchecked Sendable {
     public let settings: ClusterSettings
     public let queue: any FleetQueue

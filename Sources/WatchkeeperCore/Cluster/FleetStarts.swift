@@ -5,12 +5,13 @@
 /// answer comes as a turn of its queue); a file job's end is recorded at once; and the fence
 /// reaches the engine here. The daemon's `JobEngine` and the simulation's engine both drive
 /// it, each holding its own waiting line and slots.
+// @unchecked Sendable: confined to the engine's queue (the jobs queue in the daemon).
 public final class FleetStarts: FleetJobStarts, FleetJobsListener, @unchecked Sendable {
     public let gate: FleetStartGate
     public let fleetJobsQueue: any FleetQueue
     let member: FleetMember
     let clock: () -> MonotonicInstant
-    let onFence: (MonotonicInstant) -> Void
+    let onFence: ((MonotonicInstant) -> Void)?
     /// Files whose claim is on its way (their slots held), for the dump.
     public private(set) var claiming = 0
     public private(set) var claimsMade: UInt64 = 0
@@ -18,7 +19,7 @@ public final class FleetStarts: FleetJobStarts, FleetJobsListener, @unchecked Se
     /// `queue`: the engine's, where claims are answered; `onFence`: on that queue, the
     /// engine stops every fleet job by the instant given and drops the claims not started.
     public init(member: FleetMember, queue: any FleetQueue, clock: @escaping () -> MonotonicInstant,
-                onFence: @escaping (MonotonicInstant) -> Void) {
+                onFence: ((MonotonicInstant) -> Void)? = nil) {
         self.member = member
         gate = member.gate
         fleetJobsQueue = queue
@@ -82,6 +83,16 @@ public final class FleetStarts: FleetJobStarts, FleetJobsListener, @unchecked Se
     }
 
     public func fleetFence(stopBy: MonotonicInstant) {
-        onFence(stopBy)
+        onFence?(stopBy)
+    }
+}
+
+/// The daemon's engine hears the fence itself (the simulation's hears it through its
+/// `FleetStarts`): it is made before the member is started, so nothing is set afterwards.
+extension JobEngine: FleetJobsListener {
+    public var fleetJobsQueue: any FleetQueue { queue }
+
+    public func fleetFence(stopBy: MonotonicInstant) {
+        fenceFleet(stopBy: stopBy)
     }
 }

@@ -77,6 +77,7 @@ final class PlainStream: GatewayStream {
 /// or a reset reports EPOLLHUP, which libdispatch's epoll backend cannot take (issue 36).
 /// One exchange at a time; the caller keeps the deadline and closes the connection when
 /// it passes.
+// @unchecked Sendable: confined to the cluster queue, in its DescriptorPoller.
 final class GatewayConnection: @unchecked Sendable {
     enum Event {
         case head(status: Int)
@@ -413,6 +414,7 @@ final class SecureStream: GatewayStream {
 
 /// The client's TLS context, made on first use (which loads libssl) and kept: a daemon
 /// whose endpoints are all http:// never loads it.
+// @unchecked Sendable: confined to the cluster queue, with its client.
 final class SecureStreamFactory: @unchecked Sendable {
     private let caFile: String?
     private let certFile: String?

@@ -34,6 +34,7 @@ private func withErrorText<Result>(_ body: (UnsafeMutablePointer<CChar>, Int) ->
 ///
 /// Making the first context loads libssl.so.3 (`wk_tls_load`); a daemon that never makes
 /// one never maps OpenSSL.
+// @unchecked Sendable: immutable after it is made, and used on the cluster queue only.
 public final class TLSContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
 

@@ -6,6 +6,7 @@ import Glibc
 
 /// One cgroup v2 directory, held open: its interface files are read and written relative
 /// to the fd, so a path renamed or replaced meanwhile cannot redirect a write.
+// @unchecked Sendable: immutable after open (the fd); used on the jobs queue, and at start before any queue runs.
 final class CgroupDirectory: @unchecked Sendable {
     let path: String
     private let descriptor: OwnedFileDescriptor

@@ -19,6 +19,7 @@ protocol CgroupRemovalContext {
 /// `daemon`, each job in a `run-<run id>` beside it, with the controllers limits need
 /// enabled in the delegated cgroup's subtree_control. After setup, confined to the jobs
 /// queue.
+// @unchecked Sendable: after setup (before any queue runs), confined to the jobs queue (`release` asserts it).
 public final class JobCgroups: @unchecked Sendable {
     public let path: String
     /// What the delegated cgroup offers (cgroup.controllers), and what is enabled for the jobs.
@@ -91,6 +92,7 @@ public final class JobCgroups: @unchecked Sendable {
     /// Kills what is left in it and removes it; a cgroup whose last process is still
     /// exiting is retried every 50 ms, then every second, and reported after a minute.
     func release(_ cgroup: JobCgroup, context: any CgroupRemovalContext) {
+        dispatchPrecondition(condition: .onQueue(context.queue.queue))
         cgroup.closeProcs()
         if cgroup.directory.isPopulated { cgroup.directory.killAll() }
         if (try? root.removeChild(cgroup.name)) != nil { return }
@@ -128,6 +130,7 @@ public final class JobCgroups: @unchecked Sendable {
 }
 
 /// One job process's cgroup (the run's main process, or its on_expire handler).
+// @unchecked Sendable: confined to the jobs queue, with the run that holds it.
 final class JobCgroup: @unchecked Sendable {
     static let prefix = "run-"
     let name: String

@@ -22,6 +22,7 @@ public protocol ControlBackend: AnyObject, Sendable {
 /// is read; calls are answered one at a time per connection, in order, without ever
 /// blocking this queue on another subsystem. Connections are not in the SourceRegistry
 /// (200 clients would be 200 lines of every dump); the dump's `control` section lists them.
+// @unchecked Sendable: confined to the control queue (`queue`).
 public final class ControlServer: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     private let sources: SourceRegistry

@@ -1,5 +1,6 @@
 import Dispatch
 import Logging
+import Prometheus
 
 #if canImport(Glibc)
 import Glibc
@@ -42,68 +43,59 @@ public enum Daemon {
             problemCapacity: configuration.daemon.recentProblems
         )
         LoggingSystem.bootstrap { label in WatchkeeperLogHandler(label: label, sink: sink) }
-        let owner = LifecycleOwner(options: options, configuration: configuration, sink: sink)
-        owner.connect(DaemonParts(owner: owner))
+        let queues = DaemonQueues()
+        let sources = SourceRegistry()
+        let notifier = SystemdNotifier(environment: options.environment)
+        // Before any job exists: under systemd this moves the daemon into its own leaf cgroup.
+        let containment = JobContainment.setUp()
+        let parts = DaemonParts(options: options, configuration: configuration, queues: queues, sources: sources, sink: sink,
+                                notifier: notifier, containment: containment)
+        let owner = LifecycleOwner(options: options, configuration: configuration, sink: sink, notifier: notifier, parts: parts)
         owner.start()
         dispatchMain()
     }
 }
 
-/// Every subsystem of the daemon, each on its queue of `owner.queues`, connected to the
-/// others and to the lifecycle owner they answer to.
+/// The subsystems that answer to no one but their callers, each on its queue of `queues`,
+/// made in the order they depend on each other: every dependency is given at construction.
+/// The lifecycle owner is made from them; the parts that answer to it (the signal sources,
+/// the control socket, the dump, the metrics, STATUS=) are its own (`LifecycleOwner`).
 struct DaemonParts {
+    let queues: DaemonQueues
+    let sources: SourceRegistry
+    let logger: Logger
+    /// How jobs are held together and limited: decided once at start.
+    let containment: JobContainment
     let watchdog: Watchdog
-    let engine: JobEngine
     let store: StateStore
-    let scheduler: TaskScheduler
-    let watcher: DirectoryWatcher
-    let control: ControlServer
-    let metrics: MetricsExporter
-    let stateDump: StateDump
-    let status: StatusReporter
-    let signals: SignalSources
     /// nil without `[cluster]`: nothing of the fleet is made.
     let cluster: ClusterMember?
-    /// The engine's fleet starts (nil without `[cluster]`); the member tells it the fence.
-    let fleetStarts: FleetStarts?
+    /// The engine's instruments, in the registry the metrics exporter renders.
+    let metricsRegistry = PrometheusCollectorRegistry()
+    let engine: JobEngine
+    let scheduler: TaskScheduler
+    let watcher: DirectoryWatcher
 
-    init(owner: LifecycleOwner) {
-        let queues = owner.queues, sources = owner.sources, sink = owner.sink, logger = owner.logger, notifier = owner.notifier
-        let settings = owner.configuration.daemon
+    init(options: RunOptions, configuration: Configuration, queues: DaemonQueues, sources: SourceRegistry, sink: LogSink,
+         notifier: SystemdNotifier, containment: JobContainment) {
+        let logger = Logger(label: "watchkeeper")
+        self.queues = queues
+        self.sources = sources
+        self.logger = logger
+        self.containment = containment
+        let settings = configuration.daemon
         watchdog = Watchdog(queue: queues.watchdog, monitored: queues.gated, notifier: notifier, logger: logger,
                             registry: sources, systemdInterval: SystemdNotifier.watchdogInterval())
-        let jobContext = JobContext(queue: queues.jobs, sink: sink, logger: logger, sources: sources,
-                                    daemonEnvironment: owner.options.environment, containment: owner.containment)
-        engine = JobEngine(context: jobContext, maxJobs: settings.maxJobs)
         store = StateStore(queue: queues.state, sources: sources, logger: logger)
-        scheduler = TaskScheduler(engine: engine)
-        scheduler.stateStore = store
-        cluster = owner.configuration.cluster.map { ClusterMember(settings: $0, queue: queues.cluster, sources: sources, logger: logger) }
-        // Fleet jobs start through the cluster's gate and claims, and the fence reaches the engine.
-        fleetStarts = cluster.map { [unowned engine] cluster in
-            FleetStarts(member: cluster.member, queue: queues.jobs, clock: { .now }) { stopBy in engine.fenceFleet(stopBy: stopBy) }
-        }
-        engine.fleetStarts = fleetStarts
-        scheduler.cluster = cluster?.member
-        watcher = DirectoryWatcher(queue: queues.watching, engine: engine)
-        watcher.store = store
-        watcher.cluster = cluster?.member
-        control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: owner)
-        // The scheduler and the cluster only with [cluster]: without it they add no series.
-        var fleetMetrics: [any MetricsContributor] = []
-        if let cluster { fleetMetrics = [scheduler, cluster] }
-        metrics = MetricsExporter(queue: queues.metrics, contributors: [owner, watchdog, engine, watcher] + fleetMetrics, sources: sources, logger: logger,
-                                  settings: settings)
-        engine.metrics = metrics.jobMetrics
-        let clusterSection: [any DumpContributor] = cluster.map { [$0] } ?? []
-        stateDump = StateDump(queue: queues.diagnostics, contributors: [owner, watchdog, engine, scheduler, watcher, store, control, metrics] + clusterSection,
-                              queues: queues.monitored, sources: sources, sink: sink, notifier: notifier, logger: logger,
-                              processStart: owner.options.processStart, settings: settings)
-        status = StatusReporter(notifier: notifier, sources: sources, lifecycleQueue: queues.lifecycle, jobsQueue: queues.jobs) { [unowned owner] in
-            StatusReporter.Facts(state: owner.machine.state, generation: owner.generation, reloadErrors: owner.lastReload?.errors)
-        }
-        signals = SignalSources(queue: queues.signals, registry: sources) { [unowned owner] signal in
-            owner.received(signal)
-        }
+        cluster = configuration.cluster.map { ClusterMember(settings: $0, queue: queues.cluster, sources: sources, logger: logger) }
+        // Fleet jobs start through the cluster's gate and claims; the fence reaches the engine
+        // as the member's `FleetJobsListener` (ClusterMember.start).
+        let fleetStarts = cluster.map { FleetStarts(member: $0.member, queue: queues.jobs, clock: { .now }) }
+        let jobContext = JobContext(queue: queues.jobs, sink: sink, logger: logger, sources: sources,
+                                    daemonEnvironment: options.environment, containment: containment)
+        engine = JobEngine(context: jobContext, maxJobs: settings.maxJobs, fleetStarts: fleetStarts,
+                           metrics: JobMetrics(factory: CatalogMetricsFactory(registry: metricsRegistry)))
+        scheduler = TaskScheduler(engine: engine, store: store, cluster: cluster?.member)
+        watcher = DirectoryWatcher(queue: queues.watching, engine: engine, store: store, cluster: cluster?.member)
     }
 }

@@ -33,7 +33,7 @@ extension LifecycleOwner {
     func reloadForControl(_ reply: @escaping ControlReply) {
         dispatchPrecondition(condition: .onQueue(queues.lifecycle.queue))
         reloads.wait(reply)
-        perform(machine.handle(.reloadRequested))
+        handle(.reloadRequested)
     }
 
     /// The daemon is stopping: those waiting for this reload and those waiting for the next
@@ -52,7 +52,6 @@ extension LifecycleOwner {
             refuseReloadWaiters()
             return
         }
-        let answer: Result<[DumpField], VarlinkError>
         var result = result
         if case .success(let loaded) = result, loaded.daemon.stateDirectory != configuration.daemon.stateDirectory {
             // The task history, the file ledger and the lock live there: moving them under
@@ -68,13 +67,14 @@ extension LifecycleOwner {
         }
         switch result {
         case .success(let loaded):
-            apply(loaded)
-            generation += 1
-            loadedAt = at
-            lastReload = (at, nil)
-            logger.notice("reloaded \(loaded.path): configuration generation \(generation) in force",
-                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded.rawValue), "generation": .stringConvertible(generation)])
-            answer = .success([.init("generation", .int(generation))])
+            apply(loaded) {
+                self.generation += 1
+                self.loadedAt = at
+                self.lastReload = (at, nil)
+                self.logger.notice("reloaded \(loaded.path): configuration generation \(self.generation) in force",
+                                   metadata: [JournalFields.messageIDKey: .string(MessageID.reloadSucceeded.rawValue), "generation": .stringConvertible(self.generation)])
+                self.answerReload(answered, with: .success([.init("generation", .int(self.generation))]), again: again)
+            }
         case .failure(let errors):
             lastReload = (at, errors)
             for line in errors.lines {
@@ -82,10 +82,13 @@ extension LifecycleOwner {
             }
             logger.error("unable to reload \(configuration.path): \(errors.total) error(s); configuration generation \(generation) stays in force",
                          metadata: [JournalFields.messageIDKey: .string(MessageID.reloadFailed.rawValue), "errors": .string(errors.description)])
-            answer = .failure(ControlInterface.ErrorName.reloadFailed.error([
+            answerReload(answered, with: .failure(ControlInterface.ErrorName.reloadFailed.error([
                 .init("generation", .int(generation)), .init("errors", .array(errors.lines.map { .string($0) })),
-            ]))
+            ])), again: again)
         }
+    }
+
+    private func answerReload(_ answered: [ControlReply], with answer: Result<[DumpField], VarlinkError>, again: Bool) {
         for reply in answered { reply(answer) }
         // The result is in the journal before systemd's "Reloaded" (as the ready line).
         sink.flush(within: Self.readyLineBudget)
@@ -93,7 +96,8 @@ extension LifecycleOwner {
         if again { reload() }
     }
 
-    private func apply(_ new: Configuration) {
+    /// The new configuration, to each owner on its queue; `then` once all have it.
+    private func apply(_ new: Configuration, then: @escaping @Sendable () -> Void) {
         let settings = new.daemon
         sink.setLevel(options.logLevelOverride ?? settings.logLevel)
         sink.problems.resize(capacity: settings.recentProblems)
@@ -108,13 +112,21 @@ extension LifecycleOwner {
         let tasks = new.tasks
         if settings.maxJobs != configuration.daemon.maxJobs { checkFileLimit(maxJobs: settings.maxJobs) }
         reportContainment(new, atStart: false)
-        queues.jobs.queue.sync {
+        let (engine, scheduler, watcher, control) = (engine, scheduler, watcher, control)
+        let watches = new.watches
+        let socket = ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory)
+        ask(queues.jobs, "apply max_jobs and the tasks", {
             engine.setMaxJobs(settings.maxJobs)
             scheduler.apply(tasks, isStart: false, stateDirectory: settings.stateDirectory)
+        }) {
+            self.ask(self.queues.watching, "apply the watch rules", { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }) {
+                self.ask(self.queues.control, "apply the control socket's settings", {
+                    control.apply(path: socket, group: settings.controlGroup, readGroup: settings.readGroup)
+                }) {
+                    self.configuration = new
+                    then()
+                }
+            }
         }
-        let watches = new.watches
-        queues.watching.queue.sync { watcher.apply(watches, isStart: false, stateDirectory: settings.stateDirectory) }
-        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup, readGroup: settings.readGroup) }
-        configuration = new
     }
 }

@@ -23,11 +23,19 @@ extension LifecycleOwner {
         let grace = configuration.daemon.shutdownGrace
         // No new runs: files still settling and runs held for dependencies end with a
         // record; then the engine cancels what waits and drains what runs.
-        queues.watching.queue.sync { watcher.stop() }
-        let running = queues.jobs.queue.sync { () -> Int in
-            scheduler.stop()
-            return engine.runningCount
+        let (watcher, scheduler, engine) = (watcher, scheduler, engine)
+        ask(queues.watching, "stop watching", { watcher.stop() }) {
+            self.ask(self.queues.jobs, "stop the scheduler", { () -> Int in
+                scheduler.stop()
+                return engine.runningCount
+            }) { running in
+                self.drainStopped(running: running, signal: signal, grace: grace)
+            }
         }
+    }
+
+    /// The watcher and the scheduler have stopped: the engine drains what runs.
+    private func drainStopped(running: Int, signal: Int32, grace: Duration) {
         drain.startedAt = .now
         logger.notice("received \(HandledSignals.name(signal)): stopping; \(running) job(s) running, waiting up to \(grace.compactDescription) for them",
                       metadata: [JournalFields.messageIDKey: .string(MessageID.stopping.rawValue), "signal": .string(HandledSignals.name(signal))])
@@ -39,7 +47,7 @@ extension LifecycleOwner {
             }) { [unowned self] report in
                 self.queues.lifecycle.async {
                     self.drain.outcome = report
-                    self.perform(self.machine.handle(.drainFinished))
+                    self.handle(.drainFinished)
                 }
             }
         }
@@ -79,8 +87,15 @@ extension LifecycleOwner {
         // Every job has its record, and every owner has submitted its last writes: the
         // readers go, then the store writes what waits (retrying until its deadline), folds
         // the WAL into the file and closes it, saying what it could not write.
-        queues.watching.queue.sync { watcher.close() }
-        queues.jobs.queue.sync { scheduler.closeStore() }
+        let (watcher, scheduler) = (watcher, scheduler)
+        ask(queues.watching, "close the watcher's reader", { watcher.close() }) {
+            self.ask(self.queues.jobs, "close the scheduler's reader", { scheduler.closeStore() }) {
+                self.closeStateAndLeave(took: took, how: how, code: code)
+            }
+        }
+    }
+
+    private func closeStateAndLeave(took: Duration, how: String, code: Int32) {
         notifier.send([("EXTEND_TIMEOUT_USEC", String((Self.stateCloseBudget + .seconds(5)).microseconds))])
         let closeState: @Sendable () -> Void = { [unowned self] in
             self.store.close(within: Self.stateCloseBudget) { [unowned self] _ in
@@ -117,7 +132,13 @@ extension LifecycleOwner {
         // goes (their replies are queued on the control queue ahead of the stop).
         refuseReloadWaiters()
         // Served through the drain (`status` shows what it waits for); removed only now.
-        queues.control.queue.sync { control.stop() }
+        let control = control
+        ask(queues.control, "remove the control socket", { control.stop() }) {
+            self.leave(took: took, how: how, code: code)
+        }
+    }
+
+    private func leave(took: Duration, how: String, code: Int32) {
         let logger = logger
         let stateDump = stateDump
         let sink = sink

@@ -8,40 +8,57 @@ import Glibc
 
 /// The lifecycle owner: holds the configuration, turns signals into lifecycle events and
 /// runs the actions the state machine returns, touching what it owns only on the
-/// lifecycle queue. It drives the subsystems the composition root (`Daemon.run`) built
-/// and connected (`DaemonParts`). Its own parts, each in a file: `StatusReporter`
-/// (STATUS=), `FileLimitCheck` (RLIMIT_NOFILE), `ReloadRequests` (who waits for which
-/// reload) with the reload (+Reload), `DrainProgress` with the stopping sequence
-/// (+Stopping), the control socket's answers (+Control), containment's report
-/// (+Containment), the watchdog's test hook (+TestStall).
+/// lifecycle queue. It drives the subsystems the composition root (`Daemon.run`) made
+/// (`DaemonParts`), and makes the parts that answer to it. Its own parts, each in a file:
+/// `StatusReporter` (STATUS=), `FileLimitCheck` (RLIMIT_NOFILE), `ReloadRequests` (who
+/// waits for which reload) with the reload (+Reload), `DrainProgress` with the stopping
+/// sequence (+Stopping), `LifecycleSteps` with the asking of other queues (+Steps), the
+/// control socket's answers (+Control), containment's report (+Containment), the
+/// watchdog's test hook (+TestStall).
+// @unchecked Sendable: its state is confined to the lifecycle queue (`perform`, `handle` and `ask` assert it).
 public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
-    let queues = DaemonQueues()
-
     let options: RunOptions
     let sink: LogSink
-    let logger: Logger
     let notifier: SystemdNotifier
-    /// How jobs are held together and limited: decided once at start.
-    let containment: JobContainment
     /// The network jobs get, as the unit left it: read once at start.
     let jobNetwork = JobNetwork.probe()
-    let sources = SourceRegistry()
-    /// Every subsystem, built and connected by the composition root (`Daemon.run`) once
-    /// this owner exists: they answer to it (the control socket's backend, the dump's and
-    /// the metrics' "daemon" section, the signal handler).
-    private(set) var parts: DaemonParts!
+    let parts: DaemonParts
+    var queues: DaemonQueues { parts.queues }
+    var sources: SourceRegistry { parts.sources }
+    var logger: Logger { parts.logger }
+    var containment: JobContainment { parts.containment }
     var engine: JobEngine { parts.engine }
     var watchdog: Watchdog { parts.watchdog }
-    var stateDump: StateDump { parts.stateDump }
     var scheduler: TaskScheduler { parts.scheduler }
     var cluster: ClusterMember? { parts.cluster }
     var watcher: DirectoryWatcher { parts.watcher }
     var store: StateStore { parts.store }
-    var control: ControlServer { parts.control }
+
+    // The parts that answer to this owner (the signal handler, the control socket's
+    // backend, the dump's and the metrics' "daemon" section, STATUS='s facts): made in
+    // `init`, lazily only so that they can be given `self`, before the owner is shared
+    // with any queue; read-only from then on.
+    private(set) lazy var signals = SignalSources(queue: queues.signals, registry: sources) { [unowned self] signal in
+        self.received(signal)
+    }
+    private(set) lazy var control = ControlServer(queue: queues.control, sources: sources, logger: logger, backend: self)
     /// `metrics.render { text in … }`: the Prometheus text, as `watchkeeper metrics` shows it.
-    var metrics: MetricsExporter { parts.metrics }
+    private(set) lazy var metrics: MetricsExporter = {
+        // The scheduler and the cluster only with [cluster]: without it they add no series.
+        let fleet: [any MetricsContributor] = cluster.map { [scheduler, $0] } ?? []
+        return MetricsExporter(queue: queues.metrics, contributors: [self, watchdog, engine, watcher] + fleet, sources: sources, logger: logger,
+                               settings: configuration.daemon, registry: parts.metricsRegistry, jobMetrics: engine.metrics)
+    }()
+    private(set) lazy var stateDump: StateDump = {
+        let clusterSection: [any DumpContributor] = cluster.map { [$0] } ?? []
+        return StateDump(queue: queues.diagnostics, contributors: [self, watchdog, engine, scheduler, watcher, store, control, metrics] + clusterSection,
+                         queues: queues.monitored, sources: sources, sink: sink, notifier: notifier, logger: logger,
+                         processStart: options.processStart, settings: configuration.daemon)
+    }()
     /// STATUS= for `systemctl status`.
-    var status: StatusReporter { parts.status }
+    private(set) lazy var status = StatusReporter(notifier: notifier, sources: sources, lifecycleQueue: queues.lifecycle, jobsQueue: queues.jobs) { [unowned self] in
+        StatusReporter.Facts(state: self.machine.state, generation: self.generation, reloadErrors: self.lastReload?.errors)
+    }
 
     // Confined to the lifecycle queue.
     var machine = LifecycleMachine()
@@ -54,6 +71,8 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
     var drain = DrainProgress()
     /// Who waits for which reload.
     var reloads = ReloadRequests()
+    /// What this queue asked of others and waits for, and the events held meanwhile.
+    var steps = LifecycleSteps()
     /// Held for the daemon's life; the kernel releases it when the process ends.
     private var stateLock: StateDirectoryLock?
     /// The runtime directory's: a second daemon there would run without a control socket
@@ -62,20 +81,13 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
     /// RLIMIT_NOFILE against the daemon's own descriptors, counted before READY=1.
     private var fileLimits = FileLimitCheck()
 
-    init(options: RunOptions, configuration: Configuration, sink: LogSink) {
+    init(options: RunOptions, configuration: Configuration, sink: LogSink, notifier: SystemdNotifier, parts: DaemonParts) {
         self.options = options
         self.configuration = configuration
         self.sink = sink
-        self.logger = Logger(label: "watchkeeper")
-        self.notifier = SystemdNotifier(environment: options.environment)
-        // Before any job exists: under systemd this moves the daemon into its own leaf cgroup.
-        containment = JobContainment.setUp()
-    }
-
-    /// Once, before `start`: the subsystems this owner drives.
-    func connect(_ parts: DaemonParts) {
-        precondition(self.parts == nil, "lifecycle: the subsystems are connected once, by the composition root")
+        self.notifier = notifier
         self.parts = parts
+        _ = (signals, control, metrics, stateDump, status)
     }
 
     public var dumpSectionName: String { "daemon" }
@@ -85,12 +97,14 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
         queues.lifecycle.async { self.startOnLifecycleQueue() }
     }
 
+    /// Runs through steps on other queues, each confirmed back here (+Steps); lifecycle
+    /// events wait until READY=1.
     private func startOnLifecycleQueue() {
         logger.info("starting watchkeeper \(WatchkeeperVersion.current) with \(configuration.path), logging to \(sink.target.rawValue)",
                     metadata: [JournalFields.messageIDKey: .string(MessageID.started.rawValue), "config": .string(configuration.path)])
         prepareRuntimeDirectory(configuration.daemon)
         do {
-            try parts.signals.registerAll(timeout: .seconds(5))
+            try signals.registerAll(timeout: .seconds(5))
         } catch {
             logger.critical("\(error)")
             exitAfterLogging(ExitCode.osError)
@@ -109,23 +123,30 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
             logger.critical("unable to start: \(error); give each watchkeeper its own runtime_dir")
             exitAfterLogging(ExitCode.alreadyRunning)
         }
+        let watches = configuration.watches
+        let (store, watcher, scheduler, control) = (store, watcher, scheduler, control)
+        let socket = ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory)
         // The store opens the state file first, alone: if it has to move a damaged file
         // aside, nothing else has it open; the owners then read it through connections of
         // their own. The jobs and watching queues never wait for the state queue.
-        queues.state.queue.sync { _ = store.open(stateDirectory: settings.stateDirectory) }
-        // READY=1 promises the initial watches are in place.
-        let watches = configuration.watches
-        queues.watching.queue.sync { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }
-        // The jobs queue never waits for this one, so waiting for it here cannot deadlock.
-        queues.jobs.queue.sync { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }
-        // The lease is asked for once the tasks are armed: fires held until it is granted
-        // are claimed then. READY=1 does not wait for etcd (local work runs without it).
-        cluster?.start(listener: scheduler, files: watcher, jobs: parts.fleetStarts)
-        // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
-        queues.control.queue.sync { control.apply(path: ControlServer.socketPath(runtimeDirectory: settings.runtimeDirectory), group: settings.controlGroup, readGroup: settings.readGroup) }
-        metrics.start()
-        checkFileLimitAtStart(maxJobs: settings.maxJobs)
-        perform(machine.handle(.sourcesRegistered))
+        ask(queues.state, "open the state file", { _ = store.open(stateDirectory: settings.stateDirectory) }) {
+            // READY=1 promises the initial watches are in place.
+            self.ask(self.queues.watching, "watch the roots", { watcher.apply(watches, isStart: true, stateDirectory: settings.stateDirectory) }) {
+                self.ask(self.queues.jobs, "arm the tasks", { scheduler.apply(tasks, isStart: true, stateDirectory: settings.stateDirectory) }) {
+                    // The lease is asked for once the tasks are armed: fires held until it is
+                    // granted are claimed then. READY=1 does not wait for etcd.
+                    self.cluster?.start(listener: scheduler, files: watcher, jobs: self.engine)
+                    // Listening before READY=1, so `systemctl start watchkeeper && watchkeeper status` works.
+                    self.ask(self.queues.control, "listen on \(socket)", {
+                        control.apply(path: socket, group: settings.controlGroup, readGroup: settings.readGroup)
+                    }) {
+                        self.metrics.start()
+                        self.checkFileLimitAtStart(maxJobs: settings.maxJobs)
+                        self.perform(self.machine.handle(.sourcesRegistered))
+                    }
+                }
+            }
+        }
     }
 
     /// Before anything is opened: the soft limit raised, and a limit below what any daemon
@@ -215,9 +236,9 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
         case SIGUSR1:
             stateDump.requestDump(reason: "SIGUSR1")
         case SIGHUP:
-            queues.lifecycle.async { self.perform(self.machine.handle(.reloadRequested)) }
+            queues.lifecycle.async { self.handle(.reloadRequested) }
         case SIGTERM, SIGINT:
-            queues.lifecycle.async { self.perform(self.machine.handle(.terminationRequested(signal: signal))) }
+            queues.lifecycle.async { self.handle(.terminationRequested(signal: signal)) }
         default:
             break
         }
@@ -268,6 +289,8 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
         }
         return .object([
             .init("state", .string(machine.state.description)),
+            // Steps asked of other queues and not confirmed yet (a stuck start or reload shows here).
+            .init("waiting_for", steps.describe()),
             // How long the drain has been going; null while running (the uptime says that).
             .init("draining_s", drain.startedAt.map { .double($0.elapsed().secondsDouble) } ?? .null),
             .init("ready_after_ms", readyAfter.map { .double(Double($0.nanosecondsClamped) / 1e6) } ?? .null),

@@ -6,6 +6,7 @@ import Dispatch
 /// the hop cost ~3 % of the daemon's CPU in a burst: perf, watchkeeper-bench watch). On
 /// the lifecycle queue the line is sent at most every 500 ms, the latest always
 /// (`StatusThrottle`), on a registered timer.
+// @unchecked Sendable: the summary half is confined to the jobs queue, the line half to the lifecycle queue (each marked below).
 final class StatusReporter: @unchecked Sendable {
     /// What the line says besides the jobs: the lifecycle's, read on its queue.
     struct Facts {
@@ -62,6 +63,7 @@ final class StatusReporter: @unchecked Sendable {
     }
 
     private func jobsChanged() {
+        dispatchPrecondition(condition: .onQueue(lifecycleQueue.queue))
         switch throttle.changed(now: MonotonicInstant.now.nanoseconds) {
         case .send:
             sendWhileRunning()

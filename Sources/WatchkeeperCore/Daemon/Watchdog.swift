@@ -5,6 +5,7 @@ import Logging
 /// subsystem queue answered the probe sent on the previous tick. A queue that is
 /// stuck (a handler blocked in a syscall, a deadlock) therefore withholds the ping
 /// and systemd restarts us, instead of a timer on a healthy thread pinging forever.
+// @unchecked Sendable: its counters and timer are confined to the watchdog queue (`tick` asserts it).
 public final class Watchdog: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     private let monitored: [SubsystemQueue]
@@ -52,6 +53,7 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
     }
 
     private func tick() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
         ticks += 1
         let now = MonotonicInstant.now
         var stuck: [(SubsystemQueue, Duration)] = []

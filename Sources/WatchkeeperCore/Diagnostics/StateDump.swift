@@ -19,6 +19,7 @@ public protocol DumpContributor: AnyObject, Sendable {
 /// description in parallel, reports any that does not answer in time as stuck,
 /// and writes the result to the journal and to <runtime_dir>/state.json.
 /// Nothing here resets a counter: a dump only peeks.
+// @unchecked Sendable: its settings and requests are confined to the diagnostics queue; cross-queue counters are in Mutexes.
 public final class StateDump: @unchecked Sendable {
     public static let formatName = "watchkeeper.state-dump"
     public static let formatVersion: Int64 = 2

@@ -76,6 +76,7 @@ public struct JobContext: CgroupRemovalContext, Sendable {
 /// rules from the time each was a dispatch source, when a hang-up raced libdispatch's
 /// manager thread (swift-corelibs-libdispatch #949), and still what keeps a level-triggered
 /// descriptor from firing in a loop.
+// @unchecked Sendable: confined to the jobs queue, where its descriptors are polled.
 final class ChildProcess: @unchecked Sendable {
     let name: String
     let runID: String
@@ -211,6 +212,7 @@ final class ChildProcess: @unchecked Sendable {
 /// gets the last lines out as the sink takes them, on the queue's turns, with a deadline
 /// on the jobs' deadline timer (`JobDeadlines`); the run's record waits for it, the queue
 /// and every other job do not.
+// @unchecked Sendable: confined to the jobs queue, with its child.
 final class OutputChannel: @unchecked Sendable {
     let stream: String
     private var source: PolledDescriptor?

@@ -11,6 +11,7 @@ import Dispatch
 ///
 /// Each deadline is still listed with the sources (kind timer, its owner and target), so
 /// the dump shows what every job waits for, as before.
+// @unchecked Sendable: confined to the jobs queue, where its one timer fires.
 final class JobDeadlines: @unchecked Sendable {
     private let queue: SubsystemQueue
     private let sources: SourceRegistry
@@ -118,6 +119,7 @@ final class JobDeadlines: @unchecked Sendable {
 }
 
 /// One deadline of `JobDeadlines`: the handle its owner keeps to cancel it.
+// @unchecked Sendable: confined to the jobs queue, like the `JobDeadlines` it belongs to.
 final class JobDeadline: @unchecked Sendable {
     /// When it fires.
     let deadline: MonotonicInstant

@@ -36,6 +36,7 @@ public struct JobCompletion: Sendable {
 /// journal entry, and whether new work is accepted (the drain). The scheduler lives on the
 /// same queue and asks it directly; the watcher submits from its own queue and gets its
 /// completions back there. Nobody else keeps a count of what runs.
+// @unchecked Sendable: confined to the jobs queue (`queue`; its entry points assert it).
 public final class JobEngine: DumpContributor, @unchecked Sendable {
     typealias Reply = (queue: SubsystemQueue?, handler: (JobCompletion) -> Void)
 
@@ -117,16 +118,18 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// caches (the file ledger) to give their memory back too.
     public var onBurstOver: (() -> Void)?
     /// Told of every group configured, first attempt started and record journaled.
-    public var metrics: JobMetrics?
-    /// Fleet jobs' starts, with `[cluster]` (Cluster/FleetStarts.swift); set by Daemon.init.
-    public var fleetStarts: (any FleetJobStarts)?
+    public let metrics: JobMetrics?
+    /// Fleet jobs' starts, with `[cluster]` (Cluster/FleetStarts.swift).
+    public let fleetStarts: (any FleetJobStarts)?
     /// Fleet jobs whose slot waits for their claim's answer (the line counts them running).
     private var claiming: Set<RunID> = []
 
-    public init(context: JobContext, maxJobs: Int) {
+    public init(context: JobContext, maxJobs: Int, fleetStarts: (any FleetJobStarts)? = nil, metrics: JobMetrics? = nil) {
         self.queue = context.queue
         self.context = context
         self.maxJobs = max(1, maxJobs)
+        self.fleetStarts = fleetStarts
+        self.metrics = metrics
     }
 
     public var dumpSectionName: String { "jobs" }
@@ -668,6 +671,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
 /// A value handed to another queue whose owner alone uses it (a completion handler that
 /// runs only on its reply queue).
+// @unchecked Sendable: the value is used only on the queue it is handed to.
 struct UncheckedSendable<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }

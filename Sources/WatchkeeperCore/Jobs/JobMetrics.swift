@@ -11,6 +11,7 @@ import Dispatch
 /// see the first failure. A task or rule removed (or renamed) by a reload loses its series
 /// at once: left exported with frozen values, an alert on "no success for an hour" would
 /// fire for a task that no longer exists. Runs of it that end afterwards are not counted.
+// @unchecked Sendable: called only on the jobs queue, by the engine; its handles are thread-safe.
 public final class JobMetrics: @unchecked Sendable {
     private struct Instruments {
         var outcomes: [RunOutcome: Counter]

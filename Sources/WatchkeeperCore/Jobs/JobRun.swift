@@ -7,6 +7,7 @@ import Glibc
 
 /// One run of a job, from spawn to its record: owns the child, the budget timers, the
 /// progress channel and the expiration handler. Confined to the jobs queue.
+// @unchecked Sendable: confined to the jobs queue.
 final class JobRun: @unchecked Sendable {
     let request: JobRequest
     private let context: JobContext

@@ -2,6 +2,7 @@
 /// order the daemon read them, for its `on_failure` or `on_success` hook. Kept only for
 /// runs whose job has a hook (a ring per run costs memory), and bounded: at most
 /// `capacity` lines of at most `maxLineBytes` bytes each. Confined to the jobs queue.
+// @unchecked Sendable: confined to the jobs queue.
 final class OutputTail: @unchecked Sendable {
     /// How many of the run's last lines its hook gets (docs/configuration.md).
     static let capacity = 100

@@ -12,11 +12,12 @@ import Glibc
 /// values read from every contributor, and the text file node_exporter's textfile
 /// collector reads, written atomically every `metrics_interval` when `metrics_file` is set.
 /// `render(then:)` gives the same text on demand (`watchkeeper metrics`).
+// @unchecked Sendable: its file, timer and reported series are confined to the metrics queue (`collectAndRender` asserts it).
 public final class MetricsExporter: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     /// The engine's instruments; the engine calls them on its own queue.
     public let jobMetrics: JobMetrics
-    private let registry = PrometheusCollectorRegistry()
+    private let registry: PrometheusCollectorRegistry
     private let factory: CatalogMetricsFactory
     private let contributors: [MetricsContributor]
     private let sources: SourceRegistry
@@ -54,13 +55,17 @@ public final class MetricsExporter: DumpContributor, @unchecked Sendable {
         let refusal: String?
     }
 
-    public init(queue: SubsystemQueue, contributors: [MetricsContributor], sources: SourceRegistry, logger: Logger, settings: DaemonSettings) {
+    /// `registry`, `jobMetrics`: the daemon makes the engine's instruments before the engine,
+    /// and so before this exporter, in the registry it then gives it.
+    public init(queue: SubsystemQueue, contributors: [MetricsContributor], sources: SourceRegistry, logger: Logger, settings: DaemonSettings,
+                registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry(), jobMetrics: JobMetrics? = nil) {
         self.queue = queue
+        self.registry = registry
         self.contributors = contributors
         self.sources = sources
         self.logger = logger
         self.factory = CatalogMetricsFactory(registry: registry)
-        self.jobMetrics = JobMetrics(factory: factory)
+        self.jobMetrics = jobMetrics ?? JobMetrics(factory: factory)
         self.file = settings.metricsFile
         self.interval = settings.metricsInterval
         self.componentTimeout = settings.dumpComponentTimeout

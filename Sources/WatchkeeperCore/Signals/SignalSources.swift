@@ -54,6 +54,7 @@ public enum HandledSignals {
 
 /// Owns the daemon's signal sources on the signals queue. Handlers only record and
 /// forward: the lifecycle owner decides what a signal means in its current state.
+// @unchecked Sendable: its sources are made and fire on the signals queue; registration waits under a Mutex.
 public final class SignalSources: @unchecked Sendable {
     public struct RegistrationFailure: Error, CustomStringConvertible {
         public let missing: [String]

@@ -20,6 +20,7 @@ import Synchronization
 import Glibc
 #endif
 
+// @unchecked Sendable: its connection and waiting writes are confined to the state queue; submissions go through the Mutex mailbox.
 public final class StateStore: DumpContributor, @unchecked Sendable {
     /// What the owners see of the store, from any queue: set once, at start, by `open`.
     public enum Availability: Sendable, Equatable {

@@ -10,6 +10,7 @@ import Glibc
 /// which is not instrumented, so every contended `withLock` was reported as a data race
 /// on the value it protects (SourceRegistry's list, first). A pthread mutex is intercepted.
 /// Ordinary builds keep `Mutex` (docs/measurements/sync-primitives.md).
+// @unchecked Sendable: a lock: its value is touched only under the pthread mutex.
 final class Mutex<Value>: @unchecked Sendable {
     private var value: Value
     private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)

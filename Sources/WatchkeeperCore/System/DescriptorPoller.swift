@@ -31,6 +31,7 @@ import Glibc
 ///
 /// Confined to its queue. Level-triggered: a descriptor left readable fires again on the
 /// next pass, so a handler may stop early (yield the queue) and lose nothing.
+// @unchecked Sendable: confined to its owner's queue (`queue`), where its read source fires.
 final class DescriptorPoller: @unchecked Sendable {
     private let queue: SubsystemQueue
     private let sources: SourceRegistry
@@ -186,6 +187,7 @@ final class DescriptorPoller: @unchecked Sendable {
 
 /// One descriptor in a queue's epoll: the counterpart of a dispatch read (and write) source
 /// whose cancel closes the fd, except that cancel acts at once (same queue, no manager thread).
+// @unchecked Sendable: confined to its poller's queue, like the poller.
 final class PolledDescriptor: @unchecked Sendable {
     /// How often a descriptor epoll refused (ENOMEM, fs.epoll.max_user_watches) is polled.
     static let fallbackInterval: Duration = .milliseconds(20)

@@ -96,6 +96,7 @@ public struct OwnedFileDescriptor: ~Copyable, Sendable {
 /// A read source that owns its fd: `descriptor` is valid for syscalls until `source` is
 /// cancelled, and its cancel handler closes it. The handle is copyable so that the
 /// source's owner can keep it in a property; the fd's one owner is the source.
+// @unchecked Sendable: immutable; the source is driven on its owner's queue, and only its cancel handler closes the fd.
 public struct FileDescriptorReadSource: @unchecked Sendable {
     // @unchecked: DispatchSourceRead is a protocol whose concrete source is thread-safe
     // (libdispatch's own locking) but not declared Sendable by the Dispatch overlay.

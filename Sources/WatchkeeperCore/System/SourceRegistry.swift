@@ -93,7 +93,11 @@ public final class SourceRegistry: Sendable {
 }
 
 /// Delayed work the dump can see and its owner can cancel: the one way the daemon waits
-/// for a deadline (no bare asyncAfter, which nothing lists and no drain can cancel).
+/// for a deadline (no bare asyncAfter, which nothing lists and no drain can cancel). It
+/// lives as long as its owner holds it: when the last reference goes, the timer is
+/// cancelled, so it neither fires into an owner that is gone (handlers capture their owner
+/// `unowned` or `weak`) nor stays listed in the dump.
+// @unchecked Sendable: `isCancelled` is confined to its owner's queue, where it fires; the source is thread-safe.
 public final class RegisteredTimer: @unchecked Sendable {
     private let timer: DispatchSourceTimer
     public let stats: SourceStats
@@ -103,6 +107,11 @@ public final class RegisteredTimer: @unchecked Sendable {
     init(timer: DispatchSourceTimer, stats: SourceStats) {
         self.timer = timer
         self.stats = stats
+    }
+
+    deinit {
+        // A dispatch source keeps its handlers, and what they capture, until it is cancelled.
+        if !isCancelled { timer.cancel() }
     }
 
     /// Fires once, `delay` from now (monotonic).

@@ -9,8 +9,10 @@ import Glibc
 /// dependencies (`after`), catch-up of missed runs, and the run history the dump shows.
 /// Runs on the job engine's queue and asks the engine directly what runs; retries,
 /// max_jobs and records are the engine's.
+// @unchecked Sendable: confined to the jobs queue, the engine's (`apply`, `trigger` and `stop` assert it).
 public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     /// Confined to the jobs queue.
+    // @unchecked Sendable: confined to the jobs queue, with its scheduler.
     final class ScheduledTask: @unchecked Sendable {
         var settings: TaskSettings
         /// One timer for the task's life, re-armed for every fire, so its count in the
@@ -59,28 +61,28 @@ public final class TaskScheduler: DumpContributor, @unchecked Sendable {
     var order: [String] = []
     private var machineSeed: UInt64 = 0
     /// The one writer of <state_dir>/watchkeeper.sqlite3, which keeps the task state and
-    /// history; set by Daemon.init before this queue runs anything (nil in unit tests:
-    /// nothing is kept).
-    var stateStore: StateStore?
+    /// history (nil in unit tests: nothing is kept).
+    let stateStore: StateStore?
     /// The task state as the scheduler reads it at start-up and reload: a read-only
     /// connection of this queue's own; nil when the file could not be opened (the daemon
     /// runs on, without catch-up, and says so in the dump).
     var reader: StateReader?
     var clockWatcher: ClockChangeWatcher?
-    /// This host in the fleet, when `[cluster]` is configured (set by Daemon.init), and
-    /// the decisions about fleet tasks' fires (TaskScheduler+Fleet.swift).
-    public var cluster: FleetMember? {
-        didSet { fleet = cluster.map { FleetFires(member: $0, owner: self, logger: logger) } }
-    }
-    var fleet: FleetFires?
+    /// This host in the fleet, when `[cluster]` is configured, and the decisions about
+    /// fleet tasks' fires (TaskScheduler+Fleet.swift).
+    public let cluster: FleetMember?
+    private(set) var fleet: FleetFires?
     var storeProblem: String?
     static let historyLength = 10
 
-    public init(engine: any TaskEngine) {
+    public init(engine: any TaskEngine, store: StateStore? = nil, cluster: FleetMember? = nil) {
         self.queue = engine.queue
         self.context = engine.context
         self.engine = engine
+        self.stateStore = store
+        self.cluster = cluster
         machineSeed = Self.machineSeed()
+        fleet = cluster.map { FleetFires(member: $0, owner: self, logger: logger) }
     }
 
     public var dumpSectionName: String { "tasks" }

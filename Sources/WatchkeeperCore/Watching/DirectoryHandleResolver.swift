@@ -22,6 +22,7 @@ import Glibc
 /// cached too, since a busy one elsewhere sends as many events as one inside.
 ///
 /// Confined to `queue`, the watcher's.
+// @unchecked Sendable: confined to the watching queue (`queue`).
 public final class DirectoryHandleResolver: @unchecked Sendable {
     public enum Resolution: Hashable, Sendable {
         /// The directory's absolute path as the kernel spells it from the root's mount: the

@@ -31,6 +31,7 @@ enum WatchOwner: Hashable, Sendable, CustomStringConvertible {
 /// routes typed events to rules, follows roots that are renamed away, deleted, replaced by
 /// a link or mounted over, scans (TreeScanner) wherever events may have been missed, and
 /// hands settled files to the job engine. Everything here is touched only on `queue`.
+// @unchecked Sendable: confined to the watching queue (`queue`).
 public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     let context: JobContext
@@ -60,8 +61,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// IN_MOVED_TO says where in the tree they went.
     var pendingMoves: [UInt32: (rule: String, from: [UInt8])] = [:]
     lazy var problems = ProblemAggregator(owner: "watching", queue: queue, sources: context.sources, logger: logger)
-    /// What was handled before, and the state store's writes: its `store` is set by
-    /// Daemon.init before this queue runs anything.
+    /// What was handled before, and the state store's writes (its `store`, given at init).
     lazy var ledger: WatchLedger = {
         let ledger = WatchLedger(queue: queue, sources: context.sources, logger: logger, problems: problems)
         ledger.rulesToPrune = { [unowned self] in
@@ -70,20 +70,19 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         return ledger
     }()
     /// This host in the fleet, when `[cluster]` is configured: shared inboxes claim their
-    /// files through it (set by Daemon.init).
-    public var cluster: FleetMember?
+    /// files through it.
+    public let cluster: FleetMember?
     var fleetRetryTimer: RegisteredTimer?
-    var store: StateStore? {
-        get { ledger.store }
-        set { ledger.store = newValue }
-    }
+    var store: StateStore? { ledger.store }
 
     static let recheckInterval: Duration = .seconds(5)
 
-    init(queue: SubsystemQueue, engine: JobEngine) {
+    init(queue: SubsystemQueue, engine: JobEngine, store: StateStore? = nil, cluster: FleetMember? = nil) {
         self.queue = queue
         self.context = engine.context
         self.engine = engine
+        self.cluster = cluster
+        ledger.store = store
     }
 
     public var dumpSectionName: String { "watches" }

@@ -18,10 +18,12 @@ import Glibc
 /// Needs CAP_SYS_ADMIN (fanotify_init with FID reporting and FAN_MARK_FILESYSTEM both do).
 ///
 /// Confined to `queue`: every method is called there, and the handlers run there.
+// @unchecked Sendable: confined to the watching queue (`queue`), like every KernelEventWatcher.
 public final class FanotifyWatcher: KernelEventWatcher<FanotifyEvent>, @unchecked Sendable {
     /// What the decoder refused: events with malformed records (see `FanotifyMalformation`),
     /// and the bytes of reads it had to stop early in. Kept apart from the reader, whose
     /// `decode` reports here before the watcher exists.
+    // @unchecked Sendable: confined to the watching queue, with its watcher.
     private final class Decoding: @unchecked Sendable {
         var malformedEvents: UInt64 = 0
         var undecodedBytes: UInt64 = 0

@@ -12,6 +12,7 @@ import Glibc
 /// mean (which rule, which path) is the owner's business, with a `WatchTable`.
 ///
 /// Confined to `queue`: every method is called there, and the handlers run there.
+// @unchecked Sendable: confined to the watching queue (`queue`), like every KernelEventWatcher.
 public final class InotifyWatcher: KernelEventWatcher<InotifyEvent>, @unchecked Sendable {
     /// What to do when the path's inode is already watched by this instance (another rule
     /// or an earlier call watches the same directory). There is no default: forgetting

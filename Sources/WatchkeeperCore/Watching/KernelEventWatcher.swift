@@ -20,6 +20,7 @@ public struct KernelEventStatistics: Sendable, Equatable {
 /// subclass's.
 ///
 /// Confined to `queue`: every method is called there, and the handlers run there.
+// @unchecked Sendable: confined to its owner's queue (`queue`), where its read source fires.
 public class KernelEventWatcher<Event>: @unchecked Sendable {
     public typealias Statistics = KernelEventStatistics
 

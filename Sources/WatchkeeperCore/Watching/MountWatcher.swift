@@ -136,6 +136,7 @@ public struct MountChange: Equatable, Sendable {
 /// libdispatch, so none can trip its hang-up race (swift-corelibs-libdispatch #949).
 ///
 /// Confined to `queue`: every method is called there, and `onChange` runs there.
+// @unchecked Sendable: confined to the watching queue (`queue`); its poller thread only signals it.
 public final class MountWatcher: @unchecked Sendable {
     public let queue: DispatchQueue
     /// Read on `queue` only; the poller thread polls its own fd of the same file, because
@@ -227,6 +228,7 @@ public final class MountWatcher: @unchecked Sendable {
     }
 
     /// Runs on the poller thread only.
+    // @unchecked Sendable: confined to the poller thread.
     private final class Poller: @unchecked Sendable {
         let parts: PollerParts
         weak var owner: MountWatcher?

@@ -21,6 +21,7 @@ import Glibc
 /// A pass runs in chunks of a few milliseconds of CPU, each followed by a pause that makes
 /// chunk and pause together four times the chunk's CPU: at most a quarter of one core while
 /// it runs, whatever the tree's size.
+// @unchecked Sendable: confined to its own poll queue (watchkeeper.poll.RULE).
 final class TreePoller: @unchecked Sendable {
     /// Whether a stall was said in the log (the watching queue's, like everything it says).
     var stallReported = false

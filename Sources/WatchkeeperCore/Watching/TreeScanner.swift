@@ -249,6 +249,7 @@ public struct TreeScanner: Sendable {
 
 /// Each concurrentPerform iteration writes only its own slots, and the slots are read
 /// after concurrentPerform returns, which waits for every iteration.
+// @unchecked Sendable: each concurrentPerform iteration writes only its own slots.
 private final class ListingSlots: @unchecked Sendable {
     private let slots: UnsafeMutableBufferPointer<TreeScanner.Listing>
 

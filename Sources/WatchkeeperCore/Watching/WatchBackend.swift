@@ -38,6 +38,7 @@ extension WatchBackend {
 /// The inotify backend: one inotify instance for every rule, read until EAGAIN by one read
 /// source on the watching queue (InotifyWatcher), and the WatchTable of which location each
 /// descriptor stands for (several owners may share one directory, hence one descriptor).
+// @unchecked Sendable: confined to the watching queue.
 final class InotifyBackend: WatchBackend, @unchecked Sendable {
     private let watcher: InotifyWatcher
     private var table = WatchTable<WatchOwner>()

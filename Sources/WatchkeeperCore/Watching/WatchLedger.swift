@@ -15,7 +15,7 @@ final class WatchLedger {
     private let sources: SourceRegistry
     private let logger: Logger
     private let problems: ProblemAggregator
-    /// The one writer of the state file; set by Daemon.init before this queue runs anything.
+    /// The one writer of the state file; given to the watcher at its construction.
     var store: StateStore?
     /// The file ledger as admission reads it: a connection of this queue's own. What the
     /// store has not committed yet is in `WatchRule.handled`.

@@ -9,6 +9,7 @@ import Glibc
 /// file's identity, so a file found again at another path is known), how settled files
 /// become job subjects, and its part of the dump. The inotify watches, the scans and the
 /// ledger are the coordinator's (DirectoryWatcher); the jobs are the engine's.
+// @unchecked Sendable: confined to the watching queue, with its DirectoryWatcher.
 final class WatchRule: @unchecked Sendable {
     var settings: WatchSettings
     /// The directory actually watched: the configured root with symbolic links resolved
