@@ -53,11 +53,11 @@ public final class StateReader {
 
     // MARK: Task state
 
-    public func state(task: String) throws(TaskStoreError) -> StoredTaskState? {
+    public func state(task: String) throws(SQLiteError) -> StoredTaskState? {
         try tasks.state(task: task)
     }
 
-    public func history(task: String, limit: Int) throws(TaskStoreError) -> [StoredRun] {
+    public func history(task: String, limit: Int) throws(SQLiteError) -> [StoredRun] {
         try tasks.history(task: task, limit: limit)
     }
 

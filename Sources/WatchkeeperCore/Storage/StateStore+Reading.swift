@@ -47,7 +47,7 @@ extension StateStore {
             guard let tasks else { return reply(.failure(notOpen())) }
             commitAllNow()
             let committed: [StoredRun]
-            do throws(TaskStoreError) {
+            do throws(SQLiteError) {
                 committed = try tasks.history(task: task, limit: limit)
             } catch {
                 return reply(.failure(SQLiteError(path: error.path, code: error.code, description: error.description)))

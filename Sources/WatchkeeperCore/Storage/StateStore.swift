@@ -359,13 +359,13 @@ public final class StateStore: DumpContributor, @unchecked Sendable {
         case .pruneFinished, .checkpoint, .shrink:
             break
         case .taskScheduled(let task, let at):
-            do throws(TaskStoreError) {
+            do throws(SQLiteError) {
                 try tasks.recordScheduled(task: task, scheduledAt: at)
             } catch {
                 throw SQLiteError(path: error.path, code: error.code, description: error.description)
             }
         case .taskRun(let run):
-            do throws(TaskStoreError) {
+            do throws(SQLiteError) {
                 try tasks.recordRunInTransaction(run)
             } catch {
                 throw SQLiteError(path: error.path, code: error.code, description: error.description)

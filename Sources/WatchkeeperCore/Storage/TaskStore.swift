@@ -10,23 +10,6 @@ import CSQLite
 import Glibc
 #endif
 
-/// Why the task state could not be opened, read or written. The description is the whole
-/// message for the journal: action, file, SQLite's reason, and what to check.
-public struct TaskStoreError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The database file.
-    public let path: String
-    /// SQLite's extended result code (`SQLITE_CANTOPEN`, `SQLITE_NOTADB`, ...); compare
-    /// `code & 0xff` with the primary codes.
-    public let code: Int32
-    public let description: String
-}
-
-extension TaskStoreError {
-    init(_ error: SQLiteError) {
-        self.init(path: error.path, code: error.code, description: error.description)
-    }
-}
-
 /// One finished (or skipped, missed, cancelled) run as the history keeps it.
 public struct StoredRun: Sendable, Equatable {
     public let task: String
@@ -144,17 +127,13 @@ public final class TaskStore {
     /// Opens (creating if needed) `<directory>/watchkeeper.sqlite3` and brings its schema
     /// up to date. The file is created with mode 0640; SQLite gives its -wal and -shm
     /// files the same mode and owner.
-    public init(directory: String, historyLimit: Int = TaskStore.defaultHistoryLimit) throws(TaskStoreError) {
+    public init(directory: String, historyLimit: Int = TaskStore.defaultHistoryLimit) throws(SQLiteError) {
         precondition(historyLimit >= 1, "TaskStore keeps at least the last run of each task, but historyLimit is \(historyLimit)")
         self.directory = directory
         self.path = StateDatabase.path(inDirectory: directory)
         self.historyLimit = historyLimit
-        do throws(SQLiteError) {
-            connection = try StateDatabase.open(path: path, label: "task state", emptyState: "empty task state",
-                                                busyTimeout: TaskStore.busyTimeout)
-        } catch {
-            throw TaskStoreError(error)
-        }
+        connection = try StateDatabase.open(path: path, label: "task state", emptyState: "empty task state",
+                                            busyTimeout: TaskStore.busyTimeout)
         ownsConnection = true
     }
 
@@ -179,7 +158,7 @@ public final class TaskStore {
 
     /// A run was due at `scheduledAt`: started, or decided as skipped, cancelled or missed.
     /// Touches only `last_scheduled_at`, creating the task's row if needed.
-    public func recordScheduled(task: String, scheduledAt: WallTime) throws(TaskStoreError) {
+    public func recordScheduled(task: String, scheduledAt: WallTime) throws(SQLiteError) {
         let action = "record the schedule of task \"\(task)\" in"
         try execute(
             """
@@ -193,14 +172,14 @@ public final class TaskStore {
     /// history to `historyLimit` runs, all in one transaction. `last_scheduled_at` is left
     /// to `recordScheduled`, so a long run finishing after a later one was skipped cannot
     /// move it back.
-    public func recordRun(_ run: StoredRun) throws(TaskStoreError) {
-        try transaction("record a run of task \"\(run.task)\" in") { () throws(TaskStoreError) in
+    public func recordRun(_ run: StoredRun) throws(SQLiteError) {
+        try transaction("record a run of task \"\(run.task)\" in") { () throws(SQLiteError) in
             try recordRunInTransaction(run)
         }
     }
 
     /// `recordRun` inside a transaction the caller holds (the StateStore's group commit).
-    func recordRunInTransaction(_ run: StoredRun) throws(TaskStoreError) {
+    func recordRunInTransaction(_ run: StoredRun) throws(SQLiteError) {
         let action = "record a run of task \"\(run.task)\" in"
         let scheduledAt = try optionalTime(run.scheduledAt, action)
         let startedAt = try optionalTime(run.startedAt, action)
@@ -240,9 +219,9 @@ public final class TaskStore {
     /// configuration), so a task added back later under the same name starts without a
     /// stale `last_scheduled_at` to catch up from. Their history is kept: it is already
     /// bounded per task, and it is what someone asks for after removing a task that misbehaved.
-    public func forget(tasksNotIn names: Set<String>) throws(TaskStoreError) {
+    public func forget(tasksNotIn names: Set<String>) throws(SQLiteError) {
         let action = "forget removed tasks in"
-        try transaction(action) { () throws(TaskStoreError) in
+        try transaction(action) { () throws(SQLiteError) in
             var removed: [String] = []
             try execute("SELECT task FROM task_state", action: action) { row in
                 let task = row.text(0) ?? ""
@@ -256,7 +235,7 @@ public final class TaskStore {
 
     // MARK: - Reading
 
-    public func state(task: String) throws(TaskStoreError) -> StoredTaskState? {
+    public func state(task: String) throws(SQLiteError) -> StoredTaskState? {
         var state: StoredTaskState?
         try execute(
             """
@@ -273,7 +252,7 @@ public final class TaskStore {
     }
 
     /// The task's last `limit` runs, newest first.
-    public func history(task: String, limit: Int) throws(TaskStoreError) -> [StoredRun] {
+    public func history(task: String, limit: Int) throws(SQLiteError) -> [StoredRun] {
         guard limit > 0 else { return [] }
         var runs: [StoredRun] = []
         try execute(
@@ -300,42 +279,42 @@ public final class TaskStore {
 
     private func execute(
         _ sql: String, _ values: [SQLiteValue] = [], action: String, row: (SQLiteRow) -> Void = { _ in }
-    ) throws(TaskStoreError) {
+    ) throws(SQLiteError) {
         do throws(SQLiteError) {
             try connection.execute(sql, values, action: action, row: row)
         } catch {
-            throw TaskStoreError(error)
+            throw error
         }
     }
 
-    private func transaction(_ action: String, _ body: () throws(TaskStoreError) -> Void) throws(TaskStoreError) {
-        // The body's TaskStoreError travels through the connection's transaction as the
+    private func transaction(_ action: String, _ body: () throws(SQLiteError) -> Void) throws(SQLiteError) {
+        // The body's SQLiteError travels through the connection's transaction as the
         // SQLiteError it was made from, and comes out unchanged.
         do throws(SQLiteError) {
             try connection.transaction(action) { () throws(SQLiteError) in
-                do throws(TaskStoreError) {
+                do throws(SQLiteError) {
                     try body()
                 } catch {
                     throw SQLiteError(path: error.path, code: error.code, description: error.description)
                 }
             }
         } catch {
-            throw TaskStoreError(error)
+            throw error
         }
     }
 
     // MARK: - Errors and times
 
-    private func time(_ time: WallTime, _ action: String) throws(TaskStoreError) -> Value {
+    private func time(_ time: WallTime, _ action: String) throws(SQLiteError) -> Value {
         guard let nanoseconds = time.nanosecondsSinceEpoch else {
-            throw TaskStoreError(connection.failure(
+            throw connection.failure(
                 action: action, code: SQLITE_RANGE,
-                message: "\(time.secondsSinceEpoch) seconds since the epoch is outside the years 1678 to 2262 that nanosecond times can hold"))
+                message: "\(time.secondsSinceEpoch) seconds since the epoch is outside the years 1678 to 2262 that nanosecond times can hold")
         }
         return .integer(nanoseconds)
     }
 
-    private func optionalTime(_ time: WallTime?, _ action: String) throws(TaskStoreError) -> Value {
+    private func optionalTime(_ time: WallTime?, _ action: String) throws(SQLiteError) -> Value {
         guard let time else { return .null }
         return try self.time(time, action)
     }

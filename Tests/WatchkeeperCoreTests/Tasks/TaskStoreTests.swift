@@ -26,7 +26,7 @@ final class TaskStoreTests: ScratchDirectoryTestCase {
         try queryRows(sql, database: path ?? databasePath)
     }
 
-    private func openFailure(directory: String) -> TaskStoreError? {
+    private func openFailure(directory: String) -> SQLiteError? {
         do {
             _ = try TaskStore(directory: directory)
             return nil
