@@ -314,7 +314,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             connection.calls += 1
             counters.calls += 1
             let id = connection.id
-            dispatch(call, peer: connection.peer) { [unowned self] result in
+            ControlDispatch.dispatch(call, peer: connection.peer, access: access, backend: backend) { [unowned self] result in
                 self.queue.async {
                     if large { self.slots.release() }
                     self.replied(id, result)
@@ -342,34 +342,6 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     private func drained(_ id: UInt64) {
         guard let connection = connections[id] else { return }
         pump(connection)
-    }
-
-    private func dispatch(_ call: VarlinkCall, peer: ControlPeer, reply: @escaping ControlReply) {
-        switch call.interface {
-        case ControlInterface.serviceName:
-            reply(ControlInterface.serviceReply(call))
-        case ControlInterface.name:
-            guard let method = ControlInterface.Method(rawValue: call.methodName) else {
-                reply(.failure(.methodNotFound(call.method)))
-                return
-            }
-            // read_group: the door let the peer in to read; what acts is refused here.
-            guard access.permits(method, for: peer) else {
-                reply(.failure(ControlInterface.ErrorName.permissionDenied.error([
-                    .init("uid", .int(Int64(peer.uid))), .init("group", access.group.map { .string($0.name) } ?? .null),
-                    .init("method", .string(method.rawValue)),
-                ])))
-                return
-            }
-            guard method == .status else {
-                backend.handle(method, parameters: call.parameters, peer: peer, reply: reply)
-                return
-            }
-            let caller = DumpField("access", access.describe(for: peer))
-            backend.handle(method, parameters: call.parameters, peer: peer) { reply($0.map { $0 + [caller] }) }
-        default:
-            reply(.failure(.interfaceNotFound(call.interface)))
-        }
     }
 
     private func replied(_ id: UInt64, _ result: Result<[DumpField], VarlinkError>) {
