@@ -326,6 +326,20 @@ private func makeCases() -> [SyncCase] {
     cases += lockCases(counter: "NSLock", NSLockCounter.self, ring: "NSLock", NSLockRing.self)
     cases += lockCases(counter: "pthread_mutex_t", PThreadCounter.self, ring: "pthread_mutex_t", PThreadRing.self)
 
+    // DispatchQueue.sync and .async on a serial queue.
+    cases += queueCases()
+
+    return cases
+}
+
+/// The serial queue used as a lock (sync) and as a mailbox (async, then drained).
+private func queueCases() -> [SyncCase] {
+    typealias B = SyncBench
+    var cases: [SyncCase] = []
+    let uncontended = uncontendedScenario
+    let contended = contendedScenario
+    let ring = ringScenario
+
     // DispatchQueue.sync on a serial queue
     cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: uncontended, operations: B.queueSyncOps) {
         let c = QueueCounter()
