@@ -21,7 +21,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public private(set) var maxJobs: Int
     private var groups: [JobKey: JobGroup] = [:]
     /// Each group's shared environment block, built at its first start after `configure`.
-    private var environments: [JobKey: JobEnvironment] = [:]
+    private var environments = JobEnvironments()
     var line = JobLine<Waiting>()
     private var active: [RunID: Active] = [:]
     /// Work waiting for its next attempt.
@@ -41,8 +41,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// Gives memory back a moment after a burst.
     private let burstTrim: BurstTrim
     /// Starts held back while descriptors or processes are short (StartHold.swift).
-    var hold = StartHold()
-    var holdTimer: RegisteredTimer?
+    private let heldStarts: HeldStarts
     var drain: EngineDrain?
     /// Called after anything a status line shows changed (runs started, ended, progress).
     public var onChange: (() -> Void)?
@@ -64,6 +63,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         self.lingering = LingeringKills(queue: context.queue, sources: context.sources)
         self.hooks = JobHooks(logger: context.logger)
         self.burstTrim = BurstTrim(queue: context.queue, sources: context.sources)
+        self.heldStarts = HeldStarts(queue: context.queue, sources: context.sources, logger: context.logger)
     }
 
     public var dumpSectionName: String { "jobs" }
@@ -85,7 +85,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
         groups[group.key] = group
-        environments[group.key] = nil
+        environments.forget(group.key)
         metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
@@ -118,7 +118,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
         }
         groups[key] = nil
-        environments[key] = nil
+        environments.forget(key)
         line.forget(key)
         metrics?.forget(key)
     }
@@ -242,20 +242,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         guard !pumping else { return }
         pumping = true
         defer { pumping = false }
-        while accepting, hold.allowsStarts, line.runningCount < maxJobs, let (key, item) = line.startNext() {
+        while accepting, heldStarts.allowsStarts, line.runningCount < maxJobs, let (key, item) = line.startNext() {
             start(key, item)
         }
         burstTrim.observe(waiting: line.waitingCount, idle: active.isEmpty) { [weak self] in self?.onBurstOver?() }
         onChange?()
-    }
-
-    /// Jobs run as another user (`user`, `group`) build theirs from that account each time.
-    private func sharedEnvironment(_ key: JobKey, _ settings: JobSettings) -> JobEnvironment? {
-        guard settings.user == nil && settings.group == nil else { return nil }
-        if let built = environments[key] { return built }
-        let built = JobEnvironment(key: key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: context.daemonAccount)
-        environments[key] = built
-        return built
     }
 
     private func start(_ key: JobKey, _ item: Waiting) {
@@ -317,7 +308,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
                                  placeholders: inputs.placeholders, listPlaceholders: inputs.lists, environment: inputs.environment,
                                  standardInput: inputs.standardInput, attempt: item.attempt, submittedAt: item.submittedAt)
-        request.sharedEnvironment = sharedEnvironment(key, group.settings)
+        request.sharedEnvironment = environments.shared(key, group.settings, context: context)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
         let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
@@ -329,11 +320,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         case .started, .failed:
             startedTotal += 1
             if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
-            perform(hold.started(now: .now))
+            heldStarts.started()
         case .shortOfResources(let cause):
             active.removeValue(forKey: item.runID)
             line.putBack(item, to: key)
-            perform(hold.shortage(cause, now: .now))
+            heldStarts.shortage(cause, waiting: line.waitingCount) { [weak self] in self?.pump() }
         }
     }
 
@@ -352,7 +343,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
         drain?.jobEnded(self)
         // Its descriptors are free again: a held start may try.
-        hold.release()
+        heldStarts.release()
         pump()
     }
 
@@ -465,9 +456,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("lingering_groups", .int(Int64(lingering.count))),
             .init("started_since_start", .int(Int64(startedTotal))),
             .init("files_gone_before_start", .int(Int64(filesGoneBeforeStart))),
-            .init("starts_held", .bool(!hold.allowsStarts)),
-            .init("start_holds_since_start", .int(Int64(hold.holds))),
-            .init("jobs_put_back_since_start", .int(Int64(hold.totalPutBack))),
+        ] + heldStarts.describe() + [
             .init("running", .array(running.compactMap { $0.describe(now: now) })),
             .init("waiting", .array(line.ordered(limit: 50).map { item in
                 item.element.describe(item.key, priority: groups[item.key]?.settings.priority, now: now)
