@@ -70,27 +70,7 @@ private func runOnce(binary: String, idleSeconds: Double) throws -> RunResult {
     try "[daemon]\nlog_level = \"info\"\n".write(toFile: config, atomically: true, encoding: .utf8)
     let notify = try NotifyEndpoint(directory: directory)
 
-    var pipeEnds: [Int32] = [0, 0]
-    guard pipe(&pipeEnds) == 0 else { throw BenchFailure(description: "pipe failed") }
-    _ = fcntl(pipeEnds[0], F_SETFD, FD_CLOEXEC)
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
-    let argv: [UnsafeMutablePointer<CChar>?] = ([binary, "run", "--config", config] as [String]).map { strdup($0) } + [nil]
-    let variables: [String] = ["PATH=/usr/bin:/bin", "NOTIFY_SOCKET=\(notify.path)", "RUNTIME_DIRECTORY=\(directory)/run",
-                               "STATE_DIRECTORY=\(directory)/state"]
-    let environment: [UnsafeMutablePointer<CChar>?] = variables.map { strdup($0) } + [nil]
-    var pid: pid_t = 0
-    let started = now()
-    let spawned = posix_spawn(&pid, binary, &actions, nil, argv, environment)
-    posix_spawn_file_actions_destroy(&actions)
-    argv.forEach { free($0) }
-    environment.forEach { free($0) }
-    close(pipeEnds[1])
-    guard spawned == 0 else { throw BenchFailure(description: "unable to start \(binary): \(String(cString: strerror(spawned)))") }
-    let stderrFD = pipeEnds[0]
+    let (pid, stderrFD, started) = try spawnDaemon(binary, config: config, notifySocket: notify.path, directory: directory)
     var reaped = false
     defer {
         // Only our own child, and only while it is ours: kill(-1, ...) would signal every process.
@@ -106,10 +86,7 @@ private func runOnce(binary: String, idleSeconds: Double) throws -> RunResult {
     var idleRSS: Int64?
     if idleSeconds > 0 {
         usleep(UInt32(idleSeconds * 1_000_000))
-        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        if let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) {
-            idleRSS = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int64($0) }.map { $0 * 1024 }
-        }
+        idleRSS = residentBytes(of: pid)
     } else {
         usleep(100_000)
     }
@@ -141,6 +118,39 @@ private func runOnce(binary: String, idleSeconds: Double) throws -> RunResult {
     reaped = true
     guard status == 0 else { throw BenchFailure(description: "daemon exited with status \(status)") }
     return RunResult(execToReady: ready - started, usr1ToDump: dumped - signalled, termToExit: exited - terminating, idleRSS: idleRSS)
+}
+
+/// The daemon, stdin and stdout on /dev/null, stderr into a pipe whose read end comes back,
+/// with the instant just before posix_spawn.
+private func spawnDaemon(_ binary: String, config: String, notifySocket: String, directory: String) throws -> (pid: pid_t, stderr: Int32, started: UInt64) {
+    var pipeEnds: [Int32] = [0, 0]
+    guard pipe(&pipeEnds) == 0 else { throw BenchFailure(description: "pipe failed") }
+    _ = fcntl(pipeEnds[0], F_SETFD, FD_CLOEXEC)
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
+    let argv: [UnsafeMutablePointer<CChar>?] = ([binary, "run", "--config", config] as [String]).map { strdup($0) } + [nil]
+    let variables: [String] = ["PATH=/usr/bin:/bin", "NOTIFY_SOCKET=\(notifySocket)", "RUNTIME_DIRECTORY=\(directory)/run",
+                               "STATE_DIRECTORY=\(directory)/state"]
+    let environment: [UnsafeMutablePointer<CChar>?] = variables.map { strdup($0) } + [nil]
+    var pid: pid_t = 0
+    let started = now()
+    let spawned = posix_spawn(&pid, binary, &actions, nil, argv, environment)
+    posix_spawn_file_actions_destroy(&actions)
+    argv.forEach { free($0) }
+    environment.forEach { free($0) }
+    close(pipeEnds[1])
+    guard spawned == 0 else { throw BenchFailure(description: "unable to start \(binary): \(String(cString: strerror(spawned)))") }
+    return (pid, pipeEnds[0], started)
+}
+
+/// VmRSS in bytes, from /proc.
+private func residentBytes(of pid: pid_t) -> Int64? {
+    let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+    guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return nil }
+    return line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int64($0) }.map { $0 * 1024 }
 }
 
 func percentile(_ values: [UInt64], _ p: Double) -> Double {

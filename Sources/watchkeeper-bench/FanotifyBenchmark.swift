@@ -17,7 +17,7 @@ import Foundation
 import Glibc
 #endif
 
-private enum FanotifyBenchCase: String, CaseIterable {
+enum FanotifyBenchCase: String, CaseIterable {
     case fanotify
     case inotify
     case fsnotifywait
@@ -67,7 +67,7 @@ private enum FanotifyBenchCase: String, CaseIterable {
     }
 }
 
-private struct FanotifyBenchSettings {
+struct FanotifyBenchSettings {
     let directories, files: Int
     let timeout: Duration
     let cases: [FanotifyBenchCase]
@@ -86,7 +86,7 @@ private struct FanotifyBenchSettings {
     }
 }
 
-private struct FanotifyCaseResult {
+struct FanotifyCaseResult {
     var failure: String?
     var watchingAfter: Double = 0
     /// At watching; at the end, after the files (its VmHWM is the peak).
@@ -369,12 +369,47 @@ func runFanotifyBenchmark() {
     for program in [watchSettings.daemonBinary, watchSettings.baseline] where access(program, X_OK) != 0 {
         return report("fanotify: failed: unable to run \(program): make release")
     }
+    guard let root = makeScratchRoot(teardown: teardown) else { return }
+    let mountPoint = root + "/tmpfs"
+    let tree = mountPoint + "/tree"
+    report("fanotify: \(settings.directories) directories on a tmpfs at \(mountPoint), \(settings.files) files a case into random deep directories, \(settings.spacingNanoseconds / 1_000_000) ms apart")
+    do {
+        try mountTmpfs(mountPoint, teardown: teardown)
+        let building = now()
+        try makeTree(tree, directories: settings.directories)
+        report(String(format: "  tree of %d directories made in %.1f s (not a result)", settings.directories, Double(now() - building) / 1e9))
+    } catch {
+        return report("fanotify: failed: \(error)")
+    }
+    let directories = randomDeepDirectories(tree, directories: settings.directories, count: settings.files)
+    var results = runDaemonCases(settings, watchSettings, root: root, tree: tree, directories: directories, teardown: teardown)
+    for kind in settings.cases where kind.peerArguments == nil { if let result = results[kind] { reportCase(kind, result) } }
+    for kind in settings.cases where kind.peerArguments != nil {
+        let caseTeardown = WatchTeardown()
+        teardown.add { caseTeardown.run() }
+        defer { caseTeardown.run() }
+        do {
+            let scratch = try prepareCase(kind, settings, root: root, teardown: caseTeardown)
+            results[kind] = try runPeerCase(kind, settings, teardown: caseTeardown, scratch: scratch, tree: tree, directories: directories)
+        } catch {
+            results[kind] = FanotifyCaseResult(failure: "\(error)")
+        }
+        if let result = results[kind] { reportCase(kind, result) }
+    }
+    reportTable(settings, results)
+}
+
+/// A scratch directory that goes at the end. Ctrl-C in `make bench`: the children get the
+/// terminal's SIGINT too; the limits go back and the tmpfs goes away here, from a dispatch
+/// source, while the main thread waits.
+private func makeScratchRoot(teardown: WatchTeardown) -> String? {
     var template = Array("/tmp/wk-fanotify-bench-XXXXXX".utf8CString)
-    guard let made = mkdtemp(&template) else { return report("fanotify: failed: unable to create a scratch directory: \(String(cString: strerror(errno)))") }
+    guard let made = mkdtemp(&template) else {
+        report("fanotify: failed: unable to create a scratch directory: \(String(cString: strerror(errno)))")
+        return nil
+    }
     let root = String(cString: made)
     teardown.add { try? FileManager.default.removeItem(atPath: root) }
-    // Ctrl-C in `make bench`: the children get the terminal's SIGINT too; the limits go back
-    // and the tmpfs goes away here, from a dispatch source, while the main thread waits.
     let interrupts = [SIGINT, SIGTERM].map { signo in
         signal(signo, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: signo, queue: .global())
@@ -390,137 +425,48 @@ func runFanotifyBenchmark() {
         signal(SIGINT, SIG_DFL)
         signal(SIGTERM, SIG_DFL)
     }
-    let mountPoint = root + "/tmpfs"
-    let tree = mountPoint + "/tree"
-    report("fanotify: \(settings.directories) directories on a tmpfs at \(mountPoint), \(settings.files) files a case into random deep directories, \(settings.spacingNanoseconds / 1_000_000) ms apart")
-    do {
-        try mountTmpfs(mountPoint, teardown: teardown)
-        let building = now()
-        try makeTree(tree, directories: settings.directories)
-        report(String(format: "  tree of %d directories made in %.1f s (not a result)", settings.directories, Double(now() - building) / 1e9))
-    } catch {
-        return report("fanotify: failed: \(error)")
-    }
-    let directories = randomDeepDirectories(tree, directories: settings.directories, count: settings.files)
+    return root
+}
+
+/// A case's scratch directory, with the mark limit it needs raised until `teardown`.
+private func prepareCase(_ kind: FanotifyBenchCase, _ settings: FanotifyBenchSettings, root: String, teardown: WatchTeardown) throws -> String {
+    if let limit = kind.markLimit { raiseKernelLimit(limit, to: settings.directories + 1 + 8_192, teardown: teardown) }
+    let scratch = root + "/" + kind.rawValue
+    try makeDirectory(scratch)
+    return scratch
+}
+
+/// The daemons one after another, each started while the others idle; then the files, to
+/// each daemon in turn. Their processes and limits are undone after, or by an interrupt.
+private func runDaemonCases(_ settings: FanotifyBenchSettings, _ watchSettings: WatchBenchSettings, root: String, tree: String,
+                            directories: [String], teardown: WatchTeardown) -> [FanotifyBenchCase: FanotifyCaseResult] {
     var results: [FanotifyBenchCase: FanotifyCaseResult] = [:]
-    func run(_ kind: FanotifyBenchCase, teardown: WatchTeardown, _ body: (String) throws -> Void) {
-        if let limit = kind.markLimit { raiseKernelLimit(limit, to: settings.directories + 1 + 8_192, teardown: teardown) }
-        do {
-            let scratch = root + "/" + kind.rawValue
-            try makeDirectory(scratch)
-            try body(scratch)
-        } catch {
-            results[kind] = FanotifyCaseResult(failure: "\(error)")
-        }
-    }
-    // The daemons one after another, each started while the others idle; then the files,
-    // to each daemon in turn. Their processes and limits are undone after, or by an interrupt.
     let daemonTeardown = WatchTeardown()
     teardown.add { daemonTeardown.run() }
+    defer { daemonTeardown.run() }
     var daemons: [(kind: FanotifyBenchCase, peer: RunningPeer)] = []
     for kind in settings.cases where kind.peerArguments == nil {
-        run(kind, teardown: daemonTeardown) { scratch in
+        do {
+            let scratch = try prepareCase(kind, settings, root: root, teardown: daemonTeardown)
             let (peer, result) = try startDaemonCase(kind, settings, launcher: PeerLauncher(settings: watchSettings, teardown: daemonTeardown),
                                                      scratch: scratch, tree: tree)
             daemons.append((kind, peer))
             results[kind] = result
-        }
-    }
-    if !daemons.isEmpty {
-        var started: [[String: UInt64]] = daemons.map { _ in [:] }
-        do {
-            let latencies = try closeToArrival(directories, names: daemons.map(\.kind.fileName), spacing: settings.spacingNanoseconds) { which in
-                for record in daemons[which].peer.tail.readNew() where started[which][record.path] == nil { started[which][record.path] = record.started }
-                return started[which]
-            }
-            for (which, daemon) in daemons.enumerated() { results[daemon.kind]?.latency = latencies[which] }
         } catch {
-            report("  the files for the daemons: failed: \(error)")
-        }
-        for daemon in daemons { finishDaemonCase(daemon.peer, &results[daemon.kind]!) }
-    }
-    daemonTeardown.run()
-    for kind in settings.cases where kind.peerArguments == nil { if let result = results[kind] { reportCase(kind, result) } }
-    for kind in settings.cases where kind.peerArguments != nil {
-        let caseTeardown = WatchTeardown()
-        teardown.add { caseTeardown.run() }
-        defer { caseTeardown.run() }
-        run(kind, teardown: caseTeardown) { scratch in
-            results[kind] = try runPeerCase(kind, settings, teardown: caseTeardown, scratch: scratch, tree: tree, directories: directories)
-        }
-        if let result = results[kind] { reportCase(kind, result) }
-    }
-    reportTable(settings, results)
-}
-
-// MARK: Report
-
-private func mebibytes(_ kibibytes: Int?) -> String {
-    kibibytes.map { String(format: "%.1f", Double($0) / 1024) } ?? "-"
-}
-
-private func reportCase(_ kind: FanotifyBenchCase, _ result: FanotifyCaseResult) {
-    if let failure = result.failure { return report("  \(kind.label): failed: \(failure)") }
-    var line = "  " + kind.label.padding(toLength: 22, withPad: " ", startingAt: 0)
-        + String(format: " watching after %.2f s, VmRSS %@ MiB", result.watchingAfter, mebibytes(result.atWatching?.resident))
-    line += ", at the end \(mebibytes(result.atEnd?.resident)) MiB (peak \(mebibytes(result.atEnd?.peak)) MiB)"
-    if let bytes = result.markBytes { line += String(format: "; mark caches %+.1f MiB", Double(bytes) / 1_048_576) }
-    if let bytes = result.unreclaimableSlabBytes { line += String(format: ", SUnreclaim %+.1f MiB", Double(bytes) / 1_048_576) }
-    if let method = result.treeMethod { line += "; tree_method \(method)" }
-    if let listed = result.listedAfter { line += String(format: "; tree fully listed %.1f s after the start", listed) }
-    if let cpu = result.cpuUntilListed { line += String(format: " (daemon CPU until then %.1f s)", cpu) }
-    if !result.notes.isEmpty { line += "; " + result.notes.joined(separator: "; ") }
-    report(line)
-    printLatency(kind.label, result.latency)
-}
-
-private func reportTable(_ settings: FanotifyBenchSettings, _ results: [FanotifyBenchCase: FanotifyCaseResult]) {
-    func cell(_ text: String, _ width: Int) -> String {
-        text.count >= width ? text : String(repeating: " ", count: width - text.count) + text
-    }
-    func perDirectory(_ bytes: Int?) -> Double? { bytes.map { Double($0) / Double(settings.directories) } }
-    report("")
-    report("\(settings.directories) directories        | watching s | RSS MiB | peak MiB | marks MiB | B/dir | SUnreclaim MiB | p50 ms |  p99 ms | missing")
-    for kind in settings.cases {
-        guard let result = results[kind], result.failure == nil else {
-            report(kind.label.padding(toLength: 24, withPad: " ", startingAt: 0) + " | failed")
-            continue
-        }
-        let memory = [result.atWatching?.resident, result.atEnd?.resident].compactMap { $0 }.max()
-        report(kind.label.padding(toLength: 24, withPad: " ", startingAt: 0)
-            + " | " + cell(String(format: "%.2f", result.watchingAfter), 10)
-            + " | " + cell(mebibytes(memory), 7) + " | " + cell(mebibytes(result.atEnd?.peak), 8)
-            + " | " + cell(result.markBytes.map { String(format: "%.1f", Double($0) / 1_048_576) } ?? "-", 9)
-            + " | " + cell(perDirectory(result.markBytes).map { String(format: "%.1f", $0) } ?? "-", 5)
-            + " | " + cell(result.unreclaimableSlabBytes.map { String(format: "%.1f", Double($0) / 1_048_576) } ?? "-", 14)
-            + " | " + cell(result.latency.percentile(0.5).map { String(format: "%.2f", $0) } ?? "-", 6)
-            + " | " + cell(result.latency.percentile(0.99).map { String(format: "%.2f", $0) } ?? "-", 7)
-            + " | " + cell("\(result.latency.missing)", 7))
-    }
-    report("RSS: the larger VmRSS of at watching and after the files; peak: VmHWM after the files. marks: the fsnotify mark")
-    report("  caches (objects in use x slab size) at watching less before the start; SUnreclaim: all unreclaimable slab, same span.")
-    report("  p50/p99: close(2) to the job's first instruction (watchkeeper) or to the event's line on stdout (the peers).")
-
-    // Issue 24's bounds for method = "fanotify".
-    guard let fanotify = results[.fanotify], fanotify.failure == nil else { return report("issue 24's bounds: not checked, the fanotify case did not run") }
-    let inotify = results[.inotify].flatMap { $0.failure == nil ? $0 : nil }
-    func verdict(_ holds: Bool?) -> String { holds.map { $0 ? "holds" : "DOES NOT HOLD" } ?? "not checked" }
-    report(String(format: "bound: watching starts in <= 3 s: %.2f s: %@", fanotify.watchingAfter, verdict(fanotify.watchingAfter <= 3)))
-    let rss = [fanotify.atWatching?.resident, fanotify.atEnd?.resident].compactMap { $0 }.max()
-    report("bound: daemon RSS <= 40 MiB: \(mebibytes(rss)) MiB: \(verdict(rss.map { $0 <= 40 * 1024 })); peak \(mebibytes(fanotify.atEnd?.peak)) MiB: \(verdict(fanotify.atEnd.map { $0.peak <= 40 * 1024 }))")
-    // "About 0 per directory against inotify's": under a hundredth of inotify mode's.
-    if let ours = perDirectory(fanotify.markBytes), let theirs = perDirectory(inotify?.markBytes), theirs > 0 {
-        report(String(format: "bound: kernel memory for marks ~ 0 per directory against inotify's: %.3f B/dir (%d bytes in all) against %.1f B/dir (%.2f %%, taken as ~ 0 under 1 %%): %@",
-                      ours, fanotify.markBytes ?? 0, theirs, ours / theirs * 100, verdict(ours / theirs < 0.01)))
-    } else {
-        report("bound: kernel memory for marks: not checked (no inotify case or no slab figures)")
-    }
-    for (name, p) in [("median", 0.5), ("p99", 0.99)] {
-        if let ours = fanotify.latency.percentile(p), let theirs = inotify?.latency.percentile(p), theirs > 0 {
-            report(String(format: "bound: event-to-job latency within 1.1x of inotify mode, %@: %.2f ms against %.2f ms = %.2fx: %@",
-                          name, ours, theirs, ours / theirs, verdict(ours / theirs <= 1.1)))
-        } else {
-            report("bound: event-to-job latency, \(name): not checked (no inotify case or no samples)")
+            results[kind] = FanotifyCaseResult(failure: "\(error)")
         }
     }
+    guard !daemons.isEmpty else { return results }
+    var started: [[String: UInt64]] = daemons.map { _ in [:] }
+    do {
+        let latencies = try closeToArrival(directories, names: daemons.map(\.kind.fileName), spacing: settings.spacingNanoseconds) { which in
+            for record in daemons[which].peer.tail.readNew() where started[which][record.path] == nil { started[which][record.path] = record.started }
+            return started[which]
+        }
+        for (which, daemon) in daemons.enumerated() { results[daemon.kind]?.latency = latencies[which] }
+    } catch {
+        report("  the files for the daemons: failed: \(error)")
+    }
+    for daemon in daemons { finishDaemonCase(daemon.peer, &results[daemon.kind]!) }
+    return results
 }

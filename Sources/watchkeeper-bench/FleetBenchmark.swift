@@ -303,71 +303,82 @@ private func runFleetLatencyBenchmark() {
             continue
         }
 
-        print("  etcd calls through EtcdClient, one at a time (\(calls) of each\(callLatencies.failures > 0 ? ", \(callLatencies.failures) failed" : "")) |     p50 |     p90 |     max |    n")
-        print(msRow("range (linearizable read, no WAL write)", callLatencies.range))
-        print(msRow("lease keepalive (leader in memory, no WAL write)", callLatencies.keepalive))
-        print(msRow("txn: create 2 keys with the lease (a claim; fsync)", callLatencies.txn))
-        print("  start latency (ms)                                   |     p50 |     p90 |     max |    n")
-        print(msRow("(a) local task, no [cluster]: job", localStarts.job["local-tick"] ?? []))
-        print(msRow("(a) local task, no [cluster]: daemon", localStarts.daemon["local-tick"] ?? []))
-        print(msRow("(b) local task beside [cluster]: job", fleetStarts.job["local-tick"] ?? []))
-        print(msRow("(b) local task beside [cluster]: daemon", fleetStarts.daemon["local-tick"] ?? []))
-        print(msRow("(b) fleet = \"one\" task: job", fleetStarts.job["fleet-tick"] ?? []))
-        print(msRow("(b) fleet = \"one\" task: daemon", fleetStarts.daemon["fleet-tick"] ?? []))
-        func p50(_ values: [Double]?) -> Double { quantiles(values ?? [])?.p50 ?? .nan }
-        print(String(format: "  the claim adds (p50 fleet - p50 local): job %.2f ms vs (a), %.2f ms vs (b)'s local task; daemon %.2f ms vs (a), %.2f ms vs (b)",
-                     (p50(fleetStarts.job["fleet-tick"]) - p50(localStarts.job["local-tick"])) * 1e3,
-                     (p50(fleetStarts.job["fleet-tick"]) - p50(fleetStarts.job["local-tick"])) * 1e3,
-                     (p50(fleetStarts.daemon["fleet-tick"]) - p50(localStarts.daemon["local-tick"])) * 1e3,
-                     (p50(fleetStarts.daemon["fleet-tick"]) - p50(fleetStarts.daemon["local-tick"])) * 1e3))
-        print("  the daemon's own figures (watchkeeper status --json, cluster): claim_latency_p50_ms \(jsonValue(fleetStarts.status, "claim_latency_p50_ms")), "
-              + "call_latency_p50_ms \(jsonValue(fleetStarts.status, "call_latency_p50_ms")), calls_answered \(jsonValue(fleetStarts.status, "calls_answered")), "
-              + "lease_state \(jsonValue(fleetStarts.status, "lease_state"))")
-        print("  watchkeeper metrics: etcd call latency p50 \(metricLine(fleetStarts.metrics, "watchkeeper_etcd_call_latency_seconds{quantile=\"0.5\"}")) s, "
-              + "p99 \(metricLine(fleetStarts.metrics, "watchkeeper_etcd_call_latency_seconds{quantile=\"0.99\"}")) s")
-        print(String(format: "  daemon CPU while firing every second: (a) %.2f %% of a core (%.2f ms a fire), (b) %.2f %% (%.2f ms a second: two jobs, a claim, the records)",
-                     localStarts.cpuSeconds / localStarts.wallSeconds * 100, localStarts.cpuSeconds / localStarts.wallSeconds * 1e3,
-                     fleetStarts.cpuSeconds / fleetStarts.wallSeconds * 100, fleetStarts.cpuSeconds / fleetStarts.wallSeconds * 1e3))
+        printStartFigures(callLatencies, calls: calls, local: localStarts, fleet: fleetStarts)
 
         guard !onTmpfs else { continue }
-        // Idle: every variant at once, WATCHKEEPER_BENCH_RUNS rounds of 5 s to settle plus
-        // WATCHKEEPER_BENCH_IDLE_S, RSS at the end (medians), CPU over the window (summed).
+        // Idle: every variant at once.
         var variants: [(name: String, binary: String, config: (String) -> String)] = []
         for every in ["1h", "1s"] {
             if let baseline { variants.append(("baseline, (a), every = \(every)", baseline, { local.text(directory: $0, every: every, member: 0) })) }
             variants.append(("this binary, (a), every = \(every)", releaseBinary(), { local.text(directory: $0, every: every, member: 0) }))
             variants.append(("this binary, (b), every = \(every)", releaseBinary(), { withCluster.text(directory: $0, every: every, member: every == "1h" ? 1 : 2) }))
         }
-        print("\n  idle: \(runs) round(s), the \(variants.count) daemons started together, 5 s to settle, then \(idle) s: RSS at its end, CPU over it")
-        var figures = Array(repeating: IdleFigures(), count: variants.count)
-        for _ in 0..<runs {
-            do {
-                let daemons = try variants.map { try BenchDaemon(binary: $0.binary, config: $0.config) }
-                defer { daemons.forEach { $0.stop() } }
-                sleep(5)
-                let before = daemons.map(\.cpuSeconds)
-                let started = now()
-                sleep(UInt32(idle))
-                let seconds = Double(now() - started) / 1e9
-                for (index, daemon) in daemons.enumerated() {
-                    figures[index].cpu += daemon.cpuSeconds - before[index]
-                    figures[index].seconds += seconds
-                    figures[index].resident.append(daemon.residentMiB)
-                    figures[index].anonymous.append(daemon.anonymousMiB)
-                }
-            } catch {
-                print("fleet: failed: idle: \(error)")
-                break
-            }
-        }
-        func median(_ values: [Double]) -> Double { values.isEmpty ? .nan : values.sorted()[values.count / 2] }
-        print("  variant                                  | VmRSS MiB | RssAnon MiB | CPU % of a core | VmRSS of each round")
-        for (index, variant) in variants.enumerated() {
-            let figure = figures[index]
-            print("  \(variant.name.padding(toLength: 40, withPad: " ", startingAt: 0)) | "
-                  + String(format: "%9.2f | %11.2f | %15.3f | ", median(figure.resident), median(figure.anonymous), figure.seconds > 0 ? figure.cpu / figure.seconds * 100 : .nan)
-                  + figure.resident.map { String(format: "%.2f", $0) }.joined(separator: ", "))
-        }
+        measureIdle(variants, runs: runs, idle: idle)
         print("  (b) with an https endpoint (libssl loaded) is not measured here")
+    }
+}
+
+/// The etcd calls' latencies and the start latencies of (a) and (b), with the daemon's own
+/// figures and its CPU while firing.
+private func printStartFigures(_ callLatencies: CallLatencies, calls: Int, local localStarts: StartSamples, fleet fleetStarts: StartSamples) {
+    print("  etcd calls through EtcdClient, one at a time (\(calls) of each\(callLatencies.failures > 0 ? ", \(callLatencies.failures) failed" : "")) |     p50 |     p90 |     max |    n")
+    print(msRow("range (linearizable read, no WAL write)", callLatencies.range))
+    print(msRow("lease keepalive (leader in memory, no WAL write)", callLatencies.keepalive))
+    print(msRow("txn: create 2 keys with the lease (a claim; fsync)", callLatencies.txn))
+    print("  start latency (ms)                                   |     p50 |     p90 |     max |    n")
+    print(msRow("(a) local task, no [cluster]: job", localStarts.job["local-tick"] ?? []))
+    print(msRow("(a) local task, no [cluster]: daemon", localStarts.daemon["local-tick"] ?? []))
+    print(msRow("(b) local task beside [cluster]: job", fleetStarts.job["local-tick"] ?? []))
+    print(msRow("(b) local task beside [cluster]: daemon", fleetStarts.daemon["local-tick"] ?? []))
+    print(msRow("(b) fleet = \"one\" task: job", fleetStarts.job["fleet-tick"] ?? []))
+    print(msRow("(b) fleet = \"one\" task: daemon", fleetStarts.daemon["fleet-tick"] ?? []))
+    func p50(_ values: [Double]?) -> Double { quantiles(values ?? [])?.p50 ?? .nan }
+    print(String(format: "  the claim adds (p50 fleet - p50 local): job %.2f ms vs (a), %.2f ms vs (b)'s local task; daemon %.2f ms vs (a), %.2f ms vs (b)",
+                 (p50(fleetStarts.job["fleet-tick"]) - p50(localStarts.job["local-tick"])) * 1e3,
+                 (p50(fleetStarts.job["fleet-tick"]) - p50(fleetStarts.job["local-tick"])) * 1e3,
+                 (p50(fleetStarts.daemon["fleet-tick"]) - p50(localStarts.daemon["local-tick"])) * 1e3,
+                 (p50(fleetStarts.daemon["fleet-tick"]) - p50(fleetStarts.daemon["local-tick"])) * 1e3))
+    print("  the daemon's own figures (watchkeeper status --json, cluster): claim_latency_p50_ms \(jsonValue(fleetStarts.status, "claim_latency_p50_ms")), "
+          + "call_latency_p50_ms \(jsonValue(fleetStarts.status, "call_latency_p50_ms")), calls_answered \(jsonValue(fleetStarts.status, "calls_answered")), "
+          + "lease_state \(jsonValue(fleetStarts.status, "lease_state"))")
+    print("  watchkeeper metrics: etcd call latency p50 \(metricLine(fleetStarts.metrics, "watchkeeper_etcd_call_latency_seconds{quantile=\"0.5\"}")) s, "
+          + "p99 \(metricLine(fleetStarts.metrics, "watchkeeper_etcd_call_latency_seconds{quantile=\"0.99\"}")) s")
+    print(String(format: "  daemon CPU while firing every second: (a) %.2f %% of a core (%.2f ms a fire), (b) %.2f %% (%.2f ms a second: two jobs, a claim, the records)",
+                 localStarts.cpuSeconds / localStarts.wallSeconds * 100, localStarts.cpuSeconds / localStarts.wallSeconds * 1e3,
+                 fleetStarts.cpuSeconds / fleetStarts.wallSeconds * 100, fleetStarts.cpuSeconds / fleetStarts.wallSeconds * 1e3))
+}
+
+/// WATCHKEEPER_BENCH_RUNS rounds of every variant at once: 5 s to settle plus
+/// WATCHKEEPER_BENCH_IDLE_S, RSS at the end (medians), CPU over the window (summed).
+private func measureIdle(_ variants: [(name: String, binary: String, config: (String) -> String)], runs: Int, idle: Int) {
+    print("\n  idle: \(runs) round(s), the \(variants.count) daemons started together, 5 s to settle, then \(idle) s: RSS at its end, CPU over it")
+    var figures = Array(repeating: IdleFigures(), count: variants.count)
+    for _ in 0..<runs {
+        do {
+            let daemons = try variants.map { try BenchDaemon(binary: $0.binary, config: $0.config) }
+            defer { daemons.forEach { $0.stop() } }
+            sleep(5)
+            let before = daemons.map(\.cpuSeconds)
+            let started = now()
+            sleep(UInt32(idle))
+            let seconds = Double(now() - started) / 1e9
+            for (index, daemon) in daemons.enumerated() {
+                figures[index].cpu += daemon.cpuSeconds - before[index]
+                figures[index].seconds += seconds
+                figures[index].resident.append(daemon.residentMiB)
+                figures[index].anonymous.append(daemon.anonymousMiB)
+            }
+        } catch {
+            print("fleet: failed: idle: \(error)")
+            break
+        }
+    }
+    func median(_ values: [Double]) -> Double { values.isEmpty ? .nan : values.sorted()[values.count / 2] }
+    print("  variant                                  | VmRSS MiB | RssAnon MiB | CPU % of a core | VmRSS of each round")
+    for (index, variant) in variants.enumerated() {
+        let figure = figures[index]
+        print("  \(variant.name.padding(toLength: 40, withPad: " ", startingAt: 0)) | "
+              + String(format: "%9.2f | %11.2f | %15.3f | ", median(figure.resident), median(figure.anonymous), figure.seconds > 0 ? figure.cpu / figure.seconds * 100 : .nan)
+              + figure.resident.map { String(format: "%.2f", $0) }.joined(separator: ", "))
     }
 }

@@ -140,17 +140,7 @@ func runPollBenchmark() {
     let server = base + "/server"
     let mountPoint = base + "/mnt"
     do {
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        let perDirectory = settings.files / settings.directories
-        for directory in 0..<settings.directories {
-            let path = server + "/d\(directory)"
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-            for file in 0..<perDirectory {
-                let fd = open(path + "/f\(file)", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-                _ = "0123456789abcdef".withCString { Glibc.write(fd, $0, 16) }
-                Glibc.close(fd)
-            }
-        }
+        try makePollTree(server: server, mountPoint: mountPoint, settings)
     } catch {
         return print("poll: unable to make the tree: \(error)")
     }
@@ -159,78 +149,99 @@ func runPollBenchmark() {
     let probes = max(3, settings.windowSeconds / settings.interval)
     let spacing = Double(settings.windowSeconds) / Double(probes) + 0.37
 
-    func daemonCase(_ label: String, path: String, method: String, share: LoopbackShare?) {
-        withBenchDaemon("poll \(label)", config: { directory in
-            """
-            [daemon]
-            log_level = "info"
-            [[watch]]
-            name = "bench"
-            path = "\(path)"
-            recursive = true
-            method = "\(method)"
-            catch_up = false
-            poll_interval = "\(settings.interval)s"
-            poll_settle = "\(settings.settle)s"
-            command = ["/bin/sh", "-c", "echo \\"$(date +%s.%N) $1\\" >> \(directory)/started", "sh", "{name}"]
-            """
-        }, measure: { daemon in
-            // The first pass learns the tree (13 s over sshfs): measuring starts after the second.
-            var dumps = 0
-            let learnt = MonotonicInstant.now + .seconds(300)
-            while MonotonicInstant.now < learnt {
-                dumps += 1
-                kill(daemon.pid, SIGUSR1)
-                usleep(300_000)
-                let dump = (try? String(contentsOfFile: daemon.directory + "/run/state.json", encoding: .utf8)) ?? ""
-                if let range = dump.range(of: "\"passes\":"), let passes = Int(dump[range.upperBound...].prefix { $0.isNumber }), passes >= 2 { break }
-                sleep(1)
-            }
-            let startedCPU = daemon.cpuSeconds
-            let shareCPU = share.map { cpuSeconds(of: $0.sshfs) } ?? 0
-            let startedAt = wallSeconds()
-            let written = writeProbes(into: server, count: probes, spacing: spacing, prefix: method)
-            let remaining = Double(settings.windowSeconds) - (wallSeconds() - startedAt)
-            if remaining > 0 { usleep(useconds_t(remaining * 1e6)) }
-            let window = wallSeconds() - startedAt
-            let used = daemon.cpuSeconds - startedCPU
-            let sshfsUsed = share.map { cpuSeconds(of: $0.sshfs) - shareCPU }
-            sleep(UInt32(settings.interval + settings.settle + 2))
-            let lines = (try? String(contentsOfFile: daemon.directory + "/started", encoding: .utf8)) ?? ""
-            var latencies: [Double] = []
-            for line in lines.split(separator: "\n") {
-                let parts = line.split(separator: " ")
-                guard parts.count == 2, let at = Double(parts[0]), let wrote = written[String(parts[1])] else { continue }
-                latencies.append(at - wrote)
-            }
-            kill(daemon.pid, SIGUSR1)
-            usleep(500_000)
-            let dump = (try? String(contentsOfFile: daemon.directory + "/run/state.json", encoding: .utf8)) ?? ""
-            let lastCPU = dump.range(of: "\"last_pass_cpu_ms\":").map { dump[$0.upperBound...].prefix { "0123456789.".contains($0) } } ?? "?"
-            let lastWall = dump.range(of: "\"last_pass_ms\":").map { dump[$0.upperBound...].prefix { "0123456789.".contains($0) } } ?? "?"
-            let passes = max(1.0, window / Double(settings.interval))
-            var line = String(format: "poll %@: daemon CPU %.3f s per pass (%.0f passes in %.0f s), %.2f %% of a core on average; last pass %@ ms CPU, %@ ms wall; RSS %.1f MiB",
-                              label, used / passes, passes, window, used / window * 100, String(lastCPU), String(lastWall), daemon.residentMiB)
-            if let sshfsUsed { line += String(format: "; the sshfs client %.2f %% of a core", sshfsUsed / window * 100) }
-            print(line)
-            let sorted = latencies.sorted()
-            print(String(format: "poll %@: write to job start: %d of %d probes, median %.1f s, max %.1f s (bound: interval + settle + 1 = %d s)",
-                         label, sorted.count, probes, sorted.isEmpty ? -1 : sorted[sorted.count / 2], sorted.last ?? -1,
-                         settings.interval + settings.settle + 1))
-        })
+    if settings.cases.contains("local") {
+        pollDaemonCase("local ext4, method = poll", path: server, method: "poll", share: nil, settings, server: server, probes: probes, spacing: spacing)
     }
-
-    if settings.cases.contains("local") { daemonCase("local ext4, method = poll", path: server, method: "poll", share: nil) }
     if settings.cases.contains("sshfs") {
         do {
             let share = try LoopbackShare(root: base, server: server, mountPoint: mountPoint)
             defer { share.close(mountPoint: mountPoint) }
-            daemonCase("sshfs over loopback, method = auto", path: mountPoint, method: "auto", share: share)
+            pollDaemonCase("sshfs over loopback, method = auto", path: mountPoint, method: "auto", share: share, settings, server: server,
+                           probes: probes, spacing: spacing)
         } catch {
             print("poll sshfs: failed: \(error)")
         }
     }
     if settings.cases.contains("fswatch") { fswatchCase(settings, server: server, probes: probes, spacing: spacing) }
+}
+
+/// The tree the cases watch, `settings.files` files of 16 bytes, and the share's mount point.
+private func makePollTree(server: String, mountPoint: String, _ settings: PollBenchSettings) throws {
+    try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+    let perDirectory = settings.files / settings.directories
+    for directory in 0..<settings.directories {
+        let path = server + "/d\(directory)"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        for file in 0..<perDirectory {
+            let fd = open(path + "/f\(file)", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+            _ = "0123456789abcdef".withCString { Glibc.write(fd, $0, 16) }
+            Glibc.close(fd)
+        }
+    }
+}
+
+/// The daemon watching `path` with `method`: its CPU per pass once it has learnt the tree,
+/// and the time from each probe written to its job's start.
+private func pollDaemonCase(_ label: String, path: String, method: String, share: LoopbackShare?, _ settings: PollBenchSettings,
+                            server: String, probes: Int, spacing: Double) {
+    withBenchDaemon("poll \(label)", config: { directory in
+        """
+        [daemon]
+        log_level = "info"
+        [[watch]]
+        name = "bench"
+        path = "\(path)"
+        recursive = true
+        method = "\(method)"
+        catch_up = false
+        poll_interval = "\(settings.interval)s"
+        poll_settle = "\(settings.settle)s"
+        command = ["/bin/sh", "-c", "echo \\"$(date +%s.%N) $1\\" >> \(directory)/started", "sh", "{name}"]
+        """
+    }, measure: { daemon in
+        // The first pass learns the tree (13 s over sshfs): measuring starts after the second.
+        var dumps = 0
+        let learnt = MonotonicInstant.now + .seconds(300)
+        while MonotonicInstant.now < learnt {
+            dumps += 1
+            kill(daemon.pid, SIGUSR1)
+            usleep(300_000)
+            let dump = (try? String(contentsOfFile: daemon.directory + "/run/state.json", encoding: .utf8)) ?? ""
+            if let range = dump.range(of: "\"passes\":"), let passes = Int(dump[range.upperBound...].prefix { $0.isNumber }), passes >= 2 { break }
+            sleep(1)
+        }
+        let startedCPU = daemon.cpuSeconds
+        let shareCPU = share.map { cpuSeconds(of: $0.sshfs) } ?? 0
+        let startedAt = wallSeconds()
+        let written = writeProbes(into: server, count: probes, spacing: spacing, prefix: method)
+        let remaining = Double(settings.windowSeconds) - (wallSeconds() - startedAt)
+        if remaining > 0 { usleep(useconds_t(remaining * 1e6)) }
+        let window = wallSeconds() - startedAt
+        let used = daemon.cpuSeconds - startedCPU
+        let sshfsUsed = share.map { cpuSeconds(of: $0.sshfs) - shareCPU }
+        sleep(UInt32(settings.interval + settings.settle + 2))
+        let lines = (try? String(contentsOfFile: daemon.directory + "/started", encoding: .utf8)) ?? ""
+        var latencies: [Double] = []
+        for line in lines.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let at = Double(parts[0]), let wrote = written[String(parts[1])] else { continue }
+            latencies.append(at - wrote)
+        }
+        kill(daemon.pid, SIGUSR1)
+        usleep(500_000)
+        let dump = (try? String(contentsOfFile: daemon.directory + "/run/state.json", encoding: .utf8)) ?? ""
+        let lastCPU = dump.range(of: "\"last_pass_cpu_ms\":").map { dump[$0.upperBound...].prefix { "0123456789.".contains($0) } } ?? "?"
+        let lastWall = dump.range(of: "\"last_pass_ms\":").map { dump[$0.upperBound...].prefix { "0123456789.".contains($0) } } ?? "?"
+        let passes = max(1.0, window / Double(settings.interval))
+        var line = String(format: "poll %@: daemon CPU %.3f s per pass (%.0f passes in %.0f s), %.2f %% of a core on average; last pass %@ ms CPU, %@ ms wall; RSS %.1f MiB",
+                          label, used / passes, passes, window, used / window * 100, String(lastCPU), String(lastWall), daemon.residentMiB)
+        if let sshfsUsed { line += String(format: "; the sshfs client %.2f %% of a core", sshfsUsed / window * 100) }
+        print(line)
+        let sorted = latencies.sorted()
+        print(String(format: "poll %@: write to job start: %d of %d probes, median %.1f s, max %.1f s (bound: interval + settle + 1 = %d s)",
+                     label, sorted.count, probes, sorted.isEmpty ? -1 : sorted[sorted.count / 2], sorted.last ?? -1,
+                     settings.interval + settings.settle + 1))
+    })
 }
 
 /// fswatch's poll monitor (Debian's fswatch 1.17) on the same local tree: it stats every

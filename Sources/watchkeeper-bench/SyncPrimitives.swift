@@ -326,20 +326,30 @@ private func makeCases() -> [SyncCase] {
     cases += lockCases(counter: "NSLock", NSLockCounter.self, ring: "NSLock", NSLockRing.self)
     cases += lockCases(counter: "pthread_mutex_t", PThreadCounter.self, ring: "pthread_mutex_t", PThreadRing.self)
 
+    // DispatchQueue.sync and .async on a serial queue.
+    cases += queueCases()
+
+    return cases
+}
+
+/// The serial queue used as a lock (sync) and as a mailbox (async, then drained).
+private func queueCases() -> [SyncCase] {
+    typealias B = SyncBench
+    var cases: [SyncCase] = []
     // DispatchQueue.sync on a serial queue
-    cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: uncontended, operations: B.queueSyncOps) {
+    cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: uncontendedScenario, operations: B.queueSyncOps) {
         let c = QueueCounter()
         let ns = timeLoop(B.queueSyncOps) { _ in c.queue.sync { c.count &+= 1 } }
         check(c.value, B.queueSyncOps, "queue.sync")
         return ns
     })
-    cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: contended, operations: 2 * B.queueSyncOpsPerThread) {
+    cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: contendedScenario, operations: 2 * B.queueSyncOpsPerThread) {
         let c = QueueCounter()
         let ns = timeOnTwoThreads(B.queueSyncOpsPerThread) { _, _ in c.queue.sync { c.count &+= 1 } }
         check(c.value, 2 * B.queueSyncOpsPerThread, "queue.sync contended")
         return ns
     })
-    cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: ring, operations: B.queueSyncOps) {
+    cases.append(SyncCase(primitive: "DispatchQueue.sync", scenario: ringScenario, operations: B.queueSyncOps) {
         let r = QueueRing()
         let ns = timeLoop(B.queueSyncOps) { i in r.recordSync(ringMessages[i & 7]) }
         r.queue.sync { checkRing(r.ring, B.queueSyncOps) }
@@ -347,7 +357,7 @@ private func makeCases() -> [SyncCase] {
     })
 
     // DispatchQueue.async to a serial queue: enqueue N blocks, then wait until drained.
-    cases.append(SyncCase(primitive: "DispatchQueue.async", scenario: uncontended, operations: B.queueAsyncOps) {
+    cases.append(SyncCase(primitive: "DispatchQueue.async", scenario: uncontendedScenario, operations: B.queueAsyncOps) {
         let c = QueueCounter()
         let start = monotonicNanoseconds()
         for _ in 0..<B.queueAsyncOps { c.queue.async { c.count &+= 1 } }
@@ -356,7 +366,7 @@ private func makeCases() -> [SyncCase] {
         check(c.value, B.queueAsyncOps, "queue.async")
         return ns
     })
-    cases.append(SyncCase(primitive: "DispatchQueue.async", scenario: contended, operations: 2 * B.queueAsyncOpsPerThread) {
+    cases.append(SyncCase(primitive: "DispatchQueue.async", scenario: contendedScenario, operations: 2 * B.queueAsyncOpsPerThread) {
         let c = QueueCounter()
         let start = monotonicNanoseconds()
         _ = timeOnTwoThreads(B.queueAsyncOpsPerThread) { _, _ in c.queue.async { c.count &+= 1 } }
@@ -365,7 +375,7 @@ private func makeCases() -> [SyncCase] {
         check(c.value, 2 * B.queueAsyncOpsPerThread, "queue.async contended")
         return ns
     })
-    cases.append(SyncCase(primitive: "DispatchQueue.async", scenario: ring, operations: B.queueAsyncOps) {
+    cases.append(SyncCase(primitive: "DispatchQueue.async", scenario: ringScenario, operations: B.queueAsyncOps) {
         let r = QueueRing()
         let start = monotonicNanoseconds()
         for i in 0..<B.queueAsyncOps { r.recordAsync(ringMessages[i & 7]) }

@@ -153,68 +153,14 @@ func measureBurst(_ kind: WatchPeer, _ settings: WatchBenchSettings, launcher: P
         for index in 0..<settings.burstFiles { try writeFile(prefix + String(index)) }
         let written = now()
         result.writeSeconds = Double(written - first) / 1e9
-        var seen = Set<String>()
-        var lastStart: UInt64 = first
-        var lastProgress = now()
-        var records = 0
-        let giveUp = first + settings.burstTimeoutNanoseconds
-        while seen.count < settings.burstFiles {
-            let fresh = peer.tail.readNew().filter { $0.path.hasPrefix(prefix) }
-            if !fresh.isEmpty {
-                lastProgress = now()
-                records += fresh.count
-                for record in fresh {
-                    seen.insert(record.path)
-                    lastStart = max(lastStart, record.started)
-                }
-            }
-            if now() - lastProgress > settings.burstQuietNanoseconds {
-                result.ending = "no record for \(settings.burstQuietNanoseconds / 1_000_000_000) s"
-                break
-            }
-            if now() > giveUp {
-                result.ending = "time limit (WATCHKEEPER_BENCH_BURST_TIMEOUT_S=\(settings.burstTimeoutNanoseconds / 1_000_000_000))"
-                break
-            }
-            usleep(100_000)
-        }
+        let (seen, records, lastStart) = collectBurstRecords(peer, prefix: prefix, settings, since: first, into: &result)
         result.handled = seen.count
         result.duplicates = records - seen.count
         result.firstWriteToLastRecord = Double(lastStart - first) / 1e9
         result.cpuSeconds = Double(peer.cpuTicks &- ticksBefore) / Double(sysconf(Int32(_SC_CLK_TCK)))
         switch kind {
         case .watchkeeper:
-            let memory = ProcessMemory(pid: peer.watcherPid)
-            if let dump = peer.stateDump(), let watches = dump["watches"] as? [String: Any],
-               let rule = (watches["rules"] as? [[String: Any]])?.first {
-                result.overflows = "\(watches["overflows"] ?? "?")"
-                // Since the one job engine (issue 8) the job counts are the engine's;
-                // a daemon from before keeps them in the rule.
-                var figures = rule
-                if let jobs = dump["jobs"] as? [String: Any] {
-                    let group = (jobs["groups"] as? [[String: Any]])?.first { $0["watch"] as? String != nil }
-                    figures["jobs_started"] = jobs["started_since_start"]
-                    figures["jobs_failed"] = (group?["outcomes"] as? [String: Any])?["failed"] ?? 0
-                    figures["jobs_running"] = jobs["running_total"]
-                    figures["jobs_waiting"] = jobs["waiting_total"]
-                }
-                result.detail = ["events_seen", "matched", "jobs_started", "jobs_failed", "duplicates_dropped", "rescans", "jobs_running",
-                                 "jobs_waiting", "pending_settle", "files_remembered"]
-                    .map { "\($0) \(figures[$0] ?? "?")" }.joined(separator: ", ")
-            } else {
-                result.overflows = "no dump"
-            }
-            result.detail += String(format: "; peak RSS %.1f MiB (VmHWM)", Double(memory.peak) / 1024)
-            // Memory given back: what the daemon keeps once the burst is over.
-            sleep(UInt32(settings.burstSettleSeconds))
-            let settled = ProcessMemory(pid: peer.watcherPid)
-            result.detail += String(format: "; %d s later VmRSS %.1f MiB, RssAnon %.1f MiB (WATCHKEEPER_BENCH_BURST_SETTLE_S)",
-                                    settings.burstSettleSeconds, Double(settled.resident) / 1024, Double(settled.anonymous) / 1024)
-            if let before {
-                result.detail += String(format: "; before the burst VmRSS %.1f MiB, RssAnon %.1f MiB: %+.1f MiB",
-                                        Double(before.resident) / 1024, Double(before.anonymous) / 1024,
-                                        Double(settled.resident - before.resident) / 1024)
-            }
+            daemonBurstFigures(peer, settings, before: before, into: &result)
         case .cLoop:
             peer.stop()
             if let line = peer.child?.stderrText.split(separator: "\n").last(where: { $0.hasPrefix("events ") }) {
@@ -234,6 +180,75 @@ func measureBurst(_ kind: WatchPeer, _ settings: WatchBenchSettings, launcher: P
         result.failure = "\(error)"
     }
     return result
+}
+
+/// The peer's records of the burst's files, until every file has one, none comes for
+/// `burstQuietNanoseconds`, or the time limit: the files seen, the records (a file may have
+/// more than one) and the last job's start.
+private func collectBurstRecords(_ peer: RunningPeer, prefix: String, _ settings: WatchBenchSettings, since first: UInt64,
+                                 into result: inout BurstResult) -> (seen: Set<String>, records: Int, lastStart: UInt64) {
+    var seen = Set<String>()
+    var lastStart: UInt64 = first
+    var lastProgress = now()
+    var records = 0
+    let giveUp = first + settings.burstTimeoutNanoseconds
+    while seen.count < settings.burstFiles {
+        let fresh = peer.tail.readNew().filter { $0.path.hasPrefix(prefix) }
+        if !fresh.isEmpty {
+            lastProgress = now()
+            records += fresh.count
+            for record in fresh {
+                seen.insert(record.path)
+                lastStart = max(lastStart, record.started)
+            }
+        }
+        if now() - lastProgress > settings.burstQuietNanoseconds {
+            result.ending = "no record for \(settings.burstQuietNanoseconds / 1_000_000_000) s"
+            break
+        }
+        if now() > giveUp {
+            result.ending = "time limit (WATCHKEEPER_BENCH_BURST_TIMEOUT_S=\(settings.burstTimeoutNanoseconds / 1_000_000_000))"
+            break
+        }
+        usleep(100_000)
+    }
+    return (seen, records, lastStart)
+}
+
+/// The daemon's own figures after the burst (its state dump) and its memory: peak, and
+/// settled against before the burst.
+private func daemonBurstFigures(_ peer: RunningPeer, _ settings: WatchBenchSettings, before: ProcessMemory?, into result: inout BurstResult) {
+    let memory = ProcessMemory(pid: peer.watcherPid)
+    if let dump = peer.stateDump(), let watches = dump["watches"] as? [String: Any],
+       let rule = (watches["rules"] as? [[String: Any]])?.first {
+        result.overflows = "\(watches["overflows"] ?? "?")"
+        // Since the one job engine (issue 8) the job counts are the engine's;
+        // a daemon from before keeps them in the rule.
+        var figures = rule
+        if let jobs = dump["jobs"] as? [String: Any] {
+            let group = (jobs["groups"] as? [[String: Any]])?.first { $0["watch"] as? String != nil }
+            figures["jobs_started"] = jobs["started_since_start"]
+            figures["jobs_failed"] = (group?["outcomes"] as? [String: Any])?["failed"] ?? 0
+            figures["jobs_running"] = jobs["running_total"]
+            figures["jobs_waiting"] = jobs["waiting_total"]
+        }
+        result.detail = ["events_seen", "matched", "jobs_started", "jobs_failed", "duplicates_dropped", "rescans", "jobs_running",
+                         "jobs_waiting", "pending_settle", "files_remembered"]
+            .map { "\($0) \(figures[$0] ?? "?")" }.joined(separator: ", ")
+    } else {
+        result.overflows = "no dump"
+    }
+    result.detail += String(format: "; peak RSS %.1f MiB (VmHWM)", Double(memory.peak) / 1024)
+    // Memory given back: what the daemon keeps once the burst is over.
+    sleep(UInt32(settings.burstSettleSeconds))
+    let settled = ProcessMemory(pid: peer.watcherPid)
+    result.detail += String(format: "; %d s later VmRSS %.1f MiB, RssAnon %.1f MiB (WATCHKEEPER_BENCH_BURST_SETTLE_S)",
+                            settings.burstSettleSeconds, Double(settled.resident) / 1024, Double(settled.anonymous) / 1024)
+    if let before {
+        result.detail += String(format: "; before the burst VmRSS %.1f MiB, RssAnon %.1f MiB: %+.1f MiB",
+                                Double(before.resident) / 1024, Double(before.anonymous) / 1024,
+                                Double(settled.resident - before.resident) / 1024)
+    }
 }
 
 /// A tree of `count` directories below the root: sqrt(count) directories of sqrt(count) each,
@@ -375,24 +390,7 @@ func runWatchBenchmarks() {
         jobAlone = measureJobAlone(settings, root: root)
     }
 
-    var burst: [WatchPeer: BurstResult] = [:]
-    if settings.parts.contains("burst") {
-        report("burst: \(settings.burstFiles) files written as fast as one thread can (WATCHKEEPER_BENCH_BURST); watchkeeper max_jobs = 8")
-        for kind in settings.burstPeers {
-            let result = measureBurst(kind, settings, launcher: launcher, root: root)
-            burst[kind] = result
-            if let failure = result.failure {
-                report("  \(kind.label): failed: \(failure)")
-            } else {
-                report("  " + kind.label.padding(toLength: 24, withPad: " ", startingAt: 0)
-                    + String(format: " handled %d of %d (%d duplicates) in %.1f s from the first write (writes took %.2f s); its CPU %.1f s",
-                             result.handled, settings.burstFiles, result.duplicates, result.firstWriteToLastRecord, result.writeSeconds,
-                             result.cpuSeconds)
-                    + "; ended: \(result.ending)"
-                    + "; overflows \(result.overflows)" + (result.detail.isEmpty ? "" : "; " + result.detail))
-            }
-        }
-    }
+    let burst = settings.parts.contains("burst") ? runBurstPart(settings, launcher: launcher, root: root) : [:]
 
     var idle: [WatchPeer: IdleResult] = [:]
     if settings.parts.contains("idle") {
@@ -406,6 +404,45 @@ func runWatchBenchmarks() {
     // The table is the three per-file parts'; the batch part printed its own lines.
     guard !settings.parts.isDisjoint(with: ["latency", "burst", "idle"]) else { return }
 
+    reportWatchTable(settings, latency: latency, jobAlone: jobAlone, burst: burst, idle: idle)
+    if let ours = latency[.watchkeeper]?.percentile(0.5), let floor = latency[.cLoop]?.percentile(0.5), floor > 0 {
+        var line = String(format: "watchkeeper p50 / C loop p50 = %.2fx (target: within 1.5x)", ours / floor)
+        if let job = jobAlone?.percentile(0.5) {
+            line += String(format: "; above the job alone: watchkeeper +%.2f ms, C loop +%.2f ms", ours - job, floor - job)
+        }
+        report(line)
+    }
+    if !burst.isEmpty {
+        report("missed: burst files without a record when waiting ended; watchkeeper still had them (waiting for a slot, or found")
+        report("  by a later catch-up since they are not in its ledger), the other peers lost them to queue overflows.")
+        report("CPU s: the peer's resident processes from the first write to the end, not its jobs.")
+    }
+}
+
+/// Each burst peer in turn, a line each as it ends.
+private func runBurstPart(_ settings: WatchBenchSettings, launcher: PeerLauncher, root: String) -> [WatchPeer: BurstResult] {
+    var burst: [WatchPeer: BurstResult] = [:]
+    report("burst: \(settings.burstFiles) files written as fast as one thread can (WATCHKEEPER_BENCH_BURST); watchkeeper max_jobs = 8")
+    for kind in settings.burstPeers {
+        let result = measureBurst(kind, settings, launcher: launcher, root: root)
+        burst[kind] = result
+        if let failure = result.failure {
+            report("  \(kind.label): failed: \(failure)")
+        } else {
+            report("  " + kind.label.padding(toLength: 24, withPad: " ", startingAt: 0)
+                + String(format: " handled %d of %d (%d duplicates) in %.1f s from the first write (writes took %.2f s); its CPU %.1f s",
+                         result.handled, settings.burstFiles, result.duplicates, result.firstWriteToLastRecord, result.writeSeconds,
+                         result.cpuSeconds)
+                + "; ended: \(result.ending)"
+                + "; overflows \(result.overflows)" + (result.detail.isEmpty ? "" : "; " + result.detail))
+        }
+    }
+    return burst
+}
+
+/// The table of the three per-file parts, a row per peer.
+private func reportWatchTable(_ settings: WatchBenchSettings, latency: [WatchPeer: LatencyResult], jobAlone: LatencyResult?,
+                              burst: [WatchPeer: BurstResult], idle: [WatchPeer: IdleResult]) {
     func cell(_ text: String, _ width: Int) -> String {
         text.count >= width ? text : String(repeating: " ", count: width - text.count) + text
     }
@@ -437,17 +474,5 @@ func runWatchBenchmarks() {
     if let jobAlone, jobAlone.failure == nil {
         report("job alone (posix_spawn)".padding(toLength: 24, withPad: " ", startingAt: 0)
             + " | " + cell(String(format: "%.2f", jobAlone.percentile(0.5) ?? .nan), 11) + " | " + cell(String(format: "%.2f", jobAlone.percentile(0.99) ?? .nan), 7))
-    }
-    if let ours = latency[.watchkeeper]?.percentile(0.5), let floor = latency[.cLoop]?.percentile(0.5), floor > 0 {
-        var line = String(format: "watchkeeper p50 / C loop p50 = %.2fx (target: within 1.5x)", ours / floor)
-        if let job = jobAlone?.percentile(0.5) {
-            line += String(format: "; above the job alone: watchkeeper +%.2f ms, C loop +%.2f ms", ours - job, floor - job)
-        }
-        report(line)
-    }
-    if !burst.isEmpty {
-        report("missed: burst files without a record when waiting ended; watchkeeper still had them (waiting for a slot, or found")
-        report("  by a later catch-up since they are not in its ledger), the other peers lost them to queue overflows.")
-        report("CPU s: the peer's resident processes from the first write to the end, not its jobs.")
     }
 }

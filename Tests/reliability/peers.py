@@ -11,7 +11,7 @@ recorder job per file, losses and duplicates in one table.
 Needs inotify-tools and incron (Debian packages); incrond must not be running already.
 usage: peers.py WATCHKEEPER [--files N] [--peers watchkeeper,inotifywait,incron] [--json FILE]
 """
-import argparse, collections, json, os, shutil, signal, subprocess, sys, threading, time
+import argparse, collections, json, os, shutil, signal, sqlite3, subprocess, sys, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wk
 
@@ -92,6 +92,26 @@ class Peer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
 
+    def uncommitted(self):
+        """After a kill: the files whose job ran (recorded) but whose record is not in the
+        ledger, which a restart runs again (docs/reliability.md, "Known limits"): the jobs
+        still running and those whose record waited for the next group commit. Peers keep no
+        ledger: every file they handled counts."""
+        time.sleep(0.3)  # a job left running by the kill writes its line first
+        recorded = set(read_records(self.records))
+        if self.kind != "watchkeeper":
+            return len(recorded)
+        try:
+            connection = sqlite3.connect(f"file:{self.daemon.database}?mode=ro", uri=True, timeout=5)
+            try:
+                rows = connection.execute("SELECT path FROM file_ledger WHERE outcome = 'ok'").fetchall()
+            finally:
+                connection.close()
+        except sqlite3.Error:
+            return len(recorded)
+        held = {f"{self.directory}/" + bytes(row[0]).decode(errors="replace") for row in rows}
+        return len(recorded - held)
+
     def stop(self):
         if self.kind == "watchkeeper":
             if self.daemon.alive():
@@ -147,7 +167,7 @@ def run(kind, scenario, binary, count):
     names = [f"{scenario}-{i:06d}" for i in range(count)]
     expected = {f"{peer.directory}/{n}" for n in names}
     saved_queue = open(QUEUE_SYSCTL).read().strip()
-    detail = ""
+    detail, uncommitted = "", 0
     try:
         if scenario == "overflow":
             with open(QUEUE_SYSCTL, "w") as f:
@@ -159,6 +179,7 @@ def run(kind, scenario, binary, count):
             writer.start()
             time.sleep(0.66)
             peer.kill()
+            uncommitted = peer.uncommitted()
             peer.start()
             writer.join()
         else:
@@ -175,7 +196,8 @@ def run(kind, scenario, binary, count):
     counts = collections.Counter(lines)
     handled = len(set(counts) & expected)
     result = {"peer": kind, "scenario": scenario, "files": count, "handled": handled, "lost": count - handled,
-              "duplicates": sum(n - 1 for n in counts.values() if n > 1), "seconds": round(seconds, 1), "detail": detail}
+              "duplicates": sum(n - 1 for n in counts.values() if n > 1), "uncommitted": uncommitted,
+              "seconds": round(seconds, 1), "detail": detail}
     shutil.rmtree(root, ignore_errors=True)
     return result
 
@@ -191,13 +213,16 @@ def main():
             r = run(kind, scenario, args.binary, args.files)
             results.append(r)
             print(f"{scenario:14s} {kind:12s} {r['files']:6d} {r['handled']:8d} {r['lost']:6d} {r['duplicates']:4d} "
-                  f"{r['seconds']:8.1f} {r['detail']}", flush=True)
+                  f"{r['seconds']:8.1f} {r['detail']}"
+                  + (f" (bound: {r['uncommitted']} handled without a ledger record at the kill)" if scenario == "crash-restart" else ""),
+                  flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     ours = [r for r in results if r["peer"] == "watchkeeper"]
-    # Only the jobs in flight at the kill (max_jobs = 8) may run twice.
-    failed = [r for r in ours if r["lost"] or r["duplicates"] > (8 if r["scenario"] == "crash-restart" else 0)]
+    # Only the jobs in flight at the kill may run twice: running, or ended with their record
+    # on its way to the ledger (counted at the kill, as crash.py does).
+    failed = [r for r in ours if r["lost"] or r["duplicates"] > r["uncommitted"]]
     for r in failed:
         print(f"peers: FAIL watchkeeper {r['scenario']}: {r['lost']} lost, {r['duplicates']} duplicates")
     print("peers: ok" if not failed else "peers: failed")

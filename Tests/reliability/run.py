@@ -77,7 +77,8 @@ def summarise_lateness(_, data):
 def summarise_peers(_, data):
     cells = []
     for scenario in dict.fromkeys(r["scenario"] for r in data):
-        row = [f"{r['peer']} {r['lost']} lost/{r['duplicates']} dup" for r in data if r["scenario"] == scenario]
+        row = [f"{r['peer']} {r['lost']} lost/{r['duplicates']} dup" + (f" (bound {r['uncommitted']})" if "uncommitted" in r and r["scenario"] == "crash-restart" else "")
+               for r in data if r["scenario"] == scenario]
         cells.append(f"{scenario} ({data[0]['files']} files): " + ", ".join(row))
     ours = [r for r in data if r["peer"] == "watchkeeper"]
     ok = all(r["lost"] == 0 and r["duplicates"] <= (8 if r["scenario"] == "crash-restart" else 0) for r in ours)

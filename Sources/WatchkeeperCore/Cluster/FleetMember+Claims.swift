@@ -76,32 +76,25 @@ extension FleetMember {
     }
 
     func interpret(_ found: [EtcdKeyValue], mine: FleetFire, key fireKey: String, lease id: Int64) -> FireClaim {
-        if let existing = found.first(where: { $0.key == fireKey }) {
-            let fire = FleetFire(task: mine.task, instant: mine.instant, json: existing.value)
-                ?? FleetFire(task: mine.task, instant: mine.instant, host: "unknown", runID: "unknown", state: .done)
-            // An earlier claim of this host's, on this very lease, whose answer was lost (its
-            // deadline passed after etcd applied it): no run here holds it, so it is taken as
-            // won. A claim under another lease (a previous life of this daemon, or another
-            // daemon with the same name) is not ours to run.
-            if fire.host == settings.name && fire.state == .running && existing.lease == id && !claimsHeld.contains(fireKey) && writes[fireKey] == nil
-                && claimsPending[fireKey] == nil {
-                count("claims_adopted")
-                claimsHeld.insert(fireKey)
-                return .won(revision: existing.modRevision, lease: id)
-            }
-            count("claims_lost")
-            return .elsewhere(fire, revision: existing.modRevision)
+        applied(claimReading(lease: id).fire(found, mine: mine, fireKey: fireKey), key: fireKey)
+    }
+
+    /// A claim's answer read under `lease` against this host's claims and writes.
+    func claimReading(lease id: Int64) -> ClaimReading {
+        ClaimReading(host: settings.name, lease: id, keys: keys) { [self] key in
+            var known: ClaimReading.Known = []
+            if claimsHeld.contains(key) { known.insert(.held) }
+            if claimsPending[key] != nil { known.insert(.pending) }
+            if writes[key] != nil { known.insert(.writing) }
+            return known
         }
-        if let running = found.first(where: { $0.key == keys.running(mine.task) }) {
-            let fire = FleetFire(task: mine.task, instant: "", json: running.value)
-                ?? FleetFire(task: mine.task, instant: "", host: "unknown", runID: "unknown", state: .running)
-            count("claims_skipped")
-            let orphan = fire.host == settings.name && running.lease == id && WallTime(iso8601: fire.instant)
-                .map { !claimsHeld.contains(keys.fire(mine.task, at: $0)) } ?? false
-            return .previousRunning(fire, revision: running.modRevision, orphan: orphan)
-        }
-        // Both vanished between the compare and the read (a lease expired): try again later.
-        return .held("the claim raced with an expiring lease; retrying")
+    }
+
+    /// The verdict counted, and its key held if the claim was adopted.
+    func applied<Answer>(_ verdict: ClaimReading.Verdict<Answer>, key: String) -> Answer {
+        if let counter = verdict.counter { count(counter) }
+        if verdict.adopts { claimsHeld.insert(key) }
+        return verdict.answer
     }
 
     /// Records how this host's run of a fire ended, if the claim is still this host's (its

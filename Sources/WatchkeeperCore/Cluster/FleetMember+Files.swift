@@ -60,26 +60,7 @@ extension FleetMember {
 
     /// What a claim that found the key means; nil: a record of another form, claimed over.
     private func interpretFile(_ existing: EtcdKeyValue?, mine: FleetFile, key: String, lease id: Int64) -> FileClaim? {
-        guard let existing, let file = FleetFile(json: existing.value) else {
-            return .held("the claim raced with an expiring lease; retrying")
-        }
-        if file.state == .running {
-            if file.host == settings.name && existing.lease == id {
-                if claimsHeld.contains(key) || claimsPending[key] != nil { return .runningHere }
-                // Released a moment ago, its release on its way: not a claim to take up.
-                if writes[key] != nil { return .held("this host's release of the file is on its way to etcd; retrying") }
-                count("claims_adopted")
-                claimsHeld.insert(key)
-                return .won(revision: existing.modRevision, lease: id)
-            }
-            count("file_claims_lost")
-            return .runningElsewhere(file)
-        }
-        if file.size == mine.size && file.modifiedNanoseconds == mine.modifiedNanoseconds {
-            count("file_claims_lost")
-            return .handledElsewhere(file)
-        }
-        return nil
+        applied(claimReading(lease: id).file(existing, mine: mine, key: key), key: key)
     }
 
     /// The job of a claimed file ended: a success replaces the claim with the record that

@@ -204,6 +204,12 @@ final class ControlConnection {
 
     var finished: Bool { closing && pendingReplyBytes == 0 && inFlight == nil }
 
+    /// What the admission and eviction rules see of it (ControlAdmission).
+    var admissionView: ControlAdmission.Client {
+        ControlAdmission.Client(id: id, uid: peer.uid, isIdle: isIdle, lastActivity: lastActivity, partialSince: partialSince,
+                                writeBlockedSince: writeBlockedSince, pendingReplyBytes: pendingReplyBytes, closedAndDone: finished)
+    }
+
     /// Out of the epoll set and closed, now.
     func drop() {
         guard !dropped else { return }

@@ -29,6 +29,8 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     private let logger: Logger
     private let backend: ControlBackend
     public let limits: ControlLimits
+    /// Who gets a slot, who makes room, who goes at a bound: the rules, as a value.
+    private let admission: ControlAdmission
     /// Every client's socket.
     private let poller: DescriptorPoller
 
@@ -66,6 +68,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
         self.logger = logger
         self.backend = backend
         self.limits = limits
+        self.admission = ControlAdmission(limits: limits)
         self.access = ControlAccess(daemonUID: geteuid(), group: nil)
         self.slots = LargeCallSlots(limit: limits.maxLargeCallsInFlight)
         self.listener = ControlListener(queue: queue, sources: sources, logger: logger)
@@ -158,9 +161,8 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     }
 
     /// SO_PEERCRED at once: a refused peer gets PermissionDenied and is closed before it can
-    /// hold a slot; a uid other than root holds at most `maxConnectionsPerUID`; the last
-    /// `reservedForRoot` connections are root's, and at the limit a connection that is idle,
-    /// half-sent or not reading makes room.
+    /// hold a slot; then ControlAdmission's rules (per-uid limit, root's reserve, who makes
+    /// room at the limit).
     private func admit(_ fd: consuming OwnedFileDescriptor) {
         let now = MonotonicInstant.now
         let peer = try? ControlPeer.of(fd.descriptor)
@@ -173,14 +175,18 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             ]))
             return
         }
-        let isRoot = peer.uid == 0
-        if !isRoot, connections.values.lazy.filter({ $0.peer.uid == peer.uid }).count >= limits.maxConnectionsPerUID {
+        switch admission.admit(uid: peer.uid, among: connections.values.map(\.admissionView)) {
+        case .admit:
+            break
+        case .admitEvicting(let id, let why):
+            if let evicted = connections[id] {
+                drop(evicted, reason: ("evicted at the connection limit", "\(why.rawValue), evicted to make room at the connection limit"))
+            }
+        case .refuse(.perUIDLimit):
             counters.dropped["per-uid connection limit", default: 0] += 1
             answerAndClose(fd, ControlInterface.ErrorName.tooManyRequests.error([.init("limit", .int(Int64(limits.maxConnectionsPerUID)))]))
             return
-        }
-        let room = isRoot ? limits.maxConnections : limits.maxConnections - limits.reservedForRoot
-        if connections.count >= room, !evictOne(forRoot: isRoot) {
+        case .refuse(.connectionLimit):
             counters.dropped["connection limit", default: 0] += 1
             answerAndClose(fd, ControlInterface.ErrorName.tooManyRequests.error([.init("limit", .int(Int64(limits.maxConnections)))]))
             return
@@ -212,19 +218,6 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             logger.warning("refused a control connection from \(who): \(access.whoMay)\(line)",
                            metadata: [JournalFields.messageIDKey: .string(MessageID.controlRefused.rawValue), "peer_uid": .stringConvertible(peer?.uid ?? 0)])
         }
-    }
-
-    /// Room at the connection limit: the connection idle longest, else the one whose call
-    /// has been half-sent longest, else the one that has not read its reply for longest.
-    /// Root's connections make room only for root.
-    private func evictOne(forRoot: Bool) -> Bool {
-        let candidates = connections.values.filter { forRoot || $0.peer.uid != 0 }
-        let choice = candidates.filter(\.isIdle).min { $0.lastActivity < $1.lastActivity }.map { ($0, "idle") }
-            ?? candidates.filter { $0.partialSince != nil }.min { $0.partialSince! < $1.partialSince! }.map { ($0, "half-sent call") }
-            ?? candidates.filter { $0.writeBlockedSince != nil }.min { $0.writeBlockedSince! < $1.writeBlockedSince! }.map { ($0, "reply not read") }
-        guard let (connection, why) = choice else { return false }
-        drop(connection, reason: ("evicted at the connection limit", "\(why), evicted to make room at the connection limit"))
-        return true
     }
 
     private func ready(_ id: UInt64, _ readiness: PolledDescriptor.Readiness) {
@@ -322,7 +315,7 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
             connection.calls += 1
             counters.calls += 1
             let id = connection.id
-            dispatch(call, peer: connection.peer) { [unowned self] result in
+            ControlDispatch.dispatch(call, peer: connection.peer, access: access, backend: backend) { [unowned self] result in
                 self.queue.async {
                     if large { self.slots.release() }
                     self.replied(id, result)
@@ -350,34 +343,6 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     private func drained(_ id: UInt64) {
         guard let connection = connections[id] else { return }
         pump(connection)
-    }
-
-    private func dispatch(_ call: VarlinkCall, peer: ControlPeer, reply: @escaping ControlReply) {
-        switch call.interface {
-        case ControlInterface.serviceName:
-            reply(ControlInterface.serviceReply(call))
-        case ControlInterface.name:
-            guard let method = ControlInterface.Method(rawValue: call.methodName) else {
-                reply(.failure(.methodNotFound(call.method)))
-                return
-            }
-            // read_group: the door let the peer in to read; what acts is refused here.
-            guard access.permits(method, for: peer) else {
-                reply(.failure(ControlInterface.ErrorName.permissionDenied.error([
-                    .init("uid", .int(Int64(peer.uid))), .init("group", access.group.map { .string($0.name) } ?? .null),
-                    .init("method", .string(method.rawValue)),
-                ])))
-                return
-            }
-            guard method == .status else {
-                backend.handle(method, parameters: call.parameters, peer: peer, reply: reply)
-                return
-            }
-            let caller = DumpField("access", access.describe(for: peer))
-            backend.handle(method, parameters: call.parameters, peer: peer) { reply($0.map { $0 + [caller] }) }
-        default:
-            reply(.failure(.interfaceNotFound(call.interface)))
-        }
     }
 
     private func replied(_ id: UInt64, _ result: Result<[DumpField], VarlinkError>) {
@@ -409,17 +374,14 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
     /// Unread replies of all connections together.
     private var pendingReplyBytes: Int { connections.values.reduce(0) { $0 + $1.pendingReplyBytes } }
 
-    /// All connections' unread replies together stay within `maxPendingReplyBytes`: past
-    /// it, the connections that have not read for longest go, with what they held.
+    /// All connections' unread replies together stay within `maxPendingReplyBytes`
+    /// (ControlAdmission.overReplyBudget).
     private func enforceReplyBudget() {
-        var pending = pendingReplyBytes
+        let pending = pendingReplyBytes
         counters.peakPendingReplyBytes = max(counters.peakPendingReplyBytes, pending)
         guard pending > limits.maxPendingReplyBytes else { return }
-        let stalled = connections.values.filter { $0.pendingReplyBytes > 0 }.sorted {
-            ($0.writeBlockedSince ?? MonotonicInstant(nanoseconds: .max), $0.id) < ($1.writeBlockedSince ?? MonotonicInstant(nanoseconds: .max), $1.id)
-        }
-        for connection in stalled where pending > limits.maxPendingReplyBytes {
-            pending -= connection.pendingReplyBytes
+        for id in admission.overReplyBudget(connections.values.map(\.admissionView)) {
+            guard let connection = connections[id] else { continue }
             drop(connection, reason: ("reply memory", "replies not read while all clients' unread replies passed \(limits.maxPendingReplyBytes / (1 << 20)) MiB"))
         }
         trimDue = true
@@ -455,15 +417,16 @@ public final class ControlServer: DumpContributor, @unchecked Sendable {
 
     /// Once a second while any client is connected: drop the ones past a deadline.
     private func sweep() {
-        let now = MonotonicInstant.now
-        for connection in Array(connections.values) {
-            if let since = connection.partialSince, now - since > limits.requestTimeout {
+        for (id, expiry) in admission.expired(connections.values.map(\.admissionView), now: .now) {
+            guard let connection = connections[id] else { continue }
+            switch expiry {
+            case .requestTimeout:
                 drop(connection, reason: ("request timeout", "request not finished within \(limits.requestTimeout.compactDescription)"))
-            } else if let since = connection.writeBlockedSince, now - since > limits.writeTimeout {
+            case .writeTimeout:
                 drop(connection, reason: ("write timeout", "reply not read within \(limits.writeTimeout.compactDescription)"))
-            } else if connection.isIdle, now - connection.lastActivity > limits.idleTimeout {
+            case .idleTimeout:
                 drop(connection, reason: ("idle timeout", "idle for \(limits.idleTimeout.compactDescription)"))
-            } else if connection.closing, connection.inFlight == nil, connection.pendingReplyBytes == 0 {
+            case .done:
                 drop(connection, reason: nil)
             }
         }

@@ -71,7 +71,7 @@ final class EngineDrain {
         }.max() ?? .zero
         for run in runs.compactMap(\.run) { run.expire(.shutdown) }
         // A hook has no stop_signal of its own: SIGTERM now, SIGKILL with what is left.
-        engine.stopHooks()
+        engine.hooks.stopAll()
         let wait = longest + Self.expiryMargin
         arm(engine, after: wait, target: "drain: expiry sequences, at most \(wait.compactDescription)") { [unowned self] in
             self.killAll(engine)
@@ -88,8 +88,8 @@ final class EngineDrain {
             engine.logger.error("stopping: \(alive.count) job(s) outlived their expiry sequence: SIGKILL to their process groups: \(alive.map(\.label).joined(separator: ", "))")
         }
         for run in runs { run.killGroup() }
-        engine.killLingering()
-        engine.killHooks()
+        engine.lingering.killAll()
+        engine.hooks.killAll()
         arm(engine, after: Self.afterKill, target: "drain: \(Self.afterKill.compactDescription) after SIGKILL") { [unowned self] in
             self.finish(.leftOver(names: engine.activeRuns.map(\.key.name).sorted()))
         }
@@ -100,7 +100,7 @@ final class EngineDrain {
     /// started while the drain waits is waited for too; it ends by its own budget, or is
     /// killed with what is left once the expiry sequences have had their time.
     func jobEnded(_ engine: JobEngine) {
-        guard phase != .done, engine.runningCount == 0, engine.lingeringCount == 0, engine.hookCount == 0 else { return }
+        guard phase != .done, engine.runningCount == 0, engine.lingering.count == 0, engine.hooks.count == 0 else { return }
         finish(expiredNames.isEmpty ? .finished : .expired(names: expiredNames))
     }
 

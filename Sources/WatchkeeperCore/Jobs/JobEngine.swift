@@ -6,31 +6,6 @@ import Logging
 import Glibc
 #endif
 
-/// How the engine runs the jobs of one task or watch rule. Set at start and on every
-/// reload; work already waiting runs with the settings in force when it starts.
-public struct JobGroup: Sendable, Equatable {
-    public let key: JobKey
-    public var settings: JobSettings
-    /// At most this many of the group's jobs run at once; the rest wait in the line.
-    public var limit: Int
-    public var retry: RetryPolicy?
-    /// Runs that expired on their budget are retried too (failed ones always are).
-    public var retryExpired: Bool
-    /// fleet = "one": a job starts only under a claim on a live etcd lease (FleetStarts).
-    public var fleet = false
-}
-
-/// What a caller gets back, exactly once per submission: after the last attempt, or
-/// when the job was cancelled before it ran.
-public struct JobCompletion: Sendable {
-    public let key: JobKey
-    public let subject: JobSubject
-    /// One per attempt, oldest first; never empty.
-    public let records: [RunRecord]
-
-    public var final: RunRecord { records[records.count - 1] }
-}
-
 /// The daemon's one job engine, on its own queue: it alone holds `max_jobs`, the waiting
 /// line and priorities, each group's limit, retries with backoff, the run record and its
 /// journal entry, and whether new work is accepted (the drain). The scheduler lives on the
@@ -40,41 +15,6 @@ public struct JobCompletion: Sendable {
 public final class JobEngine: DumpContributor, @unchecked Sendable {
     typealias Reply = (queue: SubsystemQueue?, handler: (JobCompletion) -> Void)
 
-    struct Waiting {
-        let runID: RunID
-        let subject: JobSubject
-        let attempt: Int
-        let earlier: [RunRecord]
-        let reply: Reply
-        let submittedAt: MonotonicInstant
-        /// A fleet job's claim, once it holds one (FleetStarts).
-        var claim: FleetClaimHold?
-
-        func claimed(_ claim: FleetClaimHold?) -> Waiting {
-            var item = self
-            item.claim = claim
-            return item
-        }
-    }
-
-    private final class Active {
-        let key: JobKey
-        let waiting: Waiting
-        var run: JobRun?
-
-        init(key: JobKey, waiting: Waiting) {
-            self.key = key
-            self.waiting = waiting
-        }
-    }
-
-    private struct Retrying {
-        let key: JobKey
-        let next: Waiting
-        let timer: RegisteredTimer
-        let dueAt: MonotonicInstant
-    }
-
     public let queue: SubsystemQueue
     public let context: JobContext
     var logger: Logger { context.logger }
@@ -82,35 +22,27 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public private(set) var maxJobs: Int
     private var groups: [JobKey: JobGroup] = [:]
     /// Each group's shared environment block, built at its first start after `configure`.
-    private var environments: [JobKey: JobEnvironment] = [:]
+    private var environments = JobEnvironments()
     var line = JobLine<Waiting>()
     private var active: [RunID: Active] = [:]
-    private var retrying: [RunID: Retrying] = [:]
+    /// Work waiting for its next attempt.
+    private let retries: JobRetries<Waiting>
     /// Processes a finished job left in its group, until the kill that ends them.
-    private var lingering: [pid_t: (key: JobKey, child: ChildProcess, timer: RegisteredTimer)] = [:]
+    let lingering: LingeringKills
     private(set) var accepting = true
     private var pumping = false
-    private var totals: [JobKey: [RunOutcome: UInt64]] = [:]
+    private var totals = OutcomeTally<JobKey, RunOutcome>()
     /// on_failure and on_success hooks started or waiting for their run's on_expire to end.
-    private var hooks: [ObjectIdentifier: JobHook] = [:]
-    private var hookTotals: [HookKind: [HookResult: UInt64]] = [:]
-    /// How long a hook waits for its run's record to be written before it starts anyway.
-    var hookRecordPatience: Duration = .seconds(1)
+    let hooks: JobHooks
     private(set) var startedTotal: UInt64 = 0
     /// Jobs not started because their file was renamed, removed or replaced while they waited.
     private(set) var filesGoneBeforeStart: UInt64 = 0
-    /// The longest the waiting line was since the last time the engine went idle.
-    private var peakWaiting = 0
-    static let burstSize = 1_000
     /// Files of jobs that waited longer than this are checked again just before the start.
     static let startCheckAfterWaiting: Duration = .milliseconds(1)
-    /// Gives memory back a moment after a burst, once the callers have taken their
-    /// completions (the watcher frees its per-file state only then).
-    private var trimTimer: RegisteredTimer?
+    /// Gives memory back a moment after a burst.
+    private let burstTrim: BurstTrim
     /// Starts held back while descriptors or processes are short (StartHold.swift).
-    var hold = StartHold()
-    var holdTimer: RegisteredTimer?
-    static let trimDelay = Duration.seconds(2)
+    private let heldStarts: HeldStarts
     var drain: EngineDrain?
     /// Called after anything a status line shows changed (runs started, ended, progress).
     public var onChange: (() -> Void)?
@@ -130,6 +62,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         self.maxJobs = max(1, maxJobs)
         self.fleetStarts = fleetStarts
         self.metrics = metrics
+        self.retries = JobRetries(queue: context.queue, sources: context.sources)
+        self.lingering = LingeringKills(queue: context.queue, sources: context.sources)
+        self.hooks = JobHooks(logger: context.logger)
+        self.burstTrim = BurstTrim(queue: context.queue, sources: context.sources)
+        self.heldStarts = HeldStarts(queue: context.queue, sources: context.sources, logger: context.logger)
     }
 
     public var dumpSectionName: String { "jobs" }
@@ -151,7 +88,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
         groups[group.key] = group
-        environments[group.key] = nil
+        environments.forget(group.key)
         metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
@@ -165,13 +102,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public func reshape(_ group: JobGroup) -> [JobSubject] {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         let waiting = line.removeWaiting(of: group.key)
-        let retries = retrying.filter { $0.value.key == group.key }
-        for (runID, retry) in retries {
-            retry.timer.cancel()
-            retrying[runID] = nil
-        }
+        let retried = retries.take { key, _ in key == group.key }
         configure(group)
-        return waiting.map(\.subject) + retries.values.sorted { $0.dueAt < $1.dueAt }.map(\.next.subject)
+        return waiting.map(\.subject) + retried.map(\.element.subject)
     }
 
     /// A task or rule was removed (or changed so much that its waiting work no longer
@@ -180,19 +113,15 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public func remove(_ key: JobKey, reason: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         let waiting = line.removeWaiting(of: key)
-        let retries = retrying.filter { $0.value.key == key }
-        for (runID, retry) in retries {
-            retry.timer.cancel()
-            retrying[runID] = nil
+        let retried = retries.take { retryKey, _ in retryKey == key }
+        if !waiting.isEmpty || !retried.isEmpty {
+            logger.notice("\(key): \(waiting.count + retried.count) job(s) not started yet are cancelled: \(reason)")
         }
-        if !waiting.isEmpty || !retries.isEmpty {
-            logger.notice("\(key): \(waiting.count + retries.count) job(s) not started yet are cancelled: \(reason)")
-        }
-        for item in waiting + retries.values.map(\.next) {
+        for item in waiting + retried.map(\.element) {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
         }
         groups[key] = nil
-        environments[key] = nil
+        environments.forget(key)
         line.forget(key)
         metrics?.forget(key)
     }
@@ -241,17 +170,15 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     public static func notRunRecord(_ key: JobKey, runID: RunID, subject: JobSubject, outcome: RunOutcome, detail: String) -> RunRecord {
-        RunRecord(name: key.name, runID: runID.description, attempt: 1, outcome: outcome, scheduledAt: subject.scheduledAt,
-                  startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil, expiry: nil, lateness: nil, detail: detail)
+        .notStarted(key, runID: runID, attempt: 1, subject: subject, outcome: outcome, detail: detail)
     }
 
     /// Cancels a job that has not started (waiting, or waiting for a retry).
     @discardableResult
     public func cancel(runID: RunID, detail: String = "cancelled before it started") -> Bool {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        if let retry = retrying.removeValue(forKey: runID) {
-            retry.timer.cancel()
-            complete(retry.key, retry.next, adding: cancelledRecord(retry.key, retry.next, detail: detail))
+        if let retry = retries.take(runID: runID) {
+            complete(retry.key, retry.element, adding: cancelledRecord(retry.key, retry.element, detail: detail))
             return true
         }
         for key in groups.keys {
@@ -269,9 +196,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     func fenceFleet(stopBy: MonotonicInstant) {
         let fleet = Set(groups.values.filter(\.fleet).map(\.key))
         for entry in active.values where fleet.contains(entry.key) { entry.run?.expire(.fleetLeaseLost, by: stopBy) }
-        let retries = retrying.filter { fleet.contains($0.value.key) && $0.value.next.claim != nil }
-        for (runID, retry) in retries { retry.timer.cancel(); retrying[runID] = nil }
-        let dropped = fleet.flatMap { key in line.removeWaiting(of: key) { $0.claim != nil }.map { (key, $0) } } + retries.values.map { ($0.key, $0.next) }
+        let retried = retries.take { key, item in fleet.contains(key) && item.claim != nil }
+        let dropped = fleet.flatMap { key in line.removeWaiting(of: key) { $0.claim != nil }.map { (key, $0) } } + retried.map { ($0.key, $0.element) }
         for (key, item) in dropped {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: not started, as this host could not renew its etcd lease in time; its claim is released"))
         }
@@ -297,7 +223,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
     /// Running, waiting, or waiting for a retry: what an overlap policy counts as busy.
     public func activeCount(of key: JobKey) -> Int {
-        line.running(of: key) + line.waiting(of: key) + retrying.values.filter { $0.key == key }.count
+        line.running(of: key) + line.waiting(of: key) + retries.count(of: key)
     }
 
     public var runningCount: Int { active.count }
@@ -319,32 +245,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         guard !pumping else { return }
         pumping = true
         defer { pumping = false }
-        while accepting, hold.allowsStarts, line.runningCount < maxJobs, let (key, item) = line.startNext() {
+        while accepting, heldStarts.allowsStarts, line.runningCount < maxJobs, let (key, item) = line.startNext() {
             start(key, item)
         }
-        peakWaiting = max(peakWaiting, line.waitingCount)
-        if peakWaiting >= Self.burstSize && line.waitingCount == 0 && active.isEmpty {
-            // A burst is over: give the memory its waiting line and records took back to
-            // the system, instead of keeping the peak for the daemon's life.
-            peakWaiting = 0
-            if trimTimer == nil {
-                trimTimer = context.sources.makeTimer(owner: "jobs", target: "give memory back after a burst of \(Self.burstSize)+ waiting jobs", on: queue) { [weak self] in
-                    _ = malloc_trim(0)
-                    self?.onBurstOver?()
-                }
-            }
-            trimTimer?.schedule(after: Self.trimDelay)
-        }
+        burstTrim.observe(waiting: line.waitingCount, idle: active.isEmpty) { [weak self] in self?.onBurstOver?() }
         onChange?()
-    }
-
-    /// Jobs run as another user (`user`, `group`) build theirs from that account each time.
-    private func sharedEnvironment(_ key: JobKey, _ settings: JobSettings) -> JobEnvironment? {
-        guard settings.user == nil && settings.group == nil else { return nil }
-        if let built = environments[key] { return built }
-        let built = JobEnvironment(key: key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: context.daemonAccount)
-        environments[key] = built
-        return built
     }
 
     private func start(_ key: JobKey, _ item: Waiting) {
@@ -376,9 +281,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             claiming.insert(item.runID)
         case .notStarted(let outcome, let detail):
             line.finished(key)
-            let record = RunRecord(name: key.name, runID: item.runID.description, attempt: item.attempt, outcome: outcome,
-                                   scheduledAt: item.subject.scheduledAt, startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil,
-                                   expiry: nil, lateness: nil, detail: detail)
+            let record = RunRecord.notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: outcome, detail: detail)
             if outcome == .held { return deliver(key, item, records: item.earlier + [record]) }
             complete(key, item, adding: record, inBulk: outcome == .ranElsewhere)
         }
@@ -397,8 +300,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             break
         case .narrowed(let subject, let gone):
             logger.notice("\(key) run \(item.runID): \(gone.count) of its files were renamed, removed or replaced before it started and are left out (the first: \(LineEscaping.escaped(gone[0].path)))")
-            item = Waiting(runID: item.runID, subject: subject, attempt: item.attempt, earlier: item.earlier, reply: item.reply,
-                           submittedAt: item.submittedAt).claimed(item.claim)
+            item = item.narrowed(to: subject)
         case .gone:
             line.finished(key)
             filesGoneBeforeStart += 1
@@ -409,7 +311,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
                                  placeholders: inputs.placeholders, listPlaceholders: inputs.lists, environment: inputs.environment,
                                  standardInput: inputs.standardInput, attempt: item.attempt, submittedAt: item.submittedAt)
-        request.sharedEnvironment = sharedEnvironment(key, group.settings)
+        request.sharedEnvironment = environments.shared(key, group.settings, context: context)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
         let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
@@ -421,11 +323,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         case .started, .failed:
             startedTotal += 1
             if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
-            perform(hold.started(now: .now))
+            heldStarts.started()
         case .shortOfResources(let cause):
             active.removeValue(forKey: item.runID)
             line.putBack(item, to: key)
-            perform(hold.shortage(cause, now: .now))
+            heldStarts.shortage(cause, waiting: line.waitingCount) { [weak self] in self?.pump() }
         }
     }
 
@@ -444,45 +346,23 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
         drain?.jobEnded(self)
         // Its descriptors are free again: a held start may try.
-        hold.release()
+        heldStarts.release()
         pump()
     }
 
     /// After a run's last record: its on_failure or on_success, if it has one. Once the
     /// drain expires what runs, no hook starts any more: shutdown is never held up by one.
     private func startHook(after record: RunRecord, of run: JobRun?) {
-        guard let run, let kind = HookKind.after(record) else { return }
-        let settings = run.request.settings
-        guard (kind == .failure ? settings.onFailure : settings.onSuccess) != nil else { return }
-        guard hooksMayStart else {
-            logger.notice("\(run.label): \(kind.key) not run: the daemon is stopping")
-            return
-        }
-        let hook = JobHook(kind: kind, record: record, run: run, recordPatience: hookRecordPatience)
-        hooks[ObjectIdentifier(hook)] = hook
-        hook.start(mayStart: { [weak self] in self?.hooksMayStart ?? false }) { [weak self] hook, result in
+        guard let run else { return }
+        hooks.start(after: record, of: run, mayStart: { [weak self] in self?.hooksMayStart ?? false }) { [weak self] kind, result in
             guard let self else { return }
-            self.hooks[ObjectIdentifier(hook)] = nil
-            self.hookTotals[hook.kind, default: [:]][result, default: 0] += 1
-            self.metrics?.hookEnded(hook.kind, result: result)
+            self.metrics?.hookEnded(kind, result: result)
             self.drain?.jobEnded(self)
             self.onChange?()
         }
     }
 
     private var hooksMayStart: Bool { drain == nil || drain?.phase == .waiting }
-
-    var hookCount: Int { hooks.count }
-
-    /// shutdown_grace ran out: hooks still running are asked to stop.
-    func stopHooks() {
-        for hook in hooks.values { hook.stop() }
-    }
-
-    /// The drain's last resort: every hook still running is killed, and none starts.
-    func killHooks() {
-        for hook in hooks.values { hook.kill() }
-    }
 
     private func scheduleRetry(_ key: JobKey, _ item: Waiting, records: [RunRecord], retry: RetryPolicy) {
         let record = records[records.count - 1]
@@ -491,9 +371,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
                            submittedAt: item.submittedAt).claimed(item.claim)
         let what = item.subject.summary.map { " for \(LineEscaping.escaped($0))" } ?? ""
         logger.notice("\(key) run \(record.runID)\(what): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription) as run \(next.runID)")
-        let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): retry run \(next.runID) (attempt \(next.attempt))", on: queue) { [weak self] in
-            guard let self, let retry = self.retrying.removeValue(forKey: next.runID) else { return }
-            retry.timer.cancel()
+        retries.schedule(next, key: key, runID: next.runID, attempt: next.attempt, after: delay) { [weak self] key, next in
+            guard let self else { return }
             guard self.accepting, self.groups[key] != nil else {
                 self.complete(key, next, adding: self.cancelledRecord(key, next, detail: "cancelled: \(key) was removed"))
                 return
@@ -501,37 +380,17 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             self.line.append(next, to: key)
             self.pump()
         }
-        retrying[next.runID] = Retrying(key: key, next: next, timer: timer, dueAt: .now + delay)
-        timer.schedule(after: delay)
     }
 
     /// A finished job's leftover processes get `stop_signal` from the run, then SIGKILL
-    /// here after `grace`; the drain waits for (or hastens) that kill.
+    /// after `grace`; the drain waits for (or hastens) that kill.
     private func linger(_ child: ChildProcess, key: JobKey, grace: Duration) {
-        let pid = child.pid
-        lingering[pid]?.timer.cancel()
-        let timer = context.sources.makeTimer(owner: "jobs", target: "\(key): kill leftovers in \(child.containerDescription)", on: queue) { [weak self] in
-            if child.groupHasMembers { child.signalGroup(SIGKILL) }
-            child.releaseContainment()
-            guard let self, let entry = self.lingering.removeValue(forKey: pid) else { return }
-            entry.timer.cancel()
+        lingering.linger(child, key: key, grace: grace) { [weak self] in
+            guard let self else { return }
             self.drain?.jobEnded(self)
         }
-        lingering[pid] = (key, child, timer)
-        timer.schedule(after: grace)
     }
 
-    /// Ends every leftover group now (the drain's last resort).
-    func killLingering() {
-        for entry in lingering.values {
-            entry.child.signalGroup(SIGKILL)
-            entry.child.releaseContainment()
-            entry.timer.cancel()
-        }
-        lingering.removeAll()
-    }
-
-    var lingeringCount: Int { lingering.count }
     var activeRuns: [(key: JobKey, run: JobRun?)] { active.values.map { ($0.key, $0.run) } }
 
     // MARK: Stopping
@@ -542,26 +401,19 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         guard accepting else { return }
         accepting = false
         let waiting = line.removeAllWaiting()
-        let retries = retrying.values.sorted { $0.dueAt < $1.dueAt }
-        retrying.removeAll()
-        for retry in retries { retry.timer.cancel() }
-        if !waiting.isEmpty || !retries.isEmpty {
-            logger.notice("stopping: \(waiting.count) waiting job(s) and \(retries.count) retry(ies) are cancelled")
+        let retried = retries.take()
+        if !waiting.isEmpty || !retried.isEmpty {
+            logger.notice("stopping: \(waiting.count) waiting job(s) and \(retried.count) retry(ies) are cancelled")
         }
-        for (key, item) in waiting {
+        for (key, item) in waiting + retried {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the daemon is stopping"), inBulk: true)
-        }
-        for retry in retries {
-            complete(retry.key, retry.next, adding: cancelledRecord(retry.key, retry.next, detail: "cancelled: the daemon is stopping"), inBulk: true)
         }
     }
 
     // MARK: Records
 
     private func cancelledRecord(_ key: JobKey, _ item: Waiting, detail: String) -> RunRecord {
-        RunRecord(name: key.name, runID: item.runID.description, attempt: item.attempt, outcome: .cancelled,
-                  scheduledAt: item.subject.scheduledAt, startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil, expiry: nil,
-                  lateness: nil, detail: detail)
+        .notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: .cancelled, detail: detail)
     }
 
     /// A job that never started: its record is journaled and the caller told.
@@ -586,7 +438,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     private func log(_ record: RunRecord, key: JobKey, subject: JobSubject, inBulk: Bool = false) {
-        totals[key, default: [:]][record.outcome, default: 0] += 1
+        totals.add(record.outcome, to: key)
         metrics?.recorded(record, key: key)
         record.journal(to: context.sink, key: key, subject: subject, inBulk: inBulk)
     }
@@ -596,75 +448,38 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public func describeForDump() -> DumpValue {
         let now = MonotonicInstant.now
         let running = active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }
-        let keys = Set(groups.keys).union(totals.keys).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
+        let keys = Set(groups.keys).union(totals.groups).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
         let fields: [DumpField] = [
             .init("max_jobs", .int(Int64(maxJobs))),
             .init("accepting", .bool(accepting)),
             .init("running_total", .int(Int64(active.count))),
             .init("waiting_total", .int(Int64(line.waitingCount))),
-            .init("retrying_total", .int(Int64(retrying.count))),
+            .init("retrying_total", .int(Int64(retries.count))),
             .init("fleet_claims_waiting", .int(Int64(claiming.count))),
             .init("lingering_groups", .int(Int64(lingering.count))),
             .init("started_since_start", .int(Int64(startedTotal))),
             .init("files_gone_before_start", .int(Int64(filesGoneBeforeStart))),
-            .init("starts_held", .bool(!hold.allowsStarts)),
-            .init("start_holds_since_start", .int(Int64(hold.holds))),
-            .init("jobs_put_back_since_start", .int(Int64(hold.totalPutBack))),
-            .init("running", .array(running.compactMap { describe($0, now: now) })),
-            .init("waiting", .array(line.ordered(limit: 50).map { describe(waiting: $0.element, key: $0.key, now: now) })),
-            .init("retrying", .array(retrying.values.sorted { $0.dueAt < $1.dueAt }.prefix(50).map { describe(retry: $0, now: now) })),
-            .init("groups", .array(keys.map(describe(group:)))),
-            .init("hooks_running", .array(hooks.values.sorted { ($0.startedAt?.nanoseconds ?? 0) < ($1.startedAt?.nanoseconds ?? 0) }
-                .prefix(50).map { $0.describe(now: now) })),
-            .init("hooks", .object(HookKind.allCases.map { kind in
-                .init(kind.key, .object(HookResult.allCases.compactMap { result in
-                    hookTotals[kind]?[result].map { .init(result.rawValue, .int(Int64($0))) }
-                }))
+        ] + heldStarts.describe() + [
+            .init("running", .array(running.compactMap { $0.describe(now: now) })),
+            .init("waiting", .array(line.ordered(limit: 50).map { item in
+                item.element.describe(item.key, priority: groups[item.key]?.settings.priority, now: now)
             })),
+            .init("retrying", retries.describe(now: now)),
+            .init("groups", .array(keys.map(describe(group:)))),
+            .init("hooks_running", hooks.describeRunning(now: now)),
+            .init("hooks", hooks.describeTotals()),
             .init("drain", drain?.describe(now: now) ?? .null),
         ]
         return .object(fields)
     }
 
-    private func describe(_ entry: Active, now: MonotonicInstant) -> DumpValue? {
-        guard let run = entry.run else { return nil }
-        var fields: [DumpField] = [.init(entry.key.kind.rawValue, .string(entry.key.name))]
-        if let about = entry.waiting.subject.summary { fields.append(.init("about", .bytes(about))) }
-        if case .object(let more) = run.describe(now: now) { fields += more }
-        return .object(fields)
-    }
-
-    private func describe(waiting item: Waiting, key: JobKey, now: MonotonicInstant) -> DumpValue {
-        var fields: [DumpField] = [
-            .init(key.kind.rawValue, .string(key.name)),
-            .init("run_id", .string(item.runID.description)),
-            .init("priority", .string(groups[key]?.settings.priority.rawValue ?? "default")),
-            .init("waiting", .string((now - item.submittedAt).compactDescription)),
-        ]
-        if let about = item.subject.summary { fields.append(.init("about", .bytes(about))) }
-        return .object(fields)
-    }
-
-    private func describe(retry: Retrying, now: MonotonicInstant) -> DumpValue {
-        let dueIn = max(.zero, retry.dueAt - now)
-        return .object([
-            .init(retry.key.kind.rawValue, .string(retry.key.name)),
-            .init("run_id", .string(retry.next.runID.description)),
-            .init("attempt", .int(Int64(retry.next.attempt))),
-            .init("due_in", .string(dueIn.compactDescription)),
-        ])
-    }
-
     private func describe(group key: JobKey) -> DumpValue {
-        let outcomes: [DumpField] = RunOutcome.allCases.compactMap { outcome in
-            totals[key]?[outcome].map { .init(outcome.rawValue, .int(Int64($0))) }
-        }
-        return .object([
+        .object([
             .init(key.kind.rawValue, .string(key.name)),
             .init("limit", groups[key].map { .int(Int64($0.limit)) } ?? .null),
             .init("running", .int(Int64(line.running(of: key)))),
             .init("waiting", .int(Int64(line.waiting(of: key)))),
-            .init("outcomes", .object(outcomes)),
+            .init("outcomes", totals.describe(key)),
         ])
     }
 }

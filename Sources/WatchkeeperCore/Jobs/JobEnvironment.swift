@@ -43,3 +43,22 @@ public struct JobEnvironment: Sendable {
         return block
     }
 }
+
+/// Each group's shared environment block, built at the group's first start after it was
+/// configured and forgotten when it is configured again or removed. Confined to the jobs
+/// queue.
+struct JobEnvironments {
+    private var built: [JobKey: JobEnvironment] = [:]
+
+    mutating func forget(_ key: JobKey) { built[key] = nil }
+
+    /// Nil for jobs run as another user (`user`, `group`): they build theirs from that
+    /// account each time.
+    mutating func shared(_ key: JobKey, _ settings: JobSettings, context: JobContext) -> JobEnvironment? {
+        guard settings.user == nil && settings.group == nil else { return nil }
+        if let environment = built[key] { return environment }
+        let environment = JobEnvironment(key: key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: context.daemonAccount)
+        built[key] = environment
+        return environment
+    }
+}

@@ -116,3 +116,12 @@ extension RunRecord {
                       + LogSink.metadataSuffix(shownPairs))
     }
 }
+
+extension RunRecord {
+    /// The record of an attempt that never started (cancelled, held, ran elsewhere): no
+    /// start, no exit, finished now.
+    static func notStarted(_ key: JobKey, runID: RunID, attempt: Int, subject: JobSubject, outcome: RunOutcome, detail: String) -> RunRecord {
+        RunRecord(name: key.name, runID: runID.description, attempt: attempt, outcome: outcome, scheduledAt: subject.scheduledAt,
+                  startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil, expiry: nil, lateness: nil, detail: detail)
+    }
+}

@@ -1,4 +1,5 @@
 import Dispatch
+import Logging
 
 #if canImport(Glibc)
 import Glibc
@@ -88,25 +89,63 @@ struct StartHold {
     }
 }
 
-extension JobEngine {
-    func perform(_ actions: [StartHold.Action]) {
+/// The engine's start hold acting on the jobs queue: StartHold decides, this warns, says
+/// when starts recover, and owns the timer that tries held starts again. Confined to the
+/// jobs queue.
+final class HeldStarts {
+    private(set) var hold = StartHold()
+    private let queue: SubsystemQueue
+    private let sources: SourceRegistry
+    private let logger: Logger
+    private var timer: RegisteredTimer?
+
+    init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger) {
+        self.queue = queue
+        self.sources = sources
+        self.logger = logger
+    }
+
+    var allowsStarts: Bool { hold.allowsStarts }
+
+    /// A job ended (its descriptors are free again): a held start may try.
+    func release() { hold.release() }
+
+    /// A job started: a hold, if there was one, is over.
+    func started() { perform(hold.started(now: .now), waiting: 0, retry: nil) }
+
+    /// A start failed for want of resources and its job is back in line, with `waiting`
+    /// jobs now waiting. `retry` runs on the jobs queue when the delay has passed.
+    func shortage(_ cause: SpawnError, waiting: Int, retry: @escaping () -> Void) {
+        perform(hold.shortage(cause, now: .now), waiting: waiting, retry: retry)
+    }
+
+    private func perform(_ actions: [StartHold.Action], waiting: Int, retry: (() -> Void)?) {
         for action in actions {
             switch action {
             case .warn(let cause, let holdsBefore):
                 let earlier = holdsBefore > 0 ? "; \(holdsBefore) more time(s) in the last minute" : ""
-                logger.warning("unable to start jobs: \(cause.shortageExplanation); \(line.waitingCount) waiting job(s) stay in line and start as running jobs end (\(cause))\(earlier)")
+                logger.warning("unable to start jobs: \(cause.shortageExplanation); \(waiting) waiting job(s) stay in line and start as running jobs end (\(cause))\(earlier)")
             case .retryAfter(let delay):
-                if holdTimer == nil {
-                    holdTimer = context.sources.makeTimer(owner: "jobs", target: "try held job starts again", on: queue) { [weak self] in
+                if timer == nil, let retry {
+                    timer = sources.makeTimer(owner: "jobs", target: "try held job starts again", on: queue) { [weak self] in
                         self?.hold.release()
-                        self?.pump()
+                        retry()
                     }
                 }
-                holdTimer?.schedule(after: delay)
+                timer?.schedule(after: delay)
             case .recovered(let after, let putBack):
                 logger.notice("jobs start again after being held back for \(after.compactDescription); \(putBack) start(s) went back in line, none failed")
             }
         }
+    }
+
+    /// For the dump.
+    func describe() -> [DumpField] {
+        [
+            .init("starts_held", .bool(!hold.allowsStarts)),
+            .init("start_holds_since_start", .int(Int64(hold.holds))),
+            .init("jobs_put_back_since_start", .int(Int64(hold.totalPutBack))),
+        ]
     }
 }
 

@@ -93,29 +93,9 @@ func writeFileAtomically(
         // name the next write does not reuse, and the error that led here says why.
         _ = unlinkat(directoryDescriptor, temporary, 0)
     }
-    var offset = 0
-    while offset < bytes.count {
-        switch valueOrErrno({ bytes.withUnsafeBytes { write(fileDescriptor, $0.baseAddress! + offset, $0.count - offset) } }) {
-        case .success(let written):
-            offset += written
-        case .failure(let error):
-            close(fileDescriptor)
-            removeTemporary()
-            throw failure("write \(directory)/\(temporary)", error)
-        }
-    }
-    if case .failure(let error) = nothingOrErrno({ fsync(fileDescriptor) }) {
-        close(fileDescriptor)
+    if let failed = writeSyncAndClose(fileDescriptor, bytes) {
         removeTemporary()
-        throw failure("fsync \(directory)/\(temporary)", error)
-    }
-    // close reports late write errors (NFS); after it the descriptor is gone either way,
-    // so it is never retried, and EINTR is no failure.
-    switch nothingOrErrno(retryOnInterrupt: false, { close(fileDescriptor) }) {
-    case .success, .failure(.interrupted): break
-    case .failure(let error):
-        removeTemporary()
-        throw failure("close \(directory)/\(temporary)", error)
+        throw failure("\(failed.call) \(directory)/\(temporary)", failed.error)
     }
     if case .failure(let error) = nothingOrErrno({ renameat(directoryDescriptor, temporary, directoryDescriptor, baseName) }) {
         removeTemporary()
@@ -124,6 +104,31 @@ func writeFileAtomically(
     // The rename is durable only once the directory is; the new contents are in place
     // already, so a failure here says the write may not survive a crash.
     if case .failure(let error) = nothingOrErrno({ fsync(directoryDescriptor) }) { throw failure("fsync \(directory)", error) }
+}
+
+/// Writes all of `bytes` to `fd`, fsyncs and closes it: nil, or the call that failed and
+/// why. The descriptor is closed either way.
+private func writeSyncAndClose(_ fd: Int32, _ bytes: [UInt8]) -> (call: String, error: Errno)? {
+    var offset = 0
+    while offset < bytes.count {
+        switch valueOrErrno({ bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) } }) {
+        case .success(let written):
+            offset += written
+        case .failure(let error):
+            close(fd)
+            return ("write", error)
+        }
+    }
+    if case .failure(let error) = nothingOrErrno({ fsync(fd) }) {
+        close(fd)
+        return ("fsync", error)
+    }
+    // close reports late write errors (NFS); after it the descriptor is gone either way,
+    // so it is never retried, and EINTR is no failure.
+    switch nothingOrErrno(retryOnInterrupt: false, { close(fd) }) {
+    case .success, .failure(.interrupted): return nil
+    case .failure(let error): return ("close", error)
+    }
 }
 
 /// Why the daemon must not write in this directory, or nil when it may: it must be the

@@ -27,7 +27,7 @@ final class JobHookOrderTests: XCTestCase {
                                  sources: SourceRegistry(), daemonEnvironment: ["PATH": "/usr/bin:/bin"])
         let engine = JobEngine(context: context, maxJobs: 2)
         // The patience is for a sink that takes nothing at all; this one is only slow.
-        engine.hookRecordPatience = .seconds(60)
+        engine.hooks.recordPatience = .seconds(60)
         let key = JobKey(.task, "quick")
         let done = Arrivals<JobCompletion>()
         engine.queue.queue.sync {

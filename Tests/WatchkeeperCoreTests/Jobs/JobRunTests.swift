@@ -54,7 +54,7 @@ final class JobRunTests: JobTestCase {
                       "\(log.messages)")
         XCTAssertTrue(waitFor(5) { hasExited(polite) }, "the leftover was never sent stop_signal")
         XCTAssertTrue(waitFor(5) { hasExited(deaf) }, "the leftover that ignores SIGTERM was never killed")
-        XCTAssertTrue(waitFor(5) { engine.queue.queue.sync { engine.lingeringCount == 0 } }, "the engine still holds the leftover group")
+        XCTAssertTrue(waitFor(5) { engine.queue.queue.sync { engine.lingering.count == 0 } }, "the engine still holds the leftover group")
     }
 
     /// The record follows the job's last lines into the log, so it waits while the sink is

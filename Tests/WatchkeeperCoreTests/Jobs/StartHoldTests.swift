@@ -1,6 +1,8 @@
+import Dispatch
 import XCTest
 
 @testable import WatchkeeperCore
+import WatchkeeperTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -68,5 +70,31 @@ final class StartHoldTests: XCTestCase {
         XCTAssertTrue(SpawnError(step: .fork, errorNumber: EAGAIN, description: "").isResourceShortage)
         XCTAssertFalse(SpawnError(step: .execve, errorNumber: ENOENT, description: "").isResourceShortage)
         XCTAssertFalse(SpawnError(step: .execve, errorNumber: EAGAIN, description: "").isResourceShortage)
+    }
+}
+
+/// The hold acting on the jobs queue: its warning, its retry timer, its dump fields.
+final class HeldStartsTests: JobTestCase {
+    private let emfile = SpawnError(step: .pipe, errorNumber: EMFILE, description: "unable to create pipe: Too many open files")
+
+    func testAShortage_warnsWithTheWaitingJobs_andTriesAgainOnceTheDelayHasPassed() {
+        let held = HeldStarts(queue: context.queue, sources: context.sources, logger: context.logger)
+        let retried = DispatchSemaphore(value: 0)
+        context.queue.queue.sync {
+            held.shortage(emfile, waiting: 3) { retried.signal() }
+            XCTAssertFalse(held.allowsStarts)
+            XCTAssertEqual(held.describe().map(\.value), [.bool(true), .int(1), .int(1)])
+        }
+        XCTAssertEqual(retried.wait(timeout: .now() + 10 * testDeadlineScale), .success, "held starts were never tried again")
+        context.queue.queue.sync {
+            XCTAssertTrue(held.allowsStarts, "the delay passed: the next start is a probe")
+            held.started()
+            XCTAssertTrue(held.allowsStarts)
+            XCTAssertEqual(held.describe().map(\.value), [.bool(false), .int(1), .int(1)])
+        }
+        let warnings = messages(at: .warning)
+        XCTAssertEqual(warnings.count, 1, "\(warnings)")
+        XCTAssertTrue(warnings.first?.contains("unable to start jobs: ") == true && warnings.first?.contains("3 waiting job(s) stay in line") == true,
+                      "\(warnings)")
     }
 }

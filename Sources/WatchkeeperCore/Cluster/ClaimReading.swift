@@ -1,0 +1,77 @@
+/// What a claim that found its key taken means: etcd's answer read against what this host
+/// knows of its own claims, apart from the transaction that made the claim
+/// (FleetMember+Claims, +Files). A pure value; the member applies the verdict (counts it,
+/// and holds a key it adopted).
+struct ClaimReading {
+    /// What this host knows of one key.
+    struct Known: OptionSet {
+        let rawValue: Int
+        /// A run here holds the key's claim.
+        static let held = Known(rawValue: 1 << 0)
+        /// A claim of the key is on its way to etcd.
+        static let pending = Known(rawValue: 1 << 1)
+        /// A record or release of the key is on its way to etcd.
+        static let writing = Known(rawValue: 1 << 2)
+    }
+
+    struct Verdict<Answer: Equatable>: Equatable {
+        let answer: Answer
+        /// The member's counter it adds one to, if any.
+        var counter: String?
+        /// The key is this host's own claim on its current lease whose answer was lost: it is
+        /// held from now on.
+        var adopts = false
+    }
+
+    /// This host's member name, and the lease the claim was bound to.
+    let host: String
+    let lease: Int64
+    let keys: FleetKeys
+    let known: (String) -> Known
+
+    /// A claim of one fire of `mine.task` at `fireKey` whose compare failed: `found` is what
+    /// etcd holds at the fire's key and, with overlap = "skip", the task's running key.
+    func fire(_ found: [EtcdKeyValue], mine: FleetFire, fireKey: String) -> Verdict<FireClaim> {
+        if let existing = found.first(where: { $0.key == fireKey }) {
+            let fire = FleetFire(task: mine.task, instant: mine.instant, json: existing.value)
+                ?? FleetFire(task: mine.task, instant: mine.instant, host: "unknown", runID: "unknown", state: .done)
+            // An earlier claim of this host's, on this very lease, whose answer was lost (its
+            // deadline passed after etcd applied it): no run here holds it, so it is taken as
+            // won. A claim under another lease (a previous life of this daemon, or another
+            // daemon with the same name) is not ours to run.
+            if fire.host == host && fire.state == .running && existing.lease == lease && known(fireKey).isEmpty {
+                return Verdict(answer: .won(revision: existing.modRevision, lease: lease), counter: "claims_adopted", adopts: true)
+            }
+            return Verdict(answer: .elsewhere(fire, revision: existing.modRevision), counter: "claims_lost")
+        }
+        if let running = found.first(where: { $0.key == keys.running(mine.task) }) {
+            let fire = FleetFire(task: mine.task, instant: "", json: running.value)
+                ?? FleetFire(task: mine.task, instant: "", host: "unknown", runID: "unknown", state: .running)
+            let orphan = fire.host == host && running.lease == lease
+                && WallTime(iso8601: fire.instant).map { !known(keys.fire(mine.task, at: $0)).contains(.held) } ?? false
+            return Verdict(answer: .previousRunning(fire, revision: running.modRevision, orphan: orphan), counter: "claims_skipped")
+        }
+        // Both vanished between the compare and the read (a lease expired): try again later.
+        return Verdict(answer: .held("the claim raced with an expiring lease; retrying"))
+    }
+
+    /// A claim of a shared inbox's file at `key` that found the key: nil when what is there
+    /// is the record of the file in another form, which the claim is made over.
+    func file(_ existing: EtcdKeyValue?, mine: FleetFile, key: String) -> Verdict<FileClaim?> {
+        guard let existing, let file = FleetFile(json: existing.value) else {
+            return Verdict(answer: .held("the claim raced with an expiring lease; retrying"))
+        }
+        if file.state == .running {
+            guard file.host == host && existing.lease == lease else { return Verdict(answer: .runningElsewhere(file), counter: "file_claims_lost") }
+            let here = known(key)
+            if !here.isDisjoint(with: [.held, .pending]) { return Verdict(answer: .runningHere) }
+            // Released a moment ago, its release on its way: not a claim to take up.
+            if here.contains(.writing) { return Verdict(answer: .held("this host's release of the file is on its way to etcd; retrying")) }
+            return Verdict(answer: .won(revision: existing.modRevision, lease: lease), counter: "claims_adopted", adopts: true)
+        }
+        if file.size == mine.size && file.modifiedNanoseconds == mine.modifiedNanoseconds {
+            return Verdict(answer: .handledElsewhere(file), counter: "file_claims_lost")
+        }
+        return Verdict(answer: nil)
+    }
+}

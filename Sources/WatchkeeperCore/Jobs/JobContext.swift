@@ -1,0 +1,67 @@
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What every child-owning object needs from the daemon.
+public struct JobContext: CgroupRemovalContext, Sendable {
+    public let queue: SubsystemQueue
+    public let sink: LogSink
+    public let logger: Logger
+    public let sources: SourceRegistry
+    /// The daemon's environment, read once: jobs get PATH, LANG, LC_ALL and TZ from it.
+    public let daemonEnvironment: [String: String]
+    /// The daemon's own passwd entry, read once rather than at every spawn: jobs without
+    /// `user` get its HOME, USER, LOGNAME and SHELL.
+    let daemonAccount: Account?
+    /// A cgroup per job where one is delegated to the daemon, process groups otherwise.
+    public let containment: JobContainment
+    /// Every job's pidfd and pipes, in one epoll instance of `queue`.
+    let poller: DescriptorPoller
+    /// Every job's budget, warn_at and kill_grace deadline, on one timer of `queue`.
+    let deadlines: JobDeadlines
+
+    public init(queue: SubsystemQueue, sink: LogSink, logger: Logger, sources: SourceRegistry, daemonEnvironment: [String: String],
+                containment: JobContainment = .processGroups(reason: "not set up")) {
+        self.queue = queue
+        self.sink = sink
+        self.logger = logger
+        self.sources = sources
+        self.daemonEnvironment = daemonEnvironment
+        self.daemonAccount = Account.lookup(uid: geteuid())
+        self.containment = containment
+        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)")
+        self.deadlines = JobDeadlines(queue: queue, sources: sources)
+    }
+
+    /// A cgroup for one process of a run, when the daemon has cgroups; released by the
+    /// ChildProcess it is handed to, or by the caller if the spawn fails.
+    func makeCgroup(runID: String, suffix: String = "", limits: JobLimits) throws(SpawnError) -> JobCgroup? {
+        guard case .cgroups(let tree) = containment else { return nil }
+        return try tree.create(JobCgroup.prefix + runID + suffix, limits: limits)
+    }
+
+    func release(_ cgroup: JobCgroup) {
+        guard case .cgroups(let tree) = containment else { return }
+        tree.release(cgroup, context: self)
+    }
+
+    /// Spawns one process of a run (the job, its on_expire handler, a hook) in a cgroup of
+    /// its own, set in `cgroup`, when the daemon has cgroups; the cgroup goes again if the
+    /// spawn fails.
+    func spawn(_ request: SpawnRequest, runID: String, suffix: String = "", limits: JobLimits, cgroup: inout JobCgroup?) throws(SpawnError) -> SpawnedProcess {
+        var request = request
+        cgroup = try makeCgroup(runID: runID, suffix: suffix, limits: limits)
+        request.cgroupProcsDescriptor = cgroup?.procs
+        request.cgroupPath = cgroup?.directory.path
+        do {
+            return try ProcessSpawner.spawn(request)
+        } catch {
+            if let made = cgroup { release(made) }
+            cgroup = nil
+            throw error
+        }
+    }
+}
