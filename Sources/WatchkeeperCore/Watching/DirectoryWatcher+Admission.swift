@@ -16,7 +16,7 @@ extension DirectoryWatcher {
                  changedSince: Int64? = nil) {
         let pending = PendingFile(event: event, renamedFrom: renamedFrom, changedSince: changedSince)
         guard accepting else { return }
-        let now = MonotonicInstant.now
+        let now = clock.now
         // A writer's close (or a move in) is evidence that the file is whole: a wait that only
         // a scan started (it cannot tell) ends, and the file goes on with the rule's window.
         if !fromScan, let waiting = rule.settle.item(for: relative), waiting.fromScan {
@@ -47,12 +47,12 @@ extension DirectoryWatcher {
 
     /// One of a rule's timers, made the first time it is needed (registered with its
     /// purpose), set to fire at `instant`.
-    func arm(_ timer: ReferenceWritableKeyPath<WatchRule, RegisteredTimer?>, of rule: WatchRule, at instant: MonotonicInstant,
+    func arm(_ timer: ReferenceWritableKeyPath<WatchRule, (any WatchTimer)?>, of rule: WatchRule, at instant: MonotonicInstant,
              target: String, fire: @escaping () -> Void) {
         if rule[keyPath: timer] == nil {
-            rule[keyPath: timer] = context.sources.makeTimer(owner: "watch \(rule.name)", target: target, on: queue, handler: fire)
+            rule[keyPath: timer] = clock.makeTimer(owner: "watch \(rule.name)", target: target, handler: fire)
         }
-        rule[keyPath: timer]?.schedule(at: instant.dispatchTime)
+        rule[keyPath: timer]?.schedule(at: instant)
     }
 
     /// Starts every path whose window has ended, and re-arms for the next one.
@@ -60,7 +60,7 @@ extension DirectoryWatcher {
         // A batch also takes the files whose windows end a moment later (files written
         // together settle microseconds apart), up to a quarter of the window or 250 ms.
         let lookahead = rule.settings.batch ? min(rule.settings.settle / 4, .milliseconds(250)) : .zero
-        let now = MonotonicInstant.now
+        let now = clock.now
         let due = rule.settle.takeDue(now: now, lookahead: lookahead)
         var admitted: [FileSubject] = []
         admitted.reserveCapacity(due.count)
@@ -110,7 +110,7 @@ extension DirectoryWatcher {
         let identity = rule.identity(of: status.identity, at: relative)
         if fromScan {
             // Nobody said the writer is done: it must have stopped changing for the window.
-            let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity)
+            let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity, now: clock.wallNow)
             if changing { return .stillChanging(identity) }
             if let since = pending.changedSince, max(identity.modifiedNanoseconds, identity.changedNanoseconds ?? .max) < since {
                 // Without catch-up, a rescan after lost events runs only what they could have been.
@@ -160,8 +160,8 @@ extension DirectoryWatcher {
     /// which nobody can set back): a scan's find is whole as far as anyone can tell. A change
     /// time in the future (the clock was set back) is not trusted: the file waits one more
     /// window and must then be unchanged.
-    static func quietFor(_ window: Duration, _ identity: FileIdentity) -> Bool {
-        guard let now = WallTime.now().nanosecondsSinceEpoch, let changed = identity.changedNanoseconds else { return true }
+    static func quietFor(_ window: Duration, _ identity: FileIdentity, now wallNow: WallTime) -> Bool {
+        guard let now = wallNow.nanosecondsSinceEpoch, let changed = identity.changedNanoseconds else { return true }
         let latest = max(changed, identity.modifiedNanoseconds)
         return latest <= now && now - latest >= window.nanosecondsClamped
     }

@@ -18,7 +18,7 @@ extension DirectoryWatcher {
         let seen = status.identity
         guard let known = knownForm(rule, at: relative, of: seen), known.identity != seen,
               known.identity.attributesChanged(as: seen) else { return }
-        track(rule, .init(path: relative, from: known.from, known: known.identity, seen: seen, due: .now + TrackedChanges.confirmAfter))
+        track(rule, .init(path: relative, from: known.from, known: known.identity, seen: seen, due: clock.now + TrackedChanges.confirmAfter))
     }
 
     /// A file moved within the tree from `from` to `to` (IN_MOVED_FROM and IN_MOVED_TO of one
@@ -28,7 +28,7 @@ extension DirectoryWatcher {
         guard rule.remoteTree(holding: to) == nil, let known = knownForm(rule, at: from, of: identity),
               known.identity.renamed(as: identity) else { return false }
         rule.renamesFollowed += 1
-        track(rule, .init(path: to, from: known.from, known: known.identity, seen: identity, due: .now + TrackedChanges.confirmAfter))
+        track(rule, .init(path: to, from: known.from, known: known.identity, seen: identity, due: clock.now + TrackedChanges.confirmAfter))
         return true
     }
 
@@ -70,7 +70,7 @@ extension DirectoryWatcher {
             rule.changesTimer = nil
             return
         }
-        for change in rule.changes.takeDue(now: .now) { confirm(change, rule: rule) }
+        for change in rule.changes.takeDue(now: clock.now) { confirm(change, rule: rule) }
         armChangesTimer(rule)
     }
 

@@ -16,7 +16,7 @@ extension DirectoryWatcher {
     func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: MonotonicInstant,
                      closedNow: Set<EntryKey>) {
         let path = location.path(of: event.name)
-        rule.noteRawEvent(event, path: path, at: now)
+        rule.noteRawEvent(event, path: path, at: now, wallNow: clock.wallNow)
         guard !event.name.isEmpty else { return } // about the directory itself
         if event.isDirectory {
             if rule.settings.recursive { handleDirectory(event, rule: rule, relative: path) }

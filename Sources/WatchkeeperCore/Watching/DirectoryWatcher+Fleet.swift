@@ -96,11 +96,11 @@ extension DirectoryWatcher: FleetFileListener {
 
     private func armFleetRetry() {
         if fleetRetryTimer == nil {
-            fleetRetryTimer = context.sources.makeTimer(owner: "watcher", target: "shared inbox files held: claim again", on: queue) { [weak self] in
+            fleetRetryTimer = clock.makeTimer(owner: "watcher", target: "shared inbox files held: claim again") { [weak self] in
                 self?.retryHeldFiles()
             }
         }
-        fleetRetryTimer?.schedule(after: .seconds(1))
+        fleetRetryTimer?.schedule(at: clock.now + .seconds(1))
     }
 
     private func retryHeldFiles() {

@@ -51,9 +51,9 @@ extension DirectoryWatcher {
         if rule.settings.batch { rule.batchesStarted += UInt64(subjects.count) }
         let key = rule.key
         let queue = self.queue
-        engine.queue.async { [engine] in
+        jobs.queue.async { [jobs] in
             for subject in subjects {
-                engine.submit(key, subject: subject, replyOn: queue) { [weak self] completion in
+                jobs.submit(key, subject: subject, runID: nil, replyOn: queue) { [weak self] completion in
                     self?.finished(completion, rule: rule)
                 }
             }
@@ -85,7 +85,7 @@ extension DirectoryWatcher {
             if outcome == .ok && identity.renamed(as: follower.identity) {
                 rule.duplicates += 1
                 track(rule, .init(path: follower.path, from: Array(file.relative), known: identity, seen: follower.identity,
-                                  due: .now + TrackedChanges.confirmAfter))
+                                  due: clock.now + TrackedChanges.confirmAfter))
             } else if rules[rule.name] === rule {
                 enqueue(rule, relative: follower.path, event: follower.event)
             }
@@ -128,9 +128,9 @@ extension DirectoryWatcher {
             return JobSubject.file(FileSubject(path: absolute, rootLength: absolute.count - item.path.count - 1, event: item.event.event, identity: nil))
         }
         let key = rule.key
-        engine.queue.async { [engine] in
+        jobs.queue.async { [jobs] in
             for subject in subjects {
-                engine.recordNotRun(JobEngine.notRunRecord(key, runID: .random(), subject: subject, outcome: .cancelled, detail: "cancelled: \(detail)"),
+                jobs.recordNotRun(JobEngine.notRunRecord(key, runID: .random(), subject: subject, outcome: .cancelled, detail: "cancelled: \(detail)"),
                                     key: key, subject: subject, inBulk: true)
             }
         }
@@ -147,6 +147,8 @@ extension DirectoryWatcher {
             cancelSettling(rule, detail: "the daemon is stopping")
             rule.fallbackTimer?.cancel()
             rule.fallbackTimer = nil
+            rule.listingTimer?.cancel()
+            rule.listingTimer = nil
             stopPolling(rule)
         }
         recheckTimer?.cancel()
@@ -168,13 +170,11 @@ extension DirectoryWatcher {
     // MARK: Dump
 
     public func describeForDump() -> DumpValue {
-        let now = MonotonicInstant.now
+        let now = clock.now
         let entries: [DumpValue] = order.compactMap { rules[$0] }.map { rule in
             rule.describe(now: now, watchedDirectories: treeBackend(of: rule)?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: ledger.size(of: rule))
         }
-        let backendFields = backend?.describe() ?? [.init("inotify", .string(backendProblem ?? "not needed"))]
-        let fanotifyFields: [DumpField] = [.init("fanotify", fanotify.map { .object($0.describe()) } ?? .string(fanotifyProblem ?? "not needed"))]
-        return .object(backendFields + fanotifyFields + [
+        return .object(backends.describe() + [
             .init("overflows", .int(Int64(overflowsTotal))),
             .init("mounts", mounts?.describe() ?? .string(mountsProblem ?? "not needed")),
         ] + ledger.describe() + [

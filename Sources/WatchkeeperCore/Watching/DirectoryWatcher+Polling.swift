@@ -142,16 +142,15 @@ extension DirectoryWatcher {
     /// nothing else is), and again when it answers.
     func armPollMonitorIfNeeded() {
         guard pollMonitor == nil, accepting, rules.values.contains(where: { !$0.pollers.isEmpty }) else { return }
-        let timer = context.sources.makeTimer(owner: "watching", target: "polled trees: notice one that stopped answering (every 5s)",
-                                              on: queue) { [unowned self] in
+        let timer = clock.makeTimer(owner: "watching", target: "polled trees: notice one that stopped answering (every 5s)") { [unowned self] in
             self.checkPollers()
         }
-        timer.schedule(at: .now() + .seconds(5), repeating: .seconds(5))
+        timer.schedule(at: clock.now + .seconds(5), repeating: .seconds(5))
         pollMonitor = timer
     }
 
     private func checkPollers() {
-        let now = MonotonicInstant.now
+        let now = clock.now
         var anyPollers = false
         for name in order {
             guard let rule = rules[name] else { continue }

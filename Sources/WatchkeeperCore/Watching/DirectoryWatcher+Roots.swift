@@ -14,7 +14,7 @@ extension DirectoryWatcher {
     func watchRoot(_ rule: WatchRule, catchUp: Bool) {
         // A rule that only polls needs no inotify for its tree (its ancestors are watched if
         // inotify is there).
-        guard backend != nil || rule.settings.method == .poll || rule.settings.method == .fanotify else { return }
+        guard backends.inotify != nil || rule.settings.method == .poll || rule.settings.method == .fanotify else { return }
         switch Self.resolveDirectory(rule.settings.path) {
         case .unusable(let why):
             if !rule.isMissing || rule.rootNote == nil {
@@ -40,7 +40,7 @@ extension DirectoryWatcher {
             // below is known by its remote identity (PolledTree) from the start.
             startPolling(rule)
             guard rule.settings.method != .poll else { return }
-            if rule.settings.method == .fanotify { _ = startFanotify(rule, why: "the rule says method = \"fanotify\"") }
+            take(rule.backend.atStart(method: rule.settings.method), for: rule)
             addTree(rule, from: [], emitFiles: catchUp)
         }
     }
@@ -90,14 +90,11 @@ extension DirectoryWatcher {
         rule.fallbackTimer = nil
         rule.unwatchable.removeAll()
         stopPolling(rule)
-        backend?.unwatch(.rule(rule.name), under: [])
-        fanotify?.unwatch(.rule(rule.name), under: [])
-        rule.usesFanotify = false
-        rule.fanotifyRefused = nil
+        backends.unwatch(rule)
+        // A listing of the old tree stops.
         rule.listing = nil
-        rule.treeGeneration += 1
-        rule.inotifyDirectories = 0
-        backend?.unwatch(.ancestorsOf(rule.name), under: [])
+        rule.listingTimer?.cancel()
+        rule.listingTimer = nil
         rule.rootLinks = []
     }
 
@@ -112,7 +109,7 @@ extension DirectoryWatcher {
     /// watch per level of the path (shared between rules), and events for other names in a
     /// link's directory, which are dropped here by name.
     func watchAncestors(of rule: WatchRule, resolved: [UInt8]) {
-        guard let backend else { return }
+        guard let backend = backends.inotify else { return }
         let slash = UInt8(ascii: "/")
         var links: Set<[UInt8]> = []
         var watched: [([UInt8], InotifyMask)] = []
@@ -166,7 +163,7 @@ extension DirectoryWatcher {
     /// (`mv p p.old; mkdir -p p/in`) is seen at once, not at the next periodic check. Each
     /// step down moves the watch deeper.
     private func watchParent(of rule: WatchRule) {
-        guard let backend else { return }
+        guard let backend = backends.inotify else { return }
         let slash = UInt8(ascii: "/")
         var awaited = rule.configuredRoot
         while let cut = awaited.lastIndex(of: slash) {
@@ -183,13 +180,12 @@ extension DirectoryWatcher {
     }
 
     private func dropParentWatch(of rule: WatchRule) {
-        backend?.unwatch(.parentOf(rule.name), under: [])
+        backends.inotify?.unwatch(.parentOf(rule.name), under: [])
     }
 
     func armRecheckIfNeeded() {
         guard recheckTimer == nil, accepting, rules.values.contains(where: \.isMissing) else { return }
-        let timer = context.sources.makeTimer(owner: "watching", target: "missing watch roots: check every \(Self.recheckInterval.compactDescription)",
-                                              on: queue) { [unowned self] in
+        let timer = clock.makeTimer(owner: "watching", target: "missing watch roots: check every \(Self.recheckInterval.compactDescription)") { [unowned self] in
             for name in self.order {
                 // A root that comes back may already hold files: they are handled.
                 if let rule = self.rules[name], rule.isMissing { self.watchRoot(rule, catchUp: true) }
@@ -199,7 +195,7 @@ extension DirectoryWatcher {
                 self.recheckTimer = nil
             }
         }
-        timer.schedule(at: .now() + Self.recheckInterval.dispatchInterval, repeating: Self.recheckInterval)
+        timer.schedule(at: clock.now + Self.recheckInterval, repeating: Self.recheckInterval)
         recheckTimer = timer
     }
 }

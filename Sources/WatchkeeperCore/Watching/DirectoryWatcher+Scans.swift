@@ -18,7 +18,7 @@ extension DirectoryWatcher {
         guard let root = rule.root else { return }
         // A fanotify mark already covers every directory: a walk only finds files, and
         // need not hold the queue to do it.
-        if rule.usesFanotify {
+        if rule.backend.usesFanotify {
             if emitFiles { listInSlices(rule, from: relative) }
             return
         }
@@ -41,7 +41,7 @@ extension DirectoryWatcher {
         // A rule that only polls has no events to lose: its next pass sees everything.
         guard let root = rule.root, rule.settings.method != .poll else { return }
         rule.rescans += 1
-        if rule.usesFanotify {
+        if rule.backend.usesFanotify {
             let fresh = rule.listing == nil
             listInSlices(rule, from: relative)
             // A listing already going on (a new directory's) keeps running everything it finds.
@@ -88,7 +88,7 @@ extension DirectoryWatcher {
     func scanned(_ rule: WatchRule, relative: [UInt8]) {
         guard let event = rule.readyEvent, rule.selects(relative) else { return }
         rule.matched += 1
-        let changedSince = rule.usesFanotify ? rule.listing?.changedSince : rule.rescanChangedSince
+        let changedSince = rule.backend.usesFanotify ? rule.listing?.changedSince : rule.rescanChangedSince
         enqueue(rule, relative: relative, event: event, fromScan: true, changedSince: changedSince)
     }
 
@@ -100,15 +100,11 @@ extension DirectoryWatcher {
         guard let backend = treeBackend(of: rule) else { return false }
         switch backend.watch(.init(owner: .rule(rule.name), relative: relative), path: rule.absolute(relative), events: rule.watchMask) {
         case .success:
-            guard !rule.usesFanotify else { return true }
-            rule.inotifyDirectories += 1
-            if rule.inotifyDirectories > fanotifyAbove && rule.settings.method == .auto {
-                _ = startFanotify(rule, why: "it has more than \(fanotifyAbove) directories")
-            }
+            take(rule.backend.watchedDirectory(method: rule.settings.method, above: backends.fanotifyAbove), for: rule)
             return true
-        case .failure(.noSpace) where rule.settings.method == .auto && !rule.usesFanotify:
+        case .failure(.noSpace) where !rule.backend.usesFanotify:
             let limit = InotifyBackend.sysctl("max_user_watches") ?? "?"
-            if startFanotify(rule, why: "the inotify watch limit (fs.inotify.max_user_watches=\(limit)) was reached") { return true }
+            if take(rule.backend.watchLimitReached(method: rule.settings.method, limit: limit), for: rule) { return true }
             reportWatchFailure(rule, relative: relative, error: .noSpace)
             return false
         case .failure(let error):
@@ -125,12 +121,12 @@ extension DirectoryWatcher {
         case .fileNameTooLong:
             reportTooDeep(rule, relative: relative)
             return
-        case .noSpace where rule.usesFanotify:
+        case .noSpace where rule.backend.usesFanotify:
             problems.report("watch \(rule.name): unable to mark a file system for fanotify: the mark limit (fs.fanotify.max_user_marks=\(FanotifyBackend.sysctl("max_user_marks") ?? "?")) is reached; its directories are scanned every \(fallbackInterval.compactDescription) instead",
                             example: path)
         case .noSpace:
             let limit = InotifyBackend.sysctl("max_user_watches") ?? "?"
-            problems.report("unable to watch directories: inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(backend?.watchCount ?? 0) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then they are scanned every \(fallbackInterval.compactDescription)",
+            problems.report("unable to watch directories: inotify watch limit (fs.inotify.max_user_watches=\(limit)) reached with \(backends.inotify?.watchCount ?? 0) watches in use by watchkeeper; raise it with: sysctl fs.inotify.max_user_watches=\(max(524_288, (Int(limit) ?? 0) * 4)) (and persist it in /etc/sysctl.d/); until then they are scanned every \(fallbackInterval.compactDescription)",
                             example: path)
         default:
             problems.report("watch \(rule.name): unable to watch directories: \(error) (\(error.symbolicName)); they are scanned every \(fallbackInterval.compactDescription) instead",
@@ -154,20 +150,19 @@ extension DirectoryWatcher {
     /// without catch-up has no ledger to tell what was there before: it runs only the files
     /// changed since `lostSince` (every event before it was read, DirectoryWatcher.handle),
     /// less a second for the read and the file system's coarse clock.
-    func overflowed(_ source: EventSource, lostSince: WallTime) {
+    func overflowed(_ source: WatchBackendKind, lostSince: WallTime) {
         overflowsTotal += 1
         switch source {
         case .inotify:
             // The instance's queue was sized when it was made; the sysctl may have changed since.
-            let now = InotifyBackend.sysctl("max_queued_events") ?? "?"
-            let size = (backend as? InotifyBackend)?.queueSize.map { $0 == now ? $0 : "\($0) when watching started, \(now) now" } ?? now
+            let size = backends.inotifyQueueSize
             logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.inotify.max_queued_events=\(size)); rescanning every tree watched with inotify")
         case .fanotify:
             logger.warning("fanotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.fanotify.max_queued_events=\(FanotifyBackend.sysctl("max_queued_events") ?? "16384")); rescanning every tree watched with fanotify")
         }
         for name in order {
             // Only the trees whose events were lost: the other backend's are intact.
-            guard let rule = rules[name], !rule.isMissing, rule.usesFanotify == (source == .fanotify) else { continue }
+            guard let rule = rules[name], !rule.isMissing, rule.backend.backend == source else { continue }
             rule.overflows += 1
             rescan(rule, changedSince: rule.settings.catchUp ? nil : (lostSince.nanosecondsSinceEpoch ?? 0) - 1_000_000_000)
         }
@@ -192,11 +187,10 @@ extension DirectoryWatcher {
     private func armFallbackScan(_ rule: WatchRule) {
         guard rule.fallbackTimer == nil, accepting else { return }
         let interval = fallbackInterval
-        let timer = context.sources.makeTimer(owner: "watch \(rule.name)", target: "scan unwatched directories every \(interval.compactDescription)",
-                                              on: queue) { [unowned self] in
+        let timer = clock.makeTimer(owner: "watch \(rule.name)", target: "scan unwatched directories every \(interval.compactDescription)") { [unowned self] in
             self.fallbackScan(rule)
         }
-        timer.schedule(at: .now() + interval.dispatchInterval, repeating: interval)
+        timer.schedule(at: clock.now + interval, repeating: interval)
         rule.fallbackTimer = timer
     }
 
@@ -207,7 +201,7 @@ extension DirectoryWatcher {
             return
         }
         rule.fallbackScans += 1
-        let deadline = MonotonicInstant.now + Self.fallbackBudget
+        let deadline = clock.now + Self.fallbackBudget
         let due = rule.unwatchable
         rule.unwatchable = []
         var stillUnwatched: [[UInt8]] = []
@@ -219,7 +213,7 @@ extension DirectoryWatcher {
             }
         }
         var index = 0
-        while index < due.count, MonotonicInstant.now < deadline {
+        while index < due.count, clock.now < deadline {
             let relative = due[index]
             index += 1
             if addWatch(rule, relative: relative) {
@@ -288,7 +282,7 @@ extension DirectoryWatcher {
         }
         refreshPolling(rule)
         dropSubtree(rule, relative: relative)
-        if rule.usesFanotify { markMountPoint(rule, relative: relative) }
+        if rule.backend.usesFanotify { markMountPoint(rule, relative: relative) }
         addTree(rule, from: relative, emitFiles: true)
     }
 }

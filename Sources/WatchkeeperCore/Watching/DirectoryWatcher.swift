@@ -34,15 +34,19 @@ enum WatchOwner: Hashable, Sendable, CustomStringConvertible {
 public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
     let context: JobContext
-    let engine: JobEngine
+    /// The job engine, as far as the watcher needs it (a fake in the unit tests).
+    let jobs: any WatchJobSubmitting
+    /// Now, and the timers of settle windows, confirmations, rechecks and listings.
+    let clock: any WatchClock
+    /// Where the backends come from: the kernel's, or a test's fake.
+    let kernel: WatchKernel
     var logger: Logger { context.logger }
-    /// How directories are watched (inotify); nil until a rule needs it, or if it failed.
-    var backend: WatchBackend?
-    var backendProblem: String?
-    /// One fanotify group for the rules on huge trees (FanotifyBackend); nil until a rule
-    /// asks for it, and nil for good, with why, when this daemon cannot have it.
-    var fanotify: FanotifyBackend?
-    var fanotifyProblem: String?
+    /// How directories are watched: the inotify instance, and the fanotify group of the
+    /// trees that moved to it.
+    lazy var backends = WatchBackends(kernel: kernel, queue: queue, sources: context.sources, problems: problems, logger: logger,
+                                      environment: context.daemonEnvironment) { [unowned self] source, changes in
+        self.handle(changes, from: source)
+    }
     var mounts: MountWatcher?
     var mountsProblem: String?
     var rules: [String: WatchRule] = [:]
@@ -51,11 +55,11 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     var overflowsTotal: UInt64 = 0
     /// Per backend, when its last batch without an overflow was read: no event before it was
     /// lost (a rescan after an overflow runs, for a rule without catch-up, what changed since).
-    private var eventsCompleteAt: [EventSource: WallTime] = [:]
-    private let startedAt = WallTime.now()
-    var recheckTimer: RegisteredTimer?
+    private var eventsCompleteAt: [WatchBackendKind: WallTime] = [:]
+    private let startedAt: WallTime
+    var recheckTimer: (any WatchTimer)?
     /// Notices a polled file system that stopped answering (DirectoryWatcher+Polling).
-    var pollMonitor: RegisteredTimer?
+    var pollMonitor: (any WatchTimer)?
     /// Directories renamed away from a rule (IN_MOVED_FROM) by cookie, until the matching
     /// IN_MOVED_TO says where in the tree they went.
     var pendingMoves: [UInt32: (rule: String, from: [UInt8])] = [:]
@@ -72,7 +76,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// This host in the fleet, when `[cluster]` is configured: shared inboxes claim their
     /// files through it (set by Daemon.init).
     public var cluster: FleetMember?
-    var fleetRetryTimer: RegisteredTimer?
+    var fleetRetryTimer: (any WatchTimer)?
     var store: StateStore? {
         get { ledger.store }
         set { ledger.store = newValue }
@@ -80,10 +84,18 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     static let recheckInterval: Duration = .seconds(5)
 
-    init(queue: SubsystemQueue, engine: JobEngine) {
+    /// `clock`: the dispatch clock on `queue` unless a test brings its own.
+    init(queue: SubsystemQueue, context: JobContext, jobs: any WatchJobSubmitting, clock: (any WatchClock)? = nil, kernel: WatchKernel = .linux) {
         self.queue = queue
-        self.context = engine.context
-        self.engine = engine
+        self.context = context
+        self.jobs = jobs
+        self.clock = clock ?? DispatchWatchClock(sources: context.sources, queue: queue)
+        self.kernel = kernel
+        startedAt = self.clock.wallNow
+    }
+
+    convenience init(queue: SubsystemQueue, engine: JobEngine) {
+        self.init(queue: queue, context: engine.context, jobs: engine)
     }
 
     public var dumpSectionName: String { "watches" }
@@ -97,8 +109,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// unwatched, and what they had waiting ends with a `cancelled` record each.
     func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        if backend == nil && backendProblem == nil && !settings.isEmpty { openBackend() }
-        if mounts == nil && mountsProblem == nil && !settings.isEmpty { openMountWatcher() }
+        if !settings.isEmpty { backends.openInotifyIfNeeded() }
+        if mounts == nil && mountsProblem == nil && !settings.isEmpty && kernel.followsMounts { openMountWatcher() }
         if settings.contains(where: \.catchUp) { ledger.openIfNeeded(stateDirectory: stateDirectory) }
         for (name, rule) in rules {
             guard let new = settings.first(where: { $0.name == name }) else {
@@ -114,13 +126,13 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                     // Waiting jobs were made for the old shape (one file, or a batch): the
                     // engine hands them back in the same turn as the new settings, and their
                     // files go again in the new shape.
-                    engine.queue.async { [engine, queue] in
-                        let withdrawn = engine.reshape(group)
+                    jobs.queue.async { [jobs, queue] in
+                        let withdrawn = jobs.reshape(group)
                         guard !withdrawn.isEmpty else { return }
                         queue.async { [weak self] in self?.resubmit(withdrawn, rule: rule) }
                     }
                 } else {
-                    engine.queue.async { [engine] in engine.configure(group) }
+                    jobs.queue.async { [jobs] in jobs.configure(group) }
                 }
                 logger.info("watch \(name) changed; its files waiting to settle or to run move to the new settings")
                 continue
@@ -131,7 +143,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             let rule = WatchRule(settings: new)
             rules[new.name] = rule
             let group = rule.group
-            engine.queue.async { [engine] in engine.configure(group) }
+            jobs.queue.async { [jobs] in jobs.configure(group) }
             // Catch-up: files that arrived while the daemon was down (or before the rule
             // existed) and are not in the ledger as handled are handled now.
             watchRoot(rule, catchUp: new.catchUp && ledger.isOpen)
@@ -149,37 +161,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         cancelSettling(rule, detail: reason)
         rules[rule.name] = nil
         let key = rule.key
-        engine.queue.async { [engine] in engine.remove(key, reason: reason) }
-    }
-
-    private func openBackend() {
-        do throws(Errno) {
-            backend = try InotifyBackend(queue: queue, sources: context.sources, problems: problems) { [unowned self] changes in
-                self.handle(changes, from: .inotify)
-            }
-        } catch {
-            var message = "unable to create an inotify instance: \(error)"
-            if error == .tooManyOpenFiles {
-                message += " (fs.inotify.max_user_instances=\(InotifyBackend.sysctl("max_user_instances") ?? "?") reached; raise it with sysctl fs.inotify.max_user_instances=1024)"
-            }
-            backendProblem = message
-            logger.error("\(message); watch rules will not see events")
-        }
-    }
-
-    /// The fanotify group, made the first time a rule needs it; nil (and `fanotifyProblem`
-    /// says why) when the kernel or this process's capabilities do not allow it.
-    func openFanotifyIfNeeded() -> FanotifyBackend? {
-        if let fanotify { return fanotify }
-        guard fanotifyProblem == nil else { return nil }
-        do throws(Errno) {
-            fanotify = try FanotifyBackend(queue: queue, sources: context.sources, problems: problems) { [unowned self] changes in
-                self.handle(changes, from: .fanotify)
-            }
-        } catch {
-            fanotifyProblem = Self.fanotifyInitRefusal(error, privileges: .current())
-        }
-        return fanotify
+        jobs.queue.async { [jobs] in jobs.remove(key, reason: reason) }
     }
 
     private func openMountWatcher() {
@@ -199,14 +181,9 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
 
     // MARK: Events
 
-    enum EventSource: Hashable {
-        case inotify
-        case fanotify
-    }
-
-    private func handle(_ changes: [WatchBackend.Change], from source: EventSource) {
-        let now = MonotonicInstant.now
-        let readAt = WallTime.now()
+    func handle(_ changes: [WatchBackend.Change], from source: WatchBackendKind) {
+        let now = clock.now
+        let readAt = clock.wallNow
         var overflowedNow = false
         defer { if !overflowedNow { eventsCompleteAt[source] = readAt } }
         // Files whose writer's close is in this same read: their IN_CREATE needs no look (the

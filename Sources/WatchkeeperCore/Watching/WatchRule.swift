@@ -24,7 +24,7 @@ final class WatchRule: @unchecked Sendable {
     /// (the nearest that exists) brings it, or its next missing parent, closer.
     var awaitedName: [UInt8] = []
     var settle = SettleQueue<PendingFile>()
-    var settleTimer: RegisteredTimer?
+    var settleTimer: (any WatchTimer)?
     /// Files whose job succeeded in this life, by inode, with the form and path they had,
     /// until the ledger holds them: a rescan, or the same file moved within the tree after
     /// its job, is not run again.
@@ -32,7 +32,7 @@ final class WatchRule: @unchecked Sendable {
     /// Renames, attribute changes and writes seen since files were handled (TrackedChanges),
     /// and the timer that confirms the changes (DirectoryWatcher.confirmChanges).
     var changes = TrackedChanges()
-    var changesTimer: RegisteredTimer?
+    var changesTimer: (any WatchTimer)?
     /// fleet = "one": files claimed elsewhere, held, and recorded handled here
     /// (DirectoryWatcher+Fleet.swift).
     var fleet = FleetRuleState()
@@ -45,7 +45,7 @@ final class WatchRule: @unchecked Sendable {
     /// Directories that could not be watched (the watch limit, EACCES, ...): scanned by the
     /// fallback scan, which also tries to watch them again.
     var unwatchable: [[UInt8]] = []
-    var fallbackTimer: RegisteredTimer?
+    var fallbackTimer: (any WatchTimer)?
     /// The trees of this rule that are polled (PolledTree), and their pollers.
     var polledTrees: [PolledTree] = []
     var pollers: [TreePoller] = []
@@ -61,23 +61,19 @@ final class WatchRule: @unchecked Sendable {
     var movedOnShare: [[UInt8]: [UInt8]] = [:]
     /// IN_MOVED_FROM of files on such a tree, by cookie, until their IN_MOVED_TO.
     var renamesOnShare: [UInt32: [UInt8]] = [:]
-    /// The tree is watched by one fanotify mark per file system (FanotifyBackend), not by
-    /// an inotify watch per directory; its ancestors stay on inotify.
-    var usesFanotify = false
+    /// Which backend watches the tree (its ancestors stay on inotify), and when it moves.
+    var backend = TreeBackendChoice()
     /// A rescan after lost events in a rule without catch-up: only files changed since then
     /// (nanoseconds since the epoch) are new; the others were there before (inotify's rescan,
     /// which is synchronous; a fanotify listing carries its own, `Listing.changedSince`).
     var rescanChangedSince: Int64?
     /// Files such a rescan found unchanged since before the events were lost.
     var rescanOlderSkipped: UInt64 = 0
-    /// Why fanotify was not used, said once per reason.
-    var fanotifyNote: String?
-    /// Why fanotify cannot take the tree, until it is watched anew: `auto` does not ask
-    /// again at every directory past the threshold.
-    var fanotifyRefused: String?
     /// A fanotify tree's listing for the files already there, while it goes on in slices
     /// (DirectoryWatcher.listInSlices).
     var listing: Listing?
+    /// Its next slice.
+    var listingTimer: (any WatchTimer)?
     struct Listing {
         /// Directories still to list, the next at the end.
         var pending: [[UInt8]]
@@ -87,11 +83,6 @@ final class WatchRule: @unchecked Sendable {
         /// Set when the listing is a rescan after lost events in a rule without catch-up.
         var changedSince: Int64?
     }
-    /// Moves on each time the tree is unwatched: a listing of the old tree stops.
-    var treeGeneration: UInt64 = 0
-    /// inotify watches added for the tree since it was last watched from scratch: what
-    /// `auto` compares with `DirectoryWatcher.fanotifyAbove`.
-    var inotifyDirectories = 0
     /// The last `recent_events` raw events, oldest first (off unless configured).
     var recentEvents: [(time: WallTime, event: InotifyEvent, path: [UInt8])] = []
 
@@ -196,11 +187,11 @@ final class WatchRule: @unchecked Sendable {
         settings.recursive && settings.filter.mayContainSelected(directory: relative)
     }
 
-    func noteRawEvent(_ event: InotifyEvent, path: [UInt8], at now: MonotonicInstant) {
+    func noteRawEvent(_ event: InotifyEvent, path: [UInt8], at now: MonotonicInstant, wallNow: @autoclosure () -> WallTime) {
         eventsSeen += 1
         lastEventAt = now
         guard settings.recentEvents > 0 else { return }
-        recentEvents.append((.now(), event, path))
+        recentEvents.append((wallNow(), event, path))
         if recentEvents.count > settings.recentEvents { recentEvents.removeFirst(recentEvents.count - settings.recentEvents) }
     }
 
@@ -306,7 +297,7 @@ final class WatchRule: @unchecked Sendable {
     /// "+poll" where a network or FUSE tree of it is polled as well.
     var treeMethod: String {
         if settings.method == .poll { return "poll" }
-        let backend = usesFanotify ? "fanotify" : "inotify"
+        let backend = self.backend.backend.rawValue
         return polledTrees.isEmpty ? backend : backend + "+poll"
     }
 
@@ -337,7 +328,7 @@ final class WatchRule: @unchecked Sendable {
                 ])
             } ?? .null),
             // With fanotify: the file systems marked for the tree.
-            .init(usesFanotify ? "fanotify_marks" : "inotify_watches", .int(Int64(watchedDirectories))),
+            .init(backend.usesFanotify ? "fanotify_marks" : "inotify_watches", .int(Int64(watchedDirectories))),
             .init("events_seen", .int(Int64(eventsSeen))),
             .init("matched", .int(Int64(matched))),
             .init("coalesced", .int(Int64(settle.coalesced))),
