@@ -73,7 +73,7 @@ extension DirectoryWatcher {
             case .skipped:
                 break
             case .stillChanging(let seen):
-                rule.scanWaitsRestarted += 1
+                rule.counters.scanWaitsRestarted += 1
                 rule.settle.add(path: item.path, event: PendingFile(event: item.event.event, seen: seen), deadline: now + window, fromScan: true)
             }
         }
@@ -104,21 +104,21 @@ extension DirectoryWatcher {
         }
         guard let status = FileStatus.of(absolute, followSymlinks: follows) else { return .skipped } // gone already
         guard status.type == .regular else {
-            rule.skipped[status.type] += 1
+            rule.counters.skipped[status.type] += 1
             return .skipped
         }
-        let identity = rule.identity(of: status.identity, at: relative)
+        let identity = rule.polling.identity(of: status.identity, at: relative)
         if fromScan {
             // Nobody said the writer is done: it must have stopped changing for the window.
             let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity, now: clock.wallNow)
             if changing { return .stillChanging(identity) }
             if let since = pending.changedSince, max(identity.modifiedNanoseconds, identity.changedNanoseconds ?? .max) < since {
                 // Without catch-up, a rescan after lost events runs only what they could have been.
-                rule.rescanOlderSkipped += 1
+                rule.counters.rescanOlderSkipped += 1
                 return .skipped
             }
-            if let inFlight = rule.inFlight[identity.inodeKey], inFlight.current.sameFile(as: identity) {
-                rule.duplicates += 1
+            if let inFlight = rule.memory.inFlight[identity.inodeKey], inFlight.current.sameFile(as: identity) {
+                rule.counters.duplicates += 1
                 return .skipped
             }
         }
@@ -130,12 +130,12 @@ extension DirectoryWatcher {
             // its job could read it). Anything else must be unchanged, its change time too.
             if event == .movedIn && rule.followIfInFlight(identity, at: relative, event: event) { return .skipped }
             if event == .movedIn, let from = pending.renamedFrom, followRename(rule, from: from, to: relative, identity: identity) {
-                rule.duplicates += 1
+                rule.counters.duplicates += 1
                 return .skipped
             }
             if rule.handledInThisLife(identity, at: relative)
                 || ledger.handledBefore(rule, relative: relative, identity: identity, mayHaveMoved: true) {
-                rule.duplicates += 1
+                rule.counters.duplicates += 1
                 return .skipped
             }
         }
@@ -145,15 +145,15 @@ extension DirectoryWatcher {
             // renames its file into place and closes it afterwards, or opens it for writing
             // and writes nothing, does not run its job twice.
             let key = identity.inodeKey
-            if rule.inFlight[key]?.identity == identity || rule.handled[key]?.admitted == identity {
-                rule.duplicates += 1
+            if rule.memory.inFlight[key]?.identity == identity || rule.memory.handled[key]?.admitted == identity {
+                rule.counters.duplicates += 1
                 return .skipped
             }
         }
         // Its job records the form it has now: a change seen before is void.
         rule.changes.admitted(relative)
         return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
-                                     followsSymlinks: follows, checksBeforeStart: rule.remoteTree(holding: relative) == nil))
+                                     followsSymlinks: follows, checksBeforeStart: rule.polling.remoteTree(holding: relative) == nil))
     }
 
     /// Neither written nor renamed, chmod'ed or touched for `window` (by the change time,

@@ -12,7 +12,7 @@ extension DirectoryWatcher {
     /// written since: its content is what was handled, in a new form.
     func attributesChanged(_ rule: WatchRule, relative: [UInt8]) {
         guard rule.readyEvent != nil, rule.selects(relative), rule.settle.item(for: relative) == nil,
-              !rule.changes.isWriting(relative), rule.remoteTree(holding: relative) == nil,
+              !rule.changes.isWriting(relative), rule.polling.remoteTree(holding: relative) == nil,
               let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks),
               status.type == .regular else { return }
         let seen = status.identity
@@ -25,9 +25,9 @@ extension DirectoryWatcher {
     /// cookie, and not while it was being written): if it is a file the rule holds a form of
     /// at its old name, it is that file, renamed. True when it is (no job runs for it).
     func followRename(_ rule: WatchRule, from: [UInt8], to: [UInt8], identity: FileIdentity) -> Bool {
-        guard rule.remoteTree(holding: to) == nil, let known = knownForm(rule, at: from, of: identity),
+        guard rule.polling.remoteTree(holding: to) == nil, let known = knownForm(rule, at: from, of: identity),
               known.identity.renamed(as: identity) else { return false }
-        rule.renamesFollowed += 1
+        rule.counters.renamesFollowed += 1
         track(rule, .init(path: to, from: known.from, known: known.identity, seen: identity, due: clock.now + TrackedChanges.confirmAfter))
         return true
     }
@@ -43,8 +43,8 @@ extension DirectoryWatcher {
         if let waiting = rule.changes.takePending(at: relative, of: key) {
             return (waiting.known, waiting.from)
         }
-        if let entry = rule.inFlight[key] { return (entry.current, relative) }
-        if let handled = rule.handled[key], handled.path == relative { return (handled.current, relative) }
+        if let entry = rule.memory.inFlight[key] { return (entry.current, relative) }
+        if let handled = rule.memory.handled[key], handled.path == relative { return (handled.current, relative) }
         guard rule.settings.catchUp, rule.listing == nil, let entry = ledger.entry(rule, path: relative),
               entry.outcome == RunOutcome.ok.rawValue, entry.identity.inodeKey == key else { return nil }
         return (entry.identity, relative)
@@ -89,15 +89,15 @@ extension DirectoryWatcher {
         guard rule.settle.item(for: change.path) == nil, !rule.changes.isWriting(change.path),
               let status = FileStatus.of(rule.absolute(change.path), followSymlinks: rule.settings.followSymlinks),
               status.type == .regular, status.identity == change.seen else { return }
-        rule.changesFollowed += 1
+        rule.counters.changesFollowed += 1
         let key = change.seen.inodeKey
-        if let entry = rule.inFlight[key], entry.current == change.known {
+        if let entry = rule.memory.inFlight[key], entry.current == change.known {
             // Its record, when the job ends, carries the new form.
-            rule.inFlight[key]?.current = change.seen
+            rule.memory.inFlight[key]?.current = change.seen
             return
         }
-        if let handled = rule.handled[key], handled.current == change.known {
-            rule.handled[key] = HandledFile(admitted: handled.admitted, current: change.seen, path: change.path)
+        if let handled = rule.memory.handled[key], handled.current == change.known {
+            rule.memory.handled[key] = HandledFile(admitted: handled.admitted, current: change.seen, path: change.path)
         }
         ledger.follow(rule, from: change.from, to: change.path, known: change.known, now: change.seen) { [weak self] in
             self?.followCommitted(rule: rule.name, change)
@@ -106,9 +106,9 @@ extension DirectoryWatcher {
 
     /// The ledger holds the new form: this life's memory of the file can go.
     private func followCommitted(rule name: String, _ change: TrackedChanges.Change) {
-        guard let rule = rules[name], let known = rule.handled[change.seen.inodeKey], known.current == change.seen,
+        guard let rule = rules[name], let known = rule.memory.handled[change.seen.inodeKey], known.current == change.seen,
               known.path == change.path else { return }
-        rule.handled[change.seen.inodeKey] = nil
-        if rule.handled.isEmpty { rule.handled = [:] }
+        rule.memory.handled[change.seen.inodeKey] = nil
+        if rule.memory.handled.isEmpty { rule.memory.handled = [:] }
     }
 }

@@ -16,7 +16,7 @@ extension DirectoryWatcher {
     func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: MonotonicInstant,
                      closedNow: Set<EntryKey>) {
         let path = location.path(of: event.name)
-        rule.noteRawEvent(event, path: path, at: now, wallNow: clock.wallNow)
+        rule.counters.noteRawEvent(event, path: path, at: now, wallNow: clock.wallNow, keep: rule.settings.recentEvents)
         guard !event.name.isEmpty else { return } // about the directory itself
         if event.isDirectory {
             if rule.settings.recursive { handleDirectory(event, rule: rule, relative: path) }
@@ -64,7 +64,7 @@ extension DirectoryWatcher {
             return
         }
         guard let watchEvent = rule.event(for: mask), rule.selects(path) else { return }
-        rule.matched += 1
+        rule.counters.matched += 1
         enqueue(rule, relative: path, event: watchEvent, renamedFrom: renamedFrom)
     }
 
@@ -102,8 +102,8 @@ extension DirectoryWatcher {
         let renamedFrom = origin.flatMap { $0.writing ? nil : $0.path }
         if let renamedEvent = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
             guard rule.selects(path) else { return .dealtWith }
-            rule.renamesFollowed += 1
-            rule.matched += 1
+            rule.counters.renamesFollowed += 1
+            rule.counters.matched += 1
             enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamedEvent)
             return .dealtWith
         }
@@ -111,7 +111,7 @@ extension DirectoryWatcher {
         // Written under a temporary name and renamed into place: it arrives here, for a rule
         // that does not ask for moves too (its close, under the temporary name, was left out).
         if let origin, !origin.writing, rule.settings.filter.isTemporary(origin.path), let ready = rule.readyEvent, rule.selects(path) {
-            rule.matched += 1
+            rule.counters.matched += 1
             enqueue(rule, relative: path, event: ready)
             return .dealtWith
         }
@@ -125,9 +125,9 @@ extension DirectoryWatcher {
     /// still gets that job's outcome followed (a `.part` renamed before its job read it), and
     /// a handled file renamed within the tree is still the handled file under its new name.
     private func followRename(_ rule: WatchRule, relative: [UInt8], from: [UInt8]?) {
-        guard let event = rule.readyEvent, rule.inFlight.isEmpty == false || from != nil, rule.selects(relative),
+        guard let event = rule.readyEvent, rule.memory.inFlight.isEmpty == false || from != nil, rule.selects(relative),
               let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular else { return }
-        let identity = rule.identity(of: status.identity, at: relative)
+        let identity = rule.polling.identity(of: status.identity, at: relative)
         if rule.followIfInFlight(identity, at: relative, event: event) { return }
         if let from { _ = followRename(rule, from: from, to: relative, identity: identity) }
     }
@@ -136,8 +136,8 @@ extension DirectoryWatcher {
     /// /proc/self/fd/N, then close): the file is whole now, under the name it was linked to.
     private func closedLinkedTmpfile(_ rule: WatchRule, relative: [UInt8]) {
         guard rule.settings.events.contains(.closedWrite), rule.selects(relative) else { return }
-        rule.tmpfilesLinked += 1
-        rule.matched += 1
+        rule.counters.tmpfilesLinked += 1
+        rule.counters.matched += 1
         enqueue(rule, relative: relative, event: .closedWrite)
     }
 
@@ -164,8 +164,8 @@ extension DirectoryWatcher {
         }
         let writtenBeforeItsLastChange = identity.size > 0 && identity.modifiedNanoseconds < identity.changedNanoseconds ?? .min
         guard status.links > 1 || writtenBeforeItsLastChange else { return }
-        rule.linksHandled += 1
-        rule.matched += 1
+        rule.counters.linksHandled += 1
+        rule.counters.matched += 1
         enqueue(rule, relative: relative, event: .created, fromScan: true)
     }
 
@@ -178,7 +178,7 @@ extension DirectoryWatcher {
     /// A directory moved within the tree: the ledger follows it, so its files are found
     /// handled at their new paths instead of running again.
     private func followMove(_ rule: WatchRule, from: [UInt8], to: [UInt8]) {
-        rule.movesFollowed += 1
+        rule.counters.movesFollowed += 1
         ledger.moved(rule, from: from, to: to)
     }
 }

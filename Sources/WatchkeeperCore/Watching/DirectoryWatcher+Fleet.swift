@@ -41,7 +41,7 @@ extension DirectoryWatcher: FleetFileListener {
         switch completion.final.outcome {
         case .held:
             for file in completion.subject.files {
-                for follower in rule.returned(file) { rule.fleet.held[follower.path] = follower.event }
+                for follower in rule.memory.returned(file) { rule.fleet.held[follower.path] = follower.event }
                 if rule.fleet.held.isEmpty { logger.info("watch \(rule.name): files are held until they can be claimed in etcd: \(completion.final.detail ?? "no lease")") }
                 rule.fleet.held[Array(file.relative)] = file.event
                 rule.fleet.heldTotal += 1

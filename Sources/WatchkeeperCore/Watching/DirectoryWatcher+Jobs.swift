@@ -44,11 +44,11 @@ extension DirectoryWatcher {
         guard !subjects.isEmpty else { return }
         if !countedInFlight {
             for subject in subjects {
-                for file in subject.files { rule.submitted(file) }
+                for file in subject.files { rule.memory.submitted(file) }
             }
         }
-        rule.jobsSubmitted += UInt64(subjects.count)
-        if rule.settings.batch { rule.batchesStarted += UInt64(subjects.count) }
+        rule.counters.jobsSubmitted += UInt64(subjects.count)
+        if rule.settings.batch { rule.counters.batchesStarted += UInt64(subjects.count) }
         let key = rule.key
         let queue = self.queue
         jobs.queue.async { [jobs] in
@@ -68,13 +68,13 @@ extension DirectoryWatcher {
         let files = completion.subject.files
         // What each record carries: the form admitted, or what the attribute changes followed
         // while the job waited or ran made of it.
-        let recorded = files.map { rule.recordedIdentity(of: $0) }
+        let recorded = files.map { rule.memory.recordedIdentity(of: $0) }
         var followers: [(follower: InFlightFile.Follower, file: FileSubject, recorded: FileIdentity)] = []
         for (file, identity) in zip(files, recorded) {
             guard let identity else { continue }
-            followers += rule.returned(file).map { ($0, file, identity) }
+            followers += rule.memory.returned(file).map { ($0, file, identity) }
             if outcome == .ok, let admitted = file.identity {
-                rule.remember(HandledFile(admitted: admitted, current: identity, path: Array(file.relative)))
+                rule.memory.remember(HandledFile(admitted: admitted, current: identity, path: Array(file.relative)))
             }
         }
         ledger.record(completion, identities: recorded, rule: rule) { [weak self] records in self?.ledgerCommitted(records) }
@@ -83,7 +83,7 @@ extension DirectoryWatcher {
         // not, the file is handled there now.
         for (follower, file, identity) in followers {
             if outcome == .ok && identity.renamed(as: follower.identity) {
-                rule.duplicates += 1
+                rule.counters.duplicates += 1
                 track(rule, .init(path: follower.path, from: Array(file.relative), known: identity, seen: follower.identity,
                                   due: clock.now + TrackedChanges.confirmAfter))
             } else if rules[rule.name] === rule {
@@ -110,11 +110,11 @@ extension DirectoryWatcher {
         // A file the ledger now holds as handled is found there: this life's memory of it can
         // go, so a burst's 100,000 files are not kept in memory until the daemon stops.
         for record in records where record.outcome == RunOutcome.ok.rawValue {
-            guard let rule = rules[record.rule], let known = rule.handled[record.identity.inodeKey], known.path == record.path,
+            guard let rule = rules[record.rule], let known = rule.memory.handled[record.identity.inodeKey], known.path == record.path,
                   known.current == record.identity else { continue }
-            rule.handled[record.identity.inodeKey] = nil
+            rule.memory.handled[record.identity.inodeKey] = nil
             // Emptied, it also gives back the capacity the burst grew it to.
-            if rule.handled.isEmpty { rule.handled = [:] }
+            if rule.memory.handled.isEmpty { rule.memory.handled = [:] }
         }
     }
 

@@ -76,7 +76,7 @@ extension DirectoryWatcher {
                 if rule.mayContainSelected(directory: child) { found.append(child) }
                 return false
             }, file: { path in
-                if rule.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
+                if rule.polling.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
             })
             account(rule, summary)
             listing.pending += found.reversed()

@@ -70,7 +70,7 @@ extension DirectoryWatcher {
     /// for whatever appears there next.
     func lose(_ rule: WatchRule, why: String) {
         guard !rule.isMissing else { return }
-        rule.rootsLost += 1
+        rule.counters.rootsLost += 1
         unwatch(rule)
         logger.warning("watch \(rule.name): \(rule.settings.path) \(why); its old tree is no longer watched, and a new directory at that path will be watched and caught up")
         // What waits to settle was seen in the old tree: its paths now name whatever the new

@@ -28,7 +28,7 @@ extension DirectoryWatcher {
             rule.mayContainSelected(directory: child)
         }, file: { path in
             // A polled share's files come from its poller, off this queue (TreePoller).
-            if emitFiles && rule.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
+            if emitFiles && rule.polling.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
         })
         account(rule, summary)
     }
@@ -40,7 +40,7 @@ extension DirectoryWatcher {
     func rescan(_ rule: WatchRule, from relative: [UInt8] = [], changedSince: Int64? = nil) {
         // A rule that only polls has no events to lose: its next pass sees everything.
         guard let root = rule.root, rule.settings.method != .poll else { return }
-        rule.rescans += 1
+        rule.counters.rescans += 1
         if rule.backend.usesFanotify {
             let fresh = rule.listing == nil
             listInSlices(rule, from: relative)
@@ -55,7 +55,7 @@ extension DirectoryWatcher {
         }, descend: { child in
             rule.mayContainSelected(directory: child)
         }, file: { path in
-            if rule.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
+            if rule.polling.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
         })
         account(rule, summary)
     }
@@ -68,7 +68,7 @@ extension DirectoryWatcher {
         var skipped = summary.types
         skipped[.regular] = 0
         skipped[.directory] = 0
-        rule.skipped += skipped
+        rule.counters.skipped += skipped
         for failure in summary.failures {
             let error = Errno(rawValue: failure.errorNumber)
             // Gone between being seen and being listed: nothing was there to miss.
@@ -87,7 +87,7 @@ extension DirectoryWatcher {
     /// A file found by a scan: the rule's "ready" event, with the scan's minimum settle.
     func scanned(_ rule: WatchRule, relative: [UInt8]) {
         guard let event = rule.readyEvent, rule.selects(relative) else { return }
-        rule.matched += 1
+        rule.counters.matched += 1
         let changedSince = rule.backend.usesFanotify ? rule.listing?.changedSince : rule.rescanChangedSince
         enqueue(rule, relative: relative, event: event, fromScan: true, changedSince: changedSince)
     }
@@ -163,7 +163,7 @@ extension DirectoryWatcher {
         for name in order {
             // Only the trees whose events were lost: the other backend's are intact.
             guard let rule = rules[name], !rule.isMissing, rule.backend.backend == source else { continue }
-            rule.overflows += 1
+            rule.counters.overflows += 1
             rescan(rule, changedSince: rule.settings.catchUp ? nil : (lostSince.nanosecondsSinceEpoch ?? 0) - 1_000_000_000)
         }
     }
@@ -200,7 +200,7 @@ extension DirectoryWatcher {
             rule.fallbackTimer = nil
             return
         }
-        rule.fallbackScans += 1
+        rule.counters.fallbackScans += 1
         let deadline = clock.now + Self.fallbackBudget
         let due = rule.unwatchable
         rule.unwatchable = []
@@ -231,7 +231,7 @@ extension DirectoryWatcher {
             var skipped = summary.types
             skipped[.regular] = 0
             skipped[.directory] = 0
-            rule.skipped += skipped
+            rule.counters.skipped += skipped
         }
         // Not reached within the budget: first in line next time.
         rule.unwatchable = stillUnwatched + Array(due[index...]) + rule.unwatchable.filter { !stillUnwatched.contains($0) }

@@ -81,7 +81,7 @@ final class WatchBackends {
     func moveToFanotify(_ rule: WatchRule, why: String, mounts: [MountInfoEntry]) -> [(path: [UInt8], error: Errno)]? {
         guard let root = rule.root else { return nil }
         let refusal: String
-        if let tree = rule.remoteTree(holding: []) {
+        if let tree = rule.polling.remoteTree(holding: []) {
             refusal = "it is on \(tree.fileSystemType), a network or FUSE file system, which is polled instead"
         } else if let fanotify = openFanotifyIfNeeded() {
             let points = Self.localMountPoints(below: root, rule: rule, mounts: mounts)
@@ -125,7 +125,7 @@ final class WatchBackends {
         var points: [[UInt8]] = []
         for mount in mounts where FilesystemClass.reasonToPoll(mount.fileSystemType) == nil {
             guard let relative = relativePath(mount.mountPoint, under: root), !relative.isEmpty,
-                  rule.remoteTree(holding: relative) == nil, !points.contains(mount.mountPoint) else { continue }
+                  rule.polling.remoteTree(holding: relative) == nil, !points.contains(mount.mountPoint) else { continue }
             points.append(mount.mountPoint)
         }
         return points

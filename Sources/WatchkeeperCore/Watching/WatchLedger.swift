@@ -65,7 +65,7 @@ final class WatchLedger {
     /// follows. A file just written needs one lookup by path, not two.
     ///
     /// The reader sees what the store has committed. A success whose record is not committed
-    /// yet is in `rule.handled` by inode, whatever its path now, and callers ask that first;
+    /// yet is in `rule.memory.handled` by inode, whatever its path now, and callers ask that first;
     /// so no write has to be waited for here. A move still waiting in the store is harmless:
     /// the entry is found at its old path by identity, and the move submitted below changes
     /// nothing once the earlier one has moved it (FileLedger.move).
@@ -83,7 +83,7 @@ final class WatchLedger {
                 .first(where: { $0.outcome == RunOutcome.ok.rawValue && $0.path != relative }) else {
                 return false
             }
-            rule.movesFollowed += 1
+            rule.counters.movesFollowed += 1
             store?.submit(.ledgerFollow(rule: rule.name, from: moved.path, to: relative, known: moved.identity, now: identity))
             return true
         } catch {
@@ -144,7 +144,7 @@ final class WatchLedger {
 
     /// A job's final outcome for its files (cancelled ones are left for the next catch-up).
     /// The store commits them with the others that ended meanwhile (group commit) and says
-    /// so through `committed`, on this queue; until then `rule.handled` knows.
+    /// so through `committed`, on this queue; until then `rule.memory.handled` knows.
     /// `identities` are the files' forms to record, in the subject's order (nil: none).
     func record(_ completion: JobCompletion, identities: [FileIdentity?], rule: WatchRule, committed: @escaping @Sendable ([LedgerRecord]) -> Void) {
         let outcome = completion.final.outcome

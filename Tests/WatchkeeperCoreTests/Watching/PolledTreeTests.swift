@@ -102,14 +102,14 @@ final class PolledTreeTests: XCTestCase {
         settings.recursive = true
         let rule = WatchRule(settings: settings)
         rule.root = Array("/srv/in".utf8)
-        rule.polledTrees = PolledTree.trees(root: Array("/srv/in".utf8), recursive: true, method: .auto, mounts: table)
+        rule.polling.trees = PolledTree.trees(root: Array("/srv/in".utf8), recursive: true, method: .auto, mounts: table)
         let status = FileIdentity(device: 40, inode: 1234, size: 5, modifiedNanoseconds: 9, changedNanoseconds: 9, bornNanoseconds: nil, generation: nil)
-        let before = rule.identity(of: status, at: Array("share/job".utf8))
-        XCTAssertNotEqual(rule.identity(of: status, at: Array("share/done/job".utf8)), before, "the path is what tells files apart there")
-        XCTAssertTrue(rule.followMoveOnShare(from: Array("share/job".utf8), to: Array("share/done/job".utf8)))
-        XCTAssertEqual(rule.identity(of: status, at: Array("share/done/job".utf8)), before)
-        XCTAssertTrue(rule.followMoveOnShare(from: Array("share/done/job".utf8), to: Array("share/done/old/job".utf8)))
-        XCTAssertEqual(rule.identity(of: status, at: Array("share/done/old/job".utf8)), before, "a second rename keeps the first path's")
-        XCTAssertFalse(rule.followMoveOnShare(from: Array("local".utf8), to: Array("local2".utf8)), "on a local disk the inode is the identity")
+        let before = rule.polling.identity(of: status, at: Array("share/job".utf8))
+        XCTAssertNotEqual(rule.polling.identity(of: status, at: Array("share/done/job".utf8)), before, "the path is what tells files apart there")
+        XCTAssertTrue(rule.polling.followMoveOnShare(from: Array("share/job".utf8), to: Array("share/done/job".utf8)))
+        XCTAssertEqual(rule.polling.identity(of: status, at: Array("share/done/job".utf8)), before)
+        XCTAssertTrue(rule.polling.followMoveOnShare(from: Array("share/done/job".utf8), to: Array("share/done/old/job".utf8)))
+        XCTAssertEqual(rule.polling.identity(of: status, at: Array("share/done/old/job".utf8)), before, "a second rename keeps the first path's")
+        XCTAssertFalse(rule.polling.followMoveOnShare(from: Array("local".utf8), to: Array("local2".utf8)), "on a local disk the inode is the identity")
     }
 }
