@@ -157,7 +157,7 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
         jobsQueue.enqueue { [weak self] in self?.engine.submit(job) }
     }
 
-    /// As DirectoryWatcher.fleetFinished: held files wait for the lease; a file handled here
+    /// As FleetInbox.finished: held files wait for the lease; a file handled here
     /// and gone from the inbox has its record bound to the record lease.
     private func fileFinished(_ name: String, end: FleetRunEnd) {
         switch end.outcome {

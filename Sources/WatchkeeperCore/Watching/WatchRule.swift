@@ -7,8 +7,9 @@ import Glibc
 /// One `[[watch]]` rule's policy and state on the watching queue: which files it selects
 /// and reports with which event, its settle window, what it handled in this life (by the
 /// file's identity, so a file found again at another path is known), how settled files
-/// become job subjects, and its part of the dump. The inotify watches, the scans and the
-/// ledger are the coordinator's (DirectoryWatcher); the jobs are the engine's.
+/// become job subjects, and its part of the dump. Its state is values per concern (the
+/// tree's backend, this life's memory, polling, counters); the watches are WatchBackends',
+/// the walks TreeScans', the ledger the coordinator's; the jobs are the engine's.
 final class WatchRule: @unchecked Sendable {
     var settings: WatchSettings
     /// The directory actually watched: the configured root with symbolic links resolved
@@ -30,11 +31,11 @@ final class WatchRule: @unchecked Sendable {
     var polling = RulePolling()
     var settleTimer: (any WatchTimer)?
     /// Renames, attribute changes and writes seen since files were handled (TrackedChanges),
-    /// and the timer that confirms the changes (DirectoryWatcher.confirmChanges).
+    /// and the timer that confirms the changes (HandledChanges.confirmChanges).
     var changes = TrackedChanges()
     var changesTimer: (any WatchTimer)?
     /// fleet = "one": files claimed elsewhere, held, and recorded handled here
-    /// (DirectoryWatcher+Fleet.swift).
+    /// (FleetInbox).
     var fleet = FleetRuleState()
     /// Files waiting to settle that were renamed (IN_MOVED_FROM) by cookie, until the
     /// IN_MOVED_TO says their new name: their wait moves there.
@@ -50,7 +51,7 @@ final class WatchRule: @unchecked Sendable {
     /// which is synchronous; a fanotify listing carries its own, `Listing.changedSince`).
     var rescanChangedSince: Int64?
     /// A fanotify tree's listing for the files already there, while it goes on in slices
-    /// (DirectoryWatcher.listInSlices).
+    /// (TreeScans.listInSlices).
     var listing: Listing?
     /// Its next slice.
     var listingTimer: (any WatchTimer)?
@@ -129,6 +130,16 @@ final class WatchRule: @unchecked Sendable {
     /// In a tree that is polled (`method = "poll"`, or a network or FUSE file system).
     func isPolled(_ relative: [UInt8]) -> Bool {
         settings.method == .poll || polling.remoteTree(holding: relative) != nil
+    }
+
+    /// One of the rule's timers, made the first time it is needed (registered with its
+    /// purpose), set to fire at `instant`.
+    func arm(_ timer: ReferenceWritableKeyPath<WatchRule, (any WatchTimer)?>, on clock: any WatchClock, at instant: MonotonicInstant,
+             target: String, fire: @escaping () -> Void) {
+        if self[keyPath: timer] == nil {
+            self[keyPath: timer] = clock.makeTimer(owner: "watch \(name)", target: target, handler: fire)
+        }
+        self[keyPath: timer]?.schedule(at: instant)
     }
 
     // MARK: Batches

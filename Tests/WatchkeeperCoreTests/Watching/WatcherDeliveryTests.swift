@@ -26,7 +26,10 @@ final class WatcherDeliveryTests: XCTestCase {
     /// found is admitted once its change time is a window old by the fake wall clock.
     static let scanWait: Duration = .seconds(3)
 
-    static var rows: [Row] { [
+    static var rows: [Row] { toolRows + renameRows + timeRows }
+
+    /// The tools of deliveries.py and tools.py that write a file into place.
+    static var toolRows: [Row] { [
         Row(pattern: "temporary name, then rename(2) (curl -o x.part, scp)", deliver: { h in
             h.write("x.part", "content")
             h.written("x.part")
@@ -88,6 +91,10 @@ final class WatcherDeliveryTests: XCTestCase {
             h.setTimes("g", modified: 1_000_000_000)
             h.read([(.create, "", "g", 0), (.modify, "", "g", 0), (.closeWrite, "", "g", 0), (.attrib, "", "g", 0)])
         }, jobs: ["g", "g"]),
+    ] }
+
+    /// Files that arrive by a name of their own, and renames of handled files.
+    static var renameRows: [Row] { [
         Row(pattern: "O_TMPFILE written, linkat(2) into place, closed under #inode", deliver: { h in
             let inode = h.linkTmpfile("t1", "content")
             h.read(.create, "t1")
@@ -147,6 +154,10 @@ final class WatcherDeliveryTests: XCTestCase {
             h.renamed("d", "e", cookie: 16, directory: true)
             h.advance(WatcherDeliveryTests.scanWait)
         }, jobs: ["d/one"]),
+    ] }
+
+    /// Lost events, changes after the job, settle windows, the root going away.
+    static var timeRows: [Row] { [
         Row(pattern: "overflow: the tree is rescanned; what changed since runs, what was handled does not", deliver: { h in
             h.write("before", "content")
             h.written("before")

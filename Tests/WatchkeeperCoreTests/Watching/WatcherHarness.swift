@@ -184,9 +184,12 @@ final class WatcherHarness {
     let jobs: FakeJobs
     let watcher: DirectoryWatcher
     let root: String
+    let stateDirectory: String
 
-    init(scratch: URL) throws {
+    /// `store`: the state store whose ledger catch-up reads (nil: no ledger).
+    init(scratch: URL, store: StateStore? = nil) throws {
         root = scratch.appendingPathComponent("in").path
+        stateDirectory = scratch.appendingPathComponent("state").path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         jobs = FakeJobs(queue: queue)
         let sink = LogSink(target: .stderr, level: .critical, problemCapacity: 10)
@@ -199,6 +202,7 @@ final class WatcherHarness {
             throw Errno.notPermitted
         }, followsMounts: false)
         watcher = DirectoryWatcher(queue: queue, context: context, jobs: jobs, clock: clock, kernel: kernel)
+        watcher.store = store
     }
 
     /// A rule on the scratch root: the defaults of a `[[watch]]` (closed_write and moved_in,
@@ -211,13 +215,22 @@ final class WatcherHarness {
     }
 
     func start(_ rules: [WatchSettings]) {
-        step { watcher.apply(rules, isStart: true, stateDirectory: root) }
+        step { watcher.apply(rules, isStart: true, stateDirectory: stateDirectory) }
     }
 
     /// Runs `body` on the watching queue, then lets every turn it queued there run.
     func step(_ body: () -> Void) {
         queue.queue.sync(execute: body)
         drain()
+    }
+
+    /// The drain and a clean stop, as the daemon's: what settles is cancelled, changes
+    /// waiting to be confirmed are, the ledger's reader closes.
+    func stop() {
+        step {
+            watcher.stop()
+            watcher.close()
+        }
     }
 
     func drain() {

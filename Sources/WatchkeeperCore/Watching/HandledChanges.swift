@@ -1,12 +1,22 @@
 import Dispatch
 
-/// Keeping a handled file's identity its own: the renames and attribute changes the watcher
-/// sees happen to a file it handled, with no write in between (TrackedChanges), are followed
-/// in this life's memory and in the ledger, so that the next catch-up, which runs every file
-/// that changed in any way since it was handled (FileIdentity.sameFile, the change time
-/// included), does not run a file that was only chmod'ed, touched by `unzip` or `rsync`
-/// after its close, or renamed within the tree (docs/architecture.md, "File identity").
-extension DirectoryWatcher {
+/// Keeping a handled file's identity its own, on the watching queue: the renames and
+/// attribute changes the watcher sees happen to a file it handled, with no write in between
+/// (TrackedChanges), are followed in this life's memory and in the ledger, so that the next
+/// catch-up, which runs every file that changed in any way since it was handled
+/// (FileIdentity.sameFile, the change time included), does not run a file that was only
+/// chmod'ed, touched by `unzip` or `rsync` after its close, or renamed within the tree
+/// (docs/architecture.md, "File identity"). Confined to the watching queue.
+final class HandledChanges: @unchecked Sendable {
+    private let state: WatchingState
+    private let ledger: WatchLedger
+    private var clock: any WatchClock { state.clock }
+
+    init(state: WatchingState, ledger: WatchLedger) {
+        self.state = state
+        self.ledger = ledger
+    }
+
     /// IN_ATTRIB of a file: chmod, chown, `utime` (unzip and rsync set the mtime after the
     /// close), a link count. Followed if the file is one the rule holds a form of and was not
     /// written since: its content is what was handled, in a new form.
@@ -57,7 +67,7 @@ extension DirectoryWatcher {
 
     private func armChangesTimer(_ rule: WatchRule) {
         guard let next = rule.changes.nextDue else { return }
-        arm(\.changesTimer, of: rule, at: next, target: "confirm renames and attribute changes of handled files") { [unowned self] in
+        rule.arm(\.changesTimer, on: clock, at: next, target: "confirm renames and attribute changes of handled files") { [unowned self] in
             self.confirmChanges(rule)
         }
     }
@@ -65,7 +75,7 @@ extension DirectoryWatcher {
     /// Changes seen `TrackedChanges.confirmAfter` ago: taken where the file is still as it was
     /// seen, and nothing since wrote it, admitted it or waits to admit it.
     private func confirmChanges(_ rule: WatchRule) {
-        guard rules[rule.name] === rule else {
+        guard state.isCurrent(rule) else {
             rule.changesTimer?.cancel()
             rule.changesTimer = nil
             return
@@ -77,8 +87,7 @@ extension DirectoryWatcher {
     /// A clean stop, once every job has its record: what waits is confirmed now, so a file
     /// touched in the last second before the stop does not run again at the next start.
     func confirmChangesAtStop() {
-        for name in order {
-            guard let rule = rules[name] else { continue }
+        for rule in state.ordered {
             rule.changesTimer?.cancel()
             rule.changesTimer = nil
             for change in rule.changes.takeAll() { confirm(change, rule: rule) }
@@ -106,7 +115,7 @@ extension DirectoryWatcher {
 
     /// The ledger holds the new form: this life's memory of the file can go.
     private func followCommitted(rule name: String, _ change: TrackedChanges.Change) {
-        guard let rule = rules[name], let known = rule.memory.handled[change.seen.inodeKey], known.current == change.seen,
+        guard let rule = state.rules[name], let known = rule.memory.handled[change.seen.inodeKey], known.current == change.seen,
               known.path == change.path else { return }
         rule.memory.handled[change.seen.inodeKey] = nil
         if rule.memory.handled.isEmpty { rule.memory.handled = [:] }

@@ -1,16 +1,34 @@
 import Dispatch
 import CWatchkeeperSystem
+import Logging
 import SystemPackage
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Watching trees and scanning them: wherever events may have been missed (start-up,
-/// a new or moved-in directory, an overflow, a directory over the watch limit, a mount),
-/// the tree is walked, each directory watched before it is listed, and its regular files
-/// go through the rule's settle queue.
-extension DirectoryWatcher {
+/// Watching trees and scanning them, on the watching queue: wherever events may have been
+/// missed (start-up, a new or moved-in directory, an overflow, a directory over the watch
+/// limit, a mount), the tree is walked, each directory watched before it is listed, and its
+/// regular files go through the rule's settle queue (FileSettling). A fanotify tree is never
+/// walked to be watched: it is listed in slices. Directories that could not be watched are
+/// scanned by a fallback timer of their rule. Confined to the watching queue.
+final class TreeScans: @unchecked Sendable {
+    private let state: WatchingState
+    private let backends: WatchBackends
+    private let problems: ProblemAggregator
+    private let settling: FileSettling
+    private var clock: any WatchClock { state.clock }
+    private var logger: Logger { state.logger }
+    private var accepting: Bool { state.accepting }
+
+    init(state: WatchingState, backends: WatchBackends, problems: ProblemAggregator, settling: FileSettling) {
+        self.state = state
+        self.backends = backends
+        self.problems = problems
+        self.settling = settling
+    }
+
     /// Watches a directory and, for recursive rules, everything below it, level by level:
     /// every directory of a level is watched, then the level is listed (a file created in
     /// between is seen by the scan, the event, or both; the duplicate is dropped by identity).
@@ -51,7 +69,7 @@ extension DirectoryWatcher {
         rule.rescanChangedSince = changedSince
         defer { rule.rescanChangedSince = nil }
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
-            self.treeBackend(of: rule)?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
+            self.backends.tree(of: rule)?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
         }, descend: { child in
             rule.mayContainSelected(directory: child)
         }, file: { path in
@@ -89,7 +107,7 @@ extension DirectoryWatcher {
         guard let event = rule.readyEvent, rule.selects(relative) else { return }
         rule.counters.matched += 1
         let changedSince = rule.backend.usesFanotify ? rule.listing?.changedSince : rule.rescanChangedSince
-        enqueue(rule, relative: relative, event: event, fromScan: true, changedSince: changedSince)
+        settling.enqueue(rule, relative: relative, event: event, fromScan: true, changedSince: changedSince)
     }
 
     /// Directories listed by one walk beyond which its garbage is handed back to the kernel.
@@ -97,7 +115,7 @@ extension DirectoryWatcher {
 
     /// One directory watched; false (and a report) when it could not be.
     func addWatch(_ rule: WatchRule, relative: [UInt8]) -> Bool {
-        guard let backend = treeBackend(of: rule) else { return false }
+        guard let backend = backends.tree(of: rule) else { return false }
         switch backend.watch(.init(owner: .rule(rule.name), relative: relative), path: rule.absolute(relative), events: rule.watchMask) {
         case .success:
             take(rule.backend.watchedDirectory(method: rule.settings.method, above: backends.fanotifyAbove), for: rule)
@@ -143,31 +161,6 @@ extension DirectoryWatcher {
                         example: LineEscaping.escaped(rule.absolute(relative).prefix(200)) + "...")
     }
 
-    // MARK: Overflow
-
-    /// IN_Q_OVERFLOW: the kernel dropped events. Every tree is scanned again; files not
-    /// handled yet in the form they have now get their job, so nothing is lost. A rule
-    /// without catch-up has no ledger to tell what was there before: it runs only the files
-    /// changed since `lostSince` (every event before it was read, DirectoryWatcher.handle),
-    /// less a second for the read and the file system's coarse clock.
-    func overflowed(_ source: WatchBackendKind, lostSince: WallTime) {
-        overflowsTotal += 1
-        switch source {
-        case .inotify:
-            // The instance's queue was sized when it was made; the sysctl may have changed since.
-            let size = backends.inotifyQueueSize
-            logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.inotify.max_queued_events=\(size)); rescanning every tree watched with inotify")
-        case .fanotify:
-            logger.warning("fanotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.fanotify.max_queued_events=\(FanotifyBackend.sysctl("max_queued_events") ?? "16384")); rescanning every tree watched with fanotify")
-        }
-        for name in order {
-            // Only the trees whose events were lost: the other backend's are intact.
-            guard let rule = rules[name], !rule.isMissing, rule.backend.backend == source else { continue }
-            rule.counters.overflows += 1
-            rescan(rule, changedSince: rule.settings.catchUp ? nil : (lostSince.nanosecondsSinceEpoch ?? 0) - 1_000_000_000)
-        }
-    }
-
     // MARK: Directories that could not be watched
 
     /// Subtrees that could not be watched are scanned this often instead, each pass limited
@@ -178,7 +171,7 @@ extension DirectoryWatcher {
 
     /// 30 s; WATCHKEEPER_TEST_FALLBACK_INTERVAL shortens it for the tests (docs/testing.md).
     var fallbackInterval: Duration {
-        if let text = context.daemonEnvironment["WATCHKEEPER_TEST_FALLBACK_INTERVAL"], case .success(let value) = DurationParser.parse(text) {
+        if let text = state.environment["WATCHKEEPER_TEST_FALLBACK_INTERVAL"], case .success(let value) = DurationParser.parse(text) {
             return value
         }
         return .seconds(30)
@@ -226,7 +219,7 @@ extension DirectoryWatcher {
             rule.unwatchable.removeAll { $0 == relative }
             stillUnwatched.append(relative)
             let summary = TreeScanner(root: root).scan(from: [relative], until: deadline, descend: { rule.mayContainSelected(directory: $0) }) { path in
-                if let event = rule.readyEvent, rule.selects(path) { self.enqueue(rule, relative: path, event: event, fromScan: true) }
+                if let event = rule.readyEvent, rule.selects(path) { self.settling.enqueue(rule, relative: path, event: event, fromScan: true) }
             }
             var skipped = summary.types
             skipped[.regular] = 0
@@ -237,52 +230,97 @@ extension DirectoryWatcher {
         rule.unwatchable = stillUnwatched + Array(due[index...]) + rule.unwatchable.filter { !stillUnwatched.contains($0) }
     }
 
-    // MARK: Mounts
+    /// Does what the rule's TreeBackendChoice asked: true when the tree is on fanotify now.
+    @discardableResult
+    func take(_ step: TreeBackendChoice.Step, for rule: WatchRule) -> Bool {
+        guard case .moveToFanotify(let why) = step else { return rule.backend.usesFanotify }
+        guard let root = rule.root, let unmarked = backends.moveToFanotify(rule, why: why, mounts: state.mountTable()) else { return false }
+        for (path, error) in unmarked {
+            if let relative = relativePath(path, under: root) { reportWatchFailure(rule, relative: relative, error: error) }
+        }
+        return true
+    }
 
-    /// A file system mounted on (or unmounted from) a watched directory or one above a
-    /// root: the old watches see the covered directory, so the subtree is watched again at
-    /// its path and its files caught up.
-    func mountsChanged(_ change: MountChange) {
-        let points = change.addedMountPoints.union(change.removedMountPoints)
-        for name in order {
-            guard let rule = rules[name], let root = rule.root else { continue }
-            for point in points {
-                if point == root || (root.starts(with: point) && (point == [UInt8(ascii: "/")] || root.count > point.count && root[point.count] == UInt8(ascii: "/"))) {
-                    // On the root or above it: the root path may now be another directory.
-                    let verb = change.addedMountPoints.contains(point) ? "mounted on" : "unmounted from"
-                    logger.notice("watch \(rule.name): a file system was \(verb) \(LineEscaping.escaped(point)); watching \(rule.settings.path) again and catching up its files")
-                    unwatch(rule)
-                    rule.root = nil
-                    watchRoot(rule, catchUp: true)
-                    break
-                } else if point.count > root.count, point.starts(with: root), point[root.count] == UInt8(ascii: "/"), rule.settings.recursive {
-                    let relative = Array(point[(root.count + 1)...])
-                    let verb = change.addedMountPoints.contains(point) ? "mounted on" : "unmounted from"
-                    remount(rule, at: relative, why: "a file system was \(verb) \(LineEscaping.escaped(point))")
-                }
-            }
+    /// A file system mounted (or unmounted) at `relative` in a fanotify tree: marked, if
+    /// local, or reported and scanned by the fallback like a directory inotify refused.
+    func markMountPoint(_ rule: WatchRule, relative: [UInt8]) {
+        if let error = backends.markMountPoint(rule, relative: relative, mounts: state.mountTable()) {
+            reportWatchFailure(rule, relative: relative, error: error)
         }
     }
 
-    /// Watches `relative` and below again, and catches up their files.
-    func remount(_ rule: WatchRule, at relative: [UInt8], why: String) {
-        guard !rule.isMissing else { return }
-        if relative.isEmpty {
-            unwatch(rule)
-            rule.root = nil
-            logger.notice("watch \(rule.name): \(why); watching \(rule.settings.path) again and catching up its files")
-            watchRoot(rule, catchUp: true)
-            return
-        }
-        logger.notice("watch \(rule.name): \(why); watching it again and catching up its files")
-        if rule.settings.method == .poll {
-            // Polled from the root down: a new poll of the whole tree catches it up.
-            startPolling(rule)
-            return
-        }
-        refreshPolling(rule)
-        dropSubtree(rule, relative: relative)
-        if rule.backend.usesFanotify { markMountPoint(rule, relative: relative) }
-        addTree(rule, from: relative, emitFiles: true)
+    // MARK: Listing a fanotify tree
+
+    /// Events of the tree were lost (a directory handle that could not be resolved): its
+    /// files are found by listing it again, unless a listing is under way already, which
+    /// finds them too. Issue 36: the journal promised that rescan, and none ran.
+    func rescanForMissedEvents(_ rule: WatchRule) {
+        guard accepting, rule.listing == nil else { return }
+        rescan(rule)
     }
+
+    /// Lists `relative` and below for the files already there (catch-up, a directory that
+    /// came in, a rescan after an overflow) in slices of `listingSlice` on the watching
+    /// queue, each followed by a pause as long: the mark hears every change meanwhile, so a
+    /// tree of a million directories need not hold READY, events and the control socket
+    /// for the seconds its listing takes. Depth first, a few directories at a time, so what
+    /// is left to list stays small. A walk already under way takes the new start along.
+    func listInSlices(_ rule: WatchRule, from relative: [UInt8]) {
+        if rule.listing != nil {
+            rule.listing!.pending.append(relative)
+            return
+        }
+        rule.listing = .init(pending: [relative], began: clock.now)
+        armListing(rule, at: clock.now)
+    }
+
+    /// The listing's next slice, on a registered timer of the rule (the dump lists it, and
+    /// unwatching the tree cancels it).
+    private func armListing(_ rule: WatchRule, at instant: MonotonicInstant) {
+        rule.arm(\.listingTimer, on: clock, at: instant, target: "list a fanotify tree in slices of \(Self.listingSlice.compactDescription)") { [unowned self] in
+            self.listSlice(rule)
+        }
+    }
+
+    static let listingSlice: Duration = .milliseconds(50)
+    /// Directories listed together (in parallel, as TreeScanner does from 64 up).
+    static let listingBatch = 64
+
+    private func listSlice(_ rule: WatchRule) {
+        guard accepting, state.isCurrent(rule), var listing = rule.listing, let root = rule.root else { return }
+        let deadline = clock.now + Self.listingSlice
+        let scanner = TreeScanner(root: root)
+        repeat {
+            let batch = Array(listing.pending.suffix(Self.listingBatch))
+            listing.pending.removeLast(batch.count)
+            var found: [[UInt8]] = []
+            let summary = scanner.scan(from: batch, descend: { child in
+                if rule.mayContainSelected(directory: child) { found.append(child) }
+                return false
+            }, file: { path in
+                if rule.polling.remoteTree(holding: path) == nil { self.scanned(rule, relative: path) }
+            })
+            account(rule, summary)
+            listing.pending += found.reversed()
+            listing.directories += summary.directoriesListed
+        } while !listing.pending.isEmpty && clock.now < deadline
+        listing.slices += 1
+        guard listing.pending.isEmpty else {
+            rule.listing = listing
+            armListing(rule, at: clock.now + Self.listingSlice)
+            return
+        }
+        rule.listing = nil
+        let took = clock.now - listing.began
+        if listing.slices > 1 {
+            logger.info("watch \(rule.name): listed \(listing.directories) directories of \(LineEscaping.escaped(root)) for the files already there in \(took.compactDescription) (\(listing.slices) slices; fanotify heard every change meanwhile)")
+        }
+    }
+
+    /// A directory moved out of the tree (or within it, to be watched again at its new
+    /// path): its watches would report paths that no longer belong to it.
+    func dropSubtree(_ rule: WatchRule, relative: [UInt8]) {
+        backends.tree(of: rule)?.unwatch(.rule(rule.name), under: relative)
+    }
+
 }

@@ -1,13 +1,36 @@
 import Dispatch
+import Logging
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Roots: resolving a rule's configured path to the directory watched, noticing when the
-/// path stops leading there (the root or an ancestor renamed or removed, a link on the path
-/// retargeted), and watching for a missing root to appear.
-extension DirectoryWatcher {
+/// Roots, on the watching queue: resolving a rule's configured path to the directory
+/// watched, noticing when the path stops leading there (the root or an ancestor renamed or
+/// removed, a link on the path retargeted, a file system mounted over it), and watching for
+/// a missing root to appear (its parent's events, and a recheck every 5 s). Confined to the
+/// watching queue.
+final class RootTracking: @unchecked Sendable {
+    private let state: WatchingState
+    private let backends: WatchBackends
+    private let scans: TreeScans
+    private let pollers: RulePollers
+    private let settling: FileSettling
+    private var recheckTimer: (any WatchTimer)?
+    private var clock: any WatchClock { state.clock }
+    private var logger: Logger { state.logger }
+    private var accepting: Bool { state.accepting }
+
+    static let recheckInterval: Duration = .seconds(5)
+
+    init(state: WatchingState, backends: WatchBackends, scans: TreeScans, pollers: RulePollers, settling: FileSettling) {
+        self.state = state
+        self.backends = backends
+        self.scans = scans
+        self.pollers = pollers
+        self.settling = settling
+    }
+
     /// Watches the rule's root, resolving symbolic links, or notes it missing and watches
     /// for it to appear. `catchUp`: the files already there are handled (those not in the
     /// ledger in their current form).
@@ -38,10 +61,10 @@ extension DirectoryWatcher {
             watchAncestors(of: rule, resolved: resolved)
             // The polled trees first: a file of a network file system admitted from the walk
             // below is known by its remote identity (PolledTree) from the start.
-            startPolling(rule)
+            pollers.startPolling(rule)
             guard rule.settings.method != .poll else { return }
-            take(rule.backend.atStart(method: rule.settings.method), for: rule)
-            addTree(rule, from: [], emitFiles: catchUp)
+            scans.take(rule.backend.atStart(method: rule.settings.method), for: rule)
+            scans.addTree(rule, from: [], emitFiles: catchUp)
         }
     }
 
@@ -76,7 +99,7 @@ extension DirectoryWatcher {
         // What waits to settle was seen in the old tree: its paths now name whatever the new
         // one holds. The new root's catch-up finds what is there; jobs already handed to the
         // engine find their file gone or replaced just before they start, and do not run.
-        cancelSettling(rule, detail: "the root \(why)")
+        settling.cancelSettling(rule, detail: "the root \(why)")
         rule.root = nil
         rule.rootNote = why
         // Something may already be there (rename and mkdir in one breath).
@@ -89,7 +112,7 @@ extension DirectoryWatcher {
         rule.fallbackTimer?.cancel()
         rule.fallbackTimer = nil
         rule.unwatchable.removeAll()
-        stopPolling(rule)
+        pollers.stopPolling(rule)
         backends.unwatch(rule)
         // A listing of the old tree stops.
         rule.listing = nil
@@ -184,18 +207,71 @@ extension DirectoryWatcher {
     }
 
     func armRecheckIfNeeded() {
-        guard recheckTimer == nil, accepting, rules.values.contains(where: \.isMissing) else { return }
+        guard recheckTimer == nil, accepting, state.rules.values.contains(where: \.isMissing) else { return }
         let timer = clock.makeTimer(owner: "watching", target: "missing watch roots: check every \(Self.recheckInterval.compactDescription)") { [unowned self] in
-            for name in self.order {
-                // A root that comes back may already hold files: they are handled.
-                if let rule = self.rules[name], rule.isMissing { self.watchRoot(rule, catchUp: true) }
-            }
-            if !self.rules.values.contains(where: \.isMissing) {
+            // A root that comes back may already hold files: they are handled.
+            for rule in self.state.ordered where rule.isMissing { self.watchRoot(rule, catchUp: true) }
+            if !self.state.rules.values.contains(where: \.isMissing) {
                 self.recheckTimer?.cancel()
                 self.recheckTimer = nil
             }
         }
         timer.schedule(at: clock.now + Self.recheckInterval, repeating: Self.recheckInterval)
         recheckTimer = timer
+    }
+
+    // MARK: Mounts
+
+    /// A file system mounted on (or unmounted from) a watched directory or one above a
+    /// root: the old watches see the covered directory, so the subtree is watched again at
+    /// its path and its files caught up.
+    func mountsChanged(_ change: MountChange) {
+        let points = change.addedMountPoints.union(change.removedMountPoints)
+        for rule in state.ordered {
+            guard let root = rule.root else { continue }
+            for point in points {
+                if point == root || (root.starts(with: point) && (point == [UInt8(ascii: "/")] || root.count > point.count && root[point.count] == UInt8(ascii: "/"))) {
+                    // On the root or above it: the root path may now be another directory.
+                    let verb = change.addedMountPoints.contains(point) ? "mounted on" : "unmounted from"
+                    logger.notice("watch \(rule.name): a file system was \(verb) \(LineEscaping.escaped(point)); watching \(rule.settings.path) again and catching up its files")
+                    unwatch(rule)
+                    rule.root = nil
+                    watchRoot(rule, catchUp: true)
+                    break
+                } else if point.count > root.count, point.starts(with: root), point[root.count] == UInt8(ascii: "/"), rule.settings.recursive {
+                    let relative = Array(point[(root.count + 1)...])
+                    let verb = change.addedMountPoints.contains(point) ? "mounted on" : "unmounted from"
+                    remount(rule, at: relative, why: "a file system was \(verb) \(LineEscaping.escaped(point))")
+                }
+            }
+        }
+    }
+
+    /// Watches `relative` and below again, and catches up their files.
+    func remount(_ rule: WatchRule, at relative: [UInt8], why: String) {
+        guard !rule.isMissing else { return }
+        if relative.isEmpty {
+            unwatch(rule)
+            rule.root = nil
+            logger.notice("watch \(rule.name): \(why); watching \(rule.settings.path) again and catching up its files")
+            watchRoot(rule, catchUp: true)
+            return
+        }
+        logger.notice("watch \(rule.name): \(why); watching it again and catching up its files")
+        if rule.settings.method == .poll {
+            // Polled from the root down: a new poll of the whole tree catches it up.
+            pollers.startPolling(rule)
+            return
+        }
+        pollers.refreshPolling(rule)
+        scans.dropSubtree(rule, relative: relative)
+        if rule.backend.usesFanotify { scans.markMountPoint(rule, relative: relative) }
+        scans.addTree(rule, from: relative, emitFiles: true)
+    }
+
+    /// The drain: missing roots are not looked for any more.
+    func stop() {
+        recheckTimer?.cancel()
+        recheckTimer = nil
     }
 }
