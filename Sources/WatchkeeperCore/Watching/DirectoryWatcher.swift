@@ -223,7 +223,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                             events.handleEntry(event, in: location, rule: rule, now: now, readAt: readAt, closedNow: closedNow)
                         }
                     case .parentOf(let name):
-                        if let rule = state.rules[name], rule.isMissing, event.name == rule.awaitedName {
+                        if let rule = state.rules[name], rule.isMissing, event.name == rule.location.awaitedName {
                             roots.watchRoot(rule, catchUp: true)
                         }
                     case .ancestorsOf(let name):
@@ -299,10 +299,10 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
             rule.settleTimer?.cancel()
             rule.settleTimer = nil
             settling.cancelSettling(rule, detail: "the daemon is stopping")
-            rule.fallbackTimer?.cancel()
-            rule.fallbackTimer = nil
-            rule.listingTimer?.cancel()
-            rule.listingTimer = nil
+            rule.scans.fallbackTimer?.cancel()
+            rule.scans.fallbackTimer = nil
+            rule.scans.listingTimer?.cancel()
+            rule.scans.listingTimer = nil
             pollers.stopPolling(rule)
         }
         roots.stop()

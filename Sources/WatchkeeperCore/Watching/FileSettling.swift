@@ -120,26 +120,24 @@ final class FileSettling: @unchecked Sendable {
             return .skipped
         }
         let identity = rule.polling.identity(of: status.identity, at: relative)
-        if fromScan {
-            // Nobody said the writer is done: it must have stopped changing for the window.
-            let changing = pending.seen.map { $0 != identity } ?? !Self.quietFor(settleWindow(rule, fromScan: true), identity, now: clock.wallNow)
-            if changing { return .stillChanging(identity) }
-            if let since = pending.changedSince, max(identity.modifiedNanoseconds, identity.changedNanoseconds ?? .max) < since {
-                // Without catch-up, a rescan after lost events runs only what they could have been.
-                rule.counters.rescanOlderSkipped += 1
-                return .skipped
-            }
-            if let inFlight = rule.memory.inFlight[identity.inodeKey], inFlight.current.sameFile(as: identity) {
-                rule.counters.duplicates += 1
-                return .skipped
-            }
-        }
-        if fromScan || event == .movedIn {
-            // A move (or a scan's find) is evidence of new content only if the file was not
-            // handled in this form: a file renamed within the tree after its job (a rename
-            // the watcher saw) is that file. Renamed while its job waits or runs: it is
-            // handled here if that job does not succeed (a `.part` renamed to `.dat` before
-            // its job could read it). Anything else must be unchanged, its change time too.
+        let rules = AdmissionRules(event: event, fromScan: fromScan, pending: pending, identity: identity)
+        let quiet = AdmissionRules.quietFor(settleWindow(rule, fromScan: true), identity, now: clock.wallNow)
+        switch rules.verdict(quiet: quiet, memory: rule.memory) {
+        case .admit:
+            break
+        case .stillChanging:
+            return .stillChanging(identity)
+        case .olderThanTheLostEvents:
+            rule.counters.rescanOlderSkipped += 1
+            return .skipped
+        case .alreadyInFlight, .unchangedSinceAdmitted:
+            rule.counters.duplicates += 1
+            return .skipped
+        case .admitUnlessHandled:
+            // Renamed while its job waits or runs: handled here if that job does not succeed
+            // (a `.part` renamed to `.dat` before its job could read it). A rename the watcher
+            // saw of a handled file is that file. Anything else must be unchanged, its change
+            // time too, in this life's memory or the ledger.
             if event == .movedIn && rule.followIfInFlight(identity, at: relative, event: event) { return .skipped }
             if event == .movedIn, let from = pending.renamedFrom, changes.followRename(rule, from: from, to: relative, identity: identity) {
                 rule.counters.duplicates += 1
@@ -151,31 +149,10 @@ final class FileSettling: @unchecked Sendable {
                 return .skipped
             }
         }
-        if !fromScan && event != .movedIn {
-            // A close is evidence of new content unless nothing at all changed since the file
-            // was admitted (the change time included, which every write moves): a program that
-            // renames its file into place and closes it afterwards, or opens it for writing
-            // and writes nothing, does not run its job twice.
-            let key = identity.inodeKey
-            if rule.memory.inFlight[key]?.identity == identity || rule.memory.handled[key]?.admitted == identity {
-                rule.counters.duplicates += 1
-                return .skipped
-            }
-        }
         // Its job records the form it has now: a change seen before is void.
         rule.changes.admitted(relative)
         return .admitted(FileSubject(path: absolute, rootLength: rootLength, event: event, identity: identity, eventAt: eventAt,
                                      followsSymlinks: follows, checksBeforeStart: rule.polling.remoteTree(holding: relative) == nil))
-    }
-
-    /// Neither written nor renamed, chmod'ed or touched for `window` (by the change time,
-    /// which nobody can set back): a scan's find is whole as far as anyone can tell. A change
-    /// time in the future (the clock was set back) is not trusted: the file waits one more
-    /// window and must then be unchanged.
-    static func quietFor(_ window: Duration, _ identity: FileIdentity, now wallNow: WallTime) -> Bool {
-        guard let now = wallNow.nanosecondsSinceEpoch, let changed = identity.changedNanoseconds else { return true }
-        let latest = max(changed, identity.modifiedNanoseconds)
-        return latest <= now && now - latest >= window.nanosecondsClamped
     }
 
     /// The bytes one batch's paths may take: for `{paths}`, half of ARG_MAX, leaving the
@@ -292,5 +269,4 @@ final class FileSettling: @unchecked Sendable {
             }
         }
     }
-
 }

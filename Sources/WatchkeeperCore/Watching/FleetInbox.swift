@@ -29,9 +29,10 @@ struct FleetRuleState {
 
 /// `fleet = "one"` on a watch rule: a shared inbox (docs/fleet.md). The watcher submits a
 /// file's job as for any rule; the job engine claims the file in etcd when a slot is free
-/// for it (Jobs/FleetStarts.swift) and records its end there. Here, on the watching queue: files handed back
-/// because no claim could be made (held, tried again when the lease is back), files
-/// another host released, and the records of files handled here that left the inbox.
+/// for it (Jobs/FleetStarts.swift) and records its end there. Here, on the watching queue:
+/// files handed back because no claim could be made (held, tried again when the lease is
+/// back), files another host released, and the records of files handled here that left
+/// the inbox. Confined to the watching queue.
 final class FleetInbox: @unchecked Sendable {
     private let state: WatchingState
     /// A file to admission again, as a scan's find (gone or handled meanwhile: nothing).

@@ -55,7 +55,7 @@ final class HandledChanges: @unchecked Sendable {
         }
         if let entry = rule.memory.inFlight[key] { return (entry.current, relative) }
         if let handled = rule.memory.handled[key], handled.path == relative { return (handled.current, relative) }
-        guard rule.settings.catchUp, rule.listing == nil, let entry = ledger.entry(rule, path: relative),
+        guard rule.settings.catchUp, rule.scans.listing == nil, let entry = ledger.entry(rule, path: relative),
               entry.outcome == RunOutcome.ok.rawValue, entry.identity.inodeKey == key else { return nil }
         return (entry.identity, relative)
     }

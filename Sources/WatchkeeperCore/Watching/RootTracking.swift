@@ -40,24 +40,24 @@ final class RootTracking: @unchecked Sendable {
         guard backends.inotify != nil || rule.settings.method == .poll || rule.settings.method == .fanotify else { return }
         switch Self.resolveDirectory(rule.settings.path) {
         case .unusable(let why):
-            if !rule.isMissing || rule.rootNote == nil {
+            if !rule.isMissing || rule.location.note == nil {
                 logger.warning("watch \(rule.name): unable to watch \(rule.settings.path): \(why); watching for it to appear (and checking every \(Self.recheckInterval.compactDescription))")
             }
-            rule.root = nil
-            rule.rootNote = why
+            rule.location.root = nil
+            rule.location.note = why
             watchParent(of: rule)
             armRecheckIfNeeded()
         case .directory(let resolved):
             dropParentWatch(of: rule)
             let configured = rule.configuredRoot
             let note = resolved == configured ? nil : "a symbolic link to \(LineEscaping.escaped(resolved)); watching that directory"
-            if note != nil && note != rule.rootNote {
+            if note != nil && note != rule.location.note {
                 logger.notice("watch \(rule.name): \(rule.settings.path) is \(note!)")
-            } else if rule.rootNote != nil && rule.root == nil {
+            } else if rule.location.note != nil && rule.root == nil {
                 logger.notice("watch \(rule.name): \(rule.settings.path) is there (again); watching it\(catchUp ? " and catching up its files" : "")")
             }
-            rule.root = resolved
-            rule.rootNote = note
+            rule.location.root = resolved
+            rule.location.note = note
             watchAncestors(of: rule, resolved: resolved)
             // The polled trees first: a file of a network file system admitted from the walk
             // below is known by its remote identity (PolledTree) from the start.
@@ -100,8 +100,8 @@ final class RootTracking: @unchecked Sendable {
         // one holds. The new root's catch-up finds what is there; jobs already handed to the
         // engine find their file gone or replaced just before they start, and do not run.
         settling.cancelSettling(rule, detail: "the root \(why)")
-        rule.root = nil
-        rule.rootNote = why
+        rule.location.root = nil
+        rule.location.note = why
         // Something may already be there (rename and mkdir in one breath).
         watchRoot(rule, catchUp: true)
     }
@@ -109,16 +109,16 @@ final class RootTracking: @unchecked Sendable {
     func unwatch(_ rule: WatchRule) {
         rule.settleTimer?.cancel()
         rule.settleTimer = nil
-        rule.fallbackTimer?.cancel()
-        rule.fallbackTimer = nil
-        rule.unwatchable.removeAll()
+        rule.scans.fallbackTimer?.cancel()
+        rule.scans.fallbackTimer = nil
+        rule.scans.unwatchable.removeAll()
         pollers.stopPolling(rule)
         backends.unwatch(rule)
         // A listing of the old tree stops.
-        rule.listing = nil
-        rule.listingTimer?.cancel()
-        rule.listingTimer = nil
-        rule.rootLinks = []
+        rule.scans.listing = nil
+        rule.scans.listingTimer?.cancel()
+        rule.scans.listingTimer = nil
+        rule.location.links = []
     }
 
     // MARK: Ancestors and links
@@ -153,7 +153,7 @@ final class RootTracking: @unchecked Sendable {
             links.insert(Array(realParent.dropFirst()) + (realParent.count > 1 ? [slash] : []) + Array(component))
             watched.append((realParent, [.create, .movedTo, .delete, .movedFrom]))
         }
-        rule.rootLinks = links
+        rule.location.links = links
         for (directory, events) in watched {
             // Gone already: the rename or removal is seen by the root's own watch or the recheck.
             _ = backend.watch(.init(owner: .ancestorsOf(rule.name), relative: Array(directory.dropFirst())), path: directory,
@@ -169,7 +169,7 @@ final class RootTracking: @unchecked Sendable {
             lose(rule, why: "is no longer where it was: \(path) above it \(why)")
             return
         }
-        guard let event, rule.rootLinks.contains(location.path(of: event.name)) else { return }
+        guard let event, rule.location.links.contains(location.path(of: event.name)) else { return }
         // A link of the path was replaced, removed or made: does the path still lead here?
         switch Self.resolveDirectory(rule.settings.path) {
         case .directory(let resolved) where resolved == rule.root:
@@ -194,7 +194,7 @@ final class RootTracking: @unchecked Sendable {
             let name = Array(awaited[(cut + 1)...])
             // Any new entry: the root may come back as a directory or as a link to one.
             if case .success = backend.watch(.init(owner: .parentOf(rule.name), relative: []), path: parent, events: [.create, .movedTo, .onlyDirectory]) {
-                rule.awaitedName = name
+                rule.location.awaitedName = name
                 return
             }
             guard cut > 0 else { return }
@@ -235,7 +235,7 @@ final class RootTracking: @unchecked Sendable {
                     let verb = change.addedMountPoints.contains(point) ? "mounted on" : "unmounted from"
                     logger.notice("watch \(rule.name): a file system was \(verb) \(LineEscaping.escaped(point)); watching \(rule.settings.path) again and catching up its files")
                     unwatch(rule)
-                    rule.root = nil
+                    rule.location.root = nil
                     watchRoot(rule, catchUp: true)
                     break
                 } else if point.count > root.count, point.starts(with: root), point[root.count] == UInt8(ascii: "/"), rule.settings.recursive {
@@ -252,7 +252,7 @@ final class RootTracking: @unchecked Sendable {
         guard !rule.isMissing else { return }
         if relative.isEmpty {
             unwatch(rule)
-            rule.root = nil
+            rule.location.root = nil
             logger.notice("watch \(rule.name): \(why); watching \(rule.settings.path) again and catching up its files")
             watchRoot(rule, catchUp: true)
             return

@@ -12,7 +12,6 @@ struct RuleMemory {
     var inFlight: [InodeKey: InFlightFile] = [:]
     static let handledLimit = 200_000
 
-
     /// Remembers a file handled successfully in this life; the memory is bounded (the
     /// ledger remembers the rest across restarts).
     mutating func remember(_ file: HandledFile) {

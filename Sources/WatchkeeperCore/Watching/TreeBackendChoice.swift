@@ -9,8 +9,8 @@ enum WatchBackendKind: String, Hashable, Sendable {
 /// Which backend watches a rule's tree, and when it moves to fanotify: at the start when
 /// the rule says `method = "fanotify"`, and under `auto` when the tree outgrows a number
 /// of inotify watches or meets the inotify watch limit. A pure value: its methods say
-/// what to do, the coordinator does it (WatchBackends.moveToFanotify) and tells it how
-/// that went. A tree fanotify refused stays on inotify until it is watched anew, and the
+/// what to do, TreeScans.take does it (through WatchBackends.moveToFanotify) and tells it
+/// how that went. A tree fanotify refused stays on inotify until it is watched anew, and the
 /// refusal is said once per reason.
 struct TreeBackendChoice: Equatable {
     private(set) var backend: WatchBackendKind = .inotify

@@ -60,14 +60,14 @@ final class TreeScans: @unchecked Sendable {
         guard let root = rule.root, rule.settings.method != .poll else { return }
         rule.counters.rescans += 1
         if rule.backend.usesFanotify {
-            let fresh = rule.listing == nil
+            let fresh = rule.scans.listing == nil
             listInSlices(rule, from: relative)
             // A listing already going on (a new directory's) keeps running everything it finds.
-            if fresh { rule.listing?.changedSince = changedSince }
+            if fresh { rule.scans.listing?.changedSince = changedSince }
             return
         }
-        rule.rescanChangedSince = changedSince
-        defer { rule.rescanChangedSince = nil }
+        rule.scans.rescanChangedSince = changedSince
+        defer { rule.scans.rescanChangedSince = nil }
         let summary = TreeScanner(root: root).scan(from: [relative], visit: { directory in
             self.backends.tree(of: rule)?.isWatched(.init(owner: .rule(rule.name), relative: directory)) == true || self.addWatch(rule, relative: directory)
         }, descend: { child in
@@ -97,7 +97,7 @@ final class TreeScans: @unchecked Sendable {
             }
             problems.report("watch \(rule.name): unable to list directories: \(error) (\(error.symbolicName))",
                             example: LineEscaping.escaped(rule.absolute(failure.directory)))
-            if !rule.unwatchable.contains(failure.directory) { rule.unwatchable.append(failure.directory) }
+            if !rule.scans.unwatchable.contains(failure.directory) { rule.scans.unwatchable.append(failure.directory) }
             armFallbackScan(rule)
         }
     }
@@ -106,7 +106,7 @@ final class TreeScans: @unchecked Sendable {
     func scanned(_ rule: WatchRule, relative: [UInt8]) {
         guard let event = rule.readyEvent, rule.selects(relative) else { return }
         rule.counters.matched += 1
-        let changedSince = rule.backend.usesFanotify ? rule.listing?.changedSince : rule.rescanChangedSince
+        let changedSince = rule.backend.usesFanotify ? rule.scans.listing?.changedSince : rule.scans.rescanChangedSince
         settling.enqueue(rule, relative: relative, event: event, fromScan: true, changedSince: changedSince)
     }
 
@@ -150,7 +150,7 @@ final class TreeScans: @unchecked Sendable {
             problems.report("watch \(rule.name): unable to watch directories: \(error) (\(error.symbolicName)); they are scanned every \(fallbackInterval.compactDescription) instead",
                             example: path)
         }
-        if !rule.unwatchable.contains(relative) { rule.unwatchable.append(relative) }
+        if !rule.scans.unwatchable.contains(relative) { rule.scans.unwatchable.append(relative) }
         armFallbackScan(rule)
     }
 
@@ -178,25 +178,25 @@ final class TreeScans: @unchecked Sendable {
     }
 
     private func armFallbackScan(_ rule: WatchRule) {
-        guard rule.fallbackTimer == nil, accepting else { return }
+        guard rule.scans.fallbackTimer == nil, accepting else { return }
         let interval = fallbackInterval
         let timer = clock.makeTimer(owner: "watch \(rule.name)", target: "scan unwatched directories every \(interval.compactDescription)") { [unowned self] in
             self.fallbackScan(rule)
         }
         timer.schedule(at: clock.now + interval, repeating: interval)
-        rule.fallbackTimer = timer
+        rule.scans.fallbackTimer = timer
     }
 
     func fallbackScan(_ rule: WatchRule) {
-        guard accepting, !rule.unwatchable.isEmpty, let root = rule.root else {
-            rule.fallbackTimer?.cancel()
-            rule.fallbackTimer = nil
+        guard accepting, !rule.scans.unwatchable.isEmpty, let root = rule.root else {
+            rule.scans.fallbackTimer?.cancel()
+            rule.scans.fallbackTimer = nil
             return
         }
         rule.counters.fallbackScans += 1
         let deadline = clock.now + Self.fallbackBudget
-        let due = rule.unwatchable
-        rule.unwatchable = []
+        let due = rule.scans.unwatchable
+        rule.scans.unwatchable = []
         var stillUnwatched: [[UInt8]] = []
         var watchedAgain: [[UInt8]] = []
         defer {
@@ -211,12 +211,12 @@ final class TreeScans: @unchecked Sendable {
             index += 1
             if addWatch(rule, relative: relative) {
                 // Watchable again: its files are caught up through a walk that watches below it.
-                rule.unwatchable.removeAll { $0 == relative }
+                rule.scans.unwatchable.removeAll { $0 == relative }
                 watchedAgain.append(relative)
                 addTree(rule, from: relative, emitFiles: true)
                 continue
             }
-            rule.unwatchable.removeAll { $0 == relative }
+            rule.scans.unwatchable.removeAll { $0 == relative }
             stillUnwatched.append(relative)
             let summary = TreeScanner(root: root).scan(from: [relative], until: deadline, descend: { rule.mayContainSelected(directory: $0) }) { path in
                 if let event = rule.readyEvent, rule.selects(path) { self.settling.enqueue(rule, relative: path, event: event, fromScan: true) }
@@ -227,7 +227,7 @@ final class TreeScans: @unchecked Sendable {
             rule.counters.skipped += skipped
         }
         // Not reached within the budget: first in line next time.
-        rule.unwatchable = stillUnwatched + Array(due[index...]) + rule.unwatchable.filter { !stillUnwatched.contains($0) }
+        rule.scans.unwatchable = stillUnwatched + Array(due[index...]) + rule.scans.unwatchable.filter { !stillUnwatched.contains($0) }
     }
 
     /// Does what the rule's TreeBackendChoice asked: true when the tree is on fanotify now.
@@ -255,7 +255,7 @@ final class TreeScans: @unchecked Sendable {
     /// files are found by listing it again, unless a listing is under way already, which
     /// finds them too. Issue 36: the journal promised that rescan, and none ran.
     func rescanForMissedEvents(_ rule: WatchRule) {
-        guard accepting, rule.listing == nil else { return }
+        guard accepting, rule.scans.listing == nil else { return }
         rescan(rule)
     }
 
@@ -266,18 +266,18 @@ final class TreeScans: @unchecked Sendable {
     /// for the seconds its listing takes. Depth first, a few directories at a time, so what
     /// is left to list stays small. A walk already under way takes the new start along.
     func listInSlices(_ rule: WatchRule, from relative: [UInt8]) {
-        if rule.listing != nil {
-            rule.listing!.pending.append(relative)
+        if rule.scans.listing != nil {
+            rule.scans.listing!.pending.append(relative)
             return
         }
-        rule.listing = .init(pending: [relative], began: clock.now)
+        rule.scans.listing = .init(pending: [relative], began: clock.now)
         armListing(rule, at: clock.now)
     }
 
     /// The listing's next slice, on a registered timer of the rule (the dump lists it, and
     /// unwatching the tree cancels it).
     private func armListing(_ rule: WatchRule, at instant: MonotonicInstant) {
-        rule.arm(\.listingTimer, on: clock, at: instant, target: "list a fanotify tree in slices of \(Self.listingSlice.compactDescription)") { [unowned self] in
+        rule.arm(\.scans.listingTimer, on: clock, at: instant, target: "list a fanotify tree in slices of \(Self.listingSlice.compactDescription)") { [unowned self] in
             self.listSlice(rule)
         }
     }
@@ -287,7 +287,7 @@ final class TreeScans: @unchecked Sendable {
     static let listingBatch = 64
 
     private func listSlice(_ rule: WatchRule) {
-        guard accepting, state.isCurrent(rule), var listing = rule.listing, let root = rule.root else { return }
+        guard accepting, state.isCurrent(rule), var listing = rule.scans.listing, let root = rule.root else { return }
         let deadline = clock.now + Self.listingSlice
         let scanner = TreeScanner(root: root)
         repeat {
@@ -306,11 +306,11 @@ final class TreeScans: @unchecked Sendable {
         } while !listing.pending.isEmpty && clock.now < deadline
         listing.slices += 1
         guard listing.pending.isEmpty else {
-            rule.listing = listing
+            rule.scans.listing = listing
             armListing(rule, at: clock.now + Self.listingSlice)
             return
         }
-        rule.listing = nil
+        rule.scans.listing = nil
         let took = clock.now - listing.began
         if listing.slices > 1 {
             logger.info("watch \(rule.name): listed \(listing.directories) directories of \(LineEscaping.escaped(root)) for the files already there in \(took.compactDescription) (\(listing.slices) slices; fanotify heard every change meanwhile)")

@@ -7,63 +7,36 @@ import Glibc
 /// One `[[watch]]` rule's policy and state on the watching queue: which files it selects
 /// and reports with which event, its settle window, what it handled in this life (by the
 /// file's identity, so a file found again at another path is known), how settled files
-/// become job subjects, and its part of the dump. Its state is values per concern (the
-/// tree's backend, this life's memory, polling, counters); the watches are WatchBackends',
-/// the walks TreeScans', the ledger the coordinator's; the jobs are the engine's.
+/// become job subjects, and its part of the dump. Its state is values per concern (where
+/// the root is, the tree's backend, settling, this life's memory, scans, polling, the fleet,
+/// counters); the watches are WatchBackends', the walks TreeScans', the ledger the
+/// coordinator's; the jobs are the engine's.
 final class WatchRule: @unchecked Sendable {
     var settings: WatchSettings
-    /// The directory actually watched: the configured root with symbolic links resolved
-    /// (nil while it is missing). Jobs get paths under it: a link retargeted later cannot
-    /// make a job run on another file than the one whose event it was.
-    var root: [UInt8]?
-    /// Said once in the log and kept for the dump: "a symbolic link to /data/in".
-    var rootNote: String?
-    /// The symbolic links on the configured path (absolute, without the leading slash, under
-    /// their real directory): a change of one of these names is a possible retarget.
-    var rootLinks: Set<[UInt8]> = []
-    /// While the root is missing: the name whose appearance in the watched directory above it
-    /// (the nearest that exists) brings it, or its next missing parent, closer.
-    var awaitedName: [UInt8] = []
+    /// Where the configured path leads now, and what is watched to notice when it stops.
+    var location = RootLocation()
+    /// The directory actually watched (nil while it is missing).
+    var root: [UInt8]? { location.root }
+    /// Which backend watches the tree (its ancestors stay on inotify), and when it moves.
+    var backend = TreeBackendChoice()
+    /// Files waiting for their window to end, and the timer of the next one.
     var settle = SettleQueue<PendingFile>()
-    /// What was handled in this life and what is in flight (RuleMemory).
-    var memory = RuleMemory()
-    /// The trees of it that are polled, and what was followed on them (RulePolling).
-    var polling = RulePolling()
     var settleTimer: (any WatchTimer)?
-    /// Renames, attribute changes and writes seen since files were handled (TrackedChanges),
-    /// and the timer that confirms the changes (HandledChanges.confirmChanges).
-    var changes = TrackedChanges()
-    var changesTimer: (any WatchTimer)?
-    /// fleet = "one": files claimed elsewhere, held, and recorded handled here
-    /// (FleetInbox).
-    var fleet = FleetRuleState()
     /// Files waiting to settle that were renamed (IN_MOVED_FROM) by cookie, until the
     /// IN_MOVED_TO says their new name: their wait moves there.
     var renamedWhileSettling: [UInt32: WatchEvent] = [:]
-    /// Directories that could not be watched (the watch limit, EACCES, ...): scanned by the
-    /// fallback scan, which also tries to watch them again.
-    var unwatchable: [[UInt8]] = []
-    var fallbackTimer: (any WatchTimer)?
-    /// Which backend watches the tree (its ancestors stay on inotify), and when it moves.
-    var backend = TreeBackendChoice()
-    /// A rescan after lost events in a rule without catch-up: only files changed since then
-    /// (nanoseconds since the epoch) are new; the others were there before (inotify's rescan,
-    /// which is synchronous; a fanotify listing carries its own, `Listing.changedSince`).
-    var rescanChangedSince: Int64?
-    /// A fanotify tree's listing for the files already there, while it goes on in slices
-    /// (TreeScans.listInSlices).
-    var listing: Listing?
-    /// Its next slice.
-    var listingTimer: (any WatchTimer)?
-    struct Listing {
-        /// Directories still to list, the next at the end.
-        var pending: [[UInt8]]
-        let began: MonotonicInstant
-        var directories = 0
-        var slices = 0
-        /// Set when the listing is a rescan after lost events in a rule without catch-up.
-        var changedSince: Int64?
-    }
+    /// What was handled in this life and what is in flight.
+    var memory = RuleMemory()
+    /// Renames, attribute changes and writes seen since files were handled, and the timer
+    /// that confirms the changes (HandledChanges.confirmChanges).
+    var changes = TrackedChanges()
+    var changesTimer: (any WatchTimer)?
+    /// Walks, rescans and listings of the tree under way, and what they could not watch.
+    var scans = RuleScanState()
+    /// The trees of it that are polled, and what was followed on them.
+    var polling = RulePolling()
+    /// fleet = "one": files claimed elsewhere, held, and recorded handled here (FleetInbox).
+    var fleet = FleetRuleState()
     /// What the dump counts; none is reset by it.
     var counters = RuleCounters()
 
@@ -185,7 +158,7 @@ final class WatchRule: @unchecked Sendable {
             .init("name", .string(settings.name)),
             .init("root", .string(settings.path)),
             .init("watched_root", root.map { .bytes($0) } ?? .null),
-            .init("root_note", rootNote.map { .string($0) } ?? .null),
+            .init("root_note", location.note.map { .string($0) } ?? .null),
             .init("recursive", .bool(settings.recursive)),
             .init("method", .string(settings.method.rawValue)),
             .init("fleet", settings.fleet == .one ? fleet.describe() : .string(settings.fleet.rawValue)),
@@ -195,7 +168,7 @@ final class WatchRule: @unchecked Sendable {
             .init("root_missing", .bool(isMissing)),
             .init("roots_lost", .int(Int64(counters.rootsLost))),
             .init("tree_method", .string(treeMethod)),
-            .init("listing", listing.map { listing in
+            .init("listing", scans.listing.map { listing in
                 .object([
                     .init("directories_listed", .int(Int64(listing.directories))),
                     .init("directories_queued", .int(Int64(listing.pending.count))),
@@ -227,8 +200,8 @@ final class WatchRule: @unchecked Sendable {
             .init("skipped_not_regular", .object(skippedByType)),
             .init("catch_up", .bool(settings.catchUp)),
             .init("ledger_size", ledgerSize),
-            .init("unwatched_directories", .array(unwatchable.prefix(20).map { .bytes(absolute($0)) })),
-            .init("unwatched_total", .int(Int64(unwatchable.count))),
+            .init("unwatched_directories", .array(scans.unwatchable.prefix(20).map { .bytes(absolute($0)) })),
+            .init("unwatched_total", .int(Int64(scans.unwatchable.count))),
             .init("fallback_scans", .int(Int64(counters.fallbackScans))),
             .init("recent_events", .array(counters.recentEvents.map { entry in
                 .object([.init("time", .string(entry.time.iso8601)), .init("mask", .string(entry.event.mask.description)),

@@ -101,7 +101,7 @@ final class PolledTreeTests: XCTestCase {
                                      job: JobSettings(command: .arguments(["/bin/true"])))
         settings.recursive = true
         let rule = WatchRule(settings: settings)
-        rule.root = Array("/srv/in".utf8)
+        rule.location.root = Array("/srv/in".utf8)
         rule.polling.trees = PolledTree.trees(root: Array("/srv/in".utf8), recursive: true, method: .auto, mounts: table)
         let status = FileIdentity(device: 40, inode: 1234, size: 5, modifiedNanoseconds: 9, changedNanoseconds: 9, bornNanoseconds: nil, generation: nil)
         let before = rule.polling.identity(of: status, at: Array("share/job".utf8))
