@@ -74,4 +74,23 @@ final class TreeBackendChoiceTests: XCTestCase {
             XCTAssertNotNil(h.watcher.rules["inbox"]?.backend.refused, "fanotify's refusal is kept until the tree is watched anew")
         }
     }
+
+    func testAtTheWatchLimit_theTreeMovesToFanotify_itsInotifyWatchesGo_andItsEventsComeFromTheMark() throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("wk-switch-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let h = try WatcherHarness(scratch: scratch, fanotify: true)
+        try FileManager.default.createDirectory(atPath: h.path("deep"), withIntermediateDirectories: true)
+        h.backend.refusals[Array(h.path("deep").utf8)] = .noSpace
+        h.start([h.rule { $0.recursive = true }])
+        h.step {
+            XCTAssertEqual(h.watcher.rules["inbox"]?.backend.usesFanotify, true)
+            XCTAssertEqual(h.watcher.rules["inbox"]?.treeMethod, "fanotify")
+        }
+        XCTAssertFalse(h.backend.isWatching(h.root), "the tree's inotify watches are handed over")
+        XCTAssertEqual(h.marks.trees[.rule("inbox")], Array(h.root.utf8))
+        h.write("deep/file", "content")
+        // As FanotifyBackend splits the bits the kernel merged: the write, then the close.
+        h.step { h.marks.read([.modify, .closeWrite], rule: "inbox", "deep", "file") }
+        XCTAssertEqual(h.submitted, ["deep/file"])
+    }
 }

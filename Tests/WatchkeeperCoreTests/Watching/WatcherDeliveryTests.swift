@@ -26,7 +26,7 @@ final class WatcherDeliveryTests: XCTestCase {
     /// found is admitted once its change time is a window old by the fake wall clock.
     static let scanWait: Duration = .seconds(3)
 
-    static var rows: [Row] { toolRows + renameRows + timeRows }
+    static var rows: [Row] { toolRows + overRows + renameRows + timeRows }
 
     /// The tools of deliveries.py and tools.py that write a file into place.
     static var toolRows: [Row] { [
@@ -66,6 +66,10 @@ final class WatcherDeliveryTests: XCTestCase {
             h.rename(".doc.txt.swp", "doc.txt")
             h.renamed(".doc.txt.swp", "doc.txt", cookie: 11)
         }, jobs: ["doc.txt", "doc.txt"]),
+    ] }
+
+    /// The tools that write over a handled file, or over its name, and set its times.
+    static var overRows: [Row] { [
         Row(pattern: "cp -p over the handled file: same size and mtime, new content", deliver: { h in
             h.write("f", "AAAA")
             h.setTimes("f", modified: 1_000_000_000)
@@ -79,6 +83,24 @@ final class WatcherDeliveryTests: XCTestCase {
             h.finishAll()
             h.advance(TrackedChanges.confirmAfter * 2)
         }, jobs: ["f", "f"]),
+        Row(pattern: "unzip of new names: closed, then its mtime set (utime): followed, not run again", deliver: { h in
+            h.write("member", "content")
+            h.setTimes("member", modified: 1_000_000_000)
+            h.read([(.create, "", "member", 0), (.modify, "", "member", 0), (.closeWrite, "", "member", 0)])
+            h.read(.attrib, "member")
+            h.finishAll()
+            h.advance(TrackedChanges.confirmAfter * 2)
+            h.overflowAndRescan()
+        }, jobs: ["member"]),
+        Row(pattern: "tar -x over the previous version: unlinked, created anew, its mtime set", deliver: { h in
+            h.write("t", "one")
+            h.written("t")
+            h.finishAll()
+            h.remove("t")
+            h.write("t", "two")
+            h.setTimes("t", modified: 1_000_000_000)
+            h.read([(.delete, "", "t", 0), (.create, "", "t", 0), (.modify, "", "t", 0), (.closeWrite, "", "t", 0), (.attrib, "", "t", 0)])
+        }, jobs: ["t", "t"]),
         Row(pattern: "the job deleted its file; a new one with the same size and mtime (inode reuse)", deliver: { h in
             h.write("g", "AAAA")
             h.setTimes("g", modified: 1_000_000_000)

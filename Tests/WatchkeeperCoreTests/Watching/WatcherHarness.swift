@@ -63,6 +63,44 @@ final class FakeWatchBackend: WatchBackend {
     }
 }
 
+/// fanotify's side in a unit test: a tree started with one call (one mark), its events
+/// written by the test as the interpretations FanotifyBackend would make of them.
+final class FakeMarkBackend: TreeMarkingBackend {
+    var onChanges: WatchKernel.OnChanges = { _ in }
+    private(set) var trees: [WatchOwner: [UInt8]] = [:]
+
+    func startTree(_ owner: WatchOwner, root: [UInt8], recursive: Bool, events: InotifyMask,
+                   mountPoints: [[UInt8]]) -> Result<[(path: [UInt8], error: Errno)], FanotifyBackend.StartFailure> {
+        trees[owner] = root
+        return .success([])
+    }
+
+    func addMountPoint(_ owner: WatchOwner, path: [UInt8]) -> Result<Void, Errno> { .success(()) }
+
+    func watch(_ location: Location, path: [UInt8], events: InotifyMask) -> Result<Void, Errno> {
+        trees[location.owner] == nil ? .failure(.badFileDescriptor) : .success(())
+    }
+
+    func isWatched(_ location: Location) -> Bool { trees[location.owner] != nil }
+
+    func unwatch(_ owner: WatchOwner, under relative: [UInt8]) {
+        if relative.isEmpty { trees[owner] = nil }
+    }
+
+    func watchedCount(of owner: WatchOwner) -> Int { trees[owner] == nil ? 0 : 1 }
+    var watchCount: Int { trees.count }
+    func describe() -> [DumpField] { [] }
+
+    /// Events about `name` in `directory` (relative to the rule's root) of the rule's tree,
+    /// one per mask, in one read.
+    func read(_ masks: [InotifyMask], rule: String, _ directory: String, _ name: String) {
+        let location = Location(owner: .rule(rule), relative: Array(directory.utf8))
+        onChanges(masks.map { mask in
+            .entry(InotifyEvent(wd: WatchDescriptor(rawValue: 1_000_000), mask: mask, cookie: 0, name: Array(name.utf8)), locations: [location])
+        })
+    }
+}
+
 /// A clock the test moves: timers fire, in deadline order, only when it is advanced. The
 /// wall clock moves with it from the real time at the start (files' times are real).
 final class FakeWatchClock: WatchClock, @unchecked Sendable {
@@ -180,6 +218,8 @@ final class FakeJobs: WatchJobSubmitting, @unchecked Sendable {
 final class WatcherHarness {
     let queue = SubsystemQueue(name: "test.watching.\(UUID().uuidString.prefix(8))")
     let backend = FakeWatchBackend()
+    /// fanotify, when the test lets the watcher have it.
+    let marks = FakeMarkBackend()
     let clock = FakeWatchClock()
     let jobs: FakeJobs
     let watcher: DirectoryWatcher
@@ -187,7 +227,7 @@ final class WatcherHarness {
     let stateDirectory: String
 
     /// `store`: the state store whose ledger catch-up reads (nil: no ledger).
-    init(scratch: URL, store: StateStore? = nil) throws {
+    init(scratch: URL, store: StateStore? = nil, fanotify: Bool = false) throws {
         root = scratch.appendingPathComponent("in").path
         stateDirectory = scratch.appendingPathComponent("state").path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -195,11 +235,14 @@ final class WatcherHarness {
         let sink = LogSink(target: .stderr, level: .critical, problemCapacity: 10)
         let context = JobContext(queue: queue, sink: sink, logger: Logger(label: "test"), sources: SourceRegistry(), daemonEnvironment: [:])
         let fake = backend
+        let marks = fanotify ? self.marks : nil
         let kernel = WatchKernel(inotify: { _, _, _, onChanges throws(Errno) in
             fake.onChanges = onChanges
             return fake
-        }, fanotify: { _, _, _, _ throws(Errno) in
-            throw Errno.notPermitted
+        }, fanotify: { _, _, _, onChanges throws(Errno) in
+            guard let marks else { throw Errno.notPermitted }
+            marks.onChanges = onChanges
+            return marks
         }, followsMounts: false)
         watcher = DirectoryWatcher(queue: queue, context: context, jobs: jobs, clock: clock, kernel: kernel)
         watcher.store = store
