@@ -145,6 +145,23 @@ final class WatcherDeliveryTests: XCTestCase {
             h.advance(TrackedChanges.confirmAfter * 2)
             h.overflowAndRescan()
         }, jobs: ["a"]),
+        Row(pattern: "out of the root and back: the file may have changed outside, it runs again", deliver: { h in
+            h.write("x", "content")
+            h.written("x")
+            h.finishAll()
+            let outside = h.outside("x", "placeholder")
+            XCTAssertEqual(Glibc.rename(h.path("x"), outside), 0)
+            h.read(.movedFrom, "x", cookie: 20)
+            h.moveIn(outside, "x")
+            h.read(.movedTo, "x", cookie: 21)
+        }, jobs: ["x", "x"]),
+        Row(pattern: "moved out of the root while it settles: nothing runs", settings: { $0.settle = .seconds(2) }, deliver: { h in
+            h.write("y", "content")
+            h.written("y")
+            XCTAssertEqual(Glibc.rename(h.path("y"), h.outside("y", "placeholder")), 0)
+            h.read(.movedFrom, "y", cookie: 22)
+            h.advance(.seconds(3))
+        }, jobs: []),
         Row(pattern: "RENAME_EXCHANGE of two handled files: both followed, neither runs again", deliver: { h in
             h.write("left", "L")
             h.write("right", "R")
@@ -240,7 +257,7 @@ final class WatcherDeliveryTests: XCTestCase {
         }, jobs: ["kept", "arrived"]),
     ] }
 
-    func testEveryDeliveryPattern_runsEachVersionOnce_underItsFinalName() throws {
+    func testEveryDeliveryPattern_runsEachNewVersionOnce_underItsFinalName() throws {
         for row in Self.rows {
             let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("wk-deliveries-\(UUID().uuidString.prefix(8))")
             defer { try? FileManager.default.removeItem(at: scratch) }
