@@ -268,3 +268,31 @@ final class WatcherDeliveryTests: XCTestCase {
         }
     }
 }
+
+/// Renames above the root: the path stops leading to the watched directory while the root
+/// itself stays put (`mv /srv/p /srv/p.old; mkdir -p /srv/p/in`).
+final class WatcherRootTests: XCTestCase {
+    func testTheRootsParentRenamedAway_theOldTreeIsUnwatched_andTheNewRootIsWatchedAndCaughtUp() throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("wk-roots-\(UUID().uuidString.prefix(8))")
+        let moved = URL(fileURLWithPath: scratch.path + ".old")
+        defer {
+            try? FileManager.default.removeItem(at: scratch)
+            try? FileManager.default.removeItem(at: moved)
+        }
+        let h = try WatcherHarness(scratch: scratch)
+        h.start([h.rule()])
+        let parent = scratch.deletingLastPathComponent().path
+        XCTAssertEqual(Glibc.rename(scratch.path, moved.path), 0)
+        // The parent's own watch (the root's ancestors are watched for this) says it moved.
+        h.step { h.backend.read([h.backend.event(.moveSelf, scratch.path, "")]) }
+        // The root is lost: its old watches go, and the path is watched for what comes next.
+        h.step { h.watcher.rules["inbox"].map { XCTAssertTrue($0.isMissing, "the root is lost") } }
+        XCTAssertFalse(h.backend.isWatching(h.root), "the old tree is not watched")
+        try FileManager.default.createDirectory(atPath: h.root, withIntermediateDirectories: true)
+        h.write("arrived", "content")
+        // The nearest directory above that exists is watched for the next missing name.
+        h.step { h.backend.read([h.backend.event(.create.union(.isDirectory), parent, scratch.lastPathComponent)]) }
+        h.advance(WatcherDeliveryTests.scanWait)
+        XCTAssertEqual(h.submitted, ["arrived"])
+    }
+}

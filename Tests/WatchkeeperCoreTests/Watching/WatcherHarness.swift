@@ -24,6 +24,10 @@ final class FakeWatchBackend: WatchBackend {
 
     func watch(_ location: Location, path: [UInt8], events: InotifyMask) -> Result<Void, Errno> {
         if let error = refusals[path] { return .failure(error) }
+        // As inotify_add_watch: only a directory that is there (IN_ONLYDIR).
+        var info = stat()
+        guard String(decoding: path, as: UTF8.self).withCString({ stat($0, &info) }) == 0 else { return .failure(.noSuchFileOrDirectory) }
+        guard info.st_mode & S_IFMT == S_IFDIR else { return .failure(.notDirectory) }
         let wd = descriptors[path] ?? WatchDescriptor(rawValue: nextDescriptor)
         if descriptors[path] == nil { nextDescriptor += 1 }
         descriptors[path] = wd
