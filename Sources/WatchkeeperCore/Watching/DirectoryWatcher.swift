@@ -53,7 +53,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// What was handled before, and the state store's writes: its `store` is set by
     /// Daemon.init before this queue runs anything.
     private lazy var ledger: WatchLedger = {
-        let ledger = WatchLedger(queue: queue, sources: state.sources, logger: logger, problems: problems)
+        let ledger = WatchLedger(queue: queue, clock: clock, logger: logger, problems: problems)
         ledger.rulesToPrune = { [unowned self] in
             self.state.ordered.compactMap { rule in rule.settings.catchUp ? rule.root.map { (rule.name, $0) } : nil }
         }
