@@ -37,7 +37,13 @@ final class FileSettling: @unchecked Sendable {
     func enqueue(_ rule: WatchRule, relative: [UInt8], event: WatchEvent, fromScan: Bool = false, renamedFrom: [UInt8]? = nil,
                  changedSince: Int64? = nil) {
         let pending = PendingFile(event: event, renamedFrom: renamedFrom, changedSince: changedSince)
-        guard accepting else { return }
+        guard accepting else {
+            // The drain refuses new jobs, not what the watcher learns: a handled file renamed
+            // now (its event read after the stop began) is followed, and the clean stop
+            // confirms it, so the next start does not run it again.
+            if event == .movedIn, let renamedFrom { followRenameDuringTheDrain(rule, from: renamedFrom, to: relative) }
+            return
+        }
         let now = clock.now
         // A writer's close (or a move in) is evidence that the file is whole: a wait that only
         // a scan started (it cannot tell) ends, and the file goes on with the rule's window.
@@ -54,6 +60,12 @@ final class FileSettling: @unchecked Sendable {
         }
         rule.settle.add(path: relative, event: pending, deadline: now + window, fromScan: fromScan)
         armSettleTimer(rule)
+    }
+
+    private func followRenameDuringTheDrain(_ rule: WatchRule, from: [UInt8], to relative: [UInt8]) {
+        guard let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks),
+              status.type == .regular else { return }
+        _ = changes.followRename(rule, from: from, to: relative, identity: rule.polling.identity(of: status.identity, at: relative))
     }
 
     func settleWindow(_ rule: WatchRule, fromScan: Bool) -> Duration {

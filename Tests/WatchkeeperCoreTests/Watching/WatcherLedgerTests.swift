@@ -61,4 +61,31 @@ final class WatcherLedgerTests: XCTestCase {
         after.advance(WatcherDeliveryTests.scanWait)
         XCTAssertEqual(Set(after.submitted), ["rewritten", "new"], "the ledger held the others as handled, in the form they have")
     }
+
+    /// The drain refuses new jobs, not what the watcher learns: a handled file renamed while
+    /// the daemon stops (its event read after the drain began) is that file at the next start.
+    func testAHandledFileRenamedDuringTheDrain_isFollowed_andDoesNotRunAtTheNextStart() throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("wk-ledger-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let first = try openStore(scratch)
+        let before = try WatcherHarness(scratch: scratch, store: first)
+        before.start([before.rule { $0.catchUp = true }])
+        before.write("before", "content")
+        before.written("before")
+        before.finishAll()
+        first.queue.queue.sync {}
+        before.drain()
+        before.step { before.watcher.stop() }
+        before.rename("before", "after")
+        before.renamed("before", "after", cookie: 30)
+        before.step { before.watcher.close() }
+        close(first)
+
+        let second = try openStore(scratch)
+        defer { close(second) }
+        let after = try WatcherHarness(scratch: scratch, store: second)
+        after.start([after.rule { $0.catchUp = true }])
+        after.advance(WatcherDeliveryTests.scanWait)
+        XCTAssertEqual(after.submitted, [], "the renamed file ran again")
+    }
 }
