@@ -6,6 +6,7 @@ import WatchkeeperCore
 /// (`FleetMember`, `FleetFires`) against a simulated etcd, with a scheduler, an inbox and a
 /// job engine around it, under the scenario's faults; then the history through
 /// `FleetHistoryChecker`, and the lease's promise checked at etcd.
+// @unchecked Sendable: the simulation runs on one thread, its loop.
 public final class FleetSimulation: @unchecked Sendable {
     public static let prefix = "/wk-sim"
     public let scenario: FleetScenario

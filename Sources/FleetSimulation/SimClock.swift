@@ -5,6 +5,7 @@ import WatchkeeperCore
 /// from a base of its own (hosts' clocks tick at slightly different rates, which the lease's
 /// margin must absorb); its wall clock is the simulation's epoch plus a small skew. Timers
 /// fire on the loop at the simulated instant the host's clock reaches their deadline.
+// @unchecked Sendable: the simulation runs on one thread, its loop.
 final class SimClock: FleetClock, @unchecked Sendable {
     let loop: SimLoop
     let rate: Double
@@ -66,6 +67,7 @@ final class SimTimer: FleetTimer {
 
 /// One of a host's serial queues: work runs in the order given, a hop later, and never
 /// after the host died.
+// @unchecked Sendable: the simulation runs on one thread, its loop.
 final class SimQueue: FleetQueue, @unchecked Sendable {
     let loop: SimLoop
     let alive: () -> Bool

@@ -8,12 +8,14 @@ import WatchkeeperCore
 /// and end goes to the history; each start is checked against etcd itself: a run must start
 /// under a claim of its own bound to a lease etcd still has, and end before that lease ends
 /// there.
+// @unchecked Sendable: the simulation runs on one thread, its loop.
 final class SimEngine: @unchecked Sendable {
     enum Kind {
         case task(name: String, instant: WallTime)
         case file(name: String)
     }
 
+    // @unchecked Sendable: the simulation runs on one thread, its loop.
     final class Job: @unchecked Sendable {
         let kind: Kind
         let runID: RunID

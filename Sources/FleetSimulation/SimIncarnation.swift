@@ -12,6 +12,7 @@ final class SimHostState {
 /// One life of a host's daemon, from its start to its crash or clean stop: the daemon's own
 /// fleet code (`FleetMember` on its cluster turn, `FleetFires` on its jobs turn) over the
 /// simulated etcd and clock, with the simulation's engine, scheduler and inbox around it.
+// @unchecked Sendable: the simulation runs on one thread, its loop.
 final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @unchecked Sendable {
     let simulation: FleetSimulation
     let index: Int
@@ -157,7 +158,7 @@ final class SimIncarnation: FleetFireOwner, FleetListener, FleetFileListener, @u
         jobsQueue.enqueue { [weak self] in self?.engine.submit(job) }
     }
 
-    /// As DirectoryWatcher.fleetFinished: held files wait for the lease; a file handled here
+    /// As FleetInbox.finished: held files wait for the lease; a file handled here
     /// and gone from the inbox has its record bound to the record lease.
     private func fileFinished(_ name: String, end: FleetRunEnd) {
         switch end.outcome {

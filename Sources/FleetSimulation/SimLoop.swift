@@ -3,6 +3,7 @@
 /// etcd, a lease expiring there, a job ending, a fault) is an event at an instant; events
 /// of one instant run in the order they were scheduled. Nothing reads a real clock, so a
 /// seed fixes the whole run.
+// @unchecked Sendable: the simulation runs on one thread, its loop.
 public final class SimLoop: @unchecked Sendable {
     public private(set) var now: Int64 = 0
     /// The heap holds plain keys; the work waits beside it, so sifting moves no closures.

@@ -15,6 +15,7 @@ import Glibc
 
 // MARK: etcd calls through our own client
 
+// @unchecked Sendable: written once by the call's completion, read after the semaphore it signals.
 private final class Answer<T>: @unchecked Sendable {
     var value: T?
     let done = DispatchSemaphore(value: 0)

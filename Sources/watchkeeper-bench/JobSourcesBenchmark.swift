@@ -43,7 +43,7 @@ private func makePipe() -> (read: Int32, write: Int32) {
 }
 
 /// Runs `jobs` jobs with `start`, eight at a time; `start` calls its argument when a job ended.
-/// Unchecked: every member is touched only on `queue` (`start` is set before `run`).
+// @unchecked Sendable: every member is touched only on `queue` (`start` is set before `run`).
 private final class JobChain: @unchecked Sendable {
     let queue = DispatchQueue(label: "jobs")
     private var toStart: Int
@@ -106,7 +106,7 @@ private func runWithOneEpoll(jobs: Int) {
     let chain = JobChain(jobs: jobs)
     let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
     guard epoll >= 0 else { fatalError("epoll_create1: \(String(cString: strerror(errno)))") }
-    // Unchecked: touched only on the chain's queue.
+    // @unchecked Sendable: touched only on the chain's queue.
     final class Handlers: @unchecked Sendable { var byDescriptor: [Int32: () -> Void] = [:] }
     let handlers = Handlers()
     let outer = DispatchSource.makeReadSource(fileDescriptor: epoll, queue: chain.queue)

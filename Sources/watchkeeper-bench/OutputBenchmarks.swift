@@ -12,6 +12,7 @@ import Glibc
 
 /// Reads the daemon's stderr pipe on its own thread, like journald or a terminal would:
 /// counts bytes and newlines and watches for one line (the run record).
+// @unchecked Sendable: its counts are read after the reading thread's join.
 private final class StderrCollector: @unchecked Sendable {
     let readFD: Int32
     let writeFD: Int32

@@ -34,7 +34,7 @@ public enum WatchEvent: String, Sendable, CaseIterable {
 public enum WatchMethod: String, Sendable, CaseIterable {
     /// inotify everywhere, and polling too on each network or FUSE file system found at the
     /// root or mounted below it (inotify sees only this host's writes there). A tree that
-    /// grows past `DirectoryWatcher.fanotifyAbove` directories (or reaches the inotify watch
+    /// grows past `WatchBackends.fanotifyAbove` directories (or reaches the inotify watch
     /// limit) moves to fanotify if the daemon can use it.
     case auto
     /// inotify only, whatever the file system.

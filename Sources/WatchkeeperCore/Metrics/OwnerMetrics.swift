@@ -17,10 +17,10 @@ extension DirectoryWatcher: MetricsContributor {
         for name in order {
             guard let rule = rules[name] else { continue }
             samples += [
-                MetricSample(MetricCatalog.rescans, [name], count: rule.rescans),
+                MetricSample(MetricCatalog.rescans, [name], count: rule.counters.rescans),
                 MetricSample(MetricCatalog.filesSettling, [name], value: Double(rule.settle.count)),
                 MetricSample(MetricCatalog.directoriesWatched, [name], value: Double(treeBackend(of: rule)?.watchedCount(of: .rule(name)) ?? 0)),
-                MetricSample(MetricCatalog.directoriesUnwatched, [name], value: Double(rule.unwatchable.count)),
+                MetricSample(MetricCatalog.directoriesUnwatched, [name], value: Double(rule.scans.unwatchable.count)),
                 MetricSample(MetricCatalog.rootMissing, [name], value: rule.isMissing ? 1 : 0),
             ]
         }

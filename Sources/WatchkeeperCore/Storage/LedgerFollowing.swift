@@ -1,5 +1,5 @@
 // Keeping a ledger entry the file's own after a rename or an attribute change the watcher
-// saw (DirectoryWatcher+Changes): the entry moves with the file and takes its new form, so
+// saw (HandledChanges): the entry moves with the file and takes its new form, so
 // that catch-up, which runs every file that changed since it was handled, does not run it.
 
 import CSQLite

@@ -24,65 +24,89 @@ enum WatchOwner: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// The watching subsystem's coordinator, on the watching queue: it owns the watch backends
-/// (InotifyBackend: the inotify instance and the WatchTable of who each descriptor is for;
-/// FanotifyBackend for the rules on huge trees),
-/// the mount table watcher, the ledger's reader, and the rules (WatchRule: selection, settle, admission); it
-/// routes typed events to rules, follows roots that are renamed away, deleted, replaced by
-/// a link or mounted over, scans (TreeScanner) wherever events may have been missed, and
-/// hands settled files to the job engine. Everything here is touched only on `queue`.
+/// The watching subsystem's coordinator, on the watching queue: rules in, admitted files
+/// out. It applies the rules (WatchingState holds them), opens what they need (the
+/// WatchBackends, the MountWatcher, the WatchLedger's reader), and routes what the backends
+/// report to the part whose duty it is: EntryEvents (entries of watched directories),
+/// RootTracking (roots renamed away, deleted, replaced by a link or mounted over),
+/// TreeScans (walks, rescans after lost events, the fallback scan), FileSettling (settle
+/// windows, admission, jobs), HandledChanges (renames and attribute changes of handled
+/// files), RulePollers and FleetInbox. Each part keeps its own state; everything here is
+/// touched only on `queue`.
 // @unchecked Sendable: confined to the watching queue (`queue`).
 public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     public let queue: SubsystemQueue
-    let context: JobContext
-    let engine: JobEngine
-    var logger: Logger { context.logger }
-    /// How directories are watched (inotify); nil until a rule needs it, or if it failed.
-    var backend: WatchBackend?
-    var backendProblem: String?
-    /// One fanotify group for the rules on huge trees (FanotifyBackend); nil until a rule
-    /// asks for it, and nil for good, with why, when this daemon cannot have it.
-    var fanotify: FanotifyBackend?
-    var fanotifyProblem: String?
-    var mounts: MountWatcher?
-    var mountsProblem: String?
-    var rules: [String: WatchRule] = [:]
-    var order: [String] = []
-    var accepting = true
-    var overflowsTotal: UInt64 = 0
+    /// The job engine, as far as the watcher needs it (a fake in the unit tests).
+    private let jobs: any WatchJobSubmitting
+    /// Where the backends come from: the kernel's, or a test's fake.
+    private let kernel: WatchKernel
+    private let state: WatchingState
+    private var logger: Logger { state.logger }
+    private var clock: any WatchClock { state.clock }
+    private var mountsProblem: String?
+    private(set) var overflowsTotal: UInt64 = 0
     /// Per backend, when its last batch without an overflow was read: no event before it was
     /// lost (a rescan after an overflow runs, for a rule without catch-up, what changed since).
-    private var eventsCompleteAt: [EventSource: WallTime] = [:]
-    private let startedAt = WallTime.now()
-    var recheckTimer: RegisteredTimer?
-    /// Notices a polled file system that stopped answering (DirectoryWatcher+Polling).
-    var pollMonitor: RegisteredTimer?
-    /// Directories renamed away from a rule (IN_MOVED_FROM) by cookie, until the matching
-    /// IN_MOVED_TO says where in the tree they went.
-    var pendingMoves: [UInt32: (rule: String, from: [UInt8])] = [:]
-    lazy var problems = ProblemAggregator(owner: "watching", queue: queue, sources: context.sources, logger: logger)
-    /// What was handled before, and the state store's writes (its `store`, given at init).
-    lazy var ledger: WatchLedger = {
-        let ledger = WatchLedger(queue: queue, sources: context.sources, logger: logger, problems: problems)
+    private var eventsCompleteAt: [WatchBackendKind: WallTime] = [:]
+    private let startedAt: WallTime
+
+    private lazy var problems: ProblemAggregator = ProblemAggregator(owner: "watching", queue: queue, sources: state.sources, logger: logger)
+    /// What was handled before, and the state store's writes (the store given at init).
+    private lazy var ledger: WatchLedger = {
+        let ledger = WatchLedger(queue: queue, clock: clock, logger: logger, problems: problems)
+        ledger.store = initialStore
         ledger.rulesToPrune = { [unowned self] in
-            self.order.compactMap { name in self.rules[name].flatMap { rule in rule.settings.catchUp ? rule.root.map { (name, $0) } : nil } }
+            self.state.ordered.compactMap { rule in rule.settings.catchUp ? rule.root.map { (rule.name, $0) } : nil }
         }
         return ledger
     }()
+    /// How directories are watched: the inotify instance, and the fanotify group of the
+    /// trees that moved to it.
+    private lazy var backends: WatchBackends = WatchBackends(kernel: kernel, queue: queue, sources: state.sources, problems: problems, logger: logger,
+                                              environment: state.environment) { [unowned self] source, changes in
+        self.handle(changes, from: source)
+    }
+    private lazy var changes: HandledChanges = HandledChanges(state: state, ledger: ledger)
+    private lazy var fleet: FleetInbox = FleetInbox(state: state, cluster: cluster) { [unowned self] rule, relative, event in
+        self.settling.enqueue(rule, relative: relative, event: event, fromScan: true)
+    }
+    private lazy var settling: FileSettling = FileSettling(state: state, jobs: jobs, ledger: ledger, changes: changes, fleet: fleet)
+    private lazy var scans: TreeScans = TreeScans(state: state, backends: backends, problems: problems, settling: settling)
+    private lazy var pollers: RulePollers = RulePollers(state: state, ledger: ledger, settling: settling)
+    private lazy var roots: RootTracking = RootTracking(state: state, backends: backends, scans: scans, pollers: pollers, settling: settling)
+    private lazy var events: EntryEvents = EntryEvents(ledger: ledger, settling: settling, changes: changes, scans: scans, pollers: pollers, fleet: fleet)
+
+    /// `clock`: the dispatch clock on `queue` unless a test brings its own.
+    init(queue: SubsystemQueue, context: JobContext, jobs: any WatchJobSubmitting, store: StateStore? = nil, cluster: FleetMember? = nil,
+         clock: (any WatchClock)? = nil, kernel: WatchKernel = .linux) {
+        self.queue = queue
+        self.jobs = jobs
+        self.initialStore = store
+        self.cluster = cluster
+        self.kernel = kernel
+        let clock = clock ?? DispatchWatchClock(sources: context.sources, queue: queue)
+        state = WatchingState(queue: queue, logger: context.logger, sources: context.sources, environment: context.daemonEnvironment, clock: clock)
+        startedAt = clock.wallNow
+    }
+
+    convenience init(queue: SubsystemQueue, engine: JobEngine, store: StateStore? = nil, cluster: FleetMember? = nil) {
+        self.init(queue: queue, context: engine.context, jobs: engine, store: store, cluster: cluster)
+    }
+
     /// This host in the fleet, when `[cluster]` is configured: shared inboxes claim their
     /// files through it.
     public let cluster: FleetMember?
-    var fleetRetryTimer: RegisteredTimer?
+    /// The state store the ledger writes to, given at init (none in tests without one).
+    private let initialStore: StateStore?
     var store: StateStore? { ledger.store }
 
-    static let recheckInterval: Duration = .seconds(5)
+    /// The rules, for the metrics and the tests.
+    var rules: [String: WatchRule] { state.rules }
+    var order: [String] { state.order }
 
-    init(queue: SubsystemQueue, engine: JobEngine, store: StateStore? = nil, cluster: FleetMember? = nil) {
-        self.queue = queue
-        self.context = engine.context
-        self.engine = engine
-        self.cluster = cluster
-        ledger.store = store
+    /// The backend of the rule's own tree (its ancestors are always inotify's).
+    func treeBackend(of rule: WatchRule) -> WatchBackend? {
+        backends.tree(of: rule)
     }
 
     public var dumpSectionName: String { "watches" }
@@ -96,123 +120,94 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// unwatched, and what they had waiting ends with a `cancelled` record each.
     func apply(_ settings: [WatchSettings], isStart: Bool, stateDirectory: String) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        if backend == nil && backendProblem == nil && !settings.isEmpty { openBackend() }
-        if mounts == nil && mountsProblem == nil && !settings.isEmpty { openMountWatcher() }
+        if !settings.isEmpty { backends.openInotifyIfNeeded() }
+        if state.mounts == nil && mountsProblem == nil && !settings.isEmpty && kernel.followsMounts { openMountWatcher() }
         if settings.contains(where: \.catchUp) { ledger.openIfNeeded(stateDirectory: stateDirectory) }
-        for (name, rule) in rules {
+        for (name, rule) in state.rules {
             guard let new = settings.first(where: { $0.name == name }) else {
                 retire(rule, reason: "the watch rule was removed by a reload")
                 continue
             }
             guard new != rule.settings else { continue }
-            if new.selectsTheSameFiles(as: rule.settings) {
-                let reshaped = new.batchInput != rule.settings.batchInput
-                rule.settings = new
-                let group = rule.group
-                if reshaped {
-                    // Waiting jobs were made for the old shape (one file, or a batch): the
-                    // engine hands them back in the same turn as the new settings, and their
-                    // files go again in the new shape.
-                    engine.queue.async { [engine, queue] in
-                        let withdrawn = engine.reshape(group)
-                        guard !withdrawn.isEmpty else { return }
-                        queue.async { [weak self] in self?.resubmit(withdrawn, rule: rule) }
-                    }
-                } else {
-                    engine.queue.async { [engine] in engine.configure(group) }
-                }
-                logger.info("watch \(name) changed; its files waiting to settle or to run move to the new settings")
+            guard new.selectsTheSameFiles(as: rule.settings) else {
+                retire(rule, reason: "the watch rule's selection was changed by a reload; the new rule catches up the files it selects")
                 continue
             }
-            retire(rule, reason: "the watch rule's selection was changed by a reload; the new rule catches up the files it selects")
+            reconfigure(rule, to: new)
         }
-        for new in settings where rules[new.name] == nil {
+        for new in settings where state.rules[new.name] == nil {
             let rule = WatchRule(settings: new)
-            rules[new.name] = rule
+            state.rules[new.name] = rule
             let group = rule.group
-            engine.queue.async { [engine] in engine.configure(group) }
+            jobs.queue.async { [jobs] in jobs.configure(group) }
             // Catch-up: files that arrived while the daemon was down (or before the rule
             // existed) and are not in the ledger as handled are handled now.
-            watchRoot(rule, catchUp: new.catchUp && ledger.isOpen)
+            roots.watchRoot(rule, catchUp: new.catchUp && ledger.isOpen)
         }
-        order = settings.map(\.name)
-        armRecheckIfNeeded()
+        state.order = settings.map(\.name)
+        roots.armRecheckIfNeeded()
         ledger.armPruneIfNeeded()
         // At start-up too, after the catch-up listed the trees: a daemon restarted more often
         // than the hourly prune would otherwise never forget files that are gone.
         if isStart { ledger.prune() }
     }
 
+    /// The same files in the same way, with other job settings: the watches stay.
+    private func reconfigure(_ rule: WatchRule, to new: WatchSettings) {
+        let reshaped = new.batchInput != rule.settings.batchInput
+        rule.settings = new
+        let group = rule.group
+        if reshaped {
+            // Waiting jobs were made for the old shape (one file, or a batch): the engine
+            // hands them back in the same turn as the new settings, and their files go again
+            // in the new shape.
+            jobs.queue.async { [jobs, queue, settling] in
+                let withdrawn = jobs.reshape(group)
+                guard !withdrawn.isEmpty else { return }
+                queue.async { settling.resubmit(withdrawn, rule: rule) }
+            }
+        } else {
+            jobs.queue.async { [jobs] in jobs.configure(group) }
+        }
+        logger.info("watch \(rule.name) changed; its files waiting to settle or to run move to the new settings")
+    }
+
     private func retire(_ rule: WatchRule, reason: String) {
-        unwatch(rule)
-        cancelSettling(rule, detail: reason)
-        rules[rule.name] = nil
+        roots.unwatch(rule)
+        settling.cancelSettling(rule, detail: reason)
+        state.rules[rule.name] = nil
         let key = rule.key
-        engine.queue.async { [engine] in engine.remove(key, reason: reason) }
-    }
-
-    private func openBackend() {
-        do throws(Errno) {
-            backend = try InotifyBackend(queue: queue, sources: context.sources, problems: problems) { [unowned self] changes in
-                self.handle(changes, from: .inotify)
-            }
-        } catch {
-            var message = "unable to create an inotify instance: \(error)"
-            if error == .tooManyOpenFiles {
-                message += " (fs.inotify.max_user_instances=\(InotifyBackend.sysctl("max_user_instances") ?? "?") reached; raise it with sysctl fs.inotify.max_user_instances=1024)"
-            }
-            backendProblem = message
-            logger.error("\(message); watch rules will not see events")
-        }
-    }
-
-    /// The fanotify group, made the first time a rule needs it; nil (and `fanotifyProblem`
-    /// says why) when the kernel or this process's capabilities do not allow it.
-    func openFanotifyIfNeeded() -> FanotifyBackend? {
-        if let fanotify { return fanotify }
-        guard fanotifyProblem == nil else { return nil }
-        do throws(Errno) {
-            fanotify = try FanotifyBackend(queue: queue, sources: context.sources, problems: problems) { [unowned self] changes in
-                self.handle(changes, from: .fanotify)
-            }
-        } catch {
-            fanotifyProblem = Self.fanotifyInitRefusal(error, privileges: .current())
-        }
-        return fanotify
+        jobs.queue.async { [jobs] in jobs.remove(key, reason: reason) }
     }
 
     private func openMountWatcher() {
         do {
             let watcher = try MountWatcher(queue: queue.queue, onChange: { [unowned self] change in
-                self.mountsChanged(change)
+                self.roots.mountsChanged(change)
             }, onReadFailure: { [unowned self] failure in
                 self.problems.report("unable to read the mount table /proc/self/mountinfo", example: "\(failure)")
             })
             if case .failure(let failure) = watcher.start() { throw failure }
-            mounts = watcher
+            state.mounts = watcher
         } catch {
-            mountsProblem = "unable to follow the mount table: \(error); a file system mounted over a watched directory is only noticed by the next rescan"
-            logger.warning("\(mountsProblem!)")
+            let problem = "unable to follow the mount table: \(error); a file system mounted over a watched directory is only noticed by the next rescan"
+            mountsProblem = problem
+            logger.warning("\(problem)")
         }
     }
 
     // MARK: Events
 
-    enum EventSource: Hashable {
-        case inotify
-        case fanotify
-    }
-
-    private func handle(_ changes: [WatchBackend.Change], from source: EventSource) {
-        let now = MonotonicInstant.now
-        let readAt = WallTime.now()
+    func handle(_ changes: [WatchBackend.Change], from source: WatchBackendKind) {
+        let now = clock.now
+        let readAt = clock.wallNow
         var overflowedNow = false
         defer { if !overflowedNow { eventsCompleteAt[source] = readAt } }
         // Files whose writer's close is in this same read: their IN_CREATE needs no look (the
         // close is the evidence), which keeps a burst of written files off the created path.
-        var closedNow: Set<EntryKey> = []
+        var closedNow: Set<EntryEvents.EntryKey> = []
         for case .entry(let event, _) in changes where event.mask.contains(.closeWrite) && !event.isDirectory {
-            closedNow.insert(EntryKey(wd: event.wd, name: event.name))
+            closedNow.insert(EntryEvents.EntryKey(wd: event.wd, name: event.name))
         }
         for change in changes {
             switch change {
@@ -223,32 +218,33 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
                 for location in locations {
                     switch location.owner {
                     case .rule(let name):
-                        if let rule = rules[name] { handleEntry(event, in: location, rule: rule, now: now, closedNow: closedNow) }
+                        if let rule = state.rules[name] {
+                            events.handleEntry(event, in: location, rule: rule, now: now, readAt: readAt, closedNow: closedNow)
+                        }
                     case .parentOf(let name):
-                        if let rule = rules[name], rule.isMissing, event.name == rule.awaitedName {
-                            watchRoot(rule, catchUp: true)
+                        if let rule = state.rules[name], rule.isMissing, event.name == rule.location.awaitedName {
+                            roots.watchRoot(rule, catchUp: true)
                         }
                     case .ancestorsOf(let name):
-                        if let rule = rules[name] { ancestorChanged(rule, at: location, event: event, why: nil) }
+                        if let rule = state.rules[name] { roots.ancestorChanged(rule, at: location, event: event, why: nil) }
                     }
                 }
             case .movedAway(_, let locations):
                 directoryGone(locations, why: "was renamed away")
             case .deleted(_, let locations):
                 directoryGone(locations, why: "was deleted")
-            case .unmounted(let wd, let locations):
-                _ = wd
+            case .unmounted(_, let locations):
                 for location in locations {
-                    guard case .rule(let name) = location.owner, let rule = rules[name] else { continue }
-                    remount(rule, at: location.relative, why: "the file system under \(LineEscaping.escaped(rule.absolute(location.relative))) was unmounted")
+                    guard case .rule(let name) = location.owner, let rule = state.rules[name] else { continue }
+                    roots.remount(rule, at: location.relative, why: "the file system under \(LineEscaping.escaped(rule.absolute(location.relative))) was unmounted")
                 }
             case .watchGone(_, let locations):
                 for case (.rule(let name), true) in locations.map({ ($0.owner, $0.relative.isEmpty) }) {
-                    if let rule = rules[name] { lose(rule, why: "is no longer watchable") }
+                    if let rule = state.rules[name] { roots.lose(rule, why: "is no longer watchable") }
                 }
             case .missed(let locations):
                 for case .rule(let name) in locations.map(\.owner) {
-                    if let rule = rules[name] { rescanForMissedEvents(rule) }
+                    if let rule = state.rules[name] { scans.rescanForMissedEvents(rule) }
                 }
             case .unattributed:
                 break // counted by the backend
@@ -262,12 +258,105 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         for location in locations {
             switch location.owner {
             case .rule(let name) where location.relative.isEmpty:
-                if let rule = rules[name] { lose(rule, why: why) }
+                if let rule = state.rules[name] { roots.lose(rule, why: why) }
             case .ancestorsOf(let name):
-                if let rule = rules[name] { ancestorChanged(rule, at: location, event: nil, why: why) }
+                if let rule = state.rules[name] { roots.ancestorChanged(rule, at: location, event: nil, why: why) }
             case .rule, .parentOf:
                 break
             }
         }
+    }
+
+    /// IN_Q_OVERFLOW: the kernel dropped events. Every tree is scanned again; files not
+    /// handled yet in the form they have now get their job, so nothing is lost. A rule
+    /// without catch-up has no ledger to tell what was there before: it runs only the files
+    /// changed since `lostSince` (every event before it was read), less a second for the
+    /// read and the file system's coarse clock.
+    private func overflowed(_ source: WatchBackendKind, lostSince: WallTime) {
+        overflowsTotal += 1
+        switch source {
+        case .inotify:
+            // The instance's queue was sized when it was made; the sysctl may have changed since.
+            logger.warning("inotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.inotify.max_queued_events=\(backends.inotifyQueueSize)); rescanning every tree watched with inotify")
+        case .fanotify:
+            logger.warning("fanotify event queue overflowed (\(overflowsTotal) time(s) so far; its size: fs.fanotify.max_queued_events=\(FanotifyBackend.sysctl("max_queued_events") ?? "16384")); rescanning every tree watched with fanotify")
+        }
+        // Only the trees whose events were lost: the other backend's are intact.
+        for rule in state.ordered where !rule.isMissing && rule.backend.backend == source {
+            rule.counters.overflows += 1
+            scans.rescan(rule, changedSince: rule.settings.catchUp ? nil : (lostSince.nanosecondsSinceEpoch ?? 0) - 1_000_000_000)
+        }
+    }
+
+    // MARK: Stopping
+
+    /// The drain: no new jobs from file events; files still settling end with a record.
+    func stop() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        state.accepting = false
+        for rule in state.ordered {
+            rule.settleTimer?.cancel()
+            rule.settleTimer = nil
+            settling.cancelSettling(rule, detail: "the daemon is stopping")
+            rule.scans.fallbackTimer?.cancel()
+            rule.scans.fallbackTimer = nil
+            rule.scans.listingTimer?.cancel()
+            rule.scans.listingTimer = nil
+            pollers.stopPolling(rule)
+        }
+        roots.stop()
+        pollers.stop()
+        ledger.stop()
+    }
+
+    /// A clean stop, once every job has its record: every record was submitted to the store
+    /// when its job ended; the reader goes, so that the store, closing last, folds the
+    /// write-ahead log into the file (Daemon.finishStopping).
+    func close() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        changes.confirmChangesAtStop()
+        ledger.close()
+    }
+
+    /// `watchkeeper history WATCH`: the files the rule handled last, from the ledger.
+    public func history(rule: String, limit: Int, reply: @escaping @Sendable (Result<[DumpValue], VarlinkError>) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        ledger.history(rule: rule, limit: limit, reply: reply)
+    }
+
+    /// After a burst (the engine says when): the reader's page cache is given back; the
+    /// store then writes what waits, gives back its own, and malloc's free memory.
+    public func releaseMemoryAfterBurst() {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        ledger.releaseMemory()
+    }
+
+    // MARK: Dump
+
+    public func describeForDump() -> DumpValue {
+        let now = clock.now
+        let entries: [DumpValue] = state.ordered.map { rule in
+            rule.describe(now: now, watchedDirectories: backends.tree(of: rule)?.watchedCount(of: .rule(rule.name)) ?? 0, ledgerSize: ledger.size(of: rule))
+        }
+        return .object(backends.describe() + [
+            .init("overflows", .int(Int64(overflowsTotal))),
+            .init("mounts", state.mounts?.describe() ?? .string(mountsProblem ?? "not needed")),
+        ] + ledger.describe() + [
+            .init("problems", problems.describe()),
+            .init("rules", .array(entries)),
+        ])
+    }
+}
+
+/// `fleet = "one"`: the fleet's news about shared inboxes, for FleetInbox.
+extension DirectoryWatcher: FleetFileListener {
+    public var fleetFileQueue: any FleetQueue { queue }
+
+    public func fleetFileReleased(rule name: String, relative: [UInt8]) {
+        fleet.released(rule: name, relative: relative)
+    }
+
+    public func fleetFilesAvailable() {
+        fleet.retryHeldFiles()
     }
 }

@@ -14,7 +14,7 @@
 /// - `pending`: followed changes waiting to be confirmed. A stat may come later than the
 ///   event it answers, after a write the daemon has not heard of yet; so a change is taken
 ///   only once the file stayed as it was seen, with no write or admission in between, for
-///   `confirmAfter` (`DirectoryWatcher.confirmChanges`).
+///   `confirmAfter` (`HandledChanges.confirmChanges`).
 /// - `tmpfiles`: files that appeared with one link and no close, by inode: an O_TMPFILE
 ///   linked into place (linkat from /proc/self/fd/N), whose close the kernel reports under
 ///   the name `#<inode>`.

@@ -4,10 +4,12 @@ import SystemPackage
 /// the parent of a missing root, a root's ancestors) and its path, and hears back what
 /// happened in those directories as table interpretations: an entry changed, a directory
 /// moved away, was deleted or unmounted, events were lost. The backend keeps the kernel's
-/// side (descriptors and which location each stands for). inotify is the one today; a
-/// fanotify backend implements the same next (issue 24), as watchman's `Watcher` does for
-/// its backends. Polling is not a backend: it runs beside one, off the watching queue
-/// (TreePoller). Everything is called on the watching queue.
+/// side (descriptors and which location each stands for). Two implement it, as watchman's
+/// backends implement its `Watcher`: InotifyBackend (one watch per directory) and
+/// FanotifyBackend (one mark per file system, for huge trees; a TreeMarkingBackend), and the
+/// unit tests' fake. Which one a rule's tree has is the rule's TreeBackendChoice. Polling is
+/// not a backend: it runs beside one, off the watching queue (TreePoller). Everything is
+/// called on the watching queue.
 protocol WatchBackend: AnyObject {
     typealias Location = WatchTable<WatchOwner>.Location
     typealias Change = WatchTable<WatchOwner>.Interpretation
@@ -34,6 +36,21 @@ extension WatchBackend {
         unwatch(owner, under: [])
     }
 }
+
+/// A backend that watches a whole tree with one call, not one directory at a time:
+/// fanotify's marks of whole file systems (FanotifyBackend). A tree moves to it from
+/// inotify (TreeBackendChoice); the backend of a rule's ancestors stays inotify.
+protocol TreeMarkingBackend: WatchBackend {
+    /// Starts watching the tree at `root` (and the local file systems mounted at
+    /// `mountPoints` below it): fails only for the root; a mount point that cannot be
+    /// watched is returned with its errno.
+    func startTree(_ owner: WatchOwner, root: [UInt8], recursive: Bool, events: InotifyMask,
+                   mountPoints: [[UInt8]]) -> Result<[(path: [UInt8], error: Errno)], FanotifyBackend.StartFailure>
+    /// A file system mounted at `path` below a started tree's root, later.
+    func addMountPoint(_ owner: WatchOwner, path: [UInt8]) -> Result<Void, Errno>
+}
+
+extension FanotifyBackend: TreeMarkingBackend {}
 
 /// The inotify backend: one inotify instance for every rule, read until EAGAIN by one read
 /// source on the watching queue (InotifyWatcher), and the WatchTable of which location each

@@ -12,7 +12,8 @@ import Glibc
 /// The coordinator (DirectoryWatcher) owns one and says which rules there are.
 final class WatchLedger {
     private let queue: SubsystemQueue
-    private let sources: SourceRegistry
+    /// Now, and the prune timers.
+    private let clock: any WatchClock
     private let logger: Logger
     private let problems: ProblemAggregator
     /// The one writer of the state file; given to the watcher at its construction.
@@ -24,8 +25,8 @@ final class WatchLedger {
     private var rebuilt: String?
     private var stopped = false
     private var deletionsSincePrune = 0
-    private var pruneTimer: RegisteredTimer?
-    private var pruneSoonTimer: RegisteredTimer?
+    private var pruneTimer: (any WatchTimer)?
+    private var pruneSoonTimer: (any WatchTimer)?
     /// The rules a prune walks, with their roots: the coordinator's, asked when one is due.
     var rulesToPrune: () -> [(name: String, root: [UInt8])] = { [] }
 
@@ -34,9 +35,9 @@ final class WatchLedger {
     static let pruneAfterDeletions = 10_000
     static let pruneDelayAfterDeletions: Duration = .seconds(10)
 
-    init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, problems: ProblemAggregator) {
+    init(queue: SubsystemQueue, clock: any WatchClock, logger: Logger, problems: ProblemAggregator) {
         self.queue = queue
-        self.sources = sources
+        self.clock = clock
         self.logger = logger
         self.problems = problems
     }
@@ -65,7 +66,7 @@ final class WatchLedger {
     /// follows. A file just written needs one lookup by path, not two.
     ///
     /// The reader sees what the store has committed. A success whose record is not committed
-    /// yet is in `rule.handled` by inode, whatever its path now, and callers ask that first;
+    /// yet is in `rule.memory.handled` by inode, whatever its path now, and callers ask that first;
     /// so no write has to be waited for here. A move still waiting in the store is harmless:
     /// the entry is found at its old path by identity, and the move submitted below changes
     /// nothing once the earlier one has moved it (FileLedger.move).
@@ -83,7 +84,7 @@ final class WatchLedger {
                 .first(where: { $0.outcome == RunOutcome.ok.rawValue && $0.path != relative }) else {
                 return false
             }
-            rule.movesFollowed += 1
+            rule.counters.movesFollowed += 1
             store?.submit(.ledgerFollow(rule: rule.name, from: moved.path, to: relative, known: moved.identity, now: identity))
             return true
         } catch {
@@ -144,7 +145,7 @@ final class WatchLedger {
 
     /// A job's final outcome for its files (cancelled ones are left for the next catch-up).
     /// The store commits them with the others that ended meanwhile (group commit) and says
-    /// so through `committed`, on this queue; until then `rule.handled` knows.
+    /// so through `committed`, on this queue; until then `rule.memory.handled` knows.
     /// `identities` are the files' forms to record, in the subject's order (nil: none).
     func record(_ completion: JobCompletion, identities: [FileIdentity?], rule: WatchRule, committed: @escaping @Sendable ([LedgerRecord]) -> Void) {
         let outcome = completion.final.outcome
@@ -159,7 +160,7 @@ final class WatchLedger {
         }
         let run = LedgerRun(runID: final.runID, startedAt: final.startedAt, durationNanoseconds: final.duration.nanosecondsClamped,
                             exitCode: exitCode, signal: signal)
-        let now = WallTime.now()
+        let now = clock.wallNow
         let records: [LedgerRecord] = zip(completion.subject.files, identities).compactMap { file, identity in
             identity.map { LedgerRecord(rule: rule.name, path: Array(file.relative), identity: $0, outcome: outcome.rawValue, handledAt: now, run: run) }
         }
@@ -198,11 +199,10 @@ final class WatchLedger {
     /// does not grow with every file ever handled (docs/configuration.md, catch_up).
     func armPruneIfNeeded() {
         guard pruneTimer == nil, reader != nil, !stopped else { return }
-        let timer = sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, every \(Self.pruneInterval.compactDescription)",
-                                      on: queue) { [unowned self] in
+        let timer = clock.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, every \(Self.pruneInterval.compactDescription)") { [unowned self] in
             self.prune()
         }
-        timer.schedule(at: .now() + Self.pruneInterval.dispatchInterval, repeating: Self.pruneInterval)
+        timer.schedule(at: clock.now + Self.pruneInterval, repeating: Self.pruneInterval)
         pruneTimer = timer
     }
 
@@ -212,14 +212,13 @@ final class WatchLedger {
     func noteDeletion() {
         deletionsSincePrune += 1
         guard deletionsSincePrune >= Self.pruneAfterDeletions, reader != nil, !stopped, pruneSoonTimer == nil else { return }
-        let timer = sources.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, after \(Self.pruneAfterDeletions) deletions",
-                                      on: queue) { [weak self] in
+        let timer = clock.makeTimer(owner: "watching", target: "file ledger: forget files that are gone, after \(Self.pruneAfterDeletions) deletions") { [weak self] in
             guard let self else { return }
             self.pruneSoonTimer?.cancel()
             self.pruneSoonTimer = nil
             self.prune()
         }
-        timer.schedule(after: Self.pruneDelayAfterDeletions)
+        timer.schedule(at: clock.now + Self.pruneDelayAfterDeletions)
         pruneSoonTimer = timer
     }
 

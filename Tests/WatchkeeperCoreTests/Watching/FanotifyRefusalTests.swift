@@ -13,7 +13,7 @@ final class FanotifyRefusalTests: XCTestCase {
     private let shippedUnit = ProcessPrivileges(effectiveCapabilities: ~(1 << 21), seccompFiltered: true)
 
     private func refusal(_ step: FanotifyBackend.StartFailure.Step, _ error: Errno, _ privileges: ProcessPrivileges) -> String {
-        DirectoryWatcher.fanotifyRefusal(.init(step: step, error: error), fileSystem: "ext4", privileges: privileges)
+        FanotifyRefusal.tree(.init(step: step, error: error), fileSystem: "ext4", privileges: privileges)
     }
 
     func testAMarkRefusedWithoutCapSysAdmin_namesTheCapability_notOpenByHandleAt() {
@@ -46,11 +46,11 @@ final class FanotifyRefusalTests: XCTestCase {
     }
 
     func testFanotifyInitRefusedUnderTheShippedUnit_namesTheFilterAndTheCapabilityTheMarkNeeds() {
-        let text = DirectoryWatcher.fanotifyInitRefusal(.notPermitted, privileges: shippedUnit)
+        let text = FanotifyRefusal.group(.notPermitted, privileges: shippedUnit)
         XCTAssertTrue(text.contains("system call filter refuses fanotify_init"), text)
         XCTAssertTrue(text.contains("adds CAP_SYS_ADMIN"), text)
-        XCTAssertFalse(DirectoryWatcher.fanotifyInitRefusal(.notPermitted, privileges: filtered).contains("adds CAP_SYS_ADMIN"))
-        XCTAssertTrue(DirectoryWatcher.fanotifyInitRefusal(.notPermitted, privileges: withoutSysAdmin).contains("before Linux 5.13"))
+        XCTAssertFalse(FanotifyRefusal.group(.notPermitted, privileges: filtered).contains("adds CAP_SYS_ADMIN"))
+        XCTAssertTrue(FanotifyRefusal.group(.notPermitted, privileges: withoutSysAdmin).contains("before Linux 5.13"))
     }
 
     func testWhatNoDropInHelps_isTheFileSystemsOrTheKernels() {

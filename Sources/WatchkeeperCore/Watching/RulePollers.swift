@@ -1,23 +1,41 @@
 import Dispatch
+import Logging
 import SystemPackage
 
-/// Polling: the trees of a rule that inotify cannot fully see (a network or FUSE file system
-/// under `method = "auto"`) or that the rule asks to poll (`method = "poll"`) each get a
-/// TreePoller on a queue of its own. What a poller finds settled comes here and goes
-/// through the same admission as an event (this life's memory, the ledger, files in
-/// flight), so a file found both ways runs once.
-extension DirectoryWatcher {
+/// Polling, on the watching queue: the trees of a rule that inotify cannot fully see (a
+/// network or FUSE file system under `method = "auto"`) or that the rule asks to poll
+/// (`method = "poll"`) each get a TreePoller on a queue of its own. What a poller finds
+/// settled comes here and goes through the same admission as an event (this life's memory,
+/// the ledger, files in flight), so a file found both ways runs once. Confined to the
+/// watching queue.
+// @unchecked Sendable: confined to the watching queue, as every part of the watcher.
+final class RulePollers: @unchecked Sendable {
+    private let state: WatchingState
+    private let ledger: WatchLedger
+    private let settling: FileSettling
+    /// Notices a polled file system that stopped answering.
+    private var monitor: (any WatchTimer)?
+    private var clock: any WatchClock { state.clock }
+    private var logger: Logger { state.logger }
+    private var accepting: Bool { state.accepting }
+
+    init(state: WatchingState, ledger: WatchLedger, settling: FileSettling) {
+        self.state = state
+        self.ledger = ledger
+        self.settling = settling
+    }
+
     /// Starts polling the rule's trees that need it, anew (after the root was found, a
     /// mount changed, the root came back). Says once per tree why it is polled.
     func startPolling(_ rule: WatchRule) {
         stopPolling(rule)
         guard accepting, let root = rule.root else { return }
-        let table = mountTable()
+        let table = state.mountTable()
         let trees = PolledTree.trees(root: root, recursive: rule.settings.recursive, method: rule.settings.method, mounts: table)
-        rule.polledTrees = trees
+        rule.polling.trees = trees
         for tree in trees {
             let note = "\(String(decoding: tree.mountPoint, as: UTF8.self)) \(tree.fileSystemType) \(String(decoding: tree.relative, as: UTF8.self))"
-            if rule.pollNotesSaid.insert(note).inserted {
+            if rule.polling.notesSaid.insert(note).inserted {
                 let path = LineEscaping.escaped(rule.absolute(tree.relative))
                 let how = rule.settings.method == .poll
                     ? "polling it every \(rule.settings.pollInterval.compactDescription) (poll_settle \(rule.settings.pollSettle.compactDescription)), without inotify"
@@ -37,20 +55,20 @@ extension DirectoryWatcher {
                                 recursive: recursive, followSymlinks: rule.settings.followSymlinks, catchUp: rule.settings.catchUp,
                                 selectsAll: filter.include.isEmpty && filter.exclude.isEmpty,
                                 sweepEvery: tree.isRemote ? TreePoller.remoteSweepEvery : 1),
-                name: rule.name, sources: context.sources,
+                name: rule.name, sources: state.sources,
                 selects: { filter.selects($0) },
                 descend: { recursive && filter.mayContainSelected(directory: $0) },
                 deliver: { [weak self] poller, settled in
                     // In slices, so a catch-up of 100,000 files lets events in between.
                     for start in stride(from: 0, to: settled.count, by: Self.pollDeliverySlice) {
                         let slice = Array(settled[start..<min(settled.count, start + Self.pollDeliverySlice)])
-                        self?.queue.async { [weak self] in self?.polled(slice, from: poller, rule: rule) }
+                        self?.state.queue.async { [weak self] in self?.polled(slice, from: poller, rule: rule) }
                     }
                 },
                 report: { [weak self] poller, report in
-                    self?.queue.async { [weak self] in self?.pollReported(report, from: poller, rule: rule) }
+                    self?.state.queue.async { [weak self] in self?.pollReported(report, from: poller, rule: rule) }
                 })
-            rule.pollers.append(poller)
+            rule.polling.pollers.append(poller)
             poller.start()
         }
         armPollMonitorIfNeeded()
@@ -59,53 +77,53 @@ extension DirectoryWatcher {
     static let pollDeliverySlice = 1_024
 
     func stopPolling(_ rule: WatchRule) {
-        for poller in rule.pollers { poller.stop() }
-        rule.pollers = []
-        rule.polledTrees = []
+        for poller in rule.polling.pollers { poller.stop() }
+        rule.polling.pollers = []
+        rule.polling.trees = []
     }
 
     /// A mount changed below a root: the trees to poll may be others now.
     func refreshPolling(_ rule: WatchRule) {
-        guard let root = rule.root, let mounts else { return }
+        guard let root = rule.root, let mounts = state.mounts else { return }
         let trees = PolledTree.trees(root: root, recursive: rule.settings.recursive, method: rule.settings.method, mounts: mounts.mounts)
-        if trees != rule.polledTrees { startPolling(rule) }
+        if trees != rule.polling.trees { startPolling(rule) }
     }
 
     /// Files a poller saw unchanged in two looks: admitted as a scan's find would be, with
     /// the poller's look as the stat (none is made here: the file system may hang).
     private func polled(_ settled: [TreePoller.Settled], from poller: TreePoller, rule: WatchRule) {
-        guard accepting, rules[rule.name] === rule, rule.pollers.contains(where: { $0 === poller }),
+        guard accepting, state.isCurrent(rule), rule.polling.pollers.contains(where: { $0 === poller }),
               let event = rule.readyEvent, let root = rule.root else { return }
         var admitted: [FileSubject] = []
         for file in settled {
             guard rule.selects(file.relative) else { continue }
-            rule.polledFiles += 1
+            rule.counters.polledFiles += 1
             // An event for it waits to settle (this host wrote it): that wait decides.
             if rule.settle.item(for: file.relative) != nil {
-                rule.duplicates += 1
+                rule.counters.duplicates += 1
                 continue
             }
             // The poller's identity, but with the path the file had before a rename followed.
-            let identity = rule.identity(of: file.status, at: file.relative)
-            if let inFlight = rule.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
-                rule.duplicates += 1
+            let identity = rule.polling.identity(of: file.status, at: file.relative)
+            if let inFlight = rule.memory.inFlight[identity.inodeKey], inFlight.identity.sameFile(as: identity) {
+                rule.counters.duplicates += 1
                 continue
             }
             if rule.handledInThisLife(identity, at: file.relative)
                 || ledger.handledBefore(rule, relative: file.relative, identity: identity, mayHaveMoved: true) {
-                rule.duplicates += 1
+                rule.counters.duplicates += 1
                 continue
             }
-            rule.matched += 1
+            rule.counters.matched += 1
             admitted.append(FileSubject(path: rule.absolute(file.relative), rootLength: root.count, event: event, identity: identity,
                                         eventAt: file.firstSeen, followsSymlinks: rule.settings.followSymlinks,
                                         checksBeforeStart: !poller.settings.tree.isRemote))
         }
-        submit(admitted, rule: rule)
+        settling.submit(admitted, rule: rule)
     }
 
     private func pollReported(_ report: TreePoller.Report, from poller: TreePoller, rule: WatchRule) {
-        guard rules[rule.name] === rule, rule.pollers.contains(where: { $0 === poller }) else { return }
+        guard state.isCurrent(rule), rule.polling.pollers.contains(where: { $0 === poller }) else { return }
         let tree = LineEscaping.escaped(rule.absolute(poller.settings.tree.relative))
         switch report {
         case .unreachable(let path, let error):
@@ -114,9 +132,9 @@ extension DirectoryWatcher {
         case .reachableAgain(let after):
             logger.notice("watch \(rule.name): \(tree) answers again after \(after.compactDescription); the files written there meanwhile are handled as they settle")
         case .skipped(let counts):
-            rule.skipped += counts
+            rule.counters.skipped += counts
         case .moved(let from, let to):
-            if rule.followMoveOnShare(from: from, to: to) {
+            if rule.polling.followMoveOnShare(from: from, to: to) {
                 logger.debug("watch \(rule.name): \(LineEscaping.escaped(rule.absolute(from))) was renamed to \(LineEscaping.escaped(rule.absolute(to))) on \(poller.settings.tree.fileSystemType); followed as the same file")
             }
         }
@@ -126,12 +144,12 @@ extension DirectoryWatcher {
     /// IN_MOVED_FROM and IN_MOVED_TO, paired by cookie, make the new path keep the identity
     /// of the old, so a job that moves its file into `done/` does not run it again.
     func followRenameOnShare(_ rule: WatchRule, _ event: InotifyEvent, path: [UInt8]) {
-        guard !rule.polledTrees.isEmpty else { return }
-        if event.mask.contains(.movedFrom), rule.remoteTree(holding: path) != nil {
-            if rule.renamesOnShare.count >= Self.pendingMovesLimit { rule.renamesOnShare.removeAll() }
-            rule.renamesOnShare[event.cookie] = path
-        } else if event.mask.contains(.movedTo), let from = rule.renamesOnShare.removeValue(forKey: event.cookie) {
-            rule.followMoveOnShare(from: from, to: path)
+        guard !rule.polling.trees.isEmpty else { return }
+        if event.mask.contains(.movedFrom), rule.polling.remoteTree(holding: path) != nil {
+            if rule.polling.renamesOnShare.count >= EntryEvents.pendingMovesLimit { rule.polling.renamesOnShare.removeAll() }
+            rule.polling.renamesOnShare[event.cookie] = path
+        } else if event.mask.contains(.movedTo), let from = rule.polling.renamesOnShare.removeValue(forKey: event.cookie) {
+            rule.polling.followMoveOnShare(from: from, to: path)
         }
     }
 
@@ -141,21 +159,19 @@ extension DirectoryWatcher {
     /// for one directory or stat is said once in the log (its queue is stuck in the kernel;
     /// nothing else is), and again when it answers.
     func armPollMonitorIfNeeded() {
-        guard pollMonitor == nil, accepting, rules.values.contains(where: { !$0.pollers.isEmpty }) else { return }
-        let timer = context.sources.makeTimer(owner: "watching", target: "polled trees: notice one that stopped answering (every 5s)",
-                                              on: queue) { [unowned self] in
+        guard monitor == nil, accepting, state.rules.values.contains(where: { !$0.polling.pollers.isEmpty }) else { return }
+        let timer = clock.makeTimer(owner: "watching", target: "polled trees: notice one that stopped answering (every 5s)") { [unowned self] in
             self.checkPollers()
         }
-        timer.schedule(at: .now() + .seconds(5), repeating: .seconds(5))
-        pollMonitor = timer
+        timer.schedule(at: clock.now + .seconds(5), repeating: .seconds(5))
+        monitor = timer
     }
 
     private func checkPollers() {
-        let now = MonotonicInstant.now
+        let now = clock.now
         var anyPollers = false
-        for name in order {
-            guard let rule = rules[name] else { continue }
-            for poller in rule.pollers {
+        for rule in state.ordered {
+            for poller in rule.polling.pollers {
                 anyPollers = true
                 let progress = poller.progress.withLock { $0 }
                 let tree = LineEscaping.escaped(rule.absolute(poller.settings.tree.relative))
@@ -169,9 +185,12 @@ extension DirectoryWatcher {
                 }
             }
         }
-        if !anyPollers {
-            pollMonitor?.cancel()
-            pollMonitor = nil
-        }
+        if !anyPollers { stop() }
+    }
+
+    /// The drain: the monitor goes (each rule's pollers are stopped with its tree).
+    func stop() {
+        monitor?.cancel()
+        monitor = nil
     }
 }

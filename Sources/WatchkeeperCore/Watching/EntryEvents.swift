@@ -4,25 +4,46 @@ import Dispatch
 import Glibc
 #endif
 
-/// What happens to entries of a watched directory: a file's event goes to its rule's
-/// admission (with the renames, links and moves that need a look first), a directory's
-/// changes the watched tree.
-extension DirectoryWatcher {
+/// What happens to entries of a watched directory, on the watching queue: a file's event
+/// goes to its rule's admission (FileSettling), with the renames, links and moves that need
+/// a look first; a directory's changes the watched tree (TreeScans). It keeps the renames
+/// of directories between their IN_MOVED_FROM and IN_MOVED_TO. Confined to the watching queue.
+// @unchecked Sendable: confined to the watching queue, as every part of the watcher.
+final class EntryEvents: @unchecked Sendable {
+    private let ledger: WatchLedger
+    private let settling: FileSettling
+    private let changes: HandledChanges
+    private let scans: TreeScans
+    private let pollers: RulePollers
+    private let fleet: FleetInbox
+    /// Directories renamed away from a rule (IN_MOVED_FROM) by cookie, until the matching
+    /// IN_MOVED_TO says where in the tree they went.
+    private var pendingMoves: [UInt32: (rule: String, from: [UInt8])] = [:]
+
+    init(ledger: WatchLedger, settling: FileSettling, changes: HandledChanges, scans: TreeScans, pollers: RulePollers, fleet: FleetInbox) {
+        self.ledger = ledger
+        self.settling = settling
+        self.changes = changes
+        self.scans = scans
+        self.pollers = pollers
+        self.fleet = fleet
+    }
+
     struct EntryKey: Hashable {
         let wd: WatchDescriptor
         let name: [UInt8]
     }
 
     func handleEntry(_ event: InotifyEvent, in location: WatchTable<WatchOwner>.Location, rule: WatchRule, now: MonotonicInstant,
-                     closedNow: Set<EntryKey>) {
+                     readAt: WallTime, closedNow: Set<EntryKey>) {
         let path = location.path(of: event.name)
-        rule.noteRawEvent(event, path: path, at: now)
+        rule.counters.noteRawEvent(event, path: path, at: now, wallNow: readAt, keep: rule.settings.recentEvents)
         guard !event.name.isEmpty else { return } // about the directory itself
         if event.isDirectory {
             if rule.settings.recursive { handleDirectory(event, rule: rule, relative: path) }
             return
         }
-        if event.mask.contains(.movedFrom) || event.mask.contains(.movedTo) { followRenameOnShare(rule, event, path: path) }
+        if event.mask.contains(.movedFrom) || event.mask.contains(.movedTo) { pollers.followRenameOnShare(rule, event, path: path) }
         let mask = event.mask
         if mask.contains(.modify) { rule.changes.written(path) }
         if mask.contains(.closeWrite) {
@@ -36,7 +57,7 @@ extension DirectoryWatcher {
         if mask.contains(.delete) { rule.changes.removed(path) }
         if mask.contains(.delete) || mask.contains(.movedFrom) {
             ledger.noteDeletion()
-            if rule.settings.fleet == .one { fleetFileGone(rule, relative: path) }
+            if rule.settings.fleet == .one { fleet.fileGone(rule, relative: path) }
         }
         if mask.contains(.movedFrom) {
             rule.changes.movedFrom(path, cookie: event.cookie)
@@ -55,7 +76,7 @@ extension DirectoryWatcher {
             }
         }
         if mask.contains(.attrib) && !rule.settings.events.contains(.attrib) {
-            attributesChanged(rule, relative: path)
+            changes.attributesChanged(rule, relative: path)
             return
         }
         if mask.contains(.modify) && !rule.settings.events.contains(.modified) { return }
@@ -64,14 +85,14 @@ extension DirectoryWatcher {
             return
         }
         guard let watchEvent = rule.event(for: mask), rule.selects(path) else { return }
-        rule.matched += 1
-        enqueue(rule, relative: path, event: watchEvent, renamedFrom: renamedFrom)
+        rule.counters.matched += 1
+        settling.enqueue(rule, relative: path, event: watchEvent, renamedFrom: renamedFrom)
     }
 
     /// A directory of a recursive rule's tree came, went or moved.
     private func handleDirectory(_ event: InotifyEvent, rule: WatchRule, relative path: [UInt8]) {
         if event.mask.contains(.movedFrom) {
-            dropSubtree(rule, relative: path)
+            scans.dropSubtree(rule, relative: path)
             // A move out of every watched tree never gets its IN_MOVED_TO.
             if pendingMoves.count >= Self.pendingMovesLimit { pendingMoves.removeAll() }
             pendingMoves[event.cookie] = (rule.name, path)
@@ -79,11 +100,11 @@ extension DirectoryWatcher {
             if let move = pendingMoves.removeValue(forKey: event.cookie), move.rule == rule.name {
                 followMove(rule, from: move.from, to: path)
             }
-            if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
+            if rule.mayContainSelected(directory: path) { scans.addTree(rule, from: path, emitFiles: true) }
         } else if event.mask.contains(.create) {
-            if rule.mayContainSelected(directory: path) { addTree(rule, from: path, emitFiles: true) }
+            if rule.mayContainSelected(directory: path) { scans.addTree(rule, from: path, emitFiles: true) }
         } else if event.mask.contains(.delete) {
-            dropSubtree(rule, relative: path)
+            scans.dropSubtree(rule, relative: path)
             ledger.noteDeletion()
         }
     }
@@ -102,17 +123,17 @@ extension DirectoryWatcher {
         let renamedFrom = origin.flatMap { $0.writing ? nil : $0.path }
         if let renamedEvent = rule.renamedWhileSettling.removeValue(forKey: event.cookie) {
             guard rule.selects(path) else { return .dealtWith }
-            rule.renamesFollowed += 1
-            rule.matched += 1
-            enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamedEvent)
+            rule.counters.renamesFollowed += 1
+            rule.counters.matched += 1
+            settling.enqueue(rule, relative: path, event: rule.event(for: event.mask) ?? renamedEvent)
             return .dealtWith
         }
         guard rule.event(for: event.mask) == nil else { return .toAdmit(renamedFrom: renamedFrom) }
         // Written under a temporary name and renamed into place: it arrives here, for a rule
         // that does not ask for moves too (its close, under the temporary name, was left out).
         if let origin, !origin.writing, rule.settings.filter.isTemporary(origin.path), let ready = rule.readyEvent, rule.selects(path) {
-            rule.matched += 1
-            enqueue(rule, relative: path, event: ready)
+            rule.counters.matched += 1
+            settling.enqueue(rule, relative: path, event: ready)
             return .dealtWith
         }
         followRename(rule, relative: path, from: renamedFrom)
@@ -125,20 +146,20 @@ extension DirectoryWatcher {
     /// still gets that job's outcome followed (a `.part` renamed before its job read it), and
     /// a handled file renamed within the tree is still the handled file under its new name.
     private func followRename(_ rule: WatchRule, relative: [UInt8], from: [UInt8]?) {
-        guard let event = rule.readyEvent, rule.inFlight.isEmpty == false || from != nil, rule.selects(relative),
+        guard let event = rule.readyEvent, rule.memory.inFlight.isEmpty == false || from != nil, rule.selects(relative),
               let status = FileStatus.of(rule.absolute(relative), followSymlinks: rule.settings.followSymlinks), status.type == .regular else { return }
-        let identity = rule.identity(of: status.identity, at: relative)
+        let identity = rule.polling.identity(of: status.identity, at: relative)
         if rule.followIfInFlight(identity, at: relative, event: event) { return }
-        if let from { _ = followRename(rule, from: from, to: relative, identity: identity) }
+        if let from { _ = changes.followRename(rule, from: from, to: relative, identity: identity) }
     }
 
     /// The close of an O_TMPFILE (`#<inode>`) linked into place at `relative` (linkat from
     /// /proc/self/fd/N, then close): the file is whole now, under the name it was linked to.
     private func closedLinkedTmpfile(_ rule: WatchRule, relative: [UInt8]) {
         guard rule.settings.events.contains(.closedWrite), rule.selects(relative) else { return }
-        rule.tmpfilesLinked += 1
-        rule.matched += 1
-        enqueue(rule, relative: relative, event: .closedWrite)
+        rule.counters.tmpfilesLinked += 1
+        rule.counters.matched += 1
+        settling.enqueue(rule, relative: relative, event: .closedWrite)
     }
 
     /// IN_CREATE of a file is only a name until its writer closes it, except for a hard link
@@ -164,21 +185,15 @@ extension DirectoryWatcher {
         }
         let writtenBeforeItsLastChange = identity.size > 0 && identity.modifiedNanoseconds < identity.changedNanoseconds ?? .min
         guard status.links > 1 || writtenBeforeItsLastChange else { return }
-        rule.linksHandled += 1
-        rule.matched += 1
-        enqueue(rule, relative: relative, event: .created, fromScan: true)
-    }
-
-    /// A directory moved out of the tree (or within it, to be watched again at its new
-    /// path): its watches would report paths that no longer belong to it.
-    func dropSubtree(_ rule: WatchRule, relative: [UInt8]) {
-        treeBackend(of: rule)?.unwatch(.rule(rule.name), under: relative)
+        rule.counters.linksHandled += 1
+        rule.counters.matched += 1
+        settling.enqueue(rule, relative: relative, event: .created, fromScan: true)
     }
 
     /// A directory moved within the tree: the ledger follows it, so its files are found
     /// handled at their new paths instead of running again.
     private func followMove(_ rule: WatchRule, from: [UInt8], to: [UInt8]) {
-        rule.movesFollowed += 1
+        rule.counters.movesFollowed += 1
         ledger.moved(rule, from: from, to: to)
     }
 }

@@ -29,24 +29,38 @@ struct FleetRuleState {
 
 /// `fleet = "one"` on a watch rule: a shared inbox (docs/fleet.md). The watcher submits a
 /// file's job as for any rule; the job engine claims the file in etcd when a slot is free
-/// for it (Jobs/FleetStarts.swift) and records its end there. Here: files handed back
-/// because no claim could be made (held, tried again when the lease is back), files
-/// another host released, and the records of files handled here that left the inbox.
-extension DirectoryWatcher: FleetFileListener {
-    public var fleetFileQueue: any FleetQueue { queue }
+/// for it (Jobs/FleetStarts.swift) and records its end there. Here, on the watching queue:
+/// files handed back because no claim could be made (held, tried again when the lease is
+/// back), files another host released, and the records of files handled here that left
+/// the inbox. Confined to the watching queue.
+// @unchecked Sendable: confined to the watching queue, as every part of the watcher.
+final class FleetInbox: @unchecked Sendable {
+    private let state: WatchingState
+    /// A file to admission again, as a scan's find (gone or handled meanwhile: nothing).
+    private let requeue: (WatchRule, [UInt8], WatchEvent) -> Void
+    /// This host in the fleet, when `[cluster]` is configured.
+    let cluster: FleetMember?
+    private var retryTimer: (any WatchTimer)?
+
+    init(state: WatchingState, cluster: FleetMember?, requeue: @escaping (WatchRule, [UInt8], WatchEvent) -> Void) {
+        self.state = state
+        self.cluster = cluster
+        self.requeue = requeue
+    }
 
     /// A fleet rule's completion: true if it was held (the file waits here to be claimed,
     /// no ledger record); otherwise the usual completion follows.
-    func fleetFinished(_ completion: JobCompletion, rule: WatchRule) -> Bool {
+    func finished(_ completion: JobCompletion, rule: WatchRule) -> Bool {
+        guard cluster != nil else { return false }
         switch completion.final.outcome {
         case .held:
             for file in completion.subject.files {
-                for follower in rule.returned(file) { rule.fleet.held[follower.path] = follower.event }
-                if rule.fleet.held.isEmpty { logger.info("watch \(rule.name): files are held until they can be claimed in etcd: \(completion.final.detail ?? "no lease")") }
+                for follower in rule.memory.returned(file) { rule.fleet.held[follower.path] = follower.event }
+                if rule.fleet.held.isEmpty { state.logger.info("watch \(rule.name): files are held until they can be claimed in etcd: \(completion.final.detail ?? "no lease")") }
                 rule.fleet.held[Array(file.relative)] = file.event
                 rule.fleet.heldTotal += 1
             }
-            armFleetRetry()
+            armRetry()
             return true
         case .ranElsewhere:
             rule.fleet.ranElsewhere += 1
@@ -78,38 +92,34 @@ extension DirectoryWatcher: FleetFileListener {
     }
 
     /// A file this host handled is gone: its record in etcd goes too, after a while.
-    func fleetFileGone(_ rule: WatchRule, relative: [UInt8]) {
+    func fileGone(_ rule: WatchRule, relative: [UInt8]) {
         guard rule.fleet.doneHere.remove(relative) != nil else { return }
         cluster?.forgetFile(rule: rule.name, relative: relative)
     }
 
-    public func fleetFileReleased(rule name: String, relative: [UInt8]) {
-        guard let rule = rules[name], rule.settings.fleet == .one, accepting else { return }
+    func released(rule name: String, relative: [UInt8]) {
+        guard let rule = state.rules[name], rule.settings.fleet == .one, state.accepting else { return }
         rule.fleet.released += 1
         // Admission looks at the file again (gone, or handled here meanwhile: nothing).
-        enqueue(rule, relative: relative, event: rule.settings.events.first ?? .closedWrite, fromScan: true)
+        requeue(rule, relative, rule.settings.events.first ?? .closedWrite)
     }
 
-    public func fleetFilesAvailable() {
-        retryHeldFiles()
+    /// The lease is back, or a slot is free: held files are tried again.
+    func retryHeldFiles() {
+        guard state.accepting else { return }
+        for rule in state.ordered where rule.settings.fleet == .one && !rule.fleet.held.isEmpty {
+            let held = rule.fleet.held
+            rule.fleet.held = [:]
+            for (relative, event) in held { requeue(rule, relative, event) }
+        }
     }
 
-    private func armFleetRetry() {
-        if fleetRetryTimer == nil {
-            fleetRetryTimer = context.sources.makeTimer(owner: "watcher", target: "shared inbox files held: claim again", on: queue) { [weak self] in
+    private func armRetry() {
+        if retryTimer == nil {
+            retryTimer = state.clock.makeTimer(owner: "watcher", target: "shared inbox files held: claim again") { [weak self] in
                 self?.retryHeldFiles()
             }
         }
-        fleetRetryTimer?.schedule(after: .seconds(1))
-    }
-
-    private func retryHeldFiles() {
-        guard accepting else { return }
-        for name in order {
-            guard let rule = rules[name], rule.settings.fleet == .one, !rule.fleet.held.isEmpty else { continue }
-            let held = rule.fleet.held
-            rule.fleet.held = [:]
-            for (relative, event) in held { enqueue(rule, relative: relative, event: event, fromScan: true) }
-        }
+        retryTimer?.schedule(at: state.clock.now + .seconds(1))
     }
 }
