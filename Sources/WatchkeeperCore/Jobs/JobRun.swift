@@ -94,9 +94,8 @@ final class JobRun: @unchecked Sendable {
     /// go out of scope; on success they pass to the read sources that close them.
     private func spawnMain() throws(SpawnError) -> (pid: pid_t, spawnToExecNanoseconds: UInt64) {
         let output = try outputPlan()
-        let progressPipe = try OwnedPipe.forJobOutput()
-        // Room for bursts between two progress reads.
-        _ = progressPipe.enlarge(to: 1 << 20)
+        // Enlarged: room for bursts between two progress reads.
+        let progressPipe = try context.pipeReserve.takeProgress()
         var request = try spawnRequest(command: self.request.settings.command, extra: [
             ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
         ] + output.environment, stdout: output.stdout, stderr: output.stderr, descriptor3: progressPipe.writeEnd.rawValue)
@@ -117,7 +116,7 @@ final class JobRun: @unchecked Sendable {
     }
 
     func outputPlan() throws(SpawnError) -> JobOutputPlan {
-        try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink) { [logger] in logger.warning("\($0)") }
+        try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink, pipes: context.pipeReserve) { [logger] in logger.warning("\($0)") }
     }
 
     /// Who the job (and its handlers and hooks) runs as; nil: the daemon's user.
