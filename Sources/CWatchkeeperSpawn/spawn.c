@@ -88,7 +88,9 @@ struct child_plan {
     int report_fd;
     struct child_report report;
     sigset_t empty_mask;
-    int highest_fd;  // for the close loop on kernels without close_range (< 5.9)
+    // The daemon's kept /dev/null (see kept_null_fd) for a child without a stdin of its
+    // own, or -1: the child opens /dev/null itself.
+    int null_fd;
 };
 
 static const char *const step_names[] = {
@@ -153,7 +155,9 @@ WK_CHILD_CODE static int install(int fd, int target) {
     return rc;
 }
 
-WK_CHILD_CODE static int close_range_or_loop(unsigned first, unsigned last, int highest_fd) {
+// The limit is read here, in the child and only on a kernel without close_range (< 5.9),
+// not by the parent before every spawn: one system call less on the way to each job's exec.
+WK_CHILD_CODE static int close_range_or_loop(unsigned first, unsigned last) {
     if (first > last) {
         return 0;
     }
@@ -162,6 +166,11 @@ WK_CHILD_CODE static int close_range_or_loop(unsigned first, unsigned last, int 
     }
     if (errno != ENOSYS) {
         return -1;
+    }
+    long highest_fd = 65535;
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+        highest_fd = limit.rlim_cur > INT_MAX ? INT_MAX : (long)limit.rlim_cur;
     }
     for (long fd = first; fd <= (long)last && fd <= highest_fd; fd++) {
         (void)close((int)fd);
@@ -217,6 +226,10 @@ WK_CHILD_CODE __attribute__((noreturn)) static void run_child(struct child_plan 
         if (install(stdin_fd, STDIN_FILENO) < 0) {
             report_and_exit(plan, WK_STEP_DUP);
         }
+    } else if (plan->null_fd >= 0) {
+        if (install(plan->null_fd, STDIN_FILENO) < 0) {
+            report_and_exit(plan, WK_STEP_DUP);
+        }
     } else {
         int null_fd;
         do {
@@ -244,10 +257,10 @@ WK_CHILD_CODE __attribute__((noreturn)) static void run_child(struct child_plan 
     unsigned first = extra_fd >= 0 ? 4 : 3;
     int closed;
     if (report_fd >= 0) {
-        closed = close_range_or_loop(first, (unsigned)report_fd - 1, plan->highest_fd) == 0 &&
-                 close_range_or_loop((unsigned)report_fd + 1, ~0U, plan->highest_fd) == 0;
+        closed = close_range_or_loop(first, (unsigned)report_fd - 1) == 0 &&
+                 close_range_or_loop((unsigned)report_fd + 1, ~0U) == 0;
     } else {
-        closed = close_range_or_loop(first, ~0U, plan->highest_fd) == 0;
+        closed = close_range_or_loop(first, ~0U) == 0;
     }
     if (!closed) {
         report_and_exit(plan, WK_STEP_CLOSE_FDS);
@@ -502,6 +515,35 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     return fail(res, WK_STEP_REPORT, got < 0 ? read_errno : EIO);
 }
 
+// /dev/null opened once for the daemon's lifetime and shared by every job's fd 0, instead
+// of an open (a path lookup) in each child between clone and execve. Sharing the open file
+// description is harmless for /dev/null: reads give EOF whatever its offset or status
+// flags. Close-on-exec and at or above WK_FIRST_SPARE_FD, so installing fd 0 never
+// overwrites it. -1 if it cannot be opened: each child then opens its own and reports why.
+static int kept_null = -1;
+
+static int kept_null_fd(void) {
+    int fd = __atomic_load_n(&kept_null, __ATOMIC_ACQUIRE);
+    if (fd >= 0) {
+        return fd;
+    }
+    int opened = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (opened >= 0 && opened < WK_FIRST_SPARE_FD) {
+        int moved = fcntl(opened, F_DUPFD_CLOEXEC, WK_FIRST_SPARE_FD);
+        (void)close(opened);
+        opened = moved;
+    }
+    if (opened < 0) {
+        return -1;
+    }
+    int expected = -1;
+    if (!__atomic_compare_exchange_n(&kept_null, &expected, opened, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        (void)close(opened);  // another thread kept its own first
+        return expected;
+    }
+    return opened;
+}
+
 int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     if (req->stdout_fd < 0 || req->stderr_fd < 0) {
         return fail(res, WK_STEP_DUP, EBADF);
@@ -510,11 +552,7 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     memset(&plan, 0, sizeof(plan));
     plan.req = req;
     sigemptyset(&plan.empty_mask);
-    struct rlimit limit;
-    plan.highest_fd = 65535;
-    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-        plan.highest_fd = limit.rlim_cur > INT_MAX ? INT_MAX : (int)limit.rlim_cur;
-    }
+    plan.null_fd = req->stdin_fd >= 0 ? -1 : kept_null_fd();
     if (req->set_credentials || req->force_fork || WK_FORK_ONLY) {
         return spawn_forked(&plan, res);
     }

@@ -94,8 +94,13 @@ func writeFile(_ path: String) throws -> UInt64 {
     let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
     guard fd >= 0 else { throw BenchFailure(description: "unable to create \(path): \(String(cString: strerror(errno)))") }
     _ = fileContents.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    // Read just before close(2), as ../shared/bench-peers' writer does: the event is made
+    // inside close, and a clock read after it also counted against the peer the time this
+    // process waited for a CPU once close returned (it gave negative latencies on a loaded
+    // machine, docs/measurements/latency-path.md).
+    let closing = now()
     close(fd)
-    return now()
+    return closing
 }
 
 func makeDirectory(_ path: String) throws {

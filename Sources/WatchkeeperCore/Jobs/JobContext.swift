@@ -22,6 +22,8 @@ public struct JobContext: CgroupRemovalContext, Sendable {
     let poller: DescriptorPoller
     /// Every job's budget, warn_at and kill_grace deadline, on one timer of `queue`.
     let deadlines: JobDeadlines
+    /// The next job's pipes, made after the previous spawn rather than on the way to its exec.
+    let pipeReserve: JobPipeReserve
 
     public init(queue: SubsystemQueue, sink: LogSink, logger: Logger, sources: SourceRegistry, daemonEnvironment: [String: String],
                 containment: JobContainment = .processGroups(reason: "not set up")) {
@@ -34,6 +36,7 @@ public struct JobContext: CgroupRemovalContext, Sendable {
         self.containment = containment
         self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)")
         self.deadlines = JobDeadlines(queue: queue, sources: sources)
+        self.pipeReserve = JobPipeReserve(queue: queue)
     }
 
     /// A cgroup for one process of a run, when the daemon has cgroups; released by the
@@ -57,7 +60,9 @@ public struct JobContext: CgroupRemovalContext, Sendable {
         request.cgroupProcsDescriptor = cgroup?.procs
         request.cgroupPath = cgroup?.directory.path
         do {
-            return try ProcessSpawner.spawn(request)
+            let spawned = try ProcessSpawner.spawn(request)
+            pipeReserve.refillSoon()
+            return spawned
         } catch {
             if let made = cgroup { release(made) }
             cgroup = nil

@@ -19,11 +19,11 @@ struct JobOutputPlan: ~Copyable {
     /// For the job: JOURNAL_STREAM when its output is a journal stream, as systemd sets it.
     let environment: [(String, [UInt8])]
 
-    init(route: JobOutputRoute, name: String, sink: LogSink, warn: (String) -> Void) throws(SpawnError) {
+    init(route: JobOutputRoute, name: String, sink: LogSink, pipes: JobPipeReserve, warn: (String) -> Void) throws(SpawnError) {
         switch route {
         case .daemon:
-            let stdoutPipe = try OwnedPipe.forJobOutput()
-            let stderrPipe = try OwnedPipe.forJobOutput()
+            let stdoutPipe = try pipes.takeOutput()
+            let stderrPipe = try pipes.takeErrorOutput()
             stdout = stdoutPipe.writeEnd.rawValue
             stderr = stderrPipe.writeEnd.rawValue
             self.stdoutPipe = consume stdoutPipe

@@ -95,9 +95,8 @@ final class JobRun: @unchecked Sendable {
     /// go out of scope; on success they pass to the read sources that close them.
     private func spawnMain() throws(SpawnError) -> (pid: pid_t, spawnToExecNanoseconds: UInt64) {
         let output = try outputPlan()
-        let progressPipe = try OwnedPipe.forJobOutput()
-        // Room for bursts between two progress reads.
-        _ = progressPipe.enlarge(to: 1 << 20)
+        // Enlarged: room for bursts between two progress reads.
+        let progressPipe = try context.pipeReserve.takeProgress()
         var request = try spawnRequest(command: self.request.settings.command, extra: [
             ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
         ] + output.environment, stdout: output.stdout, stderr: output.stderr, descriptor3: progressPipe.writeEnd.rawValue)
@@ -118,7 +117,7 @@ final class JobRun: @unchecked Sendable {
     }
 
     func outputPlan() throws(SpawnError) -> JobOutputPlan {
-        try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink) { [logger] in logger.warning("\($0)") }
+        try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink, pipes: context.pipeReserve) { [logger] in logger.warning("\($0)") }
     }
 
     /// Who the job (and its handlers and hooks) runs as; nil: the daemon's user.
@@ -134,18 +133,10 @@ final class JobRun: @unchecked Sendable {
                       descriptor3: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
         let settings = request.settings
         let credentials = try self.credentials()
-        var placeholders = request.placeholders
-        placeholders[request.kind.rawValue] = Array(request.name.utf8)
-        placeholders["run_id"] = Array(request.runID.utf8)
-        placeholders["attempt"] = Array(String(request.attempt).utf8)
-        placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8)
-        if let pid = child?.pid { placeholders["pid"] = Array(String(pid).utf8) }
-        placeholders["budget"] = Array(settings.budget.compactDescription.utf8)
-        // A hook's own: its {budget} is its own, not the job's.
-        placeholders.merge(more) { _, new in new }
         let arguments: [[UInt8]]
         switch command {
         case .arguments(let templates):
+            let placeholders = placeholderValues(for: templates, more: more)
             arguments = templates.flatMap { template -> [[UInt8]] in
                 if template.hasPrefix("{"), template.hasSuffix("}"), let values = request.listPlaceholders[String(template.dropFirst().dropLast())] {
                     return values
@@ -178,6 +169,24 @@ final class JobRun: @unchecked Sendable {
             // no job inherits the nice value of the worker thread that spawned it.
             niceness: ProcessSpawner.niceness(for: settings.priority)
         )
+    }
+
+    /// The values `templates` can name. The formatted ones ({scheduled}, an ISO 8601 time;
+    /// {budget}) are made only when a template mentions their name: otherwise they were
+    /// formatted for every job on the way to its exec and never used
+    /// (docs/measurements/latency-path.md). A shell command expands none.
+    private func placeholderValues(for templates: [String], more: [String: [UInt8]]) -> [String: [UInt8]] {
+        func mentioned(_ name: String) -> Bool { templates.contains { $0.contains(name) } }
+        var placeholders = request.placeholders
+        placeholders[request.kind.rawValue] = Array(request.name.utf8)
+        placeholders["run_id"] = Array(request.runID.utf8)
+        placeholders["attempt"] = Array(String(request.attempt).utf8)
+        if mentioned("scheduled") { placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8) }
+        if let pid = child?.pid { placeholders["pid"] = Array(String(pid).utf8) }
+        if mentioned("budget") { placeholders["budget"] = Array(request.settings.budget.compactDescription.utf8) }
+        // A hook's own: its {budget} is its own, not the job's.
+        placeholders.merge(more) { _, new in new }
+        return placeholders
     }
 
     // MARK: Budget

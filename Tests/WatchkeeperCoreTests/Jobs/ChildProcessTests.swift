@@ -17,7 +17,7 @@ final class ChildProcessTests: JobTestCase {
                        onExit: @escaping (ProcessExit) -> Void) throws -> ChildProcess {
         let context = self.context!
         return try context.queue.queue.sync {
-            let output = try JobOutputPlan(route: .daemon, name: name, sink: context.sink) { XCTFail($0) }
+            let output = try JobOutputPlan(route: .daemon, name: name, sink: context.sink, pipes: context.pipeReserve) { XCTFail($0) }
             let request = SpawnRequest(arguments: [Array("/bin/sh".utf8), Array("-c".utf8), Array(script.utf8)],
                                        environment: [Array("PATH=/usr/bin:/bin".utf8)],
                                        standardOutput: output.stdout, standardError: output.stderr)

@@ -170,8 +170,13 @@ final class JobEngineTests: XCTestCase {
             })
             engine.submit(stubborn, subject: .schedule(scheduledAt: nil)) { done.add($0) }
         }
-        _ = waitFor(10, every: .milliseconds(10)) { FileManager.default.fileExists(atPath: directory + "/pid") }
-        let pid = try XCTUnwrap(Int32(String(contentsOfFile: directory + "/pid", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
+        // Until the pid is in the file, not just the file there: the shell's redirection creates
+        // it before echo writes (a loaded machine caught the test reading it empty).
+        func writtenPID() -> Int32? {
+            (try? String(contentsOfFile: directory + "/pid", encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+        _ = waitFor(10, every: .milliseconds(10)) { writtenPID() != nil }
+        let pid = try XCTUnwrap(writtenPID())
         let report = Mutex<DrainReport?>(nil)
         let drained = DispatchSemaphore(value: 0)
         engine.queue.queue.sync {

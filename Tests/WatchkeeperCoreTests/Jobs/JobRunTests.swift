@@ -126,4 +126,27 @@ final class JobRunTests: JobTestCase {
         XCTAssertEqual(order.first?.last, order.last?.last, "WATCHKEEPER_PID is not the job's pid: \(order)")
         XCTAssertTrue(messages(at: .warning).contains { $0.contains("is expiring: its budget of 200ms is exhausted") }, "\(log.messages)")
     }
+
+    /// Every placeholder of an argv command reaches the job, the formatted ones ({scheduled},
+    /// {budget}) too, now that they are formatted only when a template names them.
+    func testPlaceholdersInTheArguments_areExpanded_theFormattedOnesToo() throws {
+        let directory = try makeScratchDirectory()
+        let done = Arrivals<JobCompletion>()
+        _ = runOnce(JobKey(.task, "named"), "", configure: { settings in
+            settings.budget = .seconds(30)
+            settings.command = .arguments(["/bin/sh", "-c", "printf '%s\\n' \"$@\" > \(directory)/args", "sh",
+                                           "{task}", "{run_id}", "{attempt}", "at={scheduled}", "{budget}", "plain"])
+        }, into: done)
+        XCTAssertTrue(done.wait(), "no record")
+        let record = try XCTUnwrap(done.first?.final)
+        XCTAssertEqual(record.outcome, .ok)
+        let lines = try String(contentsOfFile: directory + "/args", encoding: .utf8).split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.count, 6, "\(lines)")
+        XCTAssertEqual(lines.first, "named")
+        XCTAssertEqual(lines.dropFirst().first, record.runID)
+        XCTAssertEqual(lines.dropFirst(2).first, "1")
+        let scheduled = lines.dropFirst(3).first ?? ""
+        XCTAssertTrue(scheduled.hasPrefix("at=20") && scheduled.contains("T") && scheduled.hasSuffix("Z"), scheduled)
+        XCTAssertEqual(Array(lines.suffix(2)), ["30s", "plain"])
+    }
 }

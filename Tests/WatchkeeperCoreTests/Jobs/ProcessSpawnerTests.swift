@@ -233,6 +233,12 @@ final class ProcessSpawnerTests: XCTestCase {
         // spawn returns after execve, so this is sleep's own table.
         XCTAssertEqual(try settledDescriptors(of: spawned.pid, expected: [0, 1, 2]), [0, 1, 2])
         XCTAssertEqual(link("/proc/\(spawned.pid)/fd/0"), "/dev/null")
+        // Read-only, as every job's fd 0 has been: the /dev/null the daemon keeps for all
+        // jobs (spawn.c) is opened O_RDONLY, so no job can write through it.
+        let flags = try String(contentsOfFile: "/proc/\(spawned.pid)/fdinfo/0", encoding: .utf8)
+            .split(separator: "\n").first { $0.hasPrefix("flags:") }
+            .flatMap { Int($0.dropFirst("flags:".count).trimmingCharacters(in: .whitespaces), radix: 8) }
+        XCTAssertEqual(flags.map { $0 & Int(O_ACCMODE) }, Int(O_RDONLY))
         XCTAssertEqual(link("/proc/\(spawned.pid)/fd/1"), link("/proc/self/fd/\(output.writeEnd)"))
         XCTAssertEqual(link("/proc/\(spawned.pid)/fd/2"), link("/proc/self/fd/\(output.writeEnd)"))
     }
