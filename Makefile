@@ -120,10 +120,12 @@ UNIT_TESTS = ^(WatchkeeperCoreTests|WatchkeeperImportTests|FleetCheckTests|Fleet
 check: deps
 	WATCHKEEPER_SIM_SEEDS=500 swift test --disable-swift-testing --filter '$(UNIT_TESTS)' $(SWIFT_FLAGS)
 
-# All tests: unit and integration (swift test), then the end-to-end test under a real systemd.
+# Every test once (docs/testing.md): unit and integration (swift test; the watch tests about
+# how a change is heard run under inotify, fanotify and poll as tests of their own,
+# Watching/WatchMethodMatrix.swift), the end-to-end test under a real systemd, the Cockpit
+# page in Chromium, and the reliability scenarios at small sizes.
 test: build pydeps
 	swift test --disable-swift-testing $(SWIFT_FLAGS)
-	$(MAKE) --no-print-directory fanotify-test poll-test
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 	$(MAKE) --no-print-directory browser-test
 	python3 Tests/reliability/run.py --short --binary $(DEBUG_BIN)
@@ -178,23 +180,17 @@ fuzz: deps
 unit-test: build pydeps
 	swift test --disable-swift-testing $(SWIFT_FLAGS)
 
-# The watch tests again with every rule on `method = "fanotify"` (issue 24), in sandboxes on
-# a tmpfs of their own: a fanotify mark hears its whole file system, and a private one keeps
-# the machine's other writes out. Root only (mount, fanotify_init); skipped otherwise.
-WATCH_METHOD_TESTS = WatchRunTests|DeliveryPatternTests|HostileNameTests|WatchEdgeCaseTests|RootTrackingTests|WatchReloadTests
-FANOTIFY_SANDBOXES = /run/watchkeeper-fanotify-test
+# One column of the watch method matrix (Tests/WatchkeeperIntegrationTests/Watching/
+# WatchMethodMatrix.swift) with the method's own tests, for work on that backend; `make test`
+# runs them too. Each fanotify test mounts a tmpfs of its own (a mark hears its whole file
+# system); root only, skipped otherwise.
 fanotify-test: build
-	@if [ "$$(id -u)" != 0 ]; then echo "fanotify-test: skipped (needs root)"; exit 0; fi; \
-	mkdir -p $(FANOTIFY_SANDBOXES); \
-	if ! mount -t tmpfs -o mode=0755 watchkeeper-fanotify-test $(FANOTIFY_SANDBOXES); then echo "fanotify-test: skipped (unable to mount a tmpfs)"; exit 0; fi; \
-	WATCHKEEPER_TEST_WATCH_METHOD=fanotify WATCHKEEPER_TEST_SANDBOX_PARENT=$(FANOTIFY_SANDBOXES) \
-	  swift test --disable-swift-testing --skip-build --filter '$(WATCH_METHOD_TESTS)' $(SWIFT_FLAGS); \
-	status=$$?; umount -l $(FANOTIFY_SANDBOXES); exit $$status
+	swift test --disable-swift-testing --filter '_underFanotify$$|FanotifyMethodTests' $(SWIFT_FLAGS)
 
-# And with every rule on `method = "poll"` (1 s interval and settle): what a poll finds goes
-# through the same admission as an event. Tests about what only events give skip there.
+# And the poll column (`poll_interval` and `poll_settle` of 1 s): what a poll finds goes
+# through the same admission as an event.
 poll-test: build
-	WATCHKEEPER_TEST_WATCH_METHOD=poll swift test --disable-swift-testing --skip-build --filter '$(WATCH_METHOD_TESTS)' $(SWIFT_FLAGS)
+	swift test --disable-swift-testing --filter '_underPoll$$|PollMethodTests' $(SWIFT_FLAGS)
 
 e2e-test: build
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
