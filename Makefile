@@ -123,9 +123,11 @@ check: deps
 # Every test once (docs/testing.md): unit and integration (swift test; the watch tests about
 # how a change is heard run under inotify, fanotify and poll as tests of their own,
 # Watching/WatchMethodMatrix.swift), the end-to-end test under a real systemd, the Cockpit
-# page in Chromium, and the reliability scenarios at small sizes.
+# page in Chromium, and the reliability scenarios at small sizes. The tests of the etcd test
+# harness itself run in `make reliability` (its "harness" scenario), not here.
+HARNESS_TESTS = \.EtcdTestCluster(TLS|Partition)?Tests/
 test: build pydeps
-	swift test --disable-swift-testing $(SWIFT_FLAGS)
+	swift test --disable-swift-testing --skip '$(HARNESS_TESTS)' $(SWIFT_FLAGS)
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 	$(MAKE) --no-print-directory browser-test
 	python3 Tests/reliability/run.py --short --binary $(DEBUG_BIN)

@@ -214,7 +214,12 @@ def scenarios(long, binary):
                "one killed with SIGKILL mid-burst: every file handled, twice only if in flight on the killed host (long run "
                "only: make test runs the same tests with 15 fires every second and 1,000 files)",
                ["env", "WATCHKEEPER_TEST_FLEET_FIRES=150", "WATCHKEEPER_TEST_FLEET_INTERVAL_S=2", "WATCHKEEPER_TEST_INBOX_FILES=10000"]
-               + swift_test + ["FleetTaskTests/testEachFire|SharedInboxTests"], summarise_swift_test, False)] if long else []) + [
+               + swift_test + ["FleetTaskTests/testEachFire|SharedInboxTests"], summarise_swift_test, False),
+              ("harness", "25", "the etcd harness the cluster tests stand on, against real etcd 3.4: three members healthy, a "
+               "leader killed or frozen and replaced, quorum lost and a put failing at its deadline, auth limiting a user to its "
+               "prefix, TLS refusing a foreign certificate and none, a partition cut and healed, the namespace removed (long run "
+               "only: make test skips these tests of the test harness itself; the gateway's shapes stay in it)",
+               swift_test + ["EtcdTestCluster(TLS|Partition)?Tests/"], summarise_swift_test, False)] if long else []) + [
         ("fleet-nemesis", "35", f"three daemons (one in a network namespace) on a three-member etcd, fleet tasks every 2 s and a "
          f"shared inbox taking files all the time, while a seeded nemesis kills -9, SIGSTOPs past the lease, partitions, kills one "
          f"or two etcd members, restarts with SIGTERM and gives two daemons one name, for {nemesis_s / 60:g} min; "
