@@ -127,33 +127,34 @@ check: deps
 # Watching/WatchMethodMatrix.swift), the end-to-end test under a real systemd, the Cockpit
 # page in Chromium, and the reliability scenarios at small sizes. The tests of the etcd test
 # harness itself run in `make reliability` (its "harness" scenario), not here.
-# swift test runs in three steps: the unit tier (CPU-bound); then the cluster tests (etcd,
-# leases, partitions: mostly waiting on timeouts) in a process of their own beside the other
-# integration tests, which wait on daemons too; then alone the tests that lower a machine-wide
-# kernel limit (a daemon the other process started meanwhile would get a 32-event queue or
-# one inotify watch). SwiftPM lets one `swift test` at a time use .build, so the cluster
-# tests run the test bundle itself, by class (a class not listed runs with the others).
+# swift test runs in three steps: the unit tier (CPU-bound); then the integration tests in
+# two processes at once, both mostly waiting (on daemons and jobs; on etcd's leases and
+# partitions, sshfs shares and stalled log sinks for the classes in WAITING_TEST_CLASSES,
+# about as long as the rest); then alone the tests that lower a machine-wide kernel limit
+# (a daemon the other process started meanwhile would get a 32-event queue or one inotify
+# watch). SwiftPM lets one `swift test` at a time use .build, so the second process is the
+# test bundle itself, run by class (a class not listed runs with the others).
 HARNESS_TESTS = \.EtcdTestCluster(TLS|Partition)?Tests/
 INTEGRATION_TESTS = ^WatchkeeperIntegrationTests\.
-CLUSTER_TEST_CLASSES = EtcdTestClusterGatewayTests FleetAuthTests FleetFaultTests FleetPartitionTests FleetTLSTests FleetTaskTests \
-                       SharedInboxFaultTests SharedInboxTests
+WAITING_TEST_CLASSES = EtcdTestClusterGatewayTests FleetAuthTests FleetFaultTests FleetPartitionTests FleetTLSTests FleetTaskTests \
+                       SharedInboxFaultTests SharedInboxTests NetworkShareTests StalledLogSinkTests
 KERNEL_LIMIT_TESTS = ^WatchkeeperIntegrationTests\.WatchRunTests/(testQueueOverflow|testWatchLimit)
 empty :=
 space := $(empty) $(empty)
 comma := ,
-CLUSTER_TESTS = ^WatchkeeperIntegrationTests\.($(subst $(space),|,$(strip $(CLUSTER_TEST_CLASSES))))/
-CLUSTER_TEST_CASES = $(subst $(space),$(comma),$(addprefix WatchkeeperIntegrationTests.,$(strip $(CLUSTER_TEST_CLASSES))))
-CLUSTER_TEST_LOG = .build/cluster-tests.log
+WAITING_TESTS = ^WatchkeeperIntegrationTests\.($(subst $(space),|,$(strip $(WAITING_TEST_CLASSES))))/
+WAITING_TEST_CASES = $(subst $(space),$(comma),$(addprefix WatchkeeperIntegrationTests.,$(strip $(WAITING_TEST_CLASSES))))
+WAITING_TEST_LOG = .build/waiting-tests.log
 TEST_BUNDLE = .build/debug/watchkeeperPackageTests.xctest
 SWIFT_TEST = swift test --disable-swift-testing --skip-build
 test: build pydeps
 	swift build --build-tests $(SWIFT_FLAGS)
 	$(SWIFT_TEST) --skip '$(INTEGRATION_TESTS)' $(SWIFT_FLAGS)
-	@echo "swift test: the cluster tests run beside the other integration tests; their output follows (and is in $(CLUSTER_TEST_LOG))"
-	@$(TEST_BUNDLE) '$(CLUSTER_TEST_CASES)' > $(CLUSTER_TEST_LOG) 2>&1 & cluster=$$!; \
-	$(SWIFT_TEST) --filter '$(INTEGRATION_TESTS)' --skip '$(CLUSTER_TESTS)' --skip '$(HARNESS_TESTS)' --skip '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS); \
-	others=$$?; wait $$cluster; clustered=$$?; cat $(CLUSTER_TEST_LOG); \
-	echo "swift test: the other integration tests exited $$others, the cluster tests $$clustered"; [ $$others = 0 ] && [ $$clustered = 0 ]
+	@echo "swift test: $(WAITING_TEST_CLASSES) run beside the other integration tests; their output follows (and is in $(WAITING_TEST_LOG))"
+	@$(TEST_BUNDLE) '$(WAITING_TEST_CASES)' > $(WAITING_TEST_LOG) 2>&1 & waiting=$$!; \
+	$(SWIFT_TEST) --filter '$(INTEGRATION_TESTS)' --skip '$(WAITING_TESTS)' --skip '$(HARNESS_TESTS)' --skip '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS); \
+	others=$$?; wait $$waiting; beside=$$?; cat $(WAITING_TEST_LOG); \
+	echo "swift test: the integration tests exited $$others, those beside them $$beside"; [ $$others = 0 ] && [ $$beside = 0 ]
 	$(SWIFT_TEST) --filter '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS)
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 	$(MAKE) --no-print-directory browser-test
