@@ -147,15 +147,19 @@ WAITING_TEST_CASES = $(subst $(space),$(comma),$(addprefix WatchkeeperIntegratio
 WAITING_TEST_LOG = .build/waiting-tests.log
 TEST_BUNDLE = .build/debug/watchkeeperPackageTests.xctest
 SWIFT_TEST = swift test --disable-swift-testing --skip-build
+# The three steps all run, whatever one of them found; make stops after them if any failed.
 test: build pydeps
 	swift build --build-tests $(SWIFT_FLAGS)
-	$(SWIFT_TEST) --skip '$(INTEGRATION_TESTS)' $(SWIFT_FLAGS)
-	@echo "swift test: $(WAITING_TEST_CLASSES) run beside the other integration tests; their output follows (and is in $(WAITING_TEST_LOG))"
-	@$(TEST_BUNDLE) '$(WAITING_TEST_CASES)' > $(WAITING_TEST_LOG) 2>&1 & waiting=$$!; \
-	$(SWIFT_TEST) --filter '$(INTEGRATION_TESTS)' --skip '$(WAITING_TESTS)' --skip '$(HARNESS_TESTS)' --skip '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS); \
-	others=$$?; wait $$waiting; beside=$$?; cat $(WAITING_TEST_LOG); \
-	echo "swift test: the integration tests exited $$others, those beside them $$beside"; [ $$others = 0 ] && [ $$beside = 0 ]
-	$(SWIFT_TEST) --filter '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS)
+	@echo "swift test: the unit tier"; failed=""; \
+	$(SWIFT_TEST) --skip '$(INTEGRATION_TESTS)' $(SWIFT_FLAGS) || failed="$$failed unit"; \
+	echo "swift test: $(WAITING_TEST_CLASSES) run beside the other integration tests; their output follows (and is in $(WAITING_TEST_LOG))"; \
+	$(TEST_BUNDLE) '$(WAITING_TEST_CASES)' > $(WAITING_TEST_LOG) 2>&1 & waiting=$$!; \
+	$(SWIFT_TEST) --filter '$(INTEGRATION_TESTS)' --skip '$(WAITING_TESTS)' --skip '$(HARNESS_TESTS)' --skip '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS) \
+	  || failed="$$failed integration"; \
+	wait $$waiting || failed="$$failed waiting"; cat $(WAITING_TEST_LOG); \
+	echo "swift test: the tests that lower a kernel limit, alone"; \
+	$(SWIFT_TEST) --filter '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS) || failed="$$failed kernel-limit"; \
+	if [ -n "$$failed" ]; then echo "swift test: failures in:$$failed"; exit 1; fi
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 	$(MAKE) --no-print-directory browser-test
 	python3 Tests/reliability/run.py --short --binary $(DEBUG_BIN)
