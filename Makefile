@@ -90,9 +90,11 @@ RELEASE_FLAGS = -c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker -
                 -Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections -Xcxx -ffunction-sections \
                 -Xlinker --symbol-ordering-file=$(CURDIR)/link/symbol-order.txt -Xlinker --no-warn-symbol-ordering
 
+# Only the product `make install` ships (CI's second compile): `make bench` and `make
+# reliability` build the benchmarks and watchkeeper-fleet-check in release mode too.
 release: deps
 	@if [ link/symbol-order.txt -nt $(RELEASE_BIN) ]; then rm -f $(RELEASE_BIN); fi
-	swift build $(RELEASE_FLAGS) $(SWIFT_FLAGS)
+	swift build $(RELEASE_FLAGS) --product watchkeeper $(SWIFT_FLAGS)
 	@# A module that imports Foundation links all of it and ICU's data into the static binary:
 	@# 48 MB and 2.4 MiB of idle RSS (docs/measurements/performance.md). FoundationEssentials only.
 	@if llvm-nm $(RELEASE_BIN) | grep -q ' \$$s10Foundation'; then \
@@ -120,10 +122,44 @@ UNIT_TESTS = ^(WatchkeeperCoreTests|WatchkeeperImportTests|FleetCheckTests|Fleet
 check: deps
 	WATCHKEEPER_SIM_SEEDS=500 swift test --disable-swift-testing --filter '$(UNIT_TESTS)' $(SWIFT_FLAGS)
 
-# All tests: unit and integration (swift test), then the end-to-end test under a real systemd.
+# Every test once (docs/testing.md): unit and integration (swift test; the watch tests about
+# how a change is heard run under inotify, fanotify and poll as tests of their own,
+# Watching/WatchMethodMatrix.swift), the end-to-end test under a real systemd, the Cockpit
+# page in Chromium, and the reliability scenarios at small sizes. The tests of the etcd test
+# harness itself run in `make reliability` (its "harness" scenario), not here.
+# swift test runs in three steps: the unit tier (CPU-bound); then the integration tests in
+# two processes at once, both mostly waiting (on daemons and jobs; on etcd's leases and
+# partitions, sshfs shares and stalled log sinks for the classes in WAITING_TEST_CLASSES,
+# about as long as the rest); then alone the tests that lower a machine-wide kernel limit
+# (a daemon the other process started meanwhile would get a 32-event queue or one inotify
+# watch). SwiftPM lets one `swift test` at a time use .build, so the second process is the
+# test bundle itself, run by class (a class not listed runs with the others).
+HARNESS_TESTS = \.EtcdTestCluster(TLS|Partition)?Tests/
+INTEGRATION_TESTS = ^WatchkeeperIntegrationTests\.
+WAITING_TEST_CLASSES = EtcdTestClusterGatewayTests FleetAuthTests FleetFaultTests FleetPartitionTests FleetTLSTests FleetTaskTests \
+                       SharedInboxFaultTests SharedInboxTests NetworkShareTests StalledLogSinkTests
+KERNEL_LIMIT_TESTS = ^WatchkeeperIntegrationTests\.WatchRunTests/(testQueueOverflow|testWatchLimit)
+empty :=
+space := $(empty) $(empty)
+comma := ,
+WAITING_TESTS = ^WatchkeeperIntegrationTests\.($(subst $(space),|,$(strip $(WAITING_TEST_CLASSES))))/
+WAITING_TEST_CASES = $(subst $(space),$(comma),$(addprefix WatchkeeperIntegrationTests.,$(strip $(WAITING_TEST_CLASSES))))
+WAITING_TEST_LOG = .build/waiting-tests.log
+TEST_BUNDLE = .build/debug/watchkeeperPackageTests.xctest
+SWIFT_TEST = swift test --disable-swift-testing --skip-build
+# The three steps all run, whatever one of them found; make stops after them if any failed.
 test: build pydeps
-	swift test --disable-swift-testing $(SWIFT_FLAGS)
-	$(MAKE) --no-print-directory fanotify-test poll-test
+	swift build --build-tests $(SWIFT_FLAGS)
+	@echo "swift test: the unit tier"; failed=""; \
+	$(SWIFT_TEST) --skip '$(INTEGRATION_TESTS)' $(SWIFT_FLAGS) || failed="$$failed unit"; \
+	echo "swift test: $(WAITING_TEST_CLASSES) run beside the other integration tests; their output follows (and is in $(WAITING_TEST_LOG))"; \
+	$(TEST_BUNDLE) '$(WAITING_TEST_CASES)' > $(WAITING_TEST_LOG) 2>&1 & waiting=$$!; \
+	$(SWIFT_TEST) --filter '$(INTEGRATION_TESTS)' --skip '$(WAITING_TESTS)' --skip '$(HARNESS_TESTS)' --skip '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS) \
+	  || failed="$$failed integration"; \
+	wait $$waiting || failed="$$failed waiting"; cat $(WAITING_TEST_LOG); \
+	echo "swift test: the tests that lower a kernel limit, alone"; \
+	$(SWIFT_TEST) --filter '$(KERNEL_LIMIT_TESTS)' $(SWIFT_FLAGS) || failed="$$failed kernel-limit"; \
+	if [ -n "$$failed" ]; then echo "swift test: failures in:$$failed"; exit 1; fi
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
 	$(MAKE) --no-print-directory browser-test
 	python3 Tests/reliability/run.py --short --binary $(DEBUG_BIN)
@@ -138,6 +174,8 @@ reliability: release build pydeps
 	@# Debian starts incrond when it installs it; the suite runs its own.
 	@if pgrep -x incrond >/dev/null; then systemctl stop incron 2>/dev/null || pkill -x incrond; fi
 	swift build --build-tests $(SWIFT_FLAGS)
+	@# The nemesis reads its history with the watchkeeper-fleet-check beside the binary.
+	swift build $(RELEASE_FLAGS) $(SWIFT_FLAGS)
 	python3 Tests/reliability/run.py --long --binary $(RELEASE_BIN) --doc docs/reliability.md
 
 # Issue 35's nemesis alone (it is also a scenario of both reliability runs above): three
@@ -178,23 +216,17 @@ fuzz: deps
 unit-test: build pydeps
 	swift test --disable-swift-testing $(SWIFT_FLAGS)
 
-# The watch tests again with every rule on `method = "fanotify"` (issue 24), in sandboxes on
-# a tmpfs of their own: a fanotify mark hears its whole file system, and a private one keeps
-# the machine's other writes out. Root only (mount, fanotify_init); skipped otherwise.
-WATCH_METHOD_TESTS = WatchRunTests|DeliveryPatternTests|HostileNameTests|WatchEdgeCaseTests|RootTrackingTests|WatchReloadTests
-FANOTIFY_SANDBOXES = /run/watchkeeper-fanotify-test
+# One column of the watch method matrix (Tests/WatchkeeperIntegrationTests/Watching/
+# WatchMethodMatrix.swift) with the method's own tests, for work on that backend; `make test`
+# runs them too. Each fanotify test mounts a tmpfs of its own (a mark hears its whole file
+# system); root only, skipped otherwise.
 fanotify-test: build
-	@if [ "$$(id -u)" != 0 ]; then echo "fanotify-test: skipped (needs root)"; exit 0; fi; \
-	mkdir -p $(FANOTIFY_SANDBOXES); \
-	if ! mount -t tmpfs -o mode=0755 watchkeeper-fanotify-test $(FANOTIFY_SANDBOXES); then echo "fanotify-test: skipped (unable to mount a tmpfs)"; exit 0; fi; \
-	WATCHKEEPER_TEST_WATCH_METHOD=fanotify WATCHKEEPER_TEST_SANDBOX_PARENT=$(FANOTIFY_SANDBOXES) \
-	  swift test --disable-swift-testing --skip-build --filter '$(WATCH_METHOD_TESTS)' $(SWIFT_FLAGS); \
-	status=$$?; umount -l $(FANOTIFY_SANDBOXES); exit $$status
+	swift test --disable-swift-testing --filter '_underFanotify$$|FanotifyMethodTests' $(SWIFT_FLAGS)
 
-# And with every rule on `method = "poll"` (1 s interval and settle): what a poll finds goes
-# through the same admission as an event. Tests about what only events give skip there.
+# And the poll column (`poll_interval` and `poll_settle` of 1 s): what a poll finds goes
+# through the same admission as an event.
 poll-test: build
-	WATCHKEEPER_TEST_WATCH_METHOD=poll swift test --disable-swift-testing --skip-build --filter '$(WATCH_METHOD_TESTS)' $(SWIFT_FLAGS)
+	swift test --disable-swift-testing --filter '_underPoll$$|PollMethodTests' $(SWIFT_FLAGS)
 
 e2e-test: build
 	Tests/e2e/systemd-e2e.sh $(CURDIR)/$(DEBUG_BIN)
@@ -207,6 +239,7 @@ browser-test: build
 	/usr/bin/python3 Tests/browser/run.py --binary $(DEBUG_BIN) --screenshots $(BROWSER_SCREENSHOTS)
 
 bench: release
+	swift build $(RELEASE_FLAGS) $(SWIFT_FLAGS)
 	.build/release/watchkeeper-bench $(BENCH)
 
 install: release

@@ -75,6 +75,36 @@ final class ArchitectureDocumentTests: XCTestCase {
         XCTAssertEqual(problems, [], "the layout table lists what the code does not have")
     }
 
+    /// The size rule as the document states it ("No Swift file is over about 500 lines,
+    /// except the three parsers (`A`, `B`, `C`)"), checked on every Swift file of Sources:
+    /// the number and the exceptions are read from the document, so changing the rule means
+    /// changing the text a newcomer reads.
+    func testNoSourceFileOverTheSizeRule() throws {
+        let text = try document().replacingOccurrences(of: "\n", with: " ")
+        guard let rule = text.firstMatch(of: /No Swift file is over (?:about )?(\d+) lines, except the \w+ parsers \(([^)]*)\)/),
+              let limit = Int(rule.1) else {
+            return XCTFail("docs/architecture.md states no size rule (\"No Swift file is over N lines, except the ... parsers (...)\")")
+        }
+        let exceptions = Set(rule.2.matches(of: /`([A-Za-z0-9+]+)`/).map { String($0.1) + ".swift" })
+        XCTAssertFalse(exceptions.isEmpty, "the size rule names no exceptions")
+        var over: [String] = []
+        let sources = Self.root.appendingPathComponent("Sources")
+        guard let walker = FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil) else {
+            return XCTFail("unable to list \(sources.path)")
+        }
+        for case let url as URL in walker where url.pathExtension == "swift" && !exceptions.contains(url.lastPathComponent) {
+            let lines = try String(contentsOf: url, encoding: .utf8).reduce(into: 0) { count, character in
+                if character == "\n" { count += 1 }
+            }
+            if lines > limit { over.append("\(url.path.dropFirst(Self.root.path.count + 1)) (\(lines) lines)") }
+        }
+        XCTAssertEqual(over.sorted(), [], "Swift files in Sources over the \(limit) lines docs/architecture.md allows")
+        for name in exceptions {
+            let found = FileManager.default.enumerator(atPath: sources.path)?.contains { ($0 as? String)?.hasSuffix("/" + name) ?? false } ?? false
+            XCTAssertTrue(found, "the size rule excepts \(name), which is no file of Sources")
+        }
+    }
+
     /// A path as the document writes it: from the repository root, from the core, or a
     /// file name alone, which must exist somewhere under Sources, Tests or docs.
     private static func exists(_ name: String) -> Bool {

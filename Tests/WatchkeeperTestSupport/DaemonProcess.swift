@@ -141,8 +141,9 @@ public final class DaemonProcess {
 public final class DaemonSandbox {
     public let root: String
 
-    public init() throws {
-        let parent = ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_SANDBOX_PARENT"] ?? "/tmp"
+    /// A sandbox under `parent`: by default WATCHKEEPER_TEST_SANDBOX_PARENT, or /tmp.
+    public init(parent: String? = nil) throws {
+        let parent = parent ?? ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_SANDBOX_PARENT"] ?? "/tmp"
         let template = parent + "/wk-it-XXXXXX"
         var bytes = Array(template.utf8CString)
         guard let made = mkdtemp(&bytes) else { throw NSError(domain: "mkdtemp", code: Int(errno)) }
@@ -157,20 +158,25 @@ public final class DaemonSandbox {
     public var runtimeDirectory: String { root + "/run" }
     public var statePath: String { runtimeDirectory + "/state.json" }
 
+    /// The method put in every [[watch]] table that names none (nil: the rules' own). The
+    /// watch tests' method matrix sets it per test (WatchTestCase.under).
+    public var watchMethod: String? = DaemonSandbox.watchMethodUnderTest
+
     public func writeConfig(_ text: String) throws {
-        try Self.withWatchMethod(text).write(toFile: configPath, atomically: true, encoding: .utf8)
+        try Self.withWatchMethod(text, method: watchMethod).write(toFile: configPath, atomically: true, encoding: .utf8)
     }
 
-    /// The watch method every rule is run with when WATCHKEEPER_TEST_WATCH_METHOD is set
-    /// (`make test` runs the watch tests again with "fanotify"); nil for the rules' own.
+    /// The watch method every rule of a whole run is run with when
+    /// WATCHKEEPER_TEST_WATCH_METHOD is set (by hand, to try a class under one method);
+    /// nil for the rules' own.
     public static var watchMethodUnderTest: String? {
         ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_WATCH_METHOD"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    /// `text` with `method = "<method under test>"` in every [[watch]] table that names no
-    /// method of its own.
-    static func withWatchMethod(_ text: String) -> String {
-        guard let method = watchMethodUnderTest else { return text }
+    /// `text` with `method = "<method>"` in every [[watch]] table that names no method of
+    /// its own.
+    static func withWatchMethod(_ text: String, method: String?) -> String {
+        guard let method else { return text }
         var tables = text.components(separatedBy: "[[watch]]")
         for index in tables.indices.dropFirst() {
             // The table ends where the next one starts.

@@ -107,8 +107,9 @@ final class FleetTaskTests: XCTestCase {
 
     /// Two of three members gone: fleet fires are held, not run; a local task on the same
     /// daemons keeps its time; once the members are back, a held fire runs, and none twice.
+    /// 12 s of outage is three lease TTLs, six fires held (30 s in `make reliability`).
     func testQuorumLost_holdsFleetFiresButNotLocalTasks_andRunsHeldFiresOnceAfter() throws {
-        let outage = Double(ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_QUORUM_LOSS_S"] ?? "") ?? 30
+        let outage = Double(ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_QUORUM_LOSS_S"] ?? "") ?? 12
         let etcd = try EtcdTestCluster(directory: try makeScratchDirectory())
         let shared = try makeScratchDirectory()
         let local = """

@@ -12,12 +12,41 @@ class WatchTestCase: XCTestCase {
     var sandbox: DaemonSandbox!
     var daemon: DaemonProcess!
     private var dumpsAsked = 0
+    /// The method every rule of this test that names none runs with: nil for the rules' own
+    /// (inotify), set by `under` for the method matrix (WatchMethodMatrix.swift), or for a
+    /// whole run by WATCHKEEPER_TEST_WATCH_METHOD.
+    private(set) var methodUnderTest = DaemonSandbox.watchMethodUnderTest
+    /// A fanotify test's own tmpfs, the sandbox's parent: a mark hears its whole file system.
+    private var methodTmpfs: ScratchTmpfs?
+
+    /// Runs `body`, a test of this class, with every rule on `method` ("fanotify", "poll").
+    func under(_ method: String, _ body: () throws -> Void) throws {
+        methodUnderTest = method
+        try body()
+    }
+
+    /// A sandbox for this test's method: under fanotify on a tmpfs mounted for the test
+    /// (unless WATCHKEEPER_TEST_SANDBOX_PARENT names one), so that no other writes on the
+    /// machine reach its mark; root only, skipped otherwise.
+    func makeSandbox() throws -> DaemonSandbox {
+        guard methodUnderTest == "fanotify", ProcessInfo.processInfo.environment["WATCHKEEPER_TEST_SANDBOX_PARENT"] == nil else {
+            return try DaemonSandbox()
+        }
+        if methodTmpfs == nil {
+            var template = Array("/tmp/wk-fanotify-XXXXXX".utf8CString)
+            guard let made = mkdtemp(&template) else { throw XCTSkip("unable to make a mount point under /tmp") }
+            let mountPoint = String(cString: made)
+            do { methodTmpfs = try ScratchTmpfs(at: mountPoint) } catch { rmdir(mountPoint); throw error }
+        }
+        return try DaemonSandbox(parent: methodTmpfs?.path)
+    }
 
     /// `prepare` runs before the daemon starts, with the sandbox's root (files and trees
     /// that must be there at start-up, for catch-up).
     func start(_ rules: String, daemonExtra: String = "", logLevel: String = "debug", environment: [String: String] = [:],
                prepare: (String) throws -> Void = { _ in }) throws {
-        sandbox = try DaemonSandbox()
+        sandbox = try makeSandbox()
+        sandbox.watchMethod = methodUnderTest
         dumpsAsked = 0
         try FileManager.default.createDirectory(atPath: sandbox.root + "/in", withIntermediateDirectories: true)
         try prepare(sandbox.root)
@@ -31,7 +60,7 @@ class WatchTestCase: XCTestCase {
             \(rules.replacingOccurrences(of: "@DIR@", with: sandbox.root))
             """)
         daemon = try sandbox.startReady(notifySocket: notify, extra: environment)
-        if DaemonSandbox.watchMethodUnderTest == "fanotify" {
+        if methodUnderTest == "fanotify" {
             // A run that quietly fell back to inotify would prove nothing about fanotify.
             XCTAssertFalse(daemon.stderr.contains("unable to use fanotify"), daemon.stderr)
         }
@@ -48,7 +77,7 @@ class WatchTestCase: XCTestCase {
     /// Whether the rule's tree is watched in full: with inotify, `directories` watches; with
     /// fanotify, its one mark, which covers every directory from the start.
     func watchesTree(_ rule: [String: Any]?, directories: Int) -> Bool {
-        switch DaemonSandbox.watchMethodUnderTest {
+        switch methodUnderTest {
         case "fanotify": return rule?["fanotify_marks"] as? Int == 1
         case "poll": return rule?["tree_method"] as? String == "poll" && (rule?["polled_trees"] as? [Any])?.count == 1
         default: return rule?["inotify_watches"] as? Int == directories
@@ -58,7 +87,7 @@ class WatchTestCase: XCTestCase {
     /// Skips a test about what only events give (a deletion, a settle window shorter than a
     /// poll, a root's rename seen at once) when the watch tests run with `method = "poll"`.
     func skipIfPolling(_ why: String) throws {
-        if DaemonSandbox.watchMethodUnderTest == "poll" {
+        if methodUnderTest == "poll" {
             throw XCTSkip("about events (\(why)); the watch tests run with method = \"poll\"")
         }
     }
@@ -66,7 +95,7 @@ class WatchTestCase: XCTestCase {
     /// Skips a test that is about inotify itself when the watch tests run with another
     /// method (WATCHKEEPER_TEST_WATCH_METHOD).
     func skipUnlessInotify(_ why: String) throws {
-        if let method = DaemonSandbox.watchMethodUnderTest, method != "inotify", method != "auto" {
+        if let method = methodUnderTest, method != "inotify", method != "auto" {
             throw XCTSkip("about inotify (\(why)); the watch tests run with method = \"\(method)\"")
         }
     }
@@ -77,6 +106,11 @@ class WatchTestCase: XCTestCase {
         }
         daemon = nil
         sandbox = nil
+        if let methodTmpfs {
+            methodTmpfs.unmount()
+            rmdir(methodTmpfs.path)
+        }
+        methodTmpfs = nil
     }
 
     func records(_ path: String) -> [[UInt8]] {

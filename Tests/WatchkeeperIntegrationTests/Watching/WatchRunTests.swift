@@ -139,7 +139,7 @@ final class WatchRunTests: WatchTestCase {
     /// this machine is. Returns the kernel's name, as the overflow warning says it.
     private func startWithATinyEventQueue(_ start: () throws -> Void) throws -> String {
         try skipIfPolling("a poll has no kernel queue to overflow")
-        let kernel = DaemonSandbox.watchMethodUnderTest == "fanotify" ? "fanotify" : "inotify"
+        let kernel = methodUnderTest == "fanotify" ? "fanotify" : "inotify"
         guard getuid() == 0 else { throw XCTSkip("lowering fs.\(kernel).max_queued_events needs root") }
         let knob = "/proc/sys/fs/\(kernel)/max_queued_events"
         let original = try String(contentsOfFile: knob, encoding: .utf8)
@@ -493,7 +493,7 @@ final class WatchRunTests: WatchTestCase {
         let rules = try XCTUnwrap((state["watches"] as? [String: Any])?["rules"] as? [[String: Any]])
         XCTAssertEqual(rules.map { $0["name"] as? String }, ["stays", "added"])
         // What the unchanged rule heard: events, or files its poll handed on.
-        let heard = DaemonSandbox.watchMethodUnderTest == "poll" ? "polled_files" : "events_seen"
+        let heard = methodUnderTest == "poll" ? "polled_files" : "events_seen"
         XCTAssertEqual(rules.first?[heard] as? Int ?? 0 > 0, true, "\(rules.first ?? [:])")
     }
 }
