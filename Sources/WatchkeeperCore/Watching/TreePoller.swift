@@ -80,7 +80,6 @@ final class TreePoller: @unchecked Sendable {
         if settings.tree.isRemote && !FilesystemClass.hasStableInodes(settings.tree.fileSystemType) { moves = PolledMoves() }
     }
 
-
     var owner: String { "poll \(String(decoding: absolute(settings.tree.relative), as: UTF8.self))" }
 
     /// The first pass starts at once.
@@ -498,5 +497,4 @@ final class TreePoller: @unchecked Sendable {
     private var statFlags: Int32 {
         (settings.followSymlinks ? 0 : AT_SYMLINK_NOFOLLOW) | (settings.tree.isRemote ? WK_AT_STATX_FORCE_SYNC : 0)
     }
-
 }
