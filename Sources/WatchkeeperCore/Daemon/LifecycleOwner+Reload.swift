@@ -69,6 +69,9 @@ extension LifecycleOwner {
         case .success(let loaded):
             apply(loaded) {
                 self.generation += 1
+                // After the bump: the file's first write at its (new) path says the generation
+                // in force, not the one before (the owners' steps can take longer than its interval).
+                self.metrics.apply(loaded.daemon)
                 self.loadedAt = at
                 self.lastReload = (at, nil)
                 self.logger.notice("reloaded \(loaded.path): configuration generation \(self.generation) in force",
@@ -108,7 +111,6 @@ extension LifecycleOwner {
             }
         }
         stateDump.apply(settings)
-        metrics.apply(settings)
         let tasks = new.tasks
         if settings.maxJobs != configuration.daemon.maxJobs { checkFileLimit(maxJobs: settings.maxJobs) }
         reportContainment(new, atStart: false)
