@@ -46,11 +46,7 @@ SIZE = 3000
 TOKEN = os.urandom(6).hex()
 LIBC = ctypes.CDLL(None, use_errno=True)
 # Cells that cannot pass until another part of issue 36 lands, with why: run, reported, not failed.
-KNOWN_GAPS = {
-    ("exchange", "poll"): "a poll takes each half for a rename, but when the ledger wrote the first before the "
-                          "second was looked up, the second looks rewritten in place and runs: a poller that "
-                          "follows moves (issue 36 item 11) would say where each came from",
-}
+KNOWN_GAPS = {}
 
 
 def parse():

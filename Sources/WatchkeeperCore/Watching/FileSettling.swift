@@ -257,11 +257,7 @@ final class FileSettling: @unchecked Sendable {
         // A file the ledger now holds as handled is found there: this life's memory of it can
         // go, so a burst's 100,000 files are not kept in memory until the daemon stops.
         for record in records where record.outcome == RunOutcome.ok.rawValue {
-            guard let rule = state.rules[record.rule], let known = rule.memory.handled[record.identity.inodeKey], known.path == record.path,
-                  known.current == record.identity else { continue }
-            rule.memory.handled[record.identity.inodeKey] = nil
-            // Emptied, it also gives back the capacity the burst grew it to.
-            if rule.memory.handled.isEmpty { rule.memory.handled = [:] }
+            state.rules[record.rule]?.memory.ledgerHolds(record.identity, at: record.path)
         }
     }
 

@@ -109,16 +109,9 @@ final class HandledChanges: @unchecked Sendable {
         if let handled = rule.memory.handled[key], handled.current == change.known {
             rule.memory.handled[key] = HandledFile(admitted: handled.admitted, current: change.seen, path: change.path)
         }
+        let name = rule.name
         ledger.follow(rule, from: change.from, to: change.path, known: change.known, now: change.seen) { [weak self] in
-            self?.followCommitted(rule: rule.name, change)
+            self?.state.rules[name]?.memory.ledgerHolds(change.seen, at: change.path)
         }
-    }
-
-    /// The ledger holds the new form: this life's memory of the file can go.
-    private func followCommitted(rule name: String, _ change: TrackedChanges.Change) {
-        guard let rule = state.rules[name], let known = rule.memory.handled[change.seen.inodeKey], known.current == change.seen,
-              known.path == change.path else { return }
-        rule.memory.handled[change.seen.inodeKey] = nil
-        if rule.memory.handled.isEmpty { rule.memory.handled = [:] }
     }
 }

@@ -32,6 +32,27 @@ struct RuleMemory {
         return known.path != relative && polled && known.current.renamed(as: identity)
     }
 
+    /// In a polled tree (no event says what was renamed), a file handled in this life found
+    /// with only its change time moved, under another name, or at a name a poll saw hold
+    /// another inode before (an exchange): that file, renamed. It is remembered there in its
+    /// new form, and the form it had is returned, for the ledger to follow. Nil otherwise.
+    mutating func renamedInAPolledTree(_ identity: FileIdentity, at relative: [UInt8], replacedAnother: Bool) -> HandledFile? {
+        guard let known = handled[identity.inodeKey], !known.current.sameFile(as: identity), known.current.renamed(as: identity),
+              known.path != relative || replacedAnother else { return nil }
+        handled[identity.inodeKey] = HandledFile(admitted: known.admitted, current: identity, path: relative)
+        return known
+    }
+
+    /// The ledger holds the file at `path` in form `identity` (its record, or a follow of it,
+    /// committed): the reader finds it there now, and this life's memory of it can go, so a
+    /// burst's 100,000 files are not kept until the daemon stops.
+    mutating func ledgerHolds(_ identity: FileIdentity, at path: [UInt8]) {
+        guard let known = handled[identity.inodeKey], known.path == path, known.current == identity else { return }
+        handled[identity.inodeKey] = nil
+        // Emptied, it also gives back the capacity the burst grew it to.
+        if handled.isEmpty { handled = [:] }
+    }
+
     /// The form a file's record is to carry: the one admitted, or what it became through the
     /// attribute changes followed while its job waited or ran.
     func recordedIdentity(of file: FileSubject) -> FileIdentity? {

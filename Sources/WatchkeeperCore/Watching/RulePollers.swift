@@ -109,8 +109,7 @@ final class RulePollers: @unchecked Sendable {
                 rule.counters.duplicates += 1
                 continue
             }
-            if rule.handledInThisLife(identity, at: file.relative)
-                || ledger.handledBefore(rule, relative: file.relative, identity: identity, mayHaveMoved: true) {
+            if handledAlready(file, as: identity, rule: rule) {
                 rule.counters.duplicates += 1
                 continue
             }
@@ -120,6 +119,24 @@ final class RulePollers: @unchecked Sendable {
                                         checksBeforeStart: !poller.settings.tree.isRemote))
         }
         settling.submit(admitted, rule: rule)
+    }
+
+    /// Handled in this form, in this life or an earlier one; or, since no event says what was
+    /// renamed in a polled tree, the handled file renamed: found under another name, or at a
+    /// name that held another inode at the poll before (renameat2's exchange), with only its
+    /// change time moved. The ledger follows such a file, behind its record (submitted
+    /// before this life's memory knew it).
+    private func handledAlready(_ file: TreePoller.Settled, as identity: FileIdentity, rule: WatchRule) -> Bool {
+        if let known = rule.memory.renamedInAPolledTree(identity, at: file.relative, replacedAnother: file.replacedAnother) {
+            rule.counters.movesFollowed += 1
+            let name = rule.name
+            ledger.follow(rule, from: known.path, to: file.relative, known: known.current, now: identity) { [weak self] in
+                self?.state.rules[name]?.memory.ledgerHolds(identity, at: file.relative)
+            }
+            return true
+        }
+        return rule.handledInThisLife(identity, at: file.relative)
+            || ledger.handledBefore(rule, relative: file.relative, identity: identity, mayHaveMoved: true, replacedAnother: file.replacedAnother)
     }
 
     private func pollReported(_ report: TreePoller.Report, from poller: TreePoller, rule: WatchRule) {

@@ -15,6 +15,8 @@ struct SecondLooks {
         var lookedAt: MonotonicInstant
         /// When it was first seen new or changed: where its latency is measured from.
         let firstSeen: MonotonicInstant
+        /// The name held another inode before it was seen changed (TreePoller.Settled).
+        var replacedAnother: Bool
     }
 
     let settle: Duration
@@ -33,10 +35,12 @@ struct SecondLooks {
     var count: Int { waiting.count }
     var isEmpty: Bool { waiting.isEmpty }
 
-    /// Seen new or changed by a pass: it waits `settle` from now (its first sighting kept).
-    mutating func saw(_ path: [UInt8], as identity: FileIdentity, at now: MonotonicInstant) {
-        let firstSeen = waiting[path]?.firstSeen ?? now
-        waiting[path] = Candidate(identity: identity, lookedAt: now, firstSeen: firstSeen)
+    /// Seen new or changed by a pass: it waits `settle` from now (its first sighting kept, and
+    /// that the name held another inode, once seen).
+    mutating func saw(_ path: [UInt8], as identity: FileIdentity, at now: MonotonicInstant, replacedAnother: Bool = false) {
+        let before = waiting[path]
+        waiting[path] = Candidate(identity: identity, lookedAt: now, firstSeen: before?.firstSeen ?? now,
+                                  replacedAnother: replacedAnother || before?.replacedAnother == true)
     }
 
     mutating func forget(_ path: [UInt8]) {

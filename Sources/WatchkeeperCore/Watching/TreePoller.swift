@@ -347,7 +347,7 @@ final class TreePoller: @unchecked Sendable {
             let path = relative ?? Self.join(directory, Array(current.files[index].bareName))
             if known.isUnknown, !isFirstPass, let move = moves?.appeared(path, seen, pass: passesBegun) { followed(move) }
             let identity = settings.tree.identity(of: FileIdentity(file), relative: path)
-            secondLooks.saw(path, as: identity, at: now)
+            secondLooks.saw(path, as: identity, at: now, replacedAnother: !known.isUnknown && known.inode != seen.inode)
         }
         if dropped { current.files.removeAll { $0.known.size == -2 } }
         return nil
@@ -437,10 +437,7 @@ final class TreePoller: @unchecked Sendable {
         for (relative, candidate) in secondLooks.due(at: now) {
             guard !stopped else { return }
             var file = wk_file_identity()
-            progress.withLock {
-                $0.busySince = .now
-                $0.directory = relative
-            }
+            progress.withLock { ($0.busySince, $0.directory) = (.now, relative) }
             let stated = nothingOrErrno { TreeScanner.withCString(absolute(relative)) { wk_poll_stat(AT_FDCWD, $0, statFlags, &file) } }
             progress.withLock { $0.busySince = nil }
             if case .failure(let error) = stated {
@@ -460,7 +457,7 @@ final class TreePoller: @unchecked Sendable {
             if identity.inode == before.inode && identity.size == before.size && identity.modifiedNanoseconds == before.modifiedNanoseconds
                 && mode_t(file.mode) & S_IFMT == S_IFREG {
                 _ = secondLooks.take(relative)
-                settled.append(Settled(relative: relative, identity: identity, status: status, firstSeen: candidate.firstSeen))
+                settled.append(Settled(relative: relative, identity: identity, status: status, firstSeen: candidate.firstSeen, replacedAnother: candidate.replacedAnother))
                 remember(relative, KnownFile(file))
             } else {
                 restarted += 1

@@ -42,6 +42,9 @@ extension TreePoller {
         let status: FileIdentity
         /// When it was first seen new or changed: where its latency is measured from.
         let firstSeen: MonotonicInstant
+        /// The name held another file (another inode) at the look before: this one came by a
+        /// rename (renameat2's exchange, a `mv` over it), not by a change in place.
+        var replacedAnother = false
     }
 
     enum Report: Sendable {

@@ -70,11 +70,23 @@ final class WatchLedger {
     /// so no write has to be waited for here. A move still waiting in the store is harmless:
     /// the entry is found at its old path by identity, and the move submitted below changes
     /// nothing once the earlier one has moved it (FileLedger.move).
-    func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool) -> Bool {
+    ///
+    /// `replacedAnother`: a poll saw this name hold another inode before (TreePoller.Settled),
+    /// so the file came here by a rename. An entry here of which it looks renamed (only its
+    /// change time moved) is then its own, followed here already: the other half of an
+    /// exchange, looked up first, swapped the two names' entries (FileLedger.follow). It takes
+    /// the file's new form. A change in place (`cp -p`) keeps the inode at the name and runs.
+    func handledBefore(_ rule: WatchRule, relative: [UInt8], identity: FileIdentity, mayHaveMoved: Bool,
+                       replacedAnother: Bool = false) -> Bool {
         guard rule.settings.catchUp, let reader else { return false }
         do {
-            if let entry = try reader.entry(rule: rule.name, path: relative), entry.identity.sameFile(as: identity) {
-                return entry.outcome == RunOutcome.ok.rawValue
+            if let entry = try reader.entry(rule: rule.name, path: relative) {
+                if entry.identity.sameFile(as: identity) { return entry.outcome == RunOutcome.ok.rawValue }
+                if replacedAnother && entry.outcome == RunOutcome.ok.rawValue && entry.identity.renamed(as: identity) {
+                    rule.counters.movesFollowed += 1
+                    store?.submit(.ledgerFollow(rule: rule.name, from: relative, to: relative, known: entry.identity, now: identity))
+                    return true
+                }
             }
             guard mayHaveMoved else { return false }
             // In a polled tree no event says what was renamed: a handled file found under

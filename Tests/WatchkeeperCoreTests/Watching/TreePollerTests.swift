@@ -17,7 +17,7 @@ final class TreePollerTests: ScratchDirectoryTestCase {
         func withLock<Result>(_ body: (inout sending Value) -> sending Result) -> sending Result { value.withLock(body) }
     }
 
-    private let handedOn = Locked<[(path: String, size: Int64)]>([])
+    private let handedOn = Locked<[(path: String, size: Int64, replacedAnother: Bool)]>([])
     private let reports = Locked<[TreePoller.Report]>([])
     private var poller: TreePoller?
 
@@ -36,7 +36,7 @@ final class TreePollerTests: ScratchDirectoryTestCase {
                             followSymlinks: followSymlinks, catchUp: catchUp, sweepEvery: sweepEvery),
             name: "test", sources: SourceRegistry(), selects: { _ in true }, descend: { _ in true },
             deliver: { [handedOn] _, settled in
-                handedOn.withLock { list in list += settled.map { (String(decoding: $0.relative, as: UTF8.self), $0.identity.size) } }
+                handedOn.withLock { list in list += settled.map { (String(decoding: $0.relative, as: UTF8.self), $0.identity.size, $0.replacedAnother) } }
             },
             report: { [reports] _, report in reports.withLock { $0.append(report) } })
         self.poller = poller
@@ -64,6 +64,22 @@ final class TreePollerTests: ScratchDirectoryTestCase {
         write("top", "rewritten in place")
         XCTAssertTrue(waitFor(10) { self.handed().count == 3 }, "a file rewritten in place is new content: \(handed())")
         XCTAssertEqual(handedOn.withLock { $0.last?.size }, 18)
+    }
+
+    /// What tells an exchange (renameat2) from a rewrite in place, both the same size at the
+    /// same names: after the exchange each name holds another inode than at the look before.
+    func testNamesThatHoldAnotherInodeAfterAnExchange_areHandedOnAsSuch_andARewriteInPlaceIsNot() throws {
+        write("left", "LLLL")
+        write("right", "RRRR")
+        write("kept", "KKKK")
+        startPoller()
+        XCTAssertTrue(waitFor(10) { self.handed().count == 3 }, "\(handed())")
+        XCTAssertEqual(handedOn.withLock { $0.filter(\.replacedAnother).count }, 0, "new files replaced nothing")
+        WatcherHarness.exchange(directory + "/left", directory + "/right")
+        write("kept", "JJJJ")
+        XCTAssertTrue(waitFor(10) { self.handed().count == 6 }, "\(handed())")
+        let later = handedOn.withLock { Dictionary(uniqueKeysWithValues: $0.dropFirst(3).map { ($0.path, $0.replacedAnother) }) }
+        XCTAssertEqual(later, ["left": true, "right": true, "kept": false])
     }
 
     func testAFileStillBeingWritten_isHandedOnOnlyOnceItStopsChanging() throws {

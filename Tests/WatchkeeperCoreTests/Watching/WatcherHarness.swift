@@ -401,10 +401,15 @@ final class WatcherHarness {
 
     /// renameat2(RENAME_EXCHANGE): the two names swap their files in one step.
     func exchange(_ first: String, _ second: String) {
+        Self.exchange(path(first), path(second))
+    }
+
+    /// The same, of two absolute paths.
+    static func exchange(_ first: String, _ second: String) {
         typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
         guard let symbol = dlsym(nil, "renameat2") else { return XCTFail("no renameat2 in this libc") }
         let renameat2 = unsafeBitCast(symbol, to: RenameAt2.self)
-        XCTAssertEqual(renameat2(AT_FDCWD, path(first), AT_FDCWD, path(second), 2), 0, "renameat2(RENAME_EXCHANGE)")
+        XCTAssertEqual(renameat2(AT_FDCWD, first, AT_FDCWD, second, 2), 0, "renameat2(RENAME_EXCHANGE)")
     }
 
     /// The kernel's queue overflowed: the watcher rescans, and what the rescan found waits
