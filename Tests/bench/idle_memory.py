@@ -7,9 +7,9 @@ watch is in place (what bench-peers' idle figure reads) and again after IDLE sec
     python3 Tests/bench/idle_memory.py [--binary .build/release/watchkeeper] [--dirs 1000] [--idle 30] [--runs 3] [--smaps DIR]
 
 Prints VmRSS, RssAnon, RssFile and threads at both moments, then the last run's resident
-KiB by mapping: the binary's code, read-only data, relocated data (.data.rel.ro and .data:
-the RW mapping of the file) and .bss, each library, the heap, the thread stacks and the
-other anonymous mappings. --smaps keeps each run's /proc/PID/smaps in DIR.
+KiB by mapping: each of the binary's mappings named by the sections in it (llvm-readelf)
+and its .bss, each library's code and data, the heap, the thread stacks and the other
+anonymous mappings, with what of each is anonymous (written: it cannot be dropped). --smaps keeps each run's /proc/PID/smaps in DIR.
 
 MALLOC_* and GLIBC_TUNABLES in the environment are passed to the daemon."""
 
@@ -46,13 +46,13 @@ def inotify_watches(pid):
 
 
 def mappings(pid):
-    """(start, end, perms, path, rss_kib, anonymous_kib) for every mapping."""
+    """(start, end, perms, path, rss_kib, anonymous_kib, file_offset) for every mapping."""
     rows, current = [], None
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
-            head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$", line)
+            head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) (\S+) ([0-9a-f]+) \S+ \S+\s*(.*)$", line)
             if head:
-                current = [int(head[1], 16), int(head[2], 16), head[3], head[4], 0, 0]
+                current = [int(head[1], 16), int(head[2], 16), head[3], head[5], 0, 0, int(head[4], 16)]
                 rows.append(current)
             elif line.startswith("Rss:"):
                 current[4] = int(line.split()[1])
@@ -76,17 +76,25 @@ def stacks(pid):
 
 def breakdown(pid, binary):
     """Resident KiB by what it is for."""
-    parts = collections.OrderedDict()
+    parts, dirty = collections.OrderedDict(), {}
     rows = mappings(pid)
     binary = os.path.realpath(binary)
     binary_rows = [r for r in rows if r[3] == binary]
     after_binary = rows.index(binary_rows[-1]) + 1 if binary_rows else 0
-    kinds = {"r-xp": "binary: code", "r--p": "binary: read-only data", "rw-p": "binary: relocated data (file)"}
+    sections = file_sections(binary)
     for row in binary_rows:
-        parts[kinds.get(row[2], f"binary: {row[2]}")] = parts.get(kinds.get(row[2], f"binary: {row[2]}"), 0) + row[4]
+        # Mappings are whole pages and sections are not: a section is named where at least
+        # a page of it lies.
+        end = row[6] + (row[1] - row[0])
+        inside = [name for name, offset, size in sections if min(end, offset + size) - max(row[6], offset) >= 4096]
+        shown = inside if len(inside) <= 3 else inside[:2] + ["...", inside[-1]]
+        key = f"binary {row[2]}: {' '.join(shown)}"
+        parts[key] = parts.get(key, 0) + row[4]
+        dirty[key] = dirty.get(key, 0) + row[5]
     # The binary's .bss follows its file mappings, anonymous.
     if after_binary < len(rows) and rows[after_binary][3] == "" and rows[after_binary][2] == "rw-p":
         parts["binary: .bss"] = rows[after_binary][4]
+        dirty["binary: .bss"] = rows[after_binary][5]
         bss = rows[after_binary]
     else:
         bss = None
@@ -116,7 +124,19 @@ def breakdown(pid, binary):
             else:
                 key = "other anonymous"
         parts[key] = parts.get(key, 0) + row[4]
-    return parts
+        dirty[key] = dirty.get(key, 0) + row[5]
+    return parts, dirty
+
+
+def file_sections(binary):
+    """(name, file offset, size) of the binary's allocated sections, from llvm-readelf."""
+    listing = subprocess.run(["llvm-readelf", "-S", "-W", binary], capture_output=True, text=True).stdout
+    found = []
+    for line in listing.splitlines():
+        fields = re.match(r"^\s*\[\s*\d+\]\s+(\S+)\s+(\S+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+([0-9a-f]+)\s+\S+\s+(\S*A\S*)", line)
+        if fields and fields[2] != "NOBITS" and int(fields[4], 16) > 0:
+            found.append((fields[1], int(fields[3], 16), int(fields[4], 16)))
+    return found
 
 
 def run_once(args, scratch, keep):
@@ -138,13 +158,13 @@ def run_once(args, scratch, keep):
                 raise SystemExit(f"idle_memory: the daemon did not watch {args.dirs + 1} directories; see {scratch}/daemon.log")
             time.sleep(0.01)
         ready = status(daemon.pid)
-        ready_parts = breakdown(daemon.pid, args.binary)
+        ready_parts, _ = breakdown(daemon.pid, args.binary)
         time.sleep(args.idle)
         idle = status(daemon.pid)
-        parts = breakdown(daemon.pid, args.binary)
+        parts, dirty = breakdown(daemon.pid, args.binary)
         if keep:
             shutil.copy(f"/proc/{daemon.pid}/smaps", keep)
-        return ready, idle, ready_parts, parts
+        return ready, idle, ready_parts, parts, dirty
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
@@ -168,7 +188,7 @@ def main():
             os.makedirs(args.smaps, exist_ok=True)
             keep = f"{args.smaps}/smaps.{run + 1}"
         try:
-            ready, idle, ready_parts, parts = run_once(args, scratch, keep)
+            ready, idle, ready_parts, parts, dirty = run_once(args, scratch, keep)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         print(f"run {run + 1}: watches in place: VmRSS {mib(ready['VmRSS'])} MiB (anon {mib(ready['RssAnon'])}, file {mib(ready['RssFile'])}), "
@@ -176,11 +196,11 @@ def main():
               f"file {mib(idle['RssFile'])}), {idle['Threads']} threads")
     with open("/proc/loadavg") as f:
         print(f"load average after: {' '.join(f.read().split()[:3])}")
-    print(f"\nlast run, resident KiB by mapping: | when the watches were in place | after {args.idle:g} s |")
+    print(f"\nlast run, resident KiB by mapping: | when the watches were in place | after {args.idle:g} s | of which anonymous (dirty) |")
     for key in sorted(set(ready_parts) | set(parts), key=lambda k: -max(parts.get(k, 0), ready_parts.get(k, 0))):
         if max(parts.get(key, 0), ready_parts.get(key, 0)) > 0:
-            print(f"| {key} | {ready_parts.get(key, 0)} | {parts.get(key, 0)} |")
-    print(f"| total | {sum(ready_parts.values())} | {sum(parts.values())} |")
+            print(f"| {key} | {ready_parts.get(key, 0)} | {parts.get(key, 0)} | {dirty.get(key, 0)} |")
+    print(f"| total | {sum(ready_parts.values())} | {sum(parts.values())} | {sum(dirty.values())} |")
 
 
 if __name__ == "__main__":
