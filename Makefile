@@ -86,15 +86,28 @@ build: deps
 # touches sits together, 1.5 MiB less idle RSS (docs/measurements/performance.md). A stale
 # file only costs memory: symbols it names that no longer exist are skipped. SwiftPM does
 # not see the file as an input, so a newer one removes the binary to have it linked again.
+# No dynamic symbol table of our own (the toolchain's static-stdlib-args.lnk asks for
+# --export-dynamic; nothing dlopen'ed or dlsym'ed looks up the daemon's symbols): the loader
+# no longer pages in 1 MB of .dynsym/.dynstr/.gnu.hash, 0.7 MiB less idle RSS. libstdc++
+# (toml++'s) linked statically, only the parts it uses: the loader no longer maps and
+# relocates all of libstdc++.so, another 0.7 MiB (docs/measurements/idle-memory.md). The
+# driver's -lstdc++ comes before any flag of ours, so the archive is put where the first
+# search directory that has either finds it: SwiftPM's -L of the build directory.
 RELEASE_FLAGS = -c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs \
                 -Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections -Xcxx -ffunction-sections \
-                -Xlinker --symbol-ordering-file=$(CURDIR)/link/symbol-order.txt -Xlinker --no-warn-symbol-ordering
+                -Xlinker --symbol-ordering-file=$(CURDIR)/link/symbol-order.txt -Xlinker --no-warn-symbol-ordering \
+                -Xlinker --no-export-dynamic
+RELEASE_DIR = .build/$(shell uname -m)-unknown-linux-gnu/release
 
 # Only the product `make install` ships (CI's second compile): `make bench` and `make
 # reliability` build the benchmarks and watchkeeper-fleet-check in release mode too.
 release: deps
 	@if [ link/symbol-order.txt -nt $(RELEASE_BIN) ]; then rm -f $(RELEASE_BIN); fi
+	@mkdir -p $(RELEASE_DIR) && ln -sf "$$(clang -print-file-name=libstdc++.a)" $(RELEASE_DIR)/libstdc++.a
 	swift build $(RELEASE_FLAGS) --product watchkeeper $(SWIFT_FLAGS)
+	@# libstdc++.so in the binary's needs means the archive above was not found first.
+	@if llvm-objdump -p $(RELEASE_BIN) | grep -q "NEEDED.*libstdc++"; then \
+	  echo "release: $(RELEASE_BIN) needs libstdc++.so; $(RELEASE_DIR)/libstdc++.a should have been linked"; exit 1; fi
 	@# A module that imports Foundation links all of it and ICU's data into the static binary:
 	@# 48 MB and 2.4 MiB of idle RSS (docs/measurements/performance.md). FoundationEssentials only.
 	@if llvm-nm $(RELEASE_BIN) | grep -q ' \$$s10Foundation'; then \
