@@ -135,6 +135,7 @@ final class NetworkShareTests: WatchTestCase {
         XCTAssertTrue(waitFor(30) { self.handled().count == 20 }, "\(handled().count)\n\(daemon.stderr.suffix(2_000))")
 
         create(share.mountPoint + "/written-here", "data") // this host's close: a 10 s settle window
+        XCTAssertTrue(waitFor(10) { (self.dumpedRule()?["pending_settle"] as? Int) == 1 }, "the close was not heard: \(dumpedRule() ?? [:])")
         share.unmount()
         XCTAssertTrue(daemon.waitForStderr(containing: "was unmounted from", timeout: 15), daemon.stderr.suffix(2_000).description)
         for index in 0..<20 { serverWrite("while-unmounted-\(index)") }
