@@ -261,8 +261,11 @@ final class FileSettling: @unchecked Sendable {
         }
     }
 
-    /// Files that waited in a settle window and will not become jobs end with a record.
+    /// Files that waited in a settle window and will not become jobs end with a record; their
+    /// timer goes with them (unwatching a tree leaves both: RootTracking.unwatch).
     func cancelSettling(_ rule: WatchRule, detail: String) {
+        rule.settleTimer?.cancel()
+        rule.settleTimer = nil
         let items = rule.settle.removeAll()
         guard !items.isEmpty else { return }
         logger.notice("watch \(rule.name): \(items.count) file(s) waiting to settle are not started: \(detail) (the first: \(LineEscaping.escaped(rule.absolute(items[0].path))))")

@@ -107,9 +107,10 @@ final class RootTracking: @unchecked Sendable {
         watchRoot(rule, catchUp: true)
     }
 
+    /// The tree's watches, polls and walks end. What waits to settle stays, with its timer
+    /// (cancelSettling drops both): a remount's catch-up skips a polled share's files, and
+    /// their poller's finds defer to that wait, so without its timer they never ran.
     func unwatch(_ rule: WatchRule) {
-        rule.settleTimer?.cancel()
-        rule.settleTimer = nil
         rule.scans.fallbackTimer?.cancel()
         rule.scans.fallbackTimer = nil
         rule.scans.unwatchable.removeAll()

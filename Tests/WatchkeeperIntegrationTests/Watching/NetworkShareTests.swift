@@ -122,6 +122,39 @@ final class NetworkShareTests: WatchTestCase {
         XCTAssertEqual(Set(paths).count, 200)
     }
 
+    /// The share unmounted, and mounted again after a pause, so the mount watcher sees both
+    /// (each makes the rule watch its root anew). A file this host wrote on the share just
+    /// before still waits out its settle window through both: it was left waiting without a
+    /// timer, and the poller's find of it taken for a duplicate of that wait, so it never ran
+    /// (the client-dying test's 1 in 6, when the unmount's catch-up found the new mount's
+    /// files). Each file runs once: the one settling, and those the server wrote meanwhile.
+    func testAShareUnmountedAndMountedAgainInTwoSteps_handlesEachFileOnce_evenOneStillSettling() throws {
+        try startOnShare("settle = \"10s\"")
+        let share = try XCTUnwrap(share)
+        for index in 0..<20 { serverWrite("before-\(index)") }
+        XCTAssertTrue(waitFor(30) { self.handled().count == 20 }, "\(handled().count)\n\(daemon.stderr.suffix(2_000))")
+
+        create(share.mountPoint + "/written-here", "data") // this host's close: a 10 s settle window
+        XCTAssertTrue(waitFor(10) { (self.dumpedRule()?["pending_settle"] as? Int) == 1 }, "the close was not heard: \(dumpedRule() ?? [:])")
+        share.unmount()
+        XCTAssertTrue(daemon.waitForStderr(containing: "was unmounted from", timeout: 15), daemon.stderr.suffix(2_000).description)
+        for index in 0..<20 { serverWrite("while-unmounted-\(index)") }
+        try share.mount()
+        XCTAssertTrue(daemon.waitForStderr(containing: "was mounted on", timeout: 15), daemon.stderr.suffix(2_000).description)
+        guard !handled().contains(where: { $0.path.hasSuffix("/written-here") }) else {
+            throw XCTSkip("the remount took longer than the 10 s settle window: nothing was waiting through it")
+        }
+
+        if !waitFor(60, { self.handled().count >= 41 }) {
+            XCTFail("\(handled().count) handled after the mount; the rule: \(dumpedRule() ?? [:])\n\(daemon.stderr.suffix(3_000))")
+        }
+        letTimePass(3) // three more passes: a second job for any file would have run by now
+        let paths = handled().map(\.path)
+        XCTAssertEqual(paths.count, 41, "run twice, or lost: \(paths.count)")
+        let expected = (0..<20).flatMap { ["/before-\($0)", "/while-unmounted-\($0)"] } + ["/written-here"]
+        XCTAssertEqual(Set(paths), Set(expected.map { share.mountPoint + $0 }))
+    }
+
     func testAServerThatStopsAnswering_stallsOnlyItsPoll() throws {
         try startOnShare("""
             [[watch]]
