@@ -53,8 +53,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     private lazy var problems: ProblemAggregator = ProblemAggregator(owner: "watching", queue: queue, sources: state.sources, logger: logger)
     /// What was handled before, and the state store's writes (the store given at init).
     private lazy var ledger: WatchLedger = {
-        let ledger = WatchLedger(queue: queue, clock: clock, logger: logger, problems: problems)
-        ledger.store = initialStore
+        let ledger = WatchLedger(queue: queue, clock: clock, logger: logger, problems: problems, store: store)
         ledger.rulesToPrune = { [unowned self] in
             self.state.ordered.compactMap { rule in rule.settings.catchUp ? rule.root.map { (rule.name, $0) } : nil }
         }
@@ -81,7 +80,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
          clock: (any WatchClock)? = nil, kernel: WatchKernel = .linux) {
         self.queue = queue
         self.jobs = jobs
-        self.initialStore = store
+        self.store = store
         self.cluster = cluster
         self.kernel = kernel
         let clock = clock ?? DispatchWatchClock(sources: context.sources, queue: queue)
@@ -96,9 +95,8 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
     /// This host in the fleet, when `[cluster]` is configured: shared inboxes claim their
     /// files through it.
     public let cluster: FleetMember?
-    /// The state store the ledger writes to, given at init (none in tests without one).
-    private let initialStore: StateStore?
-    var store: StateStore? { ledger.store }
+    /// The state store the ledger writes to (none in tests without one).
+    let store: StateStore?
 
     /// The rules, for the metrics and the tests.
     var rules: [String: WatchRule] { state.rules }

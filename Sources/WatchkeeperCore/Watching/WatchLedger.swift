@@ -16,8 +16,8 @@ final class WatchLedger {
     private let clock: any WatchClock
     private let logger: Logger
     private let problems: ProblemAggregator
-    /// The one writer of the state file; given to the watcher at its construction.
-    var store: StateStore?
+    /// The one writer of the state file (none in tests without one).
+    let store: StateStore?
     /// The file ledger as admission reads it: a connection of this queue's own. What the
     /// store has not committed yet is in `WatchRule.handled`.
     private(set) var reader: StateReader?
@@ -35,8 +35,9 @@ final class WatchLedger {
     static let pruneAfterDeletions = 10_000
     static let pruneDelayAfterDeletions: Duration = .seconds(10)
 
-    init(queue: SubsystemQueue, clock: any WatchClock, logger: Logger, problems: ProblemAggregator) {
+    init(queue: SubsystemQueue, clock: any WatchClock, logger: Logger, problems: ProblemAggregator, store: StateStore?) {
         self.queue = queue
+        self.store = store
         self.clock = clock
         self.logger = logger
         self.problems = problems
