@@ -350,8 +350,19 @@ static void block_every_signal(unsigned long previous[_NSIG / (8 * sizeof(unsign
     (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, all, previous, _NSIG / 8);
 }
 
-static void restore_signals(const unsigned long previous[_NSIG / (8 * sizeof(unsigned long))]) {
-    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, previous, NULL, _NSIG / 8);
+// The mask before the clone, less SIGCHLD. A job's exit signal goes to the thread that
+// cloned it; blocked there (libdispatch's workers block every signal) the kernel queues it
+// for the process, and the one thread that takes it, the main one parked by dispatch_main
+// in sigsuspend with an empty mask, woke once per job to discard it (0.9 rt_sigsuspend per
+// job in a burst, docs/measurements/latency-path.md). Not blocked where it is sent, and
+// SIG_DFL, it is discarded as it is sent. Exits are read from pidfds; SIGCHLD is never
+// handled or waited for (and must not be SIG_IGN: see wk_spawn.h).
+static void restore_signals_but_sigchld(const unsigned long previous[_NSIG / (8 * sizeof(unsigned long))]) {
+    enum { bits = 8 * sizeof(unsigned long) };
+    unsigned long mask[_NSIG / bits];
+    memcpy(mask, previous, sizeof(mask));
+    mask[(SIGCHLD - 1) / bits] &= ~(1UL << ((SIGCHLD - 1) % bits));
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, mask, NULL, _NSIG / 8);
 }
 
 // Child stacks are kept for the next spawn: an mmap per spawn costs a few page faults,
@@ -415,7 +426,7 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
         pid = clone(child_entry, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, plan);
         clone_errno = errno;
     }
-    restore_signals(previous);
+    restore_signals_but_sigchld(previous);
     // CLONE_VFORK: the child has exec'd or exited, so its stack is free again.
     give_back_stack(stack);
     if (pid < 0) {
@@ -473,6 +484,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
         run_child(plan);
     }
     int fork_errno = errno;
+    sigdelset(&previous, SIGCHLD);  // as in spawn_shared: discarded as it is sent
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     (void)close(report[1]);
     if (pid < 0) {
