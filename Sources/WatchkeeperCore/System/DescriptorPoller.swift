@@ -56,10 +56,11 @@ final class DescriptorPoller: @unchecked Sendable {
     private var readBufferInUse = false
     static let readSize = 65_536
     /// The close of a cancelled descriptor is the last reference to its open file, so the
-    /// kernel takes it out of the set and no EPOLL_CTL_DEL is made first (four system calls
-    /// per job in a burst). True only for the jobs' poller: every process is spawned on the
-    /// jobs queue, which is suspended until the child has exec'd (its copy of the table
-    /// closed), so no copy of a descriptor outlives the queue's close of it. Elsewhere a
+    /// kernel takes it out of the set and no EPOLL_CTL_DEL is made first (2.0 system calls
+    /// per job in a burst: the descriptors still in the set at their close). True only for
+    /// the jobs' poller: every process is spawned on the jobs queue, which is suspended
+    /// until the child has exec'd (its copy of the table closed), so no copy of a
+    /// descriptor outlives the queue's close of it. Elsewhere a
     /// spawn on the jobs queue could hold a copy while another queue closes its own, and the
     /// set would report a descriptor it no longer knows until that child exec'd.
     let closeIsLastReference: Bool
