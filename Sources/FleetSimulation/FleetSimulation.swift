@@ -130,6 +130,10 @@ public final class FleetSimulation: @unchecked Sendable {
                 etcd.loseQuorum()
                 history.fault(FleetFault(kind: "etcd_quorum", host: nil, at: SimHistory.seconds(fault.at), until: SimHistory.seconds(until)))
                 loop.schedule(at: until) { [self] in etcd.regainQuorum() }
+            case .election:
+                etcd.startElection()
+                history.fault(FleetFault(kind: "etcd_election", host: nil, at: SimHistory.seconds(fault.at), until: SimHistory.seconds(until)))
+                loop.schedule(at: until) { [self] in etcd.electLeader() }
             }
         }
     }
