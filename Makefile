@@ -108,6 +108,10 @@ release: deps
 	@# libstdc++.so in the binary's needs means the archive above was not found first.
 	@if llvm-objdump -p $(RELEASE_BIN) | grep -q "NEEDED.*libstdc++"; then \
 	  echo "release: $(RELEASE_BIN) needs libstdc++.so; $(RELEASE_DIR)/libstdc++.a should have been linked"; exit 1; fi
+	@# systemd's protocols are spoken natively and sd-journal is dlopen'ed by `logs` alone
+	@# (Sources/CWatchkeeperSystemd): libsystemd and its six libraries cost 0.9 MiB of idle RSS.
+	@if llvm-objdump -p $(RELEASE_BIN) | grep -q "NEEDED.*libsystemd"; then \
+	  echo "release: $(RELEASE_BIN) needs libsystemd.so; call CWatchkeeperSystemd's wk_* functions instead of sd_*"; exit 1; fi
 	@# A module that imports Foundation links all of it and ICU's data into the static binary:
 	@# 48 MB and 2.4 MiB of idle RSS (docs/measurements/performance.md). FoundationEssentials only.
 	@if llvm-nm $(RELEASE_BIN) | grep -q ' \$$s10Foundation'; then \

@@ -21,12 +21,11 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
-        // libsystemd (journal, sd_notify) plus the syscalls Glibc does not wrap (pidfd).
-        .systemLibrary(
-            name: "CWatchkeeperSystem",
-            pkgConfig: "libsystemd",
-            providers: [.apt(["libsystemd-dev"])]
-        ),
+        // The syscalls and kernel constants Glibc does not wrap (pidfd, statx, sendmmsg).
+        .systemLibrary(name: "CWatchkeeperSystem"),
+        // systemd's notification and journal protocols written natively, and sd-journal for
+        // `watchkeeper logs` through dlopen: the daemon maps no libsystemd (wk_systemd.h).
+        .target(name: "CWatchkeeperSystemd"),
         // Process spawning in C: fork/exec with setsid, credentials, an empty signal mask,
         // default dispositions and closed fds, none of which posix_spawn or Foundation.Process
         // offers all together (docs/architecture.md).
@@ -45,6 +44,7 @@ let package = Package(
             name: "WatchkeeperCore",
             dependencies: [
                 "CWatchkeeperSystem",
+                "CWatchkeeperSystemd",
                 "CWatchkeeperSpawn",
                 "CWatchkeeperTLS",
                 "CSQLite",
