@@ -34,12 +34,11 @@ let package = Package(
         // daemon without TLS maps none of it and the build needs no libssl-dev (tls.c).
         .target(name: "CWatchkeeperTLS"),
         // The system's SQLite for the task state and file ledger (Storage/TaskStore.swift):
-        // the C API directly, no wrapper package to build in CI.
-        .systemLibrary(
-            name: "CSQLite",
-            pkgConfig: "sqlite3",
-            providers: [.apt(["libsqlite3-dev"])]
-        ),
+        // the C API directly, no wrapper package to build in CI (Debian's libsqlite3-dev).
+        // No pkgConfig: its -L/usr/lib/x86_64-linux-gnu would come before the build directory,
+        // where `make release` puts libsqlite3.a so that the release binary links SQLite
+        // statically (docs/measurements/idle-memory.md); sqlite3.h is in /usr/include.
+        .systemLibrary(name: "CSQLite"),
         .target(
             name: "WatchkeeperCore",
             dependencies: [
