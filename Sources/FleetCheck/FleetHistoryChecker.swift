@@ -6,8 +6,9 @@ import WatchkeeperCore
 /// - **no overlap**: no two runs of one item are alive at the same instant, on any hosts;
 /// - **no run again after ok**: once a run of an item ended ok, no run of it starts later,
 ///   except where the host of that ok run was killed, frozen or cut off (`FleetFault
-///   .silencingKinds`) within `silenceWindow` of its end: its record could not reach etcd,
-///   and another host running the item again is at-least-once, counted, not hidden;
+///   .silencingKinds`) within `silenceWindow` of its end, or was stopping then while etcd
+///   had no leader (`FleetFault.stopWithoutEtcd`): its record could not
+///   reach etcd, and another host running the item again is at-least-once, counted, not hidden;
 /// - **every expected item ran ok** by the end of the history (after the faults healed);
 /// - **every run ended**: a start with neither an end nor a fault that killed its host's jobs.
 ///
@@ -118,7 +119,7 @@ public struct FleetHistoryChecker: Sendable {
                 continue
             }
             let window = done.stop...(done.stop + silenceWindow)
-            if faults.contains(where: { $0.silences(done.host, over: window) }) {
+            if faults.contains(where: { $0.silences(done.host, over: window) }) || FleetFault.stopWithoutEtcd(done.host, over: window, in: faults) {
                 report.rerunsAfterSilencedOk += 1
             } else {
                 report.add(.ranAgainAfterOk, "\(item): run \(run.id) on \(run.host) started at \(run.start) after run \(done.id) on "
