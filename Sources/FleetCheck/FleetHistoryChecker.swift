@@ -119,8 +119,11 @@ public struct FleetHistoryChecker: Sendable {
                 continue
             }
             let window = done.stop...(done.stop + silenceWindow)
-            if faults.contains(where: { $0.silences(done.host, over: window) }) || FleetFault.stopWithoutEtcd(done.host, over: window, in: faults) {
+            if faults.contains(where: { $0.silences(done.host, over: window) }) {
                 report.rerunsAfterSilencedOk += 1
+            } else if FleetFault.stopWithoutEtcd(done.host, over: window, in: faults) {
+                report.rerunsAfterSilencedOk += 1
+                report.rerunsAfterStopWithoutEtcd += 1
             } else {
                 report.add(.ranAgainAfterOk, "\(item): run \(run.id) on \(run.host) started at \(run.start) after run \(done.id) on "
                            + "\(done.host) ended ok at \(done.stop)")
@@ -156,6 +159,8 @@ public struct FleetCheckReport: Sendable, Equatable {
     public var rerunsAfterFailure = 0
     /// Runs that started after an ok run whose host was silenced before it could say so.
     public var rerunsAfterSilencedOk = 0
+    /// Of those, the ones whose host was stopping while etcd had no leader.
+    public var rerunsAfterStopWithoutEtcd = 0
     public var faults: [String: Int] = [:]
     public var anomalies: [Anomaly: Int] = [:]
     public var examples: [Anomaly: [String]] = [:]
@@ -174,6 +179,7 @@ public struct FleetCheckReport: Sendable, Equatable {
             .init("failed_runs", .int(Int64(failedRuns))), .init("killed_runs", .int(Int64(killedRuns))),
             .init("reruns_after_failure", .int(Int64(rerunsAfterFailure))),
             .init("reruns_after_silenced_ok", .int(Int64(rerunsAfterSilencedOk))),
+            .init("reruns_after_stop_without_etcd", .int(Int64(rerunsAfterStopWithoutEtcd))),
         ]
         return .object(counts + [
             .init("faults", .object(faults.sorted { $0.key < $1.key }.map { .init($0.key, .int(Int64($0.value))) })),

@@ -81,6 +81,7 @@ final class FleetHistoryCheckerTests: XCTestCase {
         let excused = FleetHistoryChecker(silenceWindow: 1).check(again + [.fault(stop), .fault(noQuorum)])
         XCTAssertEqual(excused.anomalyCount, 0, "\(excused)")
         XCTAssertEqual(excused.rerunsAfterSilencedOk, 1)
+        XCTAssertEqual(excused.rerunsAfterStopWithoutEtcd, 1)
 
         // An outage that began after the record had had its time to land excuses nothing,
         let later = FleetFault(kind: "etcd_election", host: nil, at: 4, until: 9)
