@@ -119,21 +119,21 @@ extension FleetMember {
 
     /// Records how this host's run of a fire ended, if the claim is still this host's (its
     /// revision unchanged), and frees the task's running key with it: at once, and again
-    /// until etcd takes it or the claim is gone (its lease expired there).
+    /// until etcd takes it, the claim is gone (its lease expired there), or this host stops.
     public func recordFire(_ fire: FleetFire, claimRevision: Int64, guardRunning: Bool, replyOn: any FleetQueue,
-                           completion: @escaping @Sendable (Bool) -> Void) {
+                           completion: @escaping @Sendable (FleetWriteOutcome) -> Void) {
         queue.async { [self] in
-            guard let instant = WallTime(iso8601: fire.instant) else { return replyOn.async { completion(false) } }
+            guard let instant = WallTime(iso8601: fire.instant) else { return replyOn.async { completion(.refused) } }
             let key = keys.fire(fire.task, at: instant)
             claimsHeld.remove(key)
             let txn = EtcdTxn(compare: [EtcdCompare(key, .modRevision(claimRevision))],
                               success: [.put(key: key, value: fire.json, lease: 0)] + (guardRunning ? [.delete(key: keys.running(fire.task))] : []))
-            write(key, txn, what: "the end of run \(fire.runID) of task \(fire.task) due at \(fire.instant)") { [self] written in
-                if written {
+            write(key, txn, what: "the end of run \(fire.runID) of task \(fire.task) due at \(fire.instant)") { [self] outcome in
+                if outcome == .written {
                     count("records_written")
                     pruneHistory(of: fire.task)
                 }
-                replyOn.async { completion(written) }
+                replyOn.async { completion(outcome) }
             }
         }
     }
