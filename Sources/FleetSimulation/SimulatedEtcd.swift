@@ -54,7 +54,10 @@ public final class SimulatedEtcd {
     /// A new leader being elected (the old one killed, two members of three left): nothing
     /// is applied meanwhile, but a request that arrives waits for the new leader and is
     /// applied then, as etcd's do (its server waits for a leader within the request's own
-    /// timeout); the caller may have given up by then (an answer lost).
+    /// timeout: raft's node takes no proposal while it knows no leader); the caller may have
+    /// given up by then (an answer lost). A real server may drop a request whose caller gave
+    /// up before the leader came; applying it anyway is the harder case, and a request already
+    /// in the old leader's log is applied late indeed.
     public private(set) var electing = false
     private var awaitingLeader: [() -> Void] = []
 

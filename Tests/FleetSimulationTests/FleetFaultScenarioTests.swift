@@ -127,6 +127,38 @@ final class FleetFaultScenarioTests: XCTestCase {
         }
     }
 
+    /// Item 3, the log: a clean stop while etcd has no leader gives the records it could not
+    /// write up after its budget, and says so once; a record given up so is not a claim found
+    /// gone, and nothing says the lease expired (seed 6389 with elections drawn said "this
+    /// host's lease expired there" of a lease that lived 18 s more).
+    func testAStopWhileEtcdHasNoLeader_saysItsRecordsGivenUp_andNeverThatItsLeaseExpired() {
+        let gaveUp = Mutex(0)
+        let falseExpiry = Mutex<[String]>([])
+        for seed in UInt64(1)...12 {
+            var scenario = FleetScenario(seed: seed)
+            scenario.leaseTTL = seconds(9)
+            scenario.tasks = [FleetScenario.Task(name: "report", interval: seconds(3), durations: 1.5...2.5, persistent: true)]
+            scenario.files = []
+            scenario.stubbornJobs = 0
+            scenario.shutdownGrace = seconds(3)
+            scenario.lostAnswers = 0
+            let host = Int(seed % 3)
+            scenario = scenario.with(faults: [
+                FleetScenario.Fault(kind: .sigterm, host: host, at: seconds(10), duration: seconds(2)),
+                FleetScenario.Fault(kind: .quorum, host: nil, at: seconds(10.2), duration: seconds(8)),
+            ])
+            let simulation = FleetSimulation(scenario: scenario) { line in
+                if line.contains("could not be written to etcd within") { gaveUp.withLock { $0 += 1 } }
+                if line.contains("lease expired there") { falseExpiry.withLock { $0.append(line) } }
+            }
+            let result = simulation.run()
+            XCTAssertTrue(result.passed, result.summary)
+        }
+        // No lease expires while etcd has no quorum, and every one is refreshed after it.
+        XCTAssertEqual(falseExpiry.withLock { $0 }, [])
+        XCTAssertGreaterThan(gaveUp.withLock { $0 }, 0, "no stop gave a record up: the scenario proves nothing")
+    }
+
     /// Item 6: a run stopped by the fence is recorded in etcd as run and fenced, with its
     /// start and end; a persistent fire so recorded is run again by another host, once.
     func testAFencedRunIsRecordedAsFenced_andItsPersistentFireRunsAgainElsewhereOnce() {

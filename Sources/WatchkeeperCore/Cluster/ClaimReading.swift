@@ -28,6 +28,11 @@ struct ClaimReading {
     let lease: Int64
     let keys: FleetKeys
     let known: (String) -> Known
+    /// Whether this host's claim of the key with this run ID got no answer (on `lease`):
+    /// only such a claim, found in etcd, is one of ours to adopt. A claim of ours that was
+    /// answered and since let go can be found too, by a claim that overtook its release or
+    /// record on the way to etcd: that revision is gone, and a run under it would have no claim.
+    let unanswered: (_ key: String, _ runID: String) -> Bool
 
     /// A claim of one fire of `mine.task` at `fireKey` whose compare failed: `found` is what
     /// etcd holds at the fire's key and, with overlap = "skip", the task's running key.
@@ -40,6 +45,9 @@ struct ClaimReading {
             // won. A claim under another lease (a previous life of this daemon, or another
             // daemon with the same name) is not ours to run.
             if fire.host == host && fire.state == .running && existing.lease == lease && known(fireKey).isEmpty {
+                guard unanswered(fireKey, fire.runID) else {
+                    return Verdict(answer: .held("this host's claim of the fire, let go a moment ago, is still in etcd; retrying"))
+                }
                 return Verdict(answer: .won(revision: existing.modRevision, lease: lease), counter: "claims_adopted", adopts: true)
             }
             return Verdict(answer: .elsewhere(fire, revision: existing.modRevision), counter: "claims_lost")
@@ -79,6 +87,9 @@ struct ClaimReading {
             if !here.isDisjoint(with: [.held, .pending]) { return Verdict(answer: .runningHere) }
             // Released a moment ago, its release on its way: not a claim to take up.
             if here.contains(.writing) { return Verdict(answer: .held("this host's release of the file is on its way to etcd; retrying")) }
+            guard unanswered(key, file.runID) else {
+                return Verdict(answer: .held("this host's claim of the file, let go a moment ago, is still in etcd; retrying"))
+            }
             return Verdict(answer: .won(revision: existing.modRevision, lease: lease), counter: "claims_adopted", adopts: true)
         }
         if file.size == mine.size && file.modifiedNanoseconds == mine.modifiedNanoseconds {

@@ -346,10 +346,12 @@ public final class FleetFires: @unchecked Sendable {
         fire.finishedAt = end.finishedAt
         tasks[name]?.last = fire
         let instant = fire.instant
-        member.recordFire(fire, claimRevision: run.revision, guardRunning: run.guardRunning, replyOn: owner.fleetQueue) { [weak self] written in
+        member.recordFire(fire, claimRevision: run.revision, guardRunning: run.guardRunning, replyOn: owner.fleetQueue) { [weak self] outcome in
             // The running key is free now: the next held fire's turn.
             self?.retryHeld(name)
-            guard !written else { return }
+            // Given up by a stop (which says so itself, with every record it could not write):
+            // the claim was not seen gone, and its lease may well live on.
+            guard outcome == .refused else { return }
             self?.logger.warning("task \(name): the claim of the fire due at \(instant) was gone when the end of its run \(runID) reached etcd (this host's lease expired there); its record is kept here only, and another host may have run the fire again")
         }
     }

@@ -9,8 +9,9 @@ final class ClaimReadingTests: XCTestCase {
     private let lease: Int64 = 7
     private let instantText = "2026-11-28T17:00:00.000Z"
 
-    private func reading(_ known: [String: ClaimReading.Known] = [:]) -> ClaimReading {
-        ClaimReading(host: "web-1", lease: lease, keys: keys) { known[$0] ?? [] }
+    /// `unanswered`: the run IDs of this host's claims that got no answer.
+    private func reading(_ known: [String: ClaimReading.Known] = [:], unanswered: Set<String> = ["00000000000000aa"]) -> ClaimReading {
+        ClaimReading(host: "web-1", lease: lease, keys: keys, known: { known[$0] ?? [] }, unanswered: { _, runID in unanswered.contains(runID) })
     }
 
     private func kv(_ key: String, _ value: String, lease: Int64, revision: Int64 = 40) -> EtcdKeyValue {
@@ -77,6 +78,12 @@ final class ClaimReadingTests: XCTestCase {
         for row in rows {
             XCTAssertEqual(reading(row.known).fire(row.found, mine: mine, fireKey: fireKey), row.expected, row.name)
         }
+        // Seen in the simulation with etcd electing a leader (seed 2298 with elections drawn):
+        // a claim answered as won while the lease was fenced is released, the retry overtakes
+        // the release, finds the claim, and must not run under a revision the release deletes.
+        XCTAssertEqual(reading([:], unanswered: []).fire([kv(fireKey, ours.json, lease: lease)], mine: mine, fireKey: fireKey),
+                       .init(answer: .held("this host's claim of the fire, let go a moment ago, is still in etcd; retrying")),
+                       "this host's claim on this lease that was answered, and let go since, is not adopted")
     }
 
     func testAFileClaim_thatFoundItsKey_isWonRunningHandledOrClaimedOver() {
@@ -107,5 +114,8 @@ final class ClaimReadingTests: XCTestCase {
         for row in rows {
             XCTAssertEqual(reading([key: row.known]).file(row.found, mine: mine, key: key), row.expected, row.name)
         }
+        XCTAssertEqual(reading([key: []], unanswered: ["00000000000000bb"]).file(kv(key, ours.json, lease: lease), mine: mine, key: key),
+                       .init(answer: .held("this host's claim of the file, let go a moment ago, is still in etcd; retrying")),
+                       "this host's claim on this lease that was answered (its release overtaken by this claim) is not adopted")
     }
 }
