@@ -21,12 +21,11 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
-        // libsystemd (journal, sd_notify) plus the syscalls Glibc does not wrap (pidfd).
-        .systemLibrary(
-            name: "CWatchkeeperSystem",
-            pkgConfig: "libsystemd",
-            providers: [.apt(["libsystemd-dev"])]
-        ),
+        // The syscalls and kernel constants Glibc does not wrap (pidfd, statx, sendmmsg).
+        .systemLibrary(name: "CWatchkeeperSystem"),
+        // systemd's notification and journal protocols written natively, and sd-journal for
+        // `watchkeeper logs` through dlopen: the daemon maps no libsystemd (wk_systemd.h).
+        .target(name: "CWatchkeeperSystemd"),
         // Process spawning in C: fork/exec with setsid, credentials, an empty signal mask,
         // default dispositions and closed fds, none of which posix_spawn or Foundation.Process
         // offers all together (docs/architecture.md).
@@ -35,16 +34,16 @@ let package = Package(
         // daemon without TLS maps none of it and the build needs no libssl-dev (tls.c).
         .target(name: "CWatchkeeperTLS"),
         // The system's SQLite for the task state and file ledger (Storage/TaskStore.swift):
-        // the C API directly, no wrapper package to build in CI.
-        .systemLibrary(
-            name: "CSQLite",
-            pkgConfig: "sqlite3",
-            providers: [.apt(["libsqlite3-dev"])]
-        ),
+        // the C API directly, no wrapper package to build in CI (Debian's libsqlite3-dev).
+        // No pkgConfig: its -L/usr/lib/x86_64-linux-gnu would come before the build directory,
+        // where `make release` puts libsqlite3.a so that the release binary links SQLite
+        // statically (docs/measurements/idle-memory.md); sqlite3.h is in /usr/include.
+        .systemLibrary(name: "CSQLite"),
         .target(
             name: "WatchkeeperCore",
             dependencies: [
                 "CWatchkeeperSystem",
+                "CWatchkeeperSystemd",
                 "CWatchkeeperSpawn",
                 "CWatchkeeperTLS",
                 "CSQLite",

@@ -1,9 +1,6 @@
 #ifndef WATCHKEEPER_SHIM_H
 #define WATCHKEEPER_SHIM_H
 
-#include <systemd/sd-daemon.h>
-#include <systemd/sd-journal.h>
-
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -21,6 +18,7 @@
 #include <errno.h>
 #include <unistd.h>
 #include <sys/xattr.h>
+#include <syslog.h>
 
 // glibc's memrchr and memmem are vectorised but declared only under _GNU_SOURCE,
 // which the Glibc module does not define; declare them here.

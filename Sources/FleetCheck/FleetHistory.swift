@@ -50,6 +50,22 @@ public struct FleetFault: Sendable, Equatable {
         guard self.host == host, Self.silencingKinds.contains(kind) else { return false }
         return at <= window.upperBound && (until ?? .infinity) >= window.lowerBound
     }
+
+    /// A clean stop of a host: it writes its records before it lets its lease go, within a
+    /// budget (a third of the TTL, 1 to 3 s), and says the ones etcd did not take.
+    public static let stopKinds: Set<String> = ["sigterm", "sigterm_restart"]
+    /// etcd without a leader for everyone: nothing is written until it has one again.
+    public static let etcdOutageKinds: Set<String> = ["etcd_quorum", "etcd_election", "etcd_two_members"]
+
+    /// A host stopping within `window` while etcd had no leader then: the stop gives its
+    /// records up after its budget, even if etcd is back a moment later (a call sent into
+    /// the outage waits out its deadline), and the claims they were for go with its lease
+    /// (docs/fleet.md, "A clean stop"). A stop alone, or an outage alone, excuses nothing.
+    static func stopWithoutEtcd(_ host: String, over window: ClosedRange<Double>, in faults: [FleetFault]) -> Bool {
+        func overlaps(_ fault: FleetFault) -> Bool { fault.at <= window.upperBound && (fault.until ?? .infinity) >= window.lowerBound }
+        return faults.contains { $0.host == host && stopKinds.contains($0.kind) && overlaps($0) }
+            && faults.contains { $0.host == nil && etcdOutageKinds.contains($0.kind) && overlaps($0) }
+    }
 }
 
 extension FleetHistoryEvent {

@@ -6,8 +6,9 @@ import WatchkeeperCore
 /// - **no overlap**: no two runs of one item are alive at the same instant, on any hosts;
 /// - **no run again after ok**: once a run of an item ended ok, no run of it starts later,
 ///   except where the host of that ok run was killed, frozen or cut off (`FleetFault
-///   .silencingKinds`) within `silenceWindow` of its end: its record could not reach etcd,
-///   and another host running the item again is at-least-once, counted, not hidden;
+///   .silencingKinds`) within `silenceWindow` of its end, or was stopping then while etcd
+///   had no leader (`FleetFault.stopWithoutEtcd`): its record could not
+///   reach etcd, and another host running the item again is at-least-once, counted, not hidden;
 /// - **every expected item ran ok** by the end of the history (after the faults healed);
 /// - **every run ended**: a start with neither an end nor a fault that killed its host's jobs.
 ///
@@ -120,6 +121,9 @@ public struct FleetHistoryChecker: Sendable {
             let window = done.stop...(done.stop + silenceWindow)
             if faults.contains(where: { $0.silences(done.host, over: window) }) {
                 report.rerunsAfterSilencedOk += 1
+            } else if FleetFault.stopWithoutEtcd(done.host, over: window, in: faults) {
+                report.rerunsAfterSilencedOk += 1
+                report.rerunsAfterStopWithoutEtcd += 1
             } else {
                 report.add(.ranAgainAfterOk, "\(item): run \(run.id) on \(run.host) started at \(run.start) after run \(done.id) on "
                            + "\(done.host) ended ok at \(done.stop)")
@@ -155,6 +159,8 @@ public struct FleetCheckReport: Sendable, Equatable {
     public var rerunsAfterFailure = 0
     /// Runs that started after an ok run whose host was silenced before it could say so.
     public var rerunsAfterSilencedOk = 0
+    /// Of those, the ones whose host was stopping while etcd had no leader.
+    public var rerunsAfterStopWithoutEtcd = 0
     public var faults: [String: Int] = [:]
     public var anomalies: [Anomaly: Int] = [:]
     public var examples: [Anomaly: [String]] = [:]
@@ -173,6 +179,7 @@ public struct FleetCheckReport: Sendable, Equatable {
             .init("failed_runs", .int(Int64(failedRuns))), .init("killed_runs", .int(Int64(killedRuns))),
             .init("reruns_after_failure", .int(Int64(rerunsAfterFailure))),
             .init("reruns_after_silenced_ok", .int(Int64(rerunsAfterSilencedOk))),
+            .init("reruns_after_stop_without_etcd", .int(Int64(rerunsAfterStopWithoutEtcd))),
         ]
         return .object(counts + [
             .init("faults", .object(faults.sorted { $0.key < $1.key }.map { .init($0.key, .int(Int64($0.value))) })),

@@ -102,6 +102,7 @@ public final class FleetSimulation: @unchecked Sendable {
     private func schedule(_ fault: FleetScenario.Fault) {
         loop.schedule(at: fault.at) { [self] in
             let until = fault.at + fault.duration
+            log?("\(SimHistory.seconds(fault.at)) fault: \(fault.kind)\(fault.host.map { " of host\($0)" } ?? "") until \(SimHistory.seconds(until))")
             switch fault.kind {
             case .partition:
                 let host = fault.host!
@@ -130,6 +131,10 @@ public final class FleetSimulation: @unchecked Sendable {
                 etcd.loseQuorum()
                 history.fault(FleetFault(kind: "etcd_quorum", host: nil, at: SimHistory.seconds(fault.at), until: SimHistory.seconds(until)))
                 loop.schedule(at: until) { [self] in etcd.regainQuorum() }
+            case .election:
+                etcd.startElection()
+                history.fault(FleetFault(kind: "etcd_election", host: nil, at: SimHistory.seconds(fault.at), until: SimHistory.seconds(until)))
+                loop.schedule(at: until) { [self] in etcd.electLeader() }
             }
         }
     }

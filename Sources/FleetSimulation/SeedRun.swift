@@ -12,6 +12,7 @@ public struct SeedRunSummary: Sendable {
     /// The least margin, over every seed, between a fenced run's end and its lease's expiry at etcd.
     public var tightestFenceMargin: Int64?
     public var rerunsAfterSilencedOk = 0
+    public var rerunsAfterStopWithoutEtcd = 0
     public var rerunsAfterFailure = 0
     public var anomalies: [String: Int] = [:]
     public var leaseViolations = 0
@@ -25,6 +26,7 @@ public struct SeedRunSummary: Sendable {
         fencedRuns += result.fencedRuns
         if let margin = result.tightestFenceMargin { tightestFenceMargin = min(tightestFenceMargin ?? .max, margin) }
         rerunsAfterSilencedOk += result.report.rerunsAfterSilencedOk
+        rerunsAfterStopWithoutEtcd += result.report.rerunsAfterStopWithoutEtcd
         rerunsAfterFailure += result.report.rerunsAfterFailure
         for (anomaly, count) in result.report.anomalies { anomalies[anomaly.rawValue, default: 0] += count }
         leaseViolations += result.leaseViolations.count
@@ -40,7 +42,8 @@ public struct SeedRunSummary: Sendable {
         var lines = ["\(seeds) seeds, \(failed.count) failed; \(runs) runs, \(events) events; faults \(faultText)"]
         lines.append("anomalies: \(anomalyText.isEmpty ? "none" : anomalyText); runs that broke their lease: \(leaseViolations)")
         lines.append("\(fencedRuns) runs ended under a lease that then expired at etcd, the closest \(margin) before its expiry")
-        lines.append("\(rerunsAfterSilencedOk) runs again after an ok run whose host was silenced, \(rerunsAfterFailure) after a failed or killed one")
+        lines.append("\(rerunsAfterSilencedOk) runs again after an ok run whose host was silenced (\(rerunsAfterStopWithoutEtcd) of them stopping while etcd "
+                     + "had no leader), \(rerunsAfterFailure) after a failed or killed one")
         for result in failed.prefix(5) {
             lines.append(result.summary)
             lines.append("  replay: \(Self.replay(result.seed))")

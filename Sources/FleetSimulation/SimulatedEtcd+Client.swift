@@ -86,16 +86,25 @@ extension SimulatedEtcd {
             let there = network.latency(), back = network.latency()
             guard !network.isCut(host) else { return timedOut() }
             if loop.now + there + back >= deadline { timedOut() }
-            loop.after(there) { [weak self] in
-                guard let self, !self.network.isCut(self.host), self.etcd.hasQuorum else { return timedOut() }
+            let arrived: () -> Void = { [weak self] in
+                guard let self else { return }
                 let result = apply()
                 guard !self.network.loseAnswer() else { return timedOut() }
-                guard self.loop.now + back < deadline else { return }
+                guard self.loop.now + back < deadline else { return timedOut() }
                 self.loop.after(back) { [weak self] in
                     // The answer's arrival is a turn of the cluster queue (the connection's source).
                     guard let self, !self.network.isCut(self.host) else { return timedOut() }
                     finish(result)
                 }
+            }
+            loop.after(there) { [weak self] in
+                guard let self, !self.network.isCut(self.host) else { return timedOut() }
+                if self.etcd.electing {
+                    timedOut()
+                    return self.etcd.awaitLeader(arrived)
+                }
+                guard self.etcd.hasQuorum else { return timedOut() }
+                arrived()
             }
         }
 
@@ -140,7 +149,7 @@ extension SimulatedEtcd {
             }
             self.watcher = watcher
             watchDone = completion
-            guard !network.isCut(host), etcd.hasQuorum else {
+            guard !network.isCut(host), etcd.hasQuorum || etcd.electing else {
                 loop.after(loop.random.nanos(0.5...3)) { [weak self, weak watcher] in
                     guard let self, let watcher, self.watcher === watcher else { return }
                     self.endStream(.failure(.unreachable(Self.endpoint, .timedOut(.seconds(3)))))

@@ -51,6 +51,31 @@ public final class SimulatedEtcd {
 
     public func loseQuorum() { hasQuorum = false }
 
+    /// A new leader being elected (the old one killed, two members of three left): nothing
+    /// is applied meanwhile, but a request that arrives waits for the new leader and is
+    /// applied then, as etcd's do (its server waits for a leader within the request's own
+    /// timeout: raft's node takes no proposal while it knows no leader); the caller may have
+    /// given up by then (an answer lost). A real server may drop a request whose caller gave
+    /// up before the leader came; applying it anyway is the harder case, and a request already
+    /// in the old leader's log is applied late indeed.
+    public private(set) var electing = false
+    private var awaitingLeader: [() -> Void] = []
+
+    public func startElection() {
+        electing = true
+        hasQuorum = false
+    }
+
+    public func electLeader() {
+        electing = false
+        regainQuorum()
+        let waiting = awaitingLeader
+        awaitingLeader = []
+        for request in waiting { request() }
+    }
+
+    func awaitLeader(_ request: @escaping () -> Void) { awaitingLeader.append(request) }
+
     public func regainQuorum() {
         hasQuorum = true
         for id in leases.keys.sorted() {

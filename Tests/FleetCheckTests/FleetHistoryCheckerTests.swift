@@ -70,6 +70,29 @@ final class FleetHistoryCheckerTests: XCTestCase {
         XCTAssertEqual(FleetHistoryChecker(silenceWindow: 1).check(again + [.fault(late)]).anomalies[.ranAgainAfterOk], 1)
     }
 
+    /// Seeds 6389 and 8885 (elections drawn): a host stopped with SIGTERM, its run ended ok
+    /// during the drain just as etcd lost its quorum; the stop gave the record up after its
+    /// budget, the claim went with the lease, and another host ran the fire again. What the
+    /// docs say of a clean stop without etcd, so counted as at-least-once.
+    func testARunAfterAnOkOne_isExcused_whenItsHostStoppedWhileEtcdHadNoLeader() {
+        let again = run("a-1", on: "a", 1, 2) + run("b-1", on: "b", 10, 11)
+        let stop = FleetFault(kind: "sigterm", host: "a", at: 0.5, until: 6)
+        let noQuorum = FleetFault(kind: "etcd_quorum", host: nil, at: 1.9, until: 7)
+        let excused = FleetHistoryChecker(silenceWindow: 1).check(again + [.fault(stop), .fault(noQuorum)])
+        XCTAssertEqual(excused.anomalyCount, 0, "\(excused)")
+        XCTAssertEqual(excused.rerunsAfterSilencedOk, 1)
+        XCTAssertEqual(excused.rerunsAfterStopWithoutEtcd, 1)
+
+        // An outage that began after the record had had its time to land excuses nothing,
+        let later = FleetFault(kind: "etcd_election", host: nil, at: 4, until: 9)
+        XCTAssertEqual(FleetHistoryChecker(silenceWindow: 1).check(again + [.fault(stop), .fault(later)]).anomalies[.ranAgainAfterOk], 1)
+        // nor one without a stop: a host that goes on writes its record when etcd is back,
+        XCTAssertEqual(FleetHistoryChecker(silenceWindow: 1).check(again + [.fault(noQuorum)]).anomalies[.ranAgainAfterOk], 1)
+        // nor one that ended before the run did.
+        let earlier = FleetFault(kind: "etcd_quorum", host: nil, at: 0.2, until: 1.5)
+        XCTAssertEqual(FleetHistoryChecker(silenceWindow: 1).check(again + [.fault(stop), .fault(earlier)]).anomalies[.ranAgainAfterOk], 1)
+    }
+
     func testAnExpectedItemWithOnlyFailedRuns_neverRanOk() {
         let report = FleetHistoryChecker().check([.expect(item: fire), .expect(item: "file:inbox/never#1")]
                                                  + run("a-1", on: "a", 1, 2, ok: false))

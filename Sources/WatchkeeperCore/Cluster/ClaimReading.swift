@@ -28,6 +28,11 @@ struct ClaimReading {
     let lease: Int64
     let keys: FleetKeys
     let known: (String) -> Known
+    /// Whether this host's claim of the key with this run ID got no answer (on `lease`):
+    /// only such a claim, found in etcd, is one of ours to adopt. A claim of ours that was
+    /// answered and since let go can be found too, by a claim that overtook its release or
+    /// record on the way to etcd: that revision is gone, and a run under it would have no claim.
+    let unanswered: (_ key: String, _ runID: String) -> Bool
 
     /// A claim of one fire of `mine.task` at `fireKey` whose compare failed: `found` is what
     /// etcd holds at the fire's key and, with overlap = "skip", the task's running key.
@@ -40,6 +45,9 @@ struct ClaimReading {
             // won. A claim under another lease (a previous life of this daemon, or another
             // daemon with the same name) is not ours to run.
             if fire.host == host && fire.state == .running && existing.lease == lease && known(fireKey).isEmpty {
+                guard unanswered(fireKey, fire.runID) else {
+                    return Verdict(answer: .held("this host's claim of the fire, let go a moment ago, is still in etcd; retrying"))
+                }
                 return Verdict(answer: .won(revision: existing.modRevision, lease: lease), counter: "claims_adopted", adopts: true)
             }
             return Verdict(answer: .elsewhere(fire, revision: existing.modRevision), counter: "claims_lost")
@@ -47,6 +55,18 @@ struct ClaimReading {
         if let running = found.first(where: { $0.key == keys.running(mine.task) }) {
             let fire = FleetFire(task: mine.task, instant: "", json: running.value)
                 ?? FleetFire(task: mine.task, instant: "", host: "unknown", runID: "unknown", state: .running)
+            // This host's previous fire, its claim or its end (or release) still on its way to
+            // etcd: not a run going on, so this fire waits for it rather than being skipped.
+            if fire.host == host, running.lease == lease, let previous = WallTime(iso8601: fire.instant) {
+                let here = known(keys.fire(mine.task, at: previous))
+                if here.contains(.writing) { return Verdict(answer: .held("this host's record of the fire due at \(fire.instant) is on its way to etcd")) }
+                if here.contains(.pending) { return Verdict(answer: .held("this host's claim of the fire due at \(fire.instant) is on its way to etcd")) }
+            }
+            // A later fire runs (this one was held, and is run late): not this one's previous,
+            // so this one waits for its end instead of being skipped for it.
+            if let runningInstant = WallTime(iso8601: fire.instant), let instant = WallTime(iso8601: mine.instant), runningInstant > instant {
+                return Verdict(answer: .held("the later fire due at \(fire.instant) runs on \(fire.host); this one waits for its end"))
+            }
             let orphan = fire.host == host && running.lease == lease
                 && WallTime(iso8601: fire.instant).map { !known(keys.fire(mine.task, at: $0)).contains(.held) } ?? false
             return Verdict(answer: .previousRunning(fire, revision: running.modRevision, orphan: orphan), counter: "claims_skipped")
@@ -67,6 +87,9 @@ struct ClaimReading {
             if !here.isDisjoint(with: [.held, .pending]) { return Verdict(answer: .runningHere) }
             // Released a moment ago, its release on its way: not a claim to take up.
             if here.contains(.writing) { return Verdict(answer: .held("this host's release of the file is on its way to etcd; retrying")) }
+            guard unanswered(key, file.runID) else {
+                return Verdict(answer: .held("this host's claim of the file, let go a moment ago, is still in etcd; retrying"))
+            }
             return Verdict(answer: .won(revision: existing.modRevision, lease: lease), counter: "claims_adopted", adopts: true)
         }
         if file.size == mine.size && file.modifiedNanoseconds == mine.modifiedNanoseconds {

@@ -55,6 +55,14 @@ public protocol FleetFireOwner: AnyObject {
     func persistScheduled(task: String, instant: WallTime)
 }
 
+/// A fire that could not be claimed yet: claimed again later with the same run ID (if the
+/// first claim's answer was lost after etcd applied it, the next finds this host's own).
+public struct HeldFire: Sendable, Equatable {
+    public var instant: WallTime
+    public var cause: String
+    public var runID: RunID
+}
+
 /// A fleet task's part of the decisions' state (docs/fleet.md).
 public struct FleetTaskState {
     /// This host's runs of fires it won: the claim's revision, to record the end against.
@@ -62,9 +70,14 @@ public struct FleetTaskState {
     /// Fires other hosts claimed and are running, by instant: taken over if their claim
     /// vanishes without a record (a persistent task inside catch_up_window).
     var elsewhere: [String: (fire: FleetFire, seenAt: MonotonicInstant)] = [:]
-    /// The latest fire that could not be claimed (no etcd lease); earlier ones are
-    /// recorded `held` as a later one replaces them.
-    var held: (instant: WallTime, cause: String, runID: RunID)?
+    /// Fires that could not be claimed yet, oldest first. While the lease lives (a call
+    /// failed: a member went, a leader was being elected, the previous fire's record was on
+    /// its way) each is kept and claimed again in turn; without a lease only the latest is
+    /// (as `persistent` catches up only the latest), the ones it replaces recorded `held`.
+    public internal(set) var held: [HeldFire] = []
+    /// How many more fires may wait behind the held ones' late runs instead of being
+    /// skipped for them: one per fire held by a failed claim, none once caught up.
+    var catchUp = 0
     /// The last fire this host knows of, wherever it ran.
     var last: FleetFire?
     /// Instants whose claim is on its way: not orphans, whatever etcd holds meanwhile.
@@ -88,9 +101,16 @@ public final class FleetFires: @unchecked Sendable {
     var tasks: [String: FleetTaskState] = [:]
     var heldRetryTimer: (any FleetTimer)?
     var heldRetryDelay = Duration.milliseconds(250)
+    /// When the armed retry goes off; nil when none is armed.
+    var heldRetryAt: MonotonicInstant?
     var checkTimer: (any FleetTimer)?
     /// Why fleet fires are held now (no etcd lease), for the dump and `status`.
     public private(set) var heldCause: String?
+    /// Held fires kept per task while the lease lives: a bound, not a policy (a 1 s task
+    /// through a minute of failing calls, with a lease that outlives it).
+    static let heldWhileAlive = 120
+    /// A claim won this long after its fire was due was slowed by etcd, not by the task.
+    static let lateClaim = Duration.milliseconds(250)
 
     public init(member: FleetMember, owner: any FleetFireOwner, logger: Logger) {
         self.member = member
@@ -119,6 +139,16 @@ public final class FleetFires: @unchecked Sendable {
         guard let policy = policies[name], let owner else { return nil }
         // A claim of this very fire is on its way (a takeover, a retry): one at a time.
         guard !(tasks[name]?.claiming.contains(scheduledAt.iso8601) ?? false) else { return nil }
+        if given == nil, policy.guardRunning, heldCause == nil, tasks[name]?.catchUp ?? 0 > 0,
+           !(tasks[name]?.held.isEmpty ?? true) || busy(name) {
+            // Fires held while the lease lives run in turn, late: this one waits behind them
+            // rather than being skipped for the late run of an earlier one (as many times as
+            // fires were held, so a task slower than its interval goes back to skipping).
+            let runID = owner.newRunID()
+            tasks[name]?.catchUp -= 1
+            hold(name, at: scheduledAt, cause: "waits for the fires held before it", runID: runID, failed: false)
+            return runID.description
+        }
         let active = owner.activeCount(of: name)
         if active > 0 && (policy.guardRunning || active >= policy.maxConcurrent) {
             owner.recordSkip(task: name, instant: scheduledAt)
@@ -146,6 +176,11 @@ public final class FleetFires: @unchecked Sendable {
             tasks[name]?.last = fire
             tasks[name]?.elsewhere[fire.instant] = nil
             tasks[name]?.totals[takenOverFrom == nil ? "ran_here" : "taken_over", default: 0] += 1
+            if reason != "held", takenOverFrom == nil, Self.age(of: scheduledAt, at: owner.fleetClock.wallNow) > Self.lateClaim {
+                // Won late (etcd was electing a leader): the next fire may wait for this run.
+                let credit = min(Self.heldWhileAlive, (tasks[name]?.catchUp ?? 0) + 1)
+                tasks[name]?.catchUp = credit
+            }
             owner.submitClaimed(task: name, instant: scheduledAt, runID: runID, lease: lease) { [weak self] end in
                 self?.runEnded(end, task: name, runID: runID)
             }
@@ -165,14 +200,21 @@ public final class FleetFires: @unchecked Sendable {
             let how = fire.state == .running ? "running on" : "ran on"
             owner.recordNotRun(task: name, instant: scheduledAt, runID: RunID(fire.runID) ?? runID, outcome: .ranElsewhere,
                                detail: "\(how) \(fire.host) (run \(fire.runID)\(fire.outcome.map { ", \($0)" } ?? ""))", host: fire.host)
+            retryHeld(name)
+        case .previousRunning(let fire, _, orphan: true)
+        where tasks[name]?.held.contains(where: { $0.instant.iso8601 == fire.instant && $0.runID.description == fire.runID }) ?? false:
+            // This host's own claim of a fire it holds, whose answer was lost: that fire runs
+            // first (its retry finds the claim and takes it as won), this one after it.
+            hold(name, at: scheduledAt, cause: "waits for the held fire due at \(fire.instant), claimed here", runID: runID, failed: false)
+            retryHeld(name)
         case .previousRunning(let fire, let revision, orphan: true)
         where (tasks[name]?.runs.isEmpty ?? true) && owner.activeCount(of: name) == 0 && !(tasks[name]?.claiming.contains(fire.instant) ?? false):
             // This host's own claim on its lease, which no run of its own holds: its answer was
             // lost and the fire given up. Freed, then this fire is claimed again.
             logger.warning("task \(name): freeing this host's claim of the fire due at \(fire.instant) (run \(fire.runID)), which was never run: its answer from etcd was lost")
-            if let held = tasks[name]?.held, held.instant.iso8601 == fire.instant {
-                // It was the held fire: given up for this later one, never retried beside the release.
-                tasks[name]?.held = nil
+            if let index = tasks[name]?.held.firstIndex(where: { $0.instant.iso8601 == fire.instant }),
+               let held = tasks[name]?.held.remove(at: index) {
+                // It was a held fire: given up for this later one, never retried beside the release.
                 recordHeld(name, instant: held.instant, detail: "held (\(held.cause)); a later fire replaces it")
             }
             member.releaseOrphan(fire, runningRevision: revision, replyOn: owner.fleetQueue) { [weak self] released in
@@ -186,62 +228,95 @@ public final class FleetFires: @unchecked Sendable {
         case .previousRunning(let fire, _, _):
             logger.info("task \(name): the fire due at \(scheduledAt.iso8601) is skipped: the previous one still runs on \(fire.host) (run \(fire.runID); overlap = \"skip\" holds across the fleet)")
             owner.recordSkip(task: name, instant: scheduledAt)
+            retryHeld(name)
         case .held(let cause):
             hold(name, at: scheduledAt, cause: cause, runID: runID)
         }
     }
 
-    /// No claim can be made now: the fire waits for etcd, never runs here unclaimed. Only
-    /// the latest held fire of a task is kept (as `persistent` catches up only the latest);
-    /// the one it replaces is recorded `held`.
+    /// No claim can be made now: the fire waits for etcd, never runs here unclaimed. While
+    /// the lease lives each held fire is kept (a call failed, the fleet still answers); without
+    /// one only the latest, and the ones it replaces are recorded `held`.
     /// The run ID is kept: if the claim's answer was lost after etcd applied it, the next
     /// claim with the same ID finds this host's own and takes it as won.
-    private func hold(_ name: String, at instant: WallTime, cause: String, runID given: RunID? = nil) {
+    /// `failed`: a claim could not be made (not a fire waiting behind held ones): one more
+    /// fire the task may queue behind their late runs.
+    private func hold(_ name: String, at instant: WallTime, cause: String, runID given: RunID? = nil, failed: Bool = true) {
         guard let owner else { return }
-        let runID = given ?? owner.newRunID()
-        let previous = tasks[name]?.held
-        if let previous, previous.instant > instant {
-            // A later fire is held already: this one is given up for it.
-            tasks[name]?.totals["held", default: 0] += 1
-            return recordHeld(name, instant: instant, detail: "held (\(cause)); a later fire is held in its place")
+        var state = tasks[name] ?? FleetTaskState()
+        if let index = state.held.firstIndex(where: { $0.instant == instant }) {
+            state.held[index].cause = cause
+        } else {
+            state.held.append(HeldFire(instant: instant, cause: cause, runID: given ?? owner.newRunID()))
+            state.held.sort { $0.instant < $1.instant }
+            state.totals["held", default: 0] += 1
+            if failed { state.catchUp += 1 }
         }
-        if let previous, previous.instant < instant {
-            recordHeld(name, instant: previous.instant, detail: "held while no etcd quorum answered (\(previous.cause)); a later fire replaces it")
-        }
-        if previous?.instant != instant { tasks[name, default: FleetTaskState()].totals["held", default: 0] += 1 }
-        tasks[name, default: FleetTaskState()].held = (instant, cause, previous?.instant == instant ? previous!.runID : runID)
+        tasks[name] = state
         logger.info("task \(name): the fire due at \(instant.iso8601) is held: \(cause)")
+        guard heldCause == nil else { return trimHeld(name, keeping: 1) }
+        trimHeld(name, keeping: Self.heldWhileAlive)
         // The lease is good (one call failed: a member went, the call moved on): try again
         // soon rather than at the next change of the lease, which may never come.
-        if heldCause == nil { armHeldRetry() }
+        armHeldRetry()
+    }
+
+    /// The oldest held fires beyond `count` given up for the later ones, each recorded `held`.
+    private func trimHeld(_ name: String, keeping count: Int) {
+        guard let held = tasks[name]?.held, held.count > count else { return }
+        tasks[name]?.held = Array(held.suffix(count))
+        for fire in held.dropLast(count) {
+            recordHeld(name, instant: fire.instant, detail: "held (\(fire.cause)); a later fire replaces it")
+        }
     }
 
     private func armHeldRetry() {
-        guard let owner else { return }
+        // A retry already armed stays where it is: a hold every second (a fire each second,
+        // each waiting behind the held ones) must not push it out for ever.
+        guard let owner, heldRetryAt == nil else { return }
         if heldRetryTimer == nil {
             heldRetryTimer = owner.fleetClock.makeTimer(target: "held fleet fires: claim again") { [weak self] in
+                self?.heldRetryAt = nil
                 self?.retryHeldFires()
             }
         }
         // Backing off, so a claim refused for good (a role without the prefix) is not a loop.
-        heldRetryTimer?.schedule(at: owner.fleetClock.now + heldRetryDelay)
+        let at = owner.fleetClock.now + heldRetryDelay
+        heldRetryAt = at
+        heldRetryTimer?.schedule(at: at)
         heldRetryDelay = min(heldRetryDelay * 2, .seconds(8))
     }
 
     /// Held fires claimed again while the lease is good; when it is not, the lease's
     /// return does it (`availability`).
     private func retryHeldFires() {
-        guard heldCause == nil, let owner else { return }
+        guard heldCause == nil else { return }
+        for name in policies.keys.sorted() { retryHeld(name) }
+    }
+
+    /// The task's oldest held fire claimed again, each beyond catch_up_window recorded
+    /// `held`. With overlap = "skip" one at a time: the next when this one's claim is
+    /// answered elsewhere or skipped, or its run's end is recorded, so that a fire run late
+    /// does not make the next one skip.
+    private func retryHeld(_ name: String) {
+        guard heldCause == nil, let policy = policies[name], let owner else { return }
         let now = owner.fleetClock.wallNow
-        for name in policies.keys.sorted() {
-            guard let policy = policies[name], let held = tasks[name]?.held else { continue }
-            tasks[name]?.held = nil
-            if Self.age(of: held.instant, at: now) <= policy.catchUpWindow {
-                fire(name, scheduledAt: held.instant, reason: "held", runID: held.runID)
-            } else {
-                recordHeld(name, instant: held.instant, detail: "held: \(held.cause); now beyond catch_up_window \(policy.catchUpWindow.compactDescription)")
+        while let next = tasks[name]?.held.first {
+            if policy.guardRunning && busy(name) { return }
+            tasks[name]?.held.removeFirst()
+            guard Self.age(of: next.instant, at: now) <= policy.catchUpWindow else {
+                recordHeld(name, instant: next.instant, detail: "held: \(next.cause); now beyond catch_up_window \(policy.catchUpWindow.compactDescription)")
+                continue
             }
+            fire(name, scheduledAt: next.instant, reason: "held", runID: next.runID)
+            if policy.guardRunning { return }
         }
+        if !busy(name) { tasks[name]?.catchUp = 0 }
+    }
+
+    /// A run of the task goes on here, or a claim of one of its fires is on its way.
+    private func busy(_ name: String) -> Bool {
+        !(tasks[name]?.runs.isEmpty ?? true) || !(tasks[name]?.claiming.isEmpty ?? true) || (owner?.activeCount(of: name) ?? 0) > 0
     }
 
     private func recordHeld(_ name: String, instant: WallTime, detail: String) {
@@ -271,8 +346,12 @@ public final class FleetFires: @unchecked Sendable {
         fire.finishedAt = end.finishedAt
         tasks[name]?.last = fire
         let instant = fire.instant
-        member.recordFire(fire, claimRevision: run.revision, guardRunning: run.guardRunning, replyOn: owner.fleetQueue) { [weak self] written in
-            guard !written else { return }
+        member.recordFire(fire, claimRevision: run.revision, guardRunning: run.guardRunning, replyOn: owner.fleetQueue) { [weak self] outcome in
+            // The running key is free now: the next held fire's turn.
+            self?.retryHeld(name)
+            // Given up by a stop (which says so itself, with every record it could not write):
+            // the claim was not seen gone, and its lease may well live on.
+            guard outcome == .refused else { return }
             self?.logger.warning("task \(name): the claim of the fire due at \(instant) was gone when the end of its run \(runID) reached etcd (this host's lease expired there); its record is kept here only, and another host may have run the fire again")
         }
     }
@@ -281,7 +360,14 @@ public final class FleetFires: @unchecked Sendable {
 
     public func availability(_ available: Bool, cause: String?) {
         heldCause = available ? nil : cause
-        guard available else { return }
+        guard available else {
+            // No lease: only each task's latest held fire waits for its return.
+            for name in tasks.keys.sorted() {
+                trimHeld(name, keeping: 1)
+                tasks[name]?.catchUp = 0
+            }
+            return
+        }
         retryHeldFires()
         // Fires seen running elsewhere may have ended, or lost their host, meanwhile.
         checkFiresElsewhere()
@@ -392,8 +478,9 @@ public final class FleetFires: @unchecked Sendable {
         return .object([
             .init("totals", .object(Self.outcomes.map { .init($0, .int(Int64(state.totals[$0] ?? 0))) })),
             .init("last_fire", state.last?.dumpValue ?? .null),
-            .init("held_fire", state.held.map { .string($0.instant.iso8601) } ?? .null),
-            .init("held_cause", state.held.map { .string($0.cause) } ?? .null),
+            .init("held_fire", state.held.last.map { .string($0.instant.iso8601) } ?? .null),
+            .init("held_cause", state.held.last.map { .string($0.cause) } ?? .null),
+            .init("held_fires", .int(Int64(state.held.count))),
             .init("running_here", .int(Int64(state.runs.count))),
             .init("running_elsewhere", .int(Int64(state.elsewhere.count))),
         ])

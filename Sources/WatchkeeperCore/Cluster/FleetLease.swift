@@ -138,7 +138,12 @@ struct FleetLease: Equatable {
             if case .held = state, now >= expires - Self.fenceLead(ttl) {
                 state = .fencing(id: id, ttl: ttl, expiresBy: expires)
                 fences += 1
-                return [.fence(stopBy: Self.stopBy(expiresBy: expires, ttl: ttl)), .armTimer(at: expires)] + (nextRenewal.map { $0 <= now } ?? true ? [.renew(id: id)] : [])
+                let fence = Action.fence(stopBy: Self.stopBy(expiresBy: expires, ttl: ttl))
+                // A retry after a failed renewal still due is kept: the timer wakes for it
+                // (or for expiry), so a renewal that failed at the fence point is tried again.
+                if let due = nextRenewal, due > now { return [fence, .armTimer(at: min(due, expires))] }
+                nextRenewal = nil
+                return [fence, .armTimer(at: expires), .renew(id: id)]
             }
             if let due = nextRenewal, now >= due {
                 nextRenewal = nil

@@ -41,7 +41,7 @@ extension FleetMember {
                 }
                 replyOn.async { completion(answer) }
             }
-            claiming(fireKey, won: "claims_won", answered: answered) { [self] done in
+            claiming(fireKey, runID: runID, lease: id, won: "claims_won", answered: answered) { [self] done in
                 if let over {
                     store.claimOver(fireKey, atModRevision: over, entries: entries, absent: guardRunning ? [keys.running(task)] : [], lease: id,
                                     timeout: callTimeout, completion: done)
@@ -54,7 +54,7 @@ extension FleetMember {
 
     /// A claim of `key` on its way (no orphan of this host's meanwhile, whatever etcd holds),
     /// then its answer: timed, counted, and the key held if it was won.
-    func claiming(_ key: String, won counter: String, answered: @escaping (Result<EtcdCreateAllResult, EtcdError>) -> Void,
+    func claiming(_ key: String, runID: String, lease: Int64, won counter: String, answered: @escaping (Result<EtcdCreateAllResult, EtcdError>) -> Void,
                   send: (@escaping (Result<EtcdCreateAllResult, EtcdError>) -> Void) -> Void) {
         let started = clock.now
         claimsPending[key, default: 0] += 1
@@ -70,10 +70,25 @@ extension FleetMember {
                 }
             case .failure(let error):
                 lastCause = error.description
+                unanswered(key, runID: runID, lease: lease)
             }
             answered(result)
         }
     }
+
+    /// A claim got no answer: etcd may have applied it (or may still, once a leader is
+    /// elected), so a later claim that finds it takes it as won. Bounded: one lease's, and
+    /// at most `unansweredKept` keys (beyond that a lost claim is left to its lease).
+    private func unanswered(_ key: String, runID: String, lease: Int64) {
+        if unansweredLease != lease {
+            claimsUnanswered.removeAll()
+            unansweredLease = lease
+        }
+        guard claimsUnanswered[key] != nil || claimsUnanswered.count < Self.unansweredKept else { return }
+        claimsUnanswered[key, default: []].insert(runID)
+    }
+
+    static let unansweredKept = 4_096
 
     func interpret(_ found: [EtcdKeyValue], mine: FleetFire, key fireKey: String, lease id: Int64) -> FireClaim {
         applied(claimReading(lease: id).fire(found, mine: mine, fireKey: fireKey), key: fireKey)
@@ -81,39 +96,44 @@ extension FleetMember {
 
     /// A claim's answer read under `lease` against this host's claims and writes.
     func claimReading(lease id: Int64) -> ClaimReading {
-        ClaimReading(host: settings.name, lease: id, keys: keys) { [self] key in
+        ClaimReading(host: settings.name, lease: id, keys: keys, known: { [self] key in
             var known: ClaimReading.Known = []
             if claimsHeld.contains(key) { known.insert(.held) }
             if claimsPending[key] != nil { known.insert(.pending) }
             if writes[key] != nil { known.insert(.writing) }
             return known
-        }
+        }, unanswered: { [self] key, runID in
+            unansweredLease == id && claimsUnanswered[key]?.contains(runID) == true
+        })
     }
 
     /// The verdict counted, and its key held if the claim was adopted.
     func applied<Answer>(_ verdict: ClaimReading.Verdict<Answer>, key: String) -> Answer {
         if let counter = verdict.counter { count(counter) }
-        if verdict.adopts { claimsHeld.insert(key) }
+        if verdict.adopts {
+            claimsHeld.insert(key)
+            claimsUnanswered[key] = nil
+        }
         return verdict.answer
     }
 
     /// Records how this host's run of a fire ended, if the claim is still this host's (its
     /// revision unchanged), and frees the task's running key with it: at once, and again
-    /// until etcd takes it or the claim is gone (its lease expired there).
+    /// until etcd takes it, the claim is gone (its lease expired there), or this host stops.
     public func recordFire(_ fire: FleetFire, claimRevision: Int64, guardRunning: Bool, replyOn: any FleetQueue,
-                           completion: @escaping @Sendable (Bool) -> Void) {
+                           completion: @escaping @Sendable (FleetWriteOutcome) -> Void) {
         queue.async { [self] in
-            guard let instant = WallTime(iso8601: fire.instant) else { return replyOn.async { completion(false) } }
+            guard let instant = WallTime(iso8601: fire.instant) else { return replyOn.async { completion(.refused) } }
             let key = keys.fire(fire.task, at: instant)
             claimsHeld.remove(key)
             let txn = EtcdTxn(compare: [EtcdCompare(key, .modRevision(claimRevision))],
                               success: [.put(key: key, value: fire.json, lease: 0)] + (guardRunning ? [.delete(key: keys.running(fire.task))] : []))
-            write(key, txn, what: "the end of run \(fire.runID) of task \(fire.task) due at \(fire.instant)") { [self] written in
-                if written {
+            write(key, txn, what: "the end of run \(fire.runID) of task \(fire.task) due at \(fire.instant)") { [self] outcome in
+                if outcome == .written {
                     count("records_written")
                     pruneHistory(of: fire.task)
                 }
-                replyOn.async { completion(written) }
+                replyOn.async { completion(outcome) }
             }
         }
     }

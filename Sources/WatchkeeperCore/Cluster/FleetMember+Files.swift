@@ -31,7 +31,7 @@ extension FleetMember {
             }
             let key = keys.file(rule, FleetKeys.pathKey(relative))
             let mine = FleetFile(host: settings.name, runID: runID, state: .running, size: size, modifiedNanoseconds: modifiedNanoseconds)
-            claiming(key, won: "file_claims_won", answered: { [self] result in
+            claiming(key, runID: runID, lease: id, won: "file_claims_won", answered: { [self] result in
                 switch result {
                 case .success(.created(let revision)):
                     replyOn.async { completion(.won(revision: revision, lease: id)) }
@@ -39,7 +39,7 @@ extension FleetMember {
                     let answer = interpretFile(found.first, mine: mine, key: key, lease: id)
                     // nil: handled, but in another form: this one is new content, claimed over the record.
                     guard answer == nil, let record = found.first else { return replyOn.async { completion(answer ?? .held("the claim raced; retrying")) } }
-                    claiming(key, won: "file_claims_won", answered: { result in
+                    claiming(key, runID: runID, lease: id, won: "file_claims_won", answered: { result in
                         switch result {
                         case .success(.created(let revision)): replyOn.async { completion(.won(revision: revision, lease: id)) }
                         case .success(.exists): replyOn.async { completion(.held("another host claimed the file at the same moment; retrying")) }

@@ -2,6 +2,15 @@
 /// client's `records` lane, never behind a claim) and again until etcd takes it or says the
 /// claim it was written against is gone. A clean stop waits for them (within its budget)
 /// before the lease is revoked: endings before goodbyes.
+/// How a record or release ended: etcd took it; its compare failed (the claim it was
+/// written against is gone or changed); or this host gave it up, stopping (or a newer write
+/// of the key replaced it), which says nothing of the claim.
+public enum FleetWriteOutcome: Sendable, Equatable {
+    case written
+    case refused
+    case givenUp
+}
+
 struct PendingWrite {
     let id: Int
     let txn: EtcdTxn
@@ -9,17 +18,17 @@ struct PendingWrite {
     var attempts = 0
     var inFlight = false
     var dueAt: MonotonicInstant
-    let done: ((Bool) -> Void)?
+    let done: ((FleetWriteOutcome) -> Void)?
 }
 
 extension FleetMember {
     /// Writes `txn` (a record or a release of `key`), retrying transient failures with
-    /// backoff; `done` gets whether its compare held (false: the claim was gone or changed).
-    func write(_ key: String, _ txn: EtcdTxn, what: String, done: ((Bool) -> Void)? = nil) {
+    /// backoff; `done` gets how it ended.
+    func write(_ key: String, _ txn: EtcdTxn, what: String, done: ((FleetWriteOutcome) -> Void)? = nil) {
         var txn = txn
         txn.failure = [.range(key: key)]
         writeSequence += 1
-        if let replaced = writes[key] { replaced.done?(false) }
+        if let replaced = writes[key] { replaced.done?(.givenUp) }
         writes[key] = PendingWrite(id: writeSequence, txn: txn, what: what, dueAt: clock.now, done: done)
         send(key)
     }
@@ -39,13 +48,13 @@ extension FleetMember {
                 // answer lost) finds the key as it wrote it.
                 let written = answer.succeeded || (current.attempts > 1 && Self.holdsWhatItWrote(current.txn, key: key, found: answer.ranges.first?.first))
                 count(written ? "writes_done" : "writes_refused")
-                current.done?(written)
+                current.done?(written ? .written : .refused)
             case .failure(let error):
                 lastCause = error.description
                 count("writes_retried")
                 guard !stopped else {
                     writes[key] = nil
-                    return current.done?(false) ?? ()
+                    return current.done?(.givenUp) ?? ()
                 }
                 current.inFlight = false
                 current.dueAt = clock.now + min(.seconds(2), .milliseconds(250) * (1 << min(current.attempts - 1, 3)))

@@ -105,6 +105,12 @@ public final class FleetMember: @unchecked Sendable {
     var claimsHeld: Set<String> = []
     /// Keys with a claim of this host's on its way: not orphans, whatever etcd holds.
     var claimsPending: [String: Int] = [:]
+    /// The run IDs of this host's claims that got no answer (a deadline passed; etcd may
+    /// apply them later, after an election), by key, on `unansweredLease`: only such a claim
+    /// found in etcd is adopted. One that was answered and since let go (released, recorded)
+    /// can still be found by a later claim that overtook the release: it is no claim of ours.
+    var claimsUnanswered: [String: Set<String>] = [:]
+    var unansweredLease: Int64 = 0
     /// Records and releases not yet written, by key, retried until etcd takes them or the
     /// claim they were written against is gone (FleetMember+Writes.swift).
     var writes: [String: PendingWrite] = [:]
@@ -207,6 +213,7 @@ public final class FleetMember: @unchecked Sendable {
             case .lost(let id):
                 count("leases_lost")
                 claimsHeld.removeAll()
+                claimsUnanswered.removeAll()
                 duty = .none
                 logger.warning("etcd lease \(Self.hex(id)) is gone: the claims bound to it are released; asking for a new one")
                 becameUnavailable(lastCause ?? "the lease expired", since: lease.lastRenewal)

@@ -1,4 +1,5 @@
 import CWatchkeeperSystem
+import CWatchkeeperSystemd
 
 #if canImport(Glibc)
 import Glibc
@@ -41,7 +42,7 @@ struct JobOutputPlan: ~Copyable {
                 return
             }
             // Priority info, and a "<N>" prefix sets a line's priority, as through the daemon.
-            let fd = sd_journal_stream_fd(name, LOG_INFO, 1)
+            let fd = wk_journal_stream_fd(WK_JOURNAL_STDOUT, name, LOG_INFO, 1)
             guard fd >= 0 else {
                 warn("unable to open a journal stream for \(name)'s output: \(errorText(-fd)); it goes to the daemon's stderr")
                 stream = nil

@@ -1,12 +1,13 @@
 import CWatchkeeperSystem
+import CWatchkeeperSystemd
 import SystemPackage
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Reading the journal through libsystemd's sd-journal, for `watchkeeper logs`: the files
-/// themselves, so it needs neither journald nor the daemon to be running. A thin wrapper:
+/// Reading the journal through libsystemd's sd-journal, for `watchkeeper logs`, loaded with
+/// dlopen when a reader is opened (the daemon maps no libsystemd): the files themselves, so it needs neither journald nor the daemon to be running. A thin wrapper:
 /// matches, a cursor that moves, the fields of the entry under it, and a wait for new ones.
 /// Not thread-safe (sd_journal is not): one reader, one thread.
 public final class JournalReader {
@@ -46,60 +47,62 @@ public final class JournalReader {
         files = JournalFiles.scan(source.directories)
         if files.found == 0 { throw .keepsNothing(source) }
         if files.unreadable == files.found { throw .unreadable(source, files) }
+        var why = [CChar](repeating: 0, count: 256)
+        guard wk_sd_journal_load(&why, why.count) == 0 else { throw .noLibrary(String(cString: why)) }
         var handle: OpaquePointer?
         let result: Int32
         switch source {
-        case .local: result = sd_journal_open(&handle, Int32(SD_JOURNAL_LOCAL_ONLY))
-        case .directory(let path): result = sd_journal_open_directory(&handle, path, 0)
+        case .local: result = wk_sd_journal_open(&handle, Int32(WK_SD_JOURNAL_LOCAL_ONLY))
+        case .directory(let path): result = wk_sd_journal_open_directory(&handle, path, 0)
         }
         guard result >= 0, let handle else { throw .failed("open the journal", Errno(rawValue: -result)) }
         journal = handle
         // Whole fields: a job's line or a record is never shown cut at the default 64 KiB.
-        sd_journal_set_data_threshold(journal, 0)
+        wk_sd_journal_set_data_threshold(journal, 0)
     }
 
     deinit {
-        sd_journal_close(journal)
+        wk_sd_journal_close(journal)
     }
 
     /// One term of the filter: `FIELD=value`, value as bytes (a path or a name need not be
     /// UTF-8). Terms on the same field are alternatives, on different fields all must hold,
-    /// until `addDisjunction` starts another group (sd_journal_add_match(3)).
+    /// until `addDisjunction` starts another group (wk_sd_journal_add_match(3)).
     public func addMatch(field: String, value: some Collection<UInt8>) throws(JournalReaderError) {
         let term = Array(field.utf8) + [UInt8(ascii: "=")] + Array(value)
-        let result = term.withUnsafeBytes { sd_journal_add_match(journal, $0.baseAddress, $0.count) }
+        let result = term.withUnsafeBytes { wk_sd_journal_add_match(journal, $0.baseAddress, $0.count) }
         if result < 0 { throw .failed("add the match \(field)=\(LineEscaping.escaped(value))", Errno(rawValue: -result)) }
     }
 
     public func addDisjunction() throws(JournalReaderError) {
-        let result = sd_journal_add_disjunction(journal)
+        let result = wk_sd_journal_add_disjunction(journal)
         if result < 0 { throw .failed("combine the journal matches", Errno(rawValue: -result)) }
     }
 
     public func flushMatches() {
-        sd_journal_flush_matches(journal)
+        wk_sd_journal_flush_matches(journal)
     }
 
     public func seekTail() throws(JournalReaderError) {
-        let result = sd_journal_seek_tail(journal)
+        let result = wk_sd_journal_seek_tail(journal)
         if result < 0 { throw .failed("seek to the end of the journal", Errno(rawValue: -result)) }
     }
 
     public func seekHead() throws(JournalReaderError) {
-        let result = sd_journal_seek_head(journal)
+        let result = wk_sd_journal_seek_head(journal)
         if result < 0 { throw .failed("seek to the start of the journal", Errno(rawValue: -result)) }
     }
 
     /// Moves to the next matching entry: false at the end.
     public func next() throws(JournalReaderError) -> Bool {
-        let result = sd_journal_next(journal)
+        let result = wk_sd_journal_next(journal)
         if result < 0 { throw .failed("read the next journal entry", Errno(rawValue: -result)) }
         return result > 0
     }
 
     /// Moves to the previous matching entry: false at the start.
     public func previous() throws(JournalReaderError) -> Bool {
-        let result = sd_journal_previous(journal)
+        let result = wk_sd_journal_previous(journal)
         if result < 0 { throw .failed("read the previous journal entry", Errno(rawValue: -result)) }
         return result > 0
     }
@@ -107,14 +110,14 @@ public final class JournalReader {
     /// Where the current entry is, to come back to it (sd_journal_get_cursor).
     public func cursor() throws(JournalReaderError) -> String {
         var text: UnsafeMutablePointer<CChar>?
-        let result = sd_journal_get_cursor(journal, &text)
+        let result = wk_sd_journal_get_cursor(journal, &text)
         guard result >= 0, let text else { throw .failed("read a journal entry's cursor", Errno(rawValue: -result)) }
         defer { free(text) }
         return String(cString: text)
     }
 
     public func seek(cursor: String) throws(JournalReaderError) {
-        let result = sd_journal_seek_cursor(journal, cursor)
+        let result = wk_sd_journal_seek_cursor(journal, cursor)
         if result < 0 { throw .failed("seek to a journal cursor", Errno(rawValue: -result)) }
     }
 
@@ -122,7 +125,7 @@ public final class JournalReader {
     public func field(_ name: String) -> [UInt8]? {
         var data: UnsafeRawPointer?
         var length = 0
-        guard sd_journal_get_data(journal, name, &data, &length) >= 0, let data else { return nil }
+        guard wk_sd_journal_get_data(journal, name, &data, &length) >= 0, let data else { return nil }
         // The data is "NAME=value".
         let skip = name.utf8.count + 1
         guard length >= skip else { return nil }
@@ -132,7 +135,7 @@ public final class JournalReader {
     /// When the current entry was written (journald's receive time).
     public func realtime() throws(JournalReaderError) -> WallTime {
         var microseconds: UInt64 = 0
-        let result = sd_journal_get_realtime_usec(journal, &microseconds)
+        let result = wk_sd_journal_get_realtime_usec(journal, &microseconds)
         if result < 0 { throw .failed("read a journal entry's time", Errno(rawValue: -result)) }
         return WallTime(secondsSinceEpoch: Int64(microseconds / 1_000_000), nanoseconds: Int32(microseconds % 1_000_000) * 1_000)
     }
@@ -149,12 +152,12 @@ public final class JournalReader {
     /// alone would sleep through SIGINT, which the caller keeps blocked. The journal's own
     /// timeout (sd_journal_get_timeout) bounds the wait, for file systems without inotify.
     public func wait(orSignalOn signalDescriptor: Int32) throws(JournalReaderError) -> JournalWakeup {
-        let fd = sd_journal_get_fd(journal)
+        let fd = wk_sd_journal_get_fd(journal)
         if fd < 0 { throw .failed("watch the journal for new entries", Errno(rawValue: -fd)) }
-        let events = sd_journal_get_events(journal)
+        let events = wk_sd_journal_get_events(journal)
         if events < 0 { throw .failed("watch the journal for new entries", Errno(rawValue: -events)) }
         var until: UInt64 = 0
-        let timeoutResult = sd_journal_get_timeout(journal, &until)
+        let timeoutResult = wk_sd_journal_get_timeout(journal, &until)
         if timeoutResult < 0 { throw .failed("watch the journal for new entries", Errno(rawValue: -timeoutResult)) }
         var timeoutMilliseconds: Int32 = -1
         if until != UInt64.max {
@@ -168,7 +171,7 @@ public final class JournalReader {
             throw .failed("wait for new journal entries", error)
         }
         if descriptors[1].revents & Int16(POLLIN) != 0 { return .signal }
-        let processed = sd_journal_process(journal)
+        let processed = wk_sd_journal_process(journal)
         if processed < 0 { throw .failed("read the journal's changes", Errno(rawValue: -processed)) }
         return .changed
     }
@@ -261,6 +264,8 @@ public enum JournalReaderError: Error, CustomStringConvertible, Equatable {
     case unreadable(JournalReader.Source, JournalFiles)
     /// What could not be done ("open the journal") and why.
     case failed(String, Errno)
+    /// libsystemd.so.0, which reads journal files, could not be loaded: dlerror's words.
+    case noLibrary(String)
 
     public var description: String {
         switch self {
@@ -279,6 +284,8 @@ public enum JournalReaderError: Error, CustomStringConvertible, Equatable {
                 + "are you root or in the group systemd-journal or adm?"
         case .failed(let action, let error):
             return error.unable(action)
+        case .noLibrary(let why):
+            return "unable to read the journal: unable to load libsystemd.so.0 (Debian's libsystemd0): \(why)"
         }
     }
 
@@ -287,7 +294,7 @@ public enum JournalReaderError: Error, CustomStringConvertible, Equatable {
         switch self {
         case .keepsNothing: return ExitCode.noInput
         case .unreadable: return ExitCode.permission
-        case .failed: return ExitCode.osError
+        case .failed, .noLibrary: return ExitCode.osError
         }
     }
 }

@@ -1,4 +1,5 @@
 import CWatchkeeperSystem
+import CWatchkeeperSystemd
 import Logging
 import Synchronization
 
@@ -95,7 +96,7 @@ public final class LogSink: Sendable {
     }
 
     /// The one place the daemon's own entries are written, on the outbox's queue: here a
-    /// blocking sd_journal_sendv or write(2) holds nothing but that queue. Lines for stderr
+    /// blocking journal send or write(2) holds nothing but that queue. Lines for stderr
     /// go out together, up to 64 KiB a write.
     private static func write(_ entries: [LogOutbox.Entry], target: Target) {
         var lines: [UInt8] = []
@@ -178,23 +179,24 @@ public final class LogSink: Sendable {
 }
 
 enum Journal {
-    /// sd_journal_send is variadic and does not import; sendv takes the same
-    /// `FIELD=value` strings as iovecs. Values may hold newlines (the dump does).
-    static func send(_ fields: [(name: String, value: String)]) -> Int32 {
-        send(bytes: fields.map { ($0.name, Array($0.value.utf8)) })
+    /// One entry to journald's native socket, as sd_journal_sendv(3) sends it (`wk_journal_sendv`,
+    /// without libsystemd): 0 when sent or when no journal listens there, -errno otherwise.
+    /// Values may hold newlines (the dump does); an entry too big for a datagram goes as a memfd.
+    static func send(_ fields: [(name: String, value: String)], path: String = JournalSocket.defaultPath) -> Int32 {
+        send(bytes: fields.map { ($0.name, Array($0.value.utf8)) }, path: path)
     }
 
-    static func send(bytes fields: [(name: String, value: [UInt8])]) -> Int32 {
+    static func send(bytes fields: [(name: String, value: [UInt8])], path: String = JournalSocket.defaultPath) -> Int32 {
         let prepared = entry(fields)
         var buffer = prepared.buffer
         return buffer.withUnsafeMutableBytes { raw -> Int32 in
             var vectors = prepared.spans.map { iovec(iov_base: raw.baseAddress! + $0.start, iov_len: $0.length) }
-            return sd_journal_sendv(&vectors, Int32(vectors.count))
+            return wk_journal_sendv(path, &vectors, Int32(vectors.count))
         }
     }
 
     /// One `FIELD=value` span per field, the value's bytes exactly as given: nothing is
-    /// escaped for the journal. sd_journal_sendv takes each span by length and sends a
+    /// escaped for the journal. `wk_journal_sendv` takes each span by length and sends a
     /// value that holds a newline in journald's binary-safe form (name, newline, 64-bit
     /// length, data), so control bytes, NUL and invalid UTF-8 all arrive intact.
     static func entry(_ fields: [(name: String, value: [UInt8])]) -> (buffer: [UInt8], spans: [(start: Int, length: Int)]) {

@@ -1,17 +1,25 @@
-import CWatchkeeperSystem
+import CWatchkeeperSystemd
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The sd_notify protocol (READY, STATUS, RELOADING, STOPPING, WATCHDOG,
-/// EXTEND_TIMEOUT_USEC). Without NOTIFY_SOCKET every call is a no-op, so the
-/// daemon runs the same way in a terminal. sd_notifyf is variadic and does not
-/// import; we format the state string ourselves.
+/// EXTEND_TIMEOUT_USEC): one datagram to NOTIFY_SOCKET per message, sent by
+/// `wk_notify` without libsystemd (CWatchkeeperSystemd). Without NOTIFY_SOCKET every
+/// call is a no-op, so the daemon runs the same way in a terminal.
 public final class SystemdNotifier: Sendable {
     public let isConnected: Bool
+    /// NOTIFY_SOCKET: a path, or '@' and an abstract socket's name.
+    private let socket: String?
     /// The last STATUS= line, so the dump can show what systemctl status shows.
     private let currentStatus = Mutex("")
 
     public init(environment: [String: String]) {
-        isConnected = !(environment["NOTIFY_SOCKET"] ?? "").isEmpty
+        let socket = environment["NOTIFY_SOCKET"] ?? ""
+        self.socket = socket.isEmpty ? nil : socket
+        isConnected = !socket.isEmpty
     }
 
     @discardableResult
@@ -19,9 +27,9 @@ public final class SystemdNotifier: Sendable {
         for (key, value) in assignments where key == "STATUS" {
             currentStatus.withLock { $0 = value }
         }
-        guard isConnected else { return false }
+        guard let socket else { return false }
         let state = assignments.map { "\($0.0)=\($0.1)" }.joined(separator: "\n")
-        return sd_notify(0, state) > 0
+        return wk_notify(socket, state, state.utf8.count) > 0
     }
 
     public var status: String { currentStatus.withLock { $0 } }
@@ -31,12 +39,20 @@ public final class SystemdNotifier: Sendable {
         send([("STATUS", line.replacingNewlines())])
     }
 
-    /// The watchdog interval systemd expects pings within, if it expects any of us
-    /// (sd_watchdog_enabled also checks WATCHDOG_PID against our pid).
+    /// The watchdog interval systemd expects pings within, if it expects any of us.
     public static func watchdogInterval() -> Duration? {
-        var microseconds: UInt64 = 0
-        guard sd_watchdog_enabled(0, &microseconds) > 0, microseconds > 0 else { return nil }
-        return .microseconds(Int64(microseconds))
+        watchdogInterval(microseconds: getenv("WATCHDOG_USEC").map { String(cString: $0) },
+                         pid: getenv("WATCHDOG_PID").map { String(cString: $0) }, ownPID: getpid())
+    }
+
+    /// What sd_watchdog_enabled(3) reads: WATCHDOG_USEC, a positive number of microseconds
+    /// (not "infinity"), for this process unless WATCHDOG_PID names another one.
+    static func watchdogInterval(microseconds: String?, pid: String?, ownPID: pid_t) -> Duration? {
+        guard let microseconds, let value = UInt64(microseconds), value > 0, value != .max else { return nil }
+        if let pid {
+            guard let owner = pid_t(pid), owner > 0, owner == ownPID else { return nil }
+        }
+        return .microseconds(Int64(clamping: value))
     }
 }
 

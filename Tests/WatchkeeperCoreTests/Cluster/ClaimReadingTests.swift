@@ -9,8 +9,9 @@ final class ClaimReadingTests: XCTestCase {
     private let lease: Int64 = 7
     private let instantText = "2026-11-28T17:00:00.000Z"
 
-    private func reading(_ known: [String: ClaimReading.Known] = [:]) -> ClaimReading {
-        ClaimReading(host: "web-1", lease: lease, keys: keys) { known[$0] ?? [] }
+    /// `unanswered`: the run IDs of this host's claims that got no answer.
+    private func reading(_ known: [String: ClaimReading.Known] = [:], unanswered: Set<String> = ["00000000000000aa"]) -> ClaimReading {
+        ClaimReading(host: "web-1", lease: lease, keys: keys, known: { known[$0] ?? [] }, unanswered: { _, runID in unanswered.contains(runID) })
     }
 
     private func kv(_ key: String, _ value: String, lease: Int64, revision: Int64 = 40) -> EtcdKeyValue {
@@ -62,12 +63,27 @@ final class ClaimReadingTests: XCTestCase {
             ("nor is this host's running key on another lease",
              [kv(runningKey, fire(host: "web-1", state: .running, instant: previous).json, lease: 6)], [:],
              .init(answer: .previousRunning(fire(host: "web-1", state: .running, instant: previous), revision: 40, orphan: false), counter: "claims_skipped")),
+            ("this host's previous fire, its end on its way to etcd, holds this one rather than skipping it",
+             [kv(runningKey, fire(host: "web-1", state: .running, instant: previous).json, lease: lease)], [previousKey: .writing],
+             .init(answer: .held("this host's record of the fire due at \(previous) is on its way to etcd"))),
+            ("this host's previous fire, its claim still on its way, holds this one",
+             [kv(runningKey, fire(host: "web-1", state: .running, instant: previous).json, lease: lease)], [previousKey: .pending],
+             .init(answer: .held("this host's claim of the fire due at \(previous) is on its way to etcd"))),
+            ("a later fire running (this one is run late) holds this one: it is not this one's previous",
+             [kv(runningKey, fire(host: "web-2", state: .running, instant: "2026-11-28T18:00:00.000Z").json, lease: 9)], [:],
+             .init(answer: .held("the later fire due at 2026-11-28T18:00:00.000Z runs on web-2; this one waits for its end"))),
             ("both keys gone between the compare and the read: held, to try again", [], [:],
              .init(answer: .held("the claim raced with an expiring lease; retrying"))),
         ]
         for row in rows {
             XCTAssertEqual(reading(row.known).fire(row.found, mine: mine, fireKey: fireKey), row.expected, row.name)
         }
+        // Seen in the simulation with etcd electing a leader (seed 2298 with elections drawn):
+        // a claim answered as won while the lease was fenced is released, the retry overtakes
+        // the release, finds the claim, and must not run under a revision the release deletes.
+        XCTAssertEqual(reading([:], unanswered: []).fire([kv(fireKey, ours.json, lease: lease)], mine: mine, fireKey: fireKey),
+                       .init(answer: .held("this host's claim of the fire, let go a moment ago, is still in etcd; retrying")),
+                       "this host's claim on this lease that was answered, and let go since, is not adopted")
     }
 
     func testAFileClaim_thatFoundItsKey_isWonRunningHandledOrClaimedOver() {
@@ -98,5 +114,8 @@ final class ClaimReadingTests: XCTestCase {
         for row in rows {
             XCTAssertEqual(reading([key: row.known]).file(row.found, mine: mine, key: key), row.expected, row.name)
         }
+        XCTAssertEqual(reading([key: []], unanswered: ["00000000000000bb"]).file(kv(key, ours.json, lease: lease), mine: mine, key: key),
+                       .init(answer: .held("this host's claim of the file, let go a moment ago, is still in etcd; retrying")),
+                       "this host's claim on this lease that was answered (its release overtaken by this claim) is not adopted")
     }
 }

@@ -44,6 +44,22 @@ final class FleetLeaseTests: XCTestCase {
         XCTAssertEqual(lease.fences, 1)
     }
 
+    /// A renewal sent into a moment without a leader times out at the fence point: it is
+    /// tried again after the retry delay, not left until the lease is lost at expiry (a 1.2 s
+    /// etcd outage lost every host's lease that way in the simulation).
+    func testARenewalFailingAtTheFencePoint_isTriedAgainBeforeExpiry() {
+        var lease = FleetLease(ttl: .seconds(9))
+        held(&lease, sentAt: zero)
+        XCTAssertEqual(lease.handle(.timer(now: zero + .seconds(3))).first, .renew(id: 7))
+        // Its answer never came: it fails at the fence point (expiry 9 s minus 3 s).
+        XCTAssertEqual(lease.handle(.renewalFailed(now: zero + .seconds(6))), [.armTimer(at: zero + .seconds(6))])
+        let fencing = lease.handle(.timer(now: zero + .seconds(6)))
+        XCTAssertEqual(fencing.last, .armTimer(at: zero + .milliseconds(6_500)), "\(fencing)")
+        XCTAssertEqual(lease.handle(.timer(now: zero + .milliseconds(6_500))).first, .renew(id: 7))
+        _ = lease.handle(.renewed(ttl: .seconds(9), sentAt: zero + .milliseconds(6_500)))
+        XCTAssertEqual(lease.claimable, 7, "renewed before expiry: claimable again")
+    }
+
     /// Issue 35, item 1: jobs may start under a held lease until its fence point, and not
     /// at all once it is being fenced or lost.
     func testJobsMayStartUntilTheFencePoint_andNotWhileTheLeaseIsFenced() {

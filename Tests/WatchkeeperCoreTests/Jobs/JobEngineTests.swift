@@ -35,17 +35,55 @@ final class JobEngineTests: XCTestCase {
         var all: [JobCompletion] { state.withLock { $0 } }
     }
 
+    /// Every engine the test made, stopped in tearDown as the daemon stops its engine.
+    private var engines: [JobEngine] = []
+    /// In the environment of every job of the test, and so of everything those jobs start:
+    /// tearDown looks for processes carrying it.
+    private var mark = (key: "WATCHKEEPER_TEST_JOB", value: "")
+
+    override func setUp() {
+        super.setUp()
+        mark.value = "JobEngineTests-\(getpid())-\(UUIDLess.next())"
+    }
+
+    /// No job outlives its test. A test that failed half-way, or drained nothing, left its
+    /// jobs running: the stubborn one below ignores SIGTERM and loops, and outlived the whole
+    /// `make test` when its test ended early. Each engine not drained yet is drained now
+    /// (SIGTERM, SIGKILL after kill_grace: the daemon's stop), then nothing carrying the
+    /// test's mark may be left; what is gets SIGKILL here, and the test fails naming it.
+    override func tearDown() {
+        for engine in engines {
+            let stopped = DispatchSemaphore(value: 0)
+            let draining = engine.queue.queue.sync { () -> Bool in
+                guard engine.drain == nil else { return false }
+                engine.beginDrain(grace: .zero) { _ in stopped.signal() }
+                return true
+            }
+            if draining { XCTAssertEqual(stopped.wait(timeout: .now() + 30 * testDeadlineScale), .success, "the engine's stop did not end") }
+        }
+        engines.removeAll()
+        let entry = mark.key + "=" + mark.value
+        var left = processesCarrying(entry)
+        if !left.isEmpty { _ = waitFor(5) { left = processesCarrying(entry); return left.isEmpty } }
+        for process in left { kill(process.pid, SIGKILL) }
+        XCTAssertTrue(left.isEmpty, "processes of the test's jobs outlived it and its engine's stop (killed now): \(left)")
+        super.tearDown()
+    }
+
     private func makeEngine(maxJobs: Int) -> JobEngine {
         let queue = SubsystemQueue(name: "test.jobs.\(UUIDLess.next())")
         let sink = LogSink(target: .stderr, level: .critical, problemCapacity: 10)
         let context = JobContext(queue: queue, sink: sink, logger: Logger(label: "test"), sources: SourceRegistry(),
                                  daemonEnvironment: ["PATH": "/usr/bin:/bin"])
-        return JobEngine(context: context, maxJobs: maxJobs)
+        let engine = JobEngine(context: context, maxJobs: maxJobs)
+        engines.append(engine)
+        return engine
     }
 
     private func group(_ key: JobKey, _ script: String, limit: Int = 10, configure: (inout JobGroup) -> Void = { _ in }) -> JobGroup {
         var group = JobGroup(key: key, settings: JobSettings(command: .shell(script)), limit: limit, retry: nil, retryExpired: false)
         configure(&group)
+        group.settings.environment[mark.key] = mark.value
         return group
     }
 
@@ -165,7 +203,9 @@ final class JobEngineTests: XCTestCase {
         let stubborn = JobKey(.task, "stubborn")
         let directory = try makeScratchDirectory()
         engine.queue.queue.sync {
-            engine.configure(group(stubborn, "trap '' TERM; echo $$ > \(directory)/pid; while :; do sleep 0.05; done") { group in
+            // Deaf to SIGTERM, but not immortal: it ends once the test's process is gone (an interrupted
+            // run: no tearDown stops it then, and it is in a session of its own).
+            engine.configure(group(stubborn, "trap '' TERM; echo $$ > \(directory)/pid; while kill -0 $PPID 2>/dev/null; do sleep 0.05; done") { group in
                 group.settings.killGrace = .milliseconds(1_500)
             })
             engine.submit(stubborn, subject: .schedule(scheduledAt: nil)) { done.add($0) }

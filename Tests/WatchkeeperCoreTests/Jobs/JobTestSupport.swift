@@ -156,3 +156,21 @@ func waitForLine(in path: String, timeout: Double = 10) -> String? {
         return text.split(separator: "\n").first.map(String.init)
     }
 }
+
+/// The live processes whose environment holds `entry` ("KEY=value"): a job given it in its
+/// environment, and everything the job started, whatever process group or session it moved
+/// to (the environment is inherited through fork and exec; a zombie's reads empty).
+func processesCarrying(_ entry: String) -> [(pid: pid_t, command: String)] {
+    let wanted = Array(entry.utf8)
+    func read(_ path: String) -> [UInt8] {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return [] }
+        defer { try? handle.close() }
+        return [UInt8](handle.readDataToEndOfFile())
+    }
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return names.compactMap { name in
+        guard let pid = pid_t(name), pid != getpid(),
+              read("/proc/\(name)/environ").split(separator: 0).contains(where: { $0.elementsEqual(wanted) }) else { return nil }
+        return (pid, String(decoding: read("/proc/\(name)/cmdline").map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self))
+    }
+}

@@ -174,6 +174,17 @@ final class FleetHosts {
     }
 
     /// A fleet task named `tick` running `command(sleep:)`.
+    /// Every host's log lines that name the fire due at `instant` (seconds since the epoch):
+    /// what a failed assertion about that fire prints.
+    func said(about instant: Double) -> [String: [String]] {
+        let seconds = Int64(instant.rounded())
+        let iso = WallTime(secondsSinceEpoch: seconds, nanoseconds: 0).iso8601
+        let stamp = String(iso.prefix(19))
+        return Dictionary(uniqueKeysWithValues: hosts.map { host in
+            (host.name, (host.daemon?.stderr ?? "").split(separator: "\n").filter { $0.contains(stamp) }.map(String.init))
+        })
+    }
+
     static func tickTask(every: String, sleep: String = "0.2", extra: String = "") -> String {
         """
         [[task]]

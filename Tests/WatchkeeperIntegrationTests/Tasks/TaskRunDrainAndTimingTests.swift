@@ -43,6 +43,8 @@ extension TaskRunTests {
     /// The old drain gave up 10 s after shutdown_grace and exited 0 with the job alive
     /// (PPID 1) and no record. Now it waits out the job's kill_grace, kills it, records it.
     func testDrain_withAKillGraceOverTenSeconds_endsTheJobAndWritesItsRecordBeforeExiting() throws {
+        // Deaf to SIGTERM, but its loop ends with this test's process: a failed test SIGKILLs the
+        // daemon (DaemonProcess.deinit), which then cannot kill it.
         let (sandbox, daemon, _) = try start("""
             [[task]]
             name = "stubborn"
@@ -50,10 +52,10 @@ extension TaskRunTests {
             run_on_start = true
             kill_grace = "11s"
             shell = true
-            command = 'trap "" TERM; echo $$ > @DIR@/pid; while :; do sleep 0.05; done'
+            command = 'trap "" TERM; echo $$ > @DIR@/pid; while kill -0 \(getpid()) 2>/dev/null; do sleep 0.05; done'
             """, daemon: "shutdown_grace = \"200ms\"")
-        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: sandbox.root + "/pid") }, daemon.stderr)
-        let pid = try XCTUnwrap(Int32(lines(sandbox.root + "/pid").first ?? ""))
+        // The pid, not the file: the shell's redirection makes the file before echo writes.
+        let pid = try XCTUnwrap(waitForValue(10) { Int32(lines(sandbox.root + "/pid").first ?? "") }, daemon.stderr)
         daemon.stop(within: 30)
         XCTAssertEqual(kill(pid, 0), -1, "the job outlived the daemon")
         XCTAssertTrue(daemon.stderr.contains("task stubborn run") && daemon.stderr.contains("outcome=expired"), daemon.stderr)

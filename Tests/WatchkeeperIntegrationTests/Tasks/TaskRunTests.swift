@@ -61,6 +61,8 @@ final class TaskRunTests: XCTestCase {
     }
 
     func testJobIgnoringTheStopSignal_isKilledAfterKillGrace() throws {
+        // Deaf to SIGTERM, but its loop ends with this test's process: a failed test SIGKILLs the
+        // daemon (DaemonProcess.deinit), which then cannot kill it.
         let (sandbox, daemon, _) = try start("""
             [[task]]
             name = "stubborn"
@@ -69,7 +71,7 @@ final class TaskRunTests: XCTestCase {
             budget = "300ms"
             kill_grace = "700ms"
             shell = true
-            command = 'trap "" TERM; echo $$ > @DIR@/pid; while :; do sleep 0.05; done'
+            command = 'trap "" TERM; echo $$ > @DIR@/pid; while kill -0 \(getpid()) 2>/dev/null; do sleep 0.05; done'
             """)
         XCTAssertTrue(daemon.waitForStderr(containing: "outcome=expired", timeout: 10), daemon.stderr)
         let record = try XCTUnwrap(daemon.stderr.split(separator: "\n").first { $0.contains("outcome=expired") })
