@@ -341,17 +341,37 @@ static int succeed(struct wk_spawn_result *res, pid_t pid, int pidfd) {
     return 0;
 }
 
-// Every signal, the glibc-internal 32 and 33 included (pthread_sigmask leaves those out):
-// the shared-memory child must not run one of the parent's handlers before it has reset
-// the dispositions.
-static void block_every_signal(unsigned long previous[_NSIG / (8 * sizeof(unsigned long))]) {
-    unsigned long all[_NSIG / (8 * sizeof(unsigned long))];
+#define WK_MASK_WORDS (_NSIG / (8 * sizeof(unsigned long)))
+
+static void clear_sigchld(unsigned long mask[WK_MASK_WORDS]) {
+    enum { bits = 8 * sizeof(unsigned long) };
+    mask[(SIGCHLD - 1) / bits] &= ~(1UL << ((SIGCHLD - 1) % bits));
+}
+
+// Every signal but SIGCHLD, the glibc-internal 32 and 33 included (pthread_sigmask leaves
+// those out): the shared-memory child must not run one of the parent's handlers before it
+// has reset the dispositions. SIGCHLD has none (SIG_DFL, never handled or waited for:
+// exits are read from pidfds; and never SIG_IGN, see wk_spawn.h), and it stays unblocked in
+// the spawning thread, before, during and after the clone: a job's exit signal goes to the
+// thread that cloned it, and only where it is not blocked does the kernel discard an
+// ignored signal as it is sent. Blocked there (libdispatch's workers block every signal)
+// it was queued for the process and woke the one thread that took it: the main thread,
+// parked by dispatch_main in sigsuspend with an empty mask, 0.9 times per job in a burst;
+// with the mask restored less SIGCHLD but still blocked during each clone, another worker
+// in clock_nanosleep instead (docs/measurements/latency-path.md).
+static void block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]) {
+    unsigned long all[WK_MASK_WORDS];
     memset(all, 0xff, sizeof(all));
+    clear_sigchld(all);
     (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, all, previous, _NSIG / 8);
 }
 
-static void restore_signals(const unsigned long previous[_NSIG / (8 * sizeof(unsigned long))]) {
-    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, previous, NULL, _NSIG / 8);
+// The mask before the clone, less SIGCHLD (see above).
+static void restore_signals_but_sigchld(const unsigned long previous[WK_MASK_WORDS]) {
+    unsigned long mask[WK_MASK_WORDS];
+    memcpy(mask, previous, sizeof(mask));
+    clear_sigchld(mask);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, mask, NULL, _NSIG / 8);
 }
 
 // Child stacks are kept for the next spawn: an mmap per spawn costs a few page faults,
@@ -404,8 +424,8 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
     }
     void *stack_top = (char *)stack + WK_CHILD_STACK_SIZE;  // grows down on every Linux target we build for
 
-    unsigned long previous[_NSIG / (8 * sizeof(unsigned long))];
-    block_every_signal(previous);
+    unsigned long previous[WK_MASK_WORDS];
+    block_every_signal_but_sigchld(previous);
     int pidfd = -1;
     pid_t pid = clone(child_entry, stack_top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan, &pidfd);
     int clone_errno = errno;
@@ -415,7 +435,7 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
         pid = clone(child_entry, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, plan);
         clone_errno = errno;
     }
-    restore_signals(previous);
+    restore_signals_but_sigchld(previous);
     // CLONE_VFORK: the child has exec'd or exited, so its stack is free again.
     give_back_stack(stack);
     if (pid < 0) {
@@ -466,6 +486,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     // the child has reset the dispositions.
     sigset_t all, previous;
     sigfillset(&all);
+    sigdelset(&all, SIGCHLD);  // as in spawn_shared: discarded as it is sent
     pthread_sigmask(SIG_SETMASK, &all, &previous);
     pid_t pid = fork();
     if (pid == 0) {
@@ -473,6 +494,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
         run_child(plan);
     }
     int fork_errno = errno;
+    sigdelset(&previous, SIGCHLD);
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     (void)close(report[1]);
     if (pid < 0) {

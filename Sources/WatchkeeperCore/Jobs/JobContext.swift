@@ -34,7 +34,8 @@ public struct JobContext: CgroupRemovalContext, Sendable {
         self.daemonEnvironment = daemonEnvironment
         self.daemonAccount = Account.lookup(uid: geteuid())
         self.containment = containment
-        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)")
+        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)",
+                                       closeIsLastReference: true)
         self.deadlines = JobDeadlines(queue: queue, sources: sources)
         self.pipeReserve = JobPipeReserve(queue: queue)
     }

@@ -55,9 +55,19 @@ final class DescriptorPoller: @unchecked Sendable {
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: DescriptorPoller.readSize, alignment: 16)
     private var readBufferInUse = false
     static let readSize = 65_536
+    /// The close of a cancelled descriptor is the last reference to its open file, so the
+    /// kernel takes it out of the set and no EPOLL_CTL_DEL is made first (2.0 system calls
+    /// per job in a burst: the descriptors still in the set at their close). True only for
+    /// the jobs' poller: every process is spawned on the jobs queue, which is suspended
+    /// until the child has exec'd (its copy of the table closed), so no copy of a
+    /// descriptor outlives the queue's close of it. Elsewhere a
+    /// spawn on the jobs queue could hold a copy while another queue closes its own, and the
+    /// set would report a descriptor it no longer knows until that child exec'd.
+    let closeIsLastReference: Bool
 
     /// `owner` and `purpose` name the epoll instance in the dump's sources and the journal.
-    init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, owner: String, purpose: String) {
+    init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, owner: String, purpose: String, closeIsLastReference: Bool = false) {
+        self.closeIsLastReference = closeIsLastReference
         self.queue = queue
         self.sources = sources
         self.logger = logger
@@ -101,6 +111,10 @@ final class DescriptorPoller: @unchecked Sendable {
 
     /// Number of descriptors in epoll now.
     var count: Int { watched.count }
+
+    /// The epoll instance's descriptor (nil: each is polled by a timer), for a test to read
+    /// the kernel's own list of what is in the set (/proc/self/fdinfo).
+    var epollDescriptor: Int32? { epoll?.descriptor.rawValue }
 
     /// Takes `descriptor` into the set, inactive: `activate` starts delivery of `handler`
     /// (readable, or a hang-up or error), `cancel` takes it out and closes it (after
@@ -149,8 +163,11 @@ final class DescriptorPoller: @unchecked Sendable {
 
     /// EPOLL_CTL_DEL. Only EBADF or ENOENT could make it fail, and neither can happen to a
     /// descriptor we own and added; its close would take it out of the set regardless.
-    fileprivate func remove(_ entry: PolledDescriptor) {
-        if let epoll { _ = epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_DEL), entry.descriptor.rawValue, nil) }
+    /// `closing`: the descriptor is closed next, which takes it out if `closeIsLastReference`.
+    fileprivate func remove(_ entry: PolledDescriptor, closing: Bool = false) {
+        if let epoll, !(closing && closeIsLastReference) {
+            _ = epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_DEL), entry.descriptor.rawValue, nil)
+        }
         watched[entry.token] = nil
     }
 
@@ -331,7 +348,7 @@ final class PolledDescriptor: @unchecked Sendable {
         case .cancelled:
             return
         case .polled:
-            poller?.remove(self)
+            poller?.remove(self, closing: true)
         case .timerPolled(let timer):
             timer.cancel()
         case .out, .inactive:

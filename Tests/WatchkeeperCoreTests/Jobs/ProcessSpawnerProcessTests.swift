@@ -121,6 +121,27 @@ extension ProcessSpawnerTests {
         XCTAssertEqual(reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue), .exited(0))
     }
 
+    /// A job's exit wakes no other thread of the daemon: its SIGCHLD goes to the thread that
+    /// spawned it, which now leaves SIGCHLD unblocked, so the kernel discards it as it is sent
+    /// (blocked there, as in every libdispatch worker, it was queued for the process and woke
+    /// the main thread, parked in sigsuspend, once per job). Both ways of spawning.
+    func testSpawningThread_leavesSIGCHLDUnblocked_soAJobsExitIsNotQueuedForTheProcess() throws {
+        for forceFork in [false, true] {
+            var chld = sigset_t(), before = sigset_t(), pending = sigset_t()
+            sigemptyset(&chld)
+            sigaddset(&chld, SIGCHLD)
+            pthread_sigmask(SIG_BLOCK, &chld, &before)
+            defer { pthread_sigmask(SIG_SETMASK, &before, nil) }
+            let finished = try run([bytes("/bin/sh"), bytes("-c"), bytes("exit 7")], forceFork: forceFork)
+            XCTAssertEqual(finished.exit, .exited(7))
+            var now = sigset_t()
+            pthread_sigmask(SIG_BLOCK, nil, &now)
+            XCTAssertEqual(sigismember(&now, SIGCHLD), 0, "SIGCHLD blocked after a spawn, forceFork \(forceFork)")
+            sigpending(&pending)
+            XCTAssertEqual(sigismember(&pending, SIGCHLD), 0, "a job's SIGCHLD pending, forceFork \(forceFork)")
+        }
+    }
+
     func testSignalToTheProcessGroup_killsGrandchildrenToo() throws {
         let output = try OwnedPipe().releaseEnds()
         defer { close(output.readEnd) }

@@ -66,6 +66,47 @@ final class DescriptorPollerTests: XCTestCase {
         queue.queue.sync { entry.cancel() }
     }
 
+    /// The jobs' poller makes no EPOLL_CTL_DEL before a close that is the last reference:
+    /// the kernel's own list of the set (fdinfo's `tfd:` lines) must be empty all the same,
+    /// also for a descriptor cancelled with an event pending, and nothing is delivered after.
+    func testCancelWithoutDeletion_leavesTheKernelsSetEmpty_whenTheCloseIsTheLastReference() throws {
+        let jobsLike = DescriptorPoller(queue: queue, sources: sources, logger: Logger(label: "test"), owner: "test",
+                                        purpose: "test descriptors", closeIsLastReference: true)
+        let calls = Calls()
+        func inKernelSet() throws -> Int {
+            let epoll = try XCTUnwrap(queue.queue.sync { jobsLike.epollDescriptor })
+            let info = try String(contentsOfFile: "/proc/self/fdinfo/\(epoll)", encoding: .utf8)
+            return info.split(separator: "\n").filter { $0.hasPrefix("tfd:") }.count
+        }
+        let (entries, writers) = try queue.queue.sync { () throws -> ([PolledDescriptor], [Int32]) in
+            var entries: [PolledDescriptor] = [], writers: [Int32] = []
+            for index in 0..<3 {
+                let pipe = try OwnedPipe.forJobOutput()
+                writers.append(pipe.writeEnd.rawValue)
+                let entry = jobsLike.watch(pipe, owner: "test", target: "pipe \(index)", afterClose: {}, handler: { calls.called() })
+                entry.activate()
+                entries.append(entry)
+            }
+            return (entries, writers)
+        }
+        XCTAssertEqual(try inKernelSet(), 3)
+        // Readable and unread when cancelled: a registration left behind would fire again and again.
+        queue.queue.sync {
+            write(writers[0], "x")
+            write(writers[1], "y")
+            entries[0].cancel()
+            entries[1].cancel()
+        }
+        XCTAssertEqual(try inKernelSet(), 1, "a closed descriptor must be out of the kernel's set")
+        settle()
+        queue.queue.sync {
+            XCTAssertEqual(calls.count, 0, "nothing may be delivered for a cancelled descriptor")
+            XCTAssertEqual(jobsLike.count, 1)
+            entries[2].cancel()
+        }
+        XCTAssertEqual(try inKernelSet(), 0)
+    }
+
     func testSuspendedDescriptor_getsNoEvents_andResumeDeliversWhatArrivedMeanwhile() throws {
         let calls = Calls()
         let (entry, writer) = try queue.queue.sync { () throws -> (PolledDescriptor, Int32) in
