@@ -57,10 +57,10 @@ public protocol FleetFireOwner: AnyObject {
 
 /// A fire that could not be claimed yet: claimed again later with the same run ID (if the
 /// first claim's answer was lost after etcd applied it, the next finds this host's own).
-public struct HeldFire: Sendable, Equatable {
-    public var instant: WallTime
-    public var cause: String
-    public var runID: RunID
+struct HeldFire: Sendable, Equatable {
+    var instant: WallTime
+    var cause: String
+    var runID: RunID
 }
 
 /// A fleet task's part of the decisions' state (docs/fleet.md).
@@ -74,7 +74,7 @@ public struct FleetTaskState {
     /// failed: a member went, a leader was being elected, the previous fire's record was on
     /// its way) each is kept and claimed again in turn; without a lease only the latest is
     /// (as `persistent` catches up only the latest), the ones it replaces recorded `held`.
-    public internal(set) var held: [HeldFire] = []
+    var held: [HeldFire] = []
     /// How many more fires may wait behind the held ones' late runs instead of being
     /// skipped for them: one per fire held by a failed claim, none once caught up.
     var catchUp = 0
@@ -101,8 +101,8 @@ public final class FleetFires: @unchecked Sendable {
     var tasks: [String: FleetTaskState] = [:]
     var heldRetryTimer: (any FleetTimer)?
     var heldRetryDelay = Duration.milliseconds(250)
-    /// When the armed retry goes off; nil when none is armed.
-    var heldRetryAt: MonotonicInstant?
+    /// A retry of the held fires is armed and has not gone off yet.
+    var heldRetryArmed = false
     var checkTimer: (any FleetTimer)?
     /// Why fleet fires are held now (no etcd lease), for the dump and `status`.
     public private(set) var heldCause: String?
@@ -273,17 +273,16 @@ public final class FleetFires: @unchecked Sendable {
     private func armHeldRetry() {
         // A retry already armed stays where it is: a hold every second (a fire each second,
         // each waiting behind the held ones) must not push it out for ever.
-        guard let owner, heldRetryAt == nil else { return }
+        guard let owner, !heldRetryArmed else { return }
         if heldRetryTimer == nil {
             heldRetryTimer = owner.fleetClock.makeTimer(target: "held fleet fires: claim again") { [weak self] in
-                self?.heldRetryAt = nil
+                self?.heldRetryArmed = false
                 self?.retryHeldFires()
             }
         }
         // Backing off, so a claim refused for good (a role without the prefix) is not a loop.
-        let at = owner.fleetClock.now + heldRetryDelay
-        heldRetryAt = at
-        heldRetryTimer?.schedule(at: at)
+        heldRetryArmed = true
+        heldRetryTimer?.schedule(at: owner.fleetClock.now + heldRetryDelay)
         heldRetryDelay = min(heldRetryDelay * 2, .seconds(8))
     }
 
