@@ -55,20 +55,19 @@ struct ClaimReading {
         if let running = found.first(where: { $0.key == keys.running(mine.task) }) {
             let fire = FleetFire(task: mine.task, instant: "", json: running.value)
                 ?? FleetFire(task: mine.task, instant: "", host: "unknown", runID: "unknown", state: .running)
+            let previous = WallTime(iso8601: fire.instant)
+            let ours = fire.host == host && running.lease == lease && previous != nil
+            let here = ours ? known(keys.fire(mine.task, at: previous!)) : []
             // This host's previous fire, its claim or its end (or release) still on its way to
             // etcd: not a run going on, so this fire waits for it rather than being skipped.
-            if fire.host == host, running.lease == lease, let previous = WallTime(iso8601: fire.instant) {
-                let here = known(keys.fire(mine.task, at: previous))
-                if here.contains(.writing) { return Verdict(answer: .held("this host's record of the fire due at \(fire.instant) is on its way to etcd")) }
-                if here.contains(.pending) { return Verdict(answer: .held("this host's claim of the fire due at \(fire.instant) is on its way to etcd")) }
-            }
+            if here.contains(.writing) { return Verdict(answer: .held("this host's record of the fire due at \(fire.instant) is on its way to etcd")) }
+            if here.contains(.pending) { return Verdict(answer: .held("this host's claim of the fire due at \(fire.instant) is on its way to etcd")) }
             // A later fire runs (this one was held, and is run late): not this one's previous,
             // so this one waits for its end instead of being skipped for it.
-            if let runningInstant = WallTime(iso8601: fire.instant), let instant = WallTime(iso8601: mine.instant), runningInstant > instant {
+            if let previous, let instant = WallTime(iso8601: mine.instant), previous > instant {
                 return Verdict(answer: .held("the later fire due at \(fire.instant) runs on \(fire.host); this one waits for its end"))
             }
-            let orphan = fire.host == host && running.lease == lease
-                && WallTime(iso8601: fire.instant).map { !known(keys.fire(mine.task, at: $0)).contains(.held) } ?? false
+            let orphan = ours && !here.contains(.held)
             return Verdict(answer: .previousRunning(fire, revision: running.modRevision, orphan: orphan), counter: "claims_skipped")
         }
         // Both vanished between the compare and the read (a lease expired): try again later.
