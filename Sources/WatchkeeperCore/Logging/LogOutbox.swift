@@ -1,3 +1,4 @@
+import CWatchkeeperSystem
 import Dispatch
 import Synchronization
 
@@ -52,8 +53,11 @@ final class LogOutbox: Sendable {
     /// (0.75 wake-ups, sleeps and writes per job); whoever waits for what is queued (a hook
     /// for its run's record, the stop, the ready line) ends the wait at once (`hurry`).
     static let gathering: Duration = .milliseconds(5)
-    /// Signalled by `afterWritten` and `flush`: the gathering ends now.
-    private let hurry = DispatchSemaphore(value: 0)
+    /// Written by `afterWritten` and `flush`: the gathering ends now. An eventfd, so that the
+    /// wait is poll(2)'s relative timeout on the monotonic clock: a semaphore's timed wait
+    /// is an absolute CLOCK_REALTIME deadline, which a clock set back would stretch. -1 when
+    /// none could be made: the writer then sleeps the gathering out.
+    private let hurryDescriptor: Int32
 
     private let gatheringFor: Duration
 
@@ -62,6 +66,31 @@ final class LogOutbox: Sendable {
     init(gathering: Duration = LogOutbox.gathering, write: @escaping @Sendable ([Entry]) -> Void) {
         self.gatheringFor = gathering
         self.write = write
+        hurryDescriptor = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
+    }
+
+    deinit {
+        if hurryDescriptor >= 0 { close(hurryDescriptor) }
+    }
+
+    private func hurry() {
+        guard hurryDescriptor >= 0 else { return }
+        var one: UInt64 = 1
+        _ = Glibc.write(hurryDescriptor, &one, MemoryLayout<UInt64>.size)
+    }
+
+    /// Up to `gatheringFor`, or until `hurry`. A hurry from while nothing gathered only
+    /// cuts the next gathering short.
+    private func gather() {
+        let milliseconds = Int32(clamping: gatheringFor.nanosecondsClamped / 1_000_000)
+        guard hurryDescriptor >= 0 else {
+            usleep(useconds_t(milliseconds) * 1_000)
+            return
+        }
+        var entry = pollfd(fd: hurryDescriptor, events: Int16(POLLIN), revents: 0)
+        guard poll(&entry, 1, milliseconds) > 0 else { return }
+        var value: UInt64 = 0
+        _ = read(hurryDescriptor, &value, MemoryLayout<UInt64>.size)
     }
 
     /// Queues `entry` (`size` bytes) and returns at once, or drops it when `maxBytes`
@@ -85,9 +114,7 @@ final class LogOutbox: Sendable {
     }
 
     private func writeAll() {
-        _ = hurry.wait(timeout: (MonotonicInstant.now + gatheringFor).dispatchTime)
-        // Signals from while nothing gathered would only cut later gatherings short.
-        while hurry.wait(timeout: .now()) == .success {}
+        gather()
         while true {
             let taken = state.withLock { state -> (entries: [Entry], bytes: Int, dropped: (entries: UInt64, bytes: UInt64))? in
                 guard !state.entries.isEmpty else {
@@ -118,7 +145,7 @@ final class LogOutbox: Sendable {
     /// after its run's record is out.
     func afterWritten(_ body: @escaping @Sendable () -> Void) {
         queue.async(execute: body)
-        hurry.signal()
+        hurry()
     }
 
     /// Waits up to `timeout` for what is queued to be written: before the process exits,
@@ -130,7 +157,7 @@ final class LogOutbox: Sendable {
         // it returns, so this runs once all that was submitted before the call is out.
         let written = DispatchSemaphore(value: 0)
         queue.async { written.signal() }
-        hurry.signal()
+        hurry()
         return written.wait(timeout: (MonotonicInstant.now + timeout).dispatchTime) == .success
     }
 
