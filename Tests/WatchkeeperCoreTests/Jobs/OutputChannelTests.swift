@@ -121,4 +121,29 @@ final class OutputChannelTests: XCTestCase {
         let text = readAll(stderrRead) { true }
         XCTAssertTrue(text.contains("loud[42] stdout: line 49\n"), text)
     }
+
+    /// A close that ends in its turn makes no EPOLL_CTL_DEL: the pipe's close takes it out of
+    /// the jobs' epoll (two system calls per job in a burst, one per channel). One that has
+    /// to wait for the sink takes the pipe out at once, so no pass calls its handler meanwhile.
+    func testClosingInOneTurn_leavesTheEpollSetByTheCloseAlone_andAWaitingCloseLeavesItAtOnce() throws {
+        let context = makeContext()
+        let channel = try channelAfterJobWrote(50, context: context)
+        context.queue.queue.sync {
+            XCTAssertEqual(context.poller.count, 1)
+            channel.close {}
+            XCTAssertTrue(channel.isClosed)
+            XCTAssertEqual(context.poller.count, 0)
+            XCTAssertEqual(context.poller.deletions, 0, "the close of the last reference takes the pipe out of the set")
+        }
+        XCTAssertTrue(readAll(stderrRead) { true }.contains("loud[42] stdout: line 49\n"))
+
+        fillStderr()
+        let waiting = try channelAfterJobWrote(200, context: context)
+        context.queue.queue.sync {
+            waiting.close {}
+            XCTAssertTrue(waiting.isWaitingForSink)
+            XCTAssertEqual(context.poller.count, 0, "a close that waits must take its pipe out of the set")
+            waiting.stopWaitingForSink()
+        }
+    }
 }

@@ -36,6 +36,21 @@ final class OutputParsingTests: XCTestCase {
         XCTAssertEqual(lines.map(\.continues), [false, false, false])
     }
 
+    /// Most jobs write no line split across reads on a stream, many nothing at all: a
+    /// splitter holds no memory until a line spans reads, and then at most its limit.
+    func testASplitter_holdsNoBufferUntilALineSpansReads() {
+        var splitter = LineSplitter()
+        var lines: [Line] = []
+        XCTAssertEqual(splitter.reservedBytes, 0)
+        feed(&splitter, Array("whole\nlines\n".utf8), into: &lines)
+        XCTAssertEqual(splitter.reservedBytes, 0, "whole lines are lent from the read, never copied")
+        feed(&splitter, Array("spans".utf8), into: &lines)
+        XCTAssertGreaterThan(splitter.reservedBytes, 0)
+        XCTAssertLessThanOrEqual(splitter.reservedBytes, 16_384 + 64)
+        feed(&splitter, Array(" reads\n".utf8), into: &lines)
+        XCTAssertEqual(lines.map { String(decoding: $0.bytes, as: UTF8.self) }, ["whole", "lines", "spans reads"])
+    }
+
     func testALineLongerThanTheLimit_isCutIntoMarkedPieces_andMemoryStaysBounded() {
         var splitter = LineSplitter(maxLineBytes: 10)
         var lines: [Line] = []

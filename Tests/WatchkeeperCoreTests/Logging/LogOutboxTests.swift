@@ -67,4 +67,22 @@ final class LogOutboxTests: XCTestCase {
         XCTAssertTrue(outbox.flush(within: .seconds(10)))
         XCTAssertEqual(sink.written.withLock { $0 }, (0..<1_000).map { "entry \($0)" })
     }
+
+    /// A run's hook waits for its record (`afterWritten`), the stop and the ready line for
+    /// everything (`flush`): neither waits out the writer's gathering, however long it is.
+    func testAfterWrittenAndFlush_endTheWritersGatheringAtOnce() {
+        let sink = GatedSink()
+        sink.open.signal()
+        let outbox = LogOutbox(gathering: .seconds(60)) { sink.write($0) }
+        outbox.submit(.stderr(Array("record\n".utf8)), size: 7)
+        let ran = DispatchSemaphore(value: 0)
+        let started = MonotonicInstant.now
+        outbox.afterWritten { ran.signal() }
+        XCTAssertEqual(ran.wait(timeout: .now() + 20), .success, "afterWritten waited out the gathering")
+        XCTAssertEqual(sink.written.withLock { $0 }, ["record\n"])
+        outbox.submit(.stderr(Array("last\n".utf8)), size: 5)
+        XCTAssertTrue(outbox.flush(within: .seconds(20)), "flush waited out the gathering")
+        XCTAssertEqual(sink.written.withLock { $0 }, ["record\n", "last\n"])
+        XCTAssertLessThan(MonotonicInstant.now - started, .seconds(30))
+    }
 }

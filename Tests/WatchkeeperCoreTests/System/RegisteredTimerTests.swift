@@ -7,6 +7,20 @@ import XCTest
 /// `unowned` or `weak`, so a timer that outlived its owner would fire into freed memory or
 /// into nothing, and stay listed in the dump.
 final class RegisteredTimerTests: XCTestCase {
+    /// The dump lists the sources in the order they were registered, whatever left between.
+    func testTheRegistry_listsSourcesInTheOrderOfRegistration_afterRemovalsAnywhere() {
+        let registry = SourceRegistry()
+        let queue = SubsystemQueue(name: "registry-test")
+        let stats = (0..<50).map { registry.register(.read, owner: "test", target: "s\($0)", on: queue) }
+        for index in stride(from: 0, to: 50, by: 3) { registry.unregister(stats[index]) }
+        registry.unregister(stats[0])
+        let later = registry.register(.timer, owner: "test", target: "later", on: queue)
+        let expected = (0..<50).filter { $0 % 3 != 0 }.map { "s\($0)" } + ["later"]
+        XCTAssertEqual(registry.all.map(\.target), expected)
+        registry.unregister(later)
+        XCTAssertEqual(registry.all.count, expected.count - 1)
+    }
+
     func testATimerWhoseHolderLetsGo_isCancelled_neverFires_andLeavesTheRegistry() throws {
         let registry = SourceRegistry()
         let queue = SubsystemQueue(name: "timer-test")
