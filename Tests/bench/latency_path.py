@@ -94,7 +94,7 @@ def steps(script, writes, stamps):
         def leaving(number):
             return lambda e: e[2] == "raw_syscalls:sys_exit" and e[3].startswith(f"NR {number} ")
 
-        wake = first(lambda e: leaving(232)(e) or leaving(7)(e))  # epoll_wait (libdispatch), poll (C)
+        wake = first(lambda e: leaving(232)(e) or leaving(7)(e))  # epoll_wait (libdispatch), poll (C, the daemon's inotify reader)
         read = first(lambda e: entering(0)(e) and (", 40000," in e[3] or ", 10000," in e[3]))  # the inotify read
         clone = first(lambda e: entering(56)(e) or entering(435)(e))
         execve = first(entering(59))
@@ -117,6 +117,7 @@ def steps(script, writes, stamps):
             add("g jobs queue: line, request, environment, pipes -> clone", clone[0] - jobs[0])
         else:
             add("c-g read -> clone3 (stack, signal mask)", clone[0] - read_done[0])
+        add("a-g close(2) -> clone (the daemon's whole share)", clone[0] - at)
         add("h clone -> the child runs", child_runs[0] - clone[0])
         add("i the child's setup -> execve", execve[0] - child_runs[0])
         add("j execve -> exec done", done[0] - execve[0])

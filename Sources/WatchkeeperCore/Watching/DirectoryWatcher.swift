@@ -201,12 +201,7 @@ public final class DirectoryWatcher: DumpContributor, @unchecked Sendable {
         let readAt = clock.wallNow
         var overflowedNow = false
         defer { if !overflowedNow { eventsCompleteAt[source] = readAt } }
-        // Files whose writer's close is in this same read: their IN_CREATE needs no look (the
-        // close is the evidence), which keeps a burst of written files off the created path.
-        var closedNow: Set<EntryEvents.EntryKey> = []
-        for case .entry(let event, _) in changes where event.mask.contains(.closeWrite) && !event.isDirectory {
-            closedNow.insert(EntryEvents.EntryKey(wd: event.wd, name: event.name))
-        }
+        let closedNow = EntryEvents.ClosedInRead(changes)
         for change in changes {
             switch change {
             case .overflow:

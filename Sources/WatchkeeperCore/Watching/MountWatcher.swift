@@ -130,8 +130,8 @@ public struct MountChange: Equatable, Sendable {
 /// That design missed the mount or the unmount in 9 of 20 runs of the tmpfs test
 /// (docs/measurements/system-layer.md has a reproduction in C).
 ///
-/// So one thread of ours is the only poller: it blocks in poll(2) on mountinfo and on a
-/// stop pipe, and on each change asks `queue` to re-read the table (at most one request
+/// So one thread of ours (a `ReadinessThread`) is the only poller: it blocks in poll(2) on
+/// mountinfo and on a stop eventfd, and on each change asks `queue` to re-read the table (at most one request
 /// outstanding: a burst of mounts costs one re-read). No fd here is registered with
 /// libdispatch, so none can trip its hang-up race (swift-corelibs-libdispatch #949).
 ///
@@ -142,9 +142,8 @@ public final class MountWatcher: @unchecked Sendable {
     /// Read on `queue` only; the poller thread polls its own fd of the same file, because
     /// each open file keeps its own "last change seen".
     private let table: OwnedFileDescriptor
-    /// A byte written here ends the poller thread.
-    private let stopWriter: OwnedFileDescriptor
-    private var pollerParts: PollerParts?
+    /// The poller thread: mountinfo's second fd for POLLPRI, ended by `stop()`.
+    private let poller: ReadinessThread
     private let rereadRequested = Atomic<Bool>(false)
     private var onChange: (MountChange) -> Void
     private var onReadFailure: (Errno) -> Void
@@ -155,33 +154,20 @@ public final class MountWatcher: @unchecked Sendable {
     public private(set) var changesReported: UInt64 = 0
     let path: String
 
-    /// What the poller thread owns and closes when it ends.
-    private final class PollerParts: Sendable {
-        let table: OwnedFileDescriptor
-        let stopReader: OwnedFileDescriptor
-
-        init(table: consuming OwnedFileDescriptor, stopReader: consuming OwnedFileDescriptor) {
-            self.table = table
-            self.stopReader = stopReader
-        }
-    }
-
-    /// Opens `path` (the mount table of our namespace) twice, reads it once, and creates
-    /// the stop pipe; the poller thread starts with `start()`. `onChange` gets each
-    /// non-empty difference; `onReadFailure` a failure to re-read the table or to poll
-    /// (after which the watcher goes on with the last table it read).
+    /// Opens `path` (the mount table of our namespace) twice and reads it once; the poller
+    /// thread starts with `start()`. `onChange` gets each non-empty difference;
+    /// `onReadFailure` a failure to re-read the table or to poll (after which the watcher
+    /// goes on with the last table it read).
     public init(queue: DispatchQueue, path: String = "/proc/self/mountinfo",
                 onChange: @escaping (MountChange) -> Void, onReadFailure: @escaping (Errno) -> Void) throws(Errno) {
         // Both opened before the first read, so a change during it is not missed.
         let table = OwnedFileDescriptor(adopting: try systemCall { Glibc.open(path, O_RDONLY | O_CLOEXEC) })
         let polled = OwnedFileDescriptor(adopting: try systemCall { Glibc.open(path, O_RDONLY | O_CLOEXEC) })
-        let stop = try OwnedPipe()
         let initial = try Self.readTable(table.descriptor)
         self.queue = queue
         self.path = path
         self.table = table
-        self.stopWriter = stop.writeEnd
-        self.pollerParts = PollerParts(table: polled, stopReader: stop.readEnd)
+        self.poller = try ReadinessThread(polling: polled, for: Int16(POLLPRI))
         self.mounts = MountInfoEntry.parse(initial)
         self.onChange = onChange
         self.onReadFailure = onReadFailure
@@ -195,78 +181,35 @@ public final class MountWatcher: @unchecked Sendable {
     /// the process or user is out of threads).
     public func start() -> Result<Void, Errno> {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !started, !cancelled, let parts = pollerParts else { return .success(()) }
-        let poller = Poller(parts: parts, owner: self)
-        let context = Unmanaged.passRetained(poller).toOpaque()
-        var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { context in
-            let poller = Unmanaged<Poller>.fromOpaque(context!).takeRetainedValue()
-            poller.run()
-            return nil
-        }, context)
-        guard created == 0 else {
-            Unmanaged<Poller>.fromOpaque(context).release()
-            return .failure(Errno(rawValue: created))
+        guard !started, !cancelled else { return .success(()) }
+        let queue = self.queue
+        do {
+            // Weak: the thread must not keep the watcher alive; its deinit stops the thread.
+            try poller.start(name: "wk-mountinfo", onReady: { [weak self] revents in
+                guard let self, revents & Int16(POLLPRI | POLLERR) != 0 else { return }
+                self.requestReread()
+            }, onPollFailure: { [weak self] failure in
+                guard let self else { return }
+                queue.async { self.onReadFailure(failure) }
+            })
+        } catch {
+            return .failure(error)
         }
-        pthread_detach(thread)
         started = true
-        pollerParts = nil
         return .success(())
     }
 
-    /// Stops for good: the poller thread ends at the stop byte and closes its fds.
+    /// Stops for good: the poller thread ends at its stop signal and closes its fd.
     public func cancel() {
         guard !cancelled else { return }
         cancelled = true
-        var byte: UInt8 = 0
-        let stop = stopWriter.rawValue
-        // The pipe is empty (only this writes to it, once), so the write cannot block or
-        // fail short of EBADF, which the one-owner rule excludes.
-        if case .failure(let failure) = valueOrErrno({ write(stop, &byte, 1) }) {
-            preconditionFailure(failure.unable("stop the mount poller thread"))
-        }
+        poller.stop()
     }
 
-    /// Runs on the poller thread only.
-    // @unchecked Sendable: confined to the poller thread.
-    private final class Poller: @unchecked Sendable {
-        let parts: PollerParts
-        weak var owner: MountWatcher?
-        let queue: DispatchQueue
-
-        init(parts: PollerParts, owner: MountWatcher) {
-            self.parts = parts
-            self.owner = owner
-            self.queue = owner.queue
-        }
-
-        func run() {
-            var fds = [pollfd(fd: parts.table.rawValue, events: Int16(POLLPRI), revents: 0),
-                       pollfd(fd: parts.stopReader.rawValue, events: Int16(POLLIN), revents: 0)]
-            while true {
-                switch valueOrErrno({ poll(&fds, nfds_t(fds.count), -1) }) {
-                case .success:
-                    if fds[1].revents != 0 { return }
-                    if fds[0].revents & Int16(POLLPRI | POLLERR) != 0 { requestReread() }
-                case .failure(let failure):
-                    // EINVAL or ENOMEM: polling again would fail again. Report it, then keep
-                    // the fds until the stop byte, so that `cancel` never writes to a pipe
-                    // without a reader (EPIPE and SIGPIPE).
-                    queue.async { [weak owner] in owner?.onReadFailure(failure) }
-                    var byte: UInt8 = 0
-                    let stop = parts.stopReader.rawValue
-                    if case .failure(let stopFailure) = valueOrErrno({ read(stop, &byte, 1) }) {
-                        queue.async { [weak owner] in owner?.onReadFailure(stopFailure) }
-                    }
-                    return
-                }
-            }
-        }
-
-        private func requestReread() {
-            guard let owner, !owner.rereadRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
-            queue.async { [weak owner] in owner?.rereadTable() }
-        }
+    /// On the poller thread: at most one re-read outstanding, so a burst of mounts costs one.
+    private func requestReread() {
+        guard !rereadRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        queue.async { [weak self] in self?.rereadTable() }
     }
 
     /// On `queue`, once per burst of changes.

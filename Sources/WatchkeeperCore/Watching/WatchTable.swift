@@ -94,7 +94,7 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
 
     /// Every location `wd` stands for, attached or not.
     public func locations(of wd: WatchDescriptor) -> [Location] {
-        chain(of: wd).map(location)
+        chain(of: wd).map { location($0) }
     }
 
     public func isDetached(_ wd: WatchDescriptor) -> Bool {
@@ -191,7 +191,7 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
         if mask.contains(.queueOverflow) { return .overflow }
         if mask.contains(.ignored) {
             let nodes = chain(of: event.wd)
-            let locations = nodes.map(location)
+            let locations = nodes.map { location($0) }
             heads[event.wd] = nil
             for node in nodes {
                 unwatch(node)
@@ -200,14 +200,19 @@ public struct WatchTable<Owner: Hashable & Sendable>: Sendable {
             return .watchGone(event.wd, locations: locations)
         }
         guard let head = heads[event.wd], !tree[head].detached else { return .unattributed(event) }
-        let nodes = chain(of: event.wd)
         // IN_UNMOUNT, IN_DELETE_SELF, IN_MOVE_SELF are about the watch itself: detached,
         // nothing more will be attributed to these paths (IN_IGNORED follows the first two).
         let detaching = mask.contains(.unmount) || mask.contains(.deleteSelf) || mask.contains(.moveSelf)
+        // An entry's event on a descriptor of one location, nearly every event: no chain to
+        // collect (an array per event, on the way from a file's close to its job).
+        if !detaching && tree[head].nextOfDescriptor < 0 { return .entry(event, locations: [location(head)]) }
+        let nodes = chain(of: event.wd)
         if detaching {
             for node in nodes { tree[node].detached = true }
         }
-        let locations = nodes.map(location)
+        // A closure, not `map(location)`: the unapplied method would capture a copy of the
+        // whole table (a retain and release of each of its arrays) per event.
+        let locations = nodes.map { location($0) }
         if mask.contains(.unmount) { return .unmounted(event.wd, locations: locations) }
         if mask.contains(.deleteSelf) { return .deleted(event.wd, locations: locations) }
         if mask.contains(.moveSelf) { return .movedAway(event.wd, locations: locations) }

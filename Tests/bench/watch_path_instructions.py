@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Instructions (callgrind Ir) per file on the watching path: the inotify read's decode
+(KernelEventWatcher.readQueued) and the backend's delivery (InotifyBackend.deliver, which
+runs the watch table, DirectoryWatcher.handle, the rule, admission with its statx, and the
+submit) to its return. FILES files GAP_MS apart, counters zeroed after three warm-up files.
+Counts, not times: the same at any load. valgrind 3.19 cannot read the release binary's
+DWARF 5, so pass a copy made with `objcopy --strip-debug` (the symbols stay).
+docs/measurements/latency-path.md ("Issue 39, third round: reader").
+
+    python3 Tests/bench/watch_path_instructions.py STRIPPED_BINARY FILES GAP_MS OUT.callgrind
+
+Then `callgrind_annotate --tree=calling --inclusive=yes OUT.callgrind | swift demangle
+--simplified` says where they go. Needs valgrind, gcc and ../shared/bench-peers."""
+import os, subprocess, sys, tempfile, time, shutil, glob
+
+binary, files, gap_ms, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/bench-peers/c")
+work = tempfile.mkdtemp(prefix="wk-reader-cg-")
+try:
+    for name in ("stamp", "writer"):
+        subprocess.run(["gcc", "-O2", "-static", "-o", f"{work}/{name}", f"{peers}/{name}.c"], check=True)
+    inbox = f"{work}/in"
+    os.makedirs(inbox)
+    with open(f"{work}/wk.toml", "w") as f:
+        f.write(f'[daemon]\nstate_dir = "{work}/state"\nruntime_dir = "{work}/run"\nlog_level = "notice"\nmax_jobs = 8\n\n'
+                f'[[watch]]\nname = "bench"\npath = "{inbox}"\nrecursive = false\nevents = ["closed_write"]\ncatch_up = false\n'
+                f'command = ["{work}/stamp", "{{path}}"]\nenvironment = {{ STAMP_OUT = "{work}/stamps" }}\n')
+    cg = f"{work}/cg.out"
+    daemon = subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={cg}",
+                               "--toggle-collect=$s15WatchkeeperCore18KernelEventWatcherC10readQueued*",
+                               "--toggle-collect=$s15WatchkeeperCore14InotifyBackendC7deliver*",
+                               binary, "run", "--config", f"{work}/wk.toml"],
+                              stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    def handled():
+        return sum(1 for _ in open(f"{work}/stamps")) if os.path.exists(f"{work}/stamps") else 0
+    time.sleep(15)
+    for i in range(3):
+        subprocess.run([f"{work}/writer", inbox, f"warm{i}-", "1", "0", f"{work}/warm"], check=True, stdout=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while handled() < i + 1 and time.time() < deadline:
+            time.sleep(0.2)
+    time.sleep(1)
+    subprocess.run(["callgrind_control", "-z", str(daemon.pid)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([f"{work}/writer", inbox, "g", str(files), str(gap_ms * 1000), f"{work}/writes"], check=True,
+                   stdout=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while handled() < files + 3 and time.time() < deadline:
+        time.sleep(0.2)
+    daemon.send_signal(15)
+    daemon.wait(120)
+    outs = glob.glob(cg + "*")
+    shutil.copy(max(outs, key=os.path.getmtime), out)
+    total = subprocess.run(["callgrind_annotate", out], capture_output=True, text=True).stdout
+    line = next(l for l in total.splitlines() if "PROGRAM TOTALS" in l)
+    ir = int(line.split()[0].replace(",", ""))
+    print(f"{os.path.basename(binary)} files={files} handled={handled() - 3} Ir={ir} per delivery={ir / files:.0f}")
+finally:
+    shutil.rmtree(work, ignore_errors=True)
