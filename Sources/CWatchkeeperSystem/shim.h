@@ -284,4 +284,19 @@ static inline int wk_name_to_handle_at(int dirfd, const char *path, struct wk_fi
     return (int)syscall(SYS_name_to_handle_at, dirfd, path, handle, mount_id, flags);
 }
 
+// A thread of the daemon's own (ReadinessThread): its signal mask set before it runs its
+// first instruction, its name for top and perf, its kernel id for the tests. The first two
+// are _GNU_SOURCE only (glibc 2.32+ and 2.12+), and gettid needs glibc 2.30.
+#include <pthread.h>
+#include <sys/eventfd.h>
+extern int pthread_attr_setsigmask_np(pthread_attr_t *attr, const sigset_t *sigmask);
+extern int pthread_setname_np(pthread_t thread, const char *name);
+static inline int wk_pthread_attr_block_every_signal(pthread_attr_t *attr) {
+    sigset_t every;
+    sigfillset(&every);
+    return pthread_attr_setsigmask_np(attr, &every);
+}
+static inline int wk_pthread_set_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
+static inline int wk_gettid(void) { return (int)syscall(SYS_gettid); }
+
 #endif

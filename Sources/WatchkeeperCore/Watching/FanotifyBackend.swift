@@ -66,7 +66,8 @@ final class FanotifyBackend: WatchBackend {
     private var nextCookie: UInt32 = 1 << 31
 
     /// Opens the group and starts reading. EPERM: no CAP_SYS_ADMIN; EINVAL: a kernel
-    /// older than 5.9 (FAN_REPORT_DFID_NAME).
+    /// older than 5.9 (FAN_REPORT_DFID_NAME); EMFILE or EAGAIN: its reader thread's eventfd
+    /// or thread could not be made.
     init(queue: SubsystemQueue, sources: SourceRegistry, problems: ProblemAggregator,
          onChanges: @escaping ([Change]) -> Void) throws(Errno) {
         watcher = try FanotifyWatcher(queue: queue.queue, onEvents: { _ in }, onReadFailure: { _ in })
@@ -80,7 +81,7 @@ final class FanotifyBackend: WatchBackend {
         }, onMalformed: { problem in
             problems.report("fanotify events this daemon cannot decode were dropped (a newer kernel's layout?)", example: "\(problem)")
         })
-        watcher.start()
+        try watcher.start()
     }
 
     /// What the rule's inotify mask asks for, as a mark's mask: renames as FAN_RENAME.

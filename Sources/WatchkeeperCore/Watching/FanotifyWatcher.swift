@@ -6,7 +6,7 @@ import SystemPackage
 import Glibc
 #endif
 
-/// One fanotify group and its read source, on a serial queue its owner gives it: marks
+/// One fanotify group and its reader thread, on a serial queue its owner gives it: marks
 /// whole file systems, reads every event the kernel has queued when the fd is readable,
 /// and hands the owner the decoded events of each wake-up as one array.
 ///
@@ -38,9 +38,9 @@ public final class FanotifyWatcher: KernelEventWatcher<FanotifyEvent>, @unchecke
 
 
     /// Creates the group (fanotify_init: notification class, non-blocking, close-on-exec,
-    /// directory handle and name reporting) and its read source, inactive until `start()`.
+    /// directory handle and name reporting); its reader thread starts with `start()`.
     /// `onEvents` gets every wake-up's events in kernel order; `onReadFailure` an unexpected
-    /// read error (the source stays armed); `onMalformed` the first problem of a read whose
+    /// read error (the reader goes on); `onMalformed` the first problem of a read whose
     /// bytes the decoder refused, which a kernel never writes.
     ///
     /// EPERM: no CAP_SYS_ADMIN; EINVAL: a kernel older than 5.9 (FAN_REPORT_DFID_NAME).
@@ -55,7 +55,7 @@ public final class FanotifyWatcher: KernelEventWatcher<FanotifyEvent>, @unchecke
         decoding.onMalformed = onMalformed
         self.decoding = decoding
         self.reportsObjectHandles = reportObjectHandles
-        super.init(fd, queue: queue, decode: { bytes, events in
+        try super.init(fd, queue: queue, threadName: "wk-fanotify", decode: { bytes, events in
             let decoded = FanotifyEvent.decode(bytes, into: &events)
             decoding.malformedEvents += UInt64(decoded.droppedEvents)
             decoding.undecodedBytes += UInt64(bytes.count - decoded.consumedBytes)

@@ -6,7 +6,7 @@ import SystemPackage
 import Glibc
 #endif
 
-/// One inotify instance and its read source, on a serial queue its owner gives it: adds
+/// One inotify instance and its reader thread, on a serial queue its owner gives it: adds
 /// and removes watches, reads every event the kernel has queued when the fd is readable,
 /// and hands the owner the decoded events of each wake-up as one array. What the events
 /// mean (which rule, which path) is the owner's business, with a `WatchTable`.
@@ -26,15 +26,14 @@ public final class InotifyWatcher: KernelEventWatcher<InotifyEvent>, @unchecked 
         case fail
     }
 
-    /// Creates the instance (inotify_init1, non-blocking, close-on-exec) and its read
-    /// source, inactive until `start()`, so watches can be added before any event is
-    /// delivered. `onEvents` gets every wake-up's events in kernel order; `onReadFailure`
-    /// an unexpected read error (the source stays armed).
+    /// Creates the instance (inotify_init1, non-blocking, close-on-exec); its reader thread
+    /// starts with `start()`, so watches can be added before any event is delivered. `onEvents` gets every wake-up's events in kernel order; `onReadFailure`
+    /// an unexpected read error (the reader goes on).
     public init(queue: DispatchQueue, onEvents: @escaping ([InotifyEvent]) -> Void,
                 onReadFailure: @escaping (Errno) -> Void) throws(Errno) {
         let flags = Int32(IN_NONBLOCK | IN_CLOEXEC)
         let fd = OwnedFileDescriptor(adopting: try systemCall { inotify_init1(flags) })
-        super.init(fd, queue: queue, decode: { bytes, events in InotifyEvent.decode(bytes, into: &events) },
+        try super.init(fd, queue: queue, threadName: "wk-inotify", decode: { bytes, events in InotifyEvent.decode(bytes, into: &events) },
                    isOverflow: { $0.mask.contains(.queueOverflow) })
         self.onEvents = onEvents
         self.onReadFailure = onReadFailure

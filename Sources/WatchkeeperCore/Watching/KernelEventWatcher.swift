@@ -1,6 +1,10 @@
 import Dispatch
 import SystemPackage
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// What a KernelEventReader read, for the dump and the tests.
 public struct KernelEventStatistics: Sendable, Equatable {
     public var wakeUps: UInt64 = 0
@@ -12,15 +16,18 @@ public struct KernelEventStatistics: Sendable, Equatable {
     public var largestBatch: Int = 0
 }
 
-/// What InotifyWatcher and FanotifyWatcher are made of: a kernel event fd and
-/// its read source on the owner's serial queue, started once and cancelled once (the fd
-/// closed in the source's cancel handler), read until EAGAIN into one reused buffer per
-/// wake-up, decoded by the owner's `decode`, and the decoded events of the wake-up handed on
-/// as one array. What the bytes mean, and what else the fd does (watches, marks), is the
-/// subclass's.
+/// What InotifyWatcher and FanotifyWatcher are made of: a kernel event fd and its reader
+/// thread (`ReadinessThread`), started once and cancelled once (the fd closed by the thread
+/// as it ends), read until EAGAIN into one reused buffer per wake-up, decoded by the owner's
+/// `decode`, and the decoded events of the wake-up handed on as one array. What the bytes
+/// mean, and what else the fd does (watches, marks), is the subclass's.
+///
+/// The reader thread runs each wake-up's read, decode and delivery with `queue.sync`: on the
+/// owner's queue, in the thread that polled (no worker woken, step b of
+/// docs/measurements/latency-path.md). The handlers run on the queue as a read source's did.
 ///
 /// Confined to `queue`: every method is called there, and the handlers run there.
-// @unchecked Sendable: confined to its owner's queue (`queue`), where its read source fires.
+// @unchecked Sendable: confined to its owner's queue (`queue`), where its reader thread delivers.
 public class KernelEventWatcher<Event>: @unchecked Sendable {
     public typealias Statistics = KernelEventStatistics
 
@@ -31,7 +38,9 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
     }
 
     public let queue: DispatchQueue
-    private let readSource: FileDescriptorReadSource
+    private let reader: ReadinessThread
+    /// The reader thread's name ("wk-inotify"), for top, perf and the tests.
+    private let threadName: String
     private(set) var state = State.created
     /// Appends what a read's bytes hold to the array.
     private let decode: (UnsafeRawBufferPointer, inout [Event]) -> Void
@@ -49,20 +58,19 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
     static var bufferSize: Int { 256 * 1024 }
     /// Reads per wake-up before giving the queue back: 64 × 256 KiB = 16 MiB, far above a
     /// full default queue (16,384 events). A writer faster than that cannot starve the
-    /// queue; the source is level-triggered, so it fires again at once for what is left.
+    /// queue; poll(2) is level-triggered, so the reader comes back at once for what is left.
     static var maxReadsPerWakeUp: Int { 64 }
 
-    /// Takes `fd` and makes its read source, inactive until `start()`.
-    init(_ fd: consuming OwnedFileDescriptor, queue: DispatchQueue, decode: @escaping (UnsafeRawBufferPointer, inout [Event]) -> Void,
-         isOverflow: @escaping (Event) -> Bool) {
+    /// Takes `fd`; its reader thread starts with `start()`. Fails with eventfd's errno
+    /// (EMFILE) for the thread's stop signal.
+    init(_ fd: consuming OwnedFileDescriptor, queue: DispatchQueue, threadName: String,
+         decode: @escaping (UnsafeRawBufferPointer, inout [Event]) -> Void, isOverflow: @escaping (Event) -> Bool) throws(Errno) {
         self.queue = queue
         self.decode = decode
         self.isOverflow = isOverflow
+        self.threadName = threadName
+        reader = try ReadinessThread(polling: fd, for: Int16(POLLIN))
         buffer = .allocate(byteCount: Self.bufferSize, alignment: 8)
-        readSource = fd.makeReadSource(queue: queue)
-        readSource.source.setEventHandler { [weak self] in
-            self?.readAvailableEvents()
-        }
     }
 
     deinit {
@@ -71,38 +79,43 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
     }
 
     /// The fd, for the subclass's calls and the dump; valid until `cancel()`.
-    public var descriptor: FileDescriptor { readSource.descriptor }
+    public var descriptor: FileDescriptor { reader.descriptor }
+
+    /// The reader thread's kernel id while it runs (0 before and after), for the tests.
+    var readerThreadID: Int32 { reader.threadID }
 
     public var isCancelled: Bool { state == .cancelled }
 
-    /// Starts delivering events. Once; later calls do nothing.
-    public func start() {
+    /// Starts delivering events: creates the reader thread. Once; later calls do nothing.
+    /// Fails with pthread_create's errno (EAGAIN: the process or user is out of threads).
+    public func start() throws(Errno) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard case .created = state else { return }
+        let queue = self.queue
+        // Weak: the thread must not keep its owner alive; the owner's deinit stops it.
+        try reader.start(name: threadName, onReady: { [weak self] _ in
+            guard let self else { return }
+            queue.sync { self.readAvailableEvents() }
+        }, onPollFailure: { [weak self] failure in
+            guard let self else { return }
+            queue.async { self.onReadFailure(failure) }
+        })
         state = .started
-        readSource.activate()
     }
 
-    /// Stops delivery for good and closes the fd (in the source's cancel handler): the
-    /// kernel's watches or marks go with it, and events still queued there are dropped.
+    /// Stops delivery for good and returns at once; the reader thread then closes the fd
+    /// (never started, it is closed here): the kernel's watches or marks go with it, and
+    /// events still queued there are dropped. Never waits for the thread, which may be
+    /// waiting in `queue.sync` for the block this is called from.
     public func cancel() {
-        switch state {
-        case .cancelled:
-            return
-        case .created:
-            state = .cancelled
-            // An inactive source runs its cancel handler (our close) only once activated,
-            // and a never-activated source must not be released: activate after cancel.
-            readSource.cancel()
-            readSource.activate()
-        case .started:
-            state = .cancelled
-            readSource.cancel()
-        }
+        guard state != .cancelled else { return }
+        state = .cancelled
+        reader.stop()
     }
 
     /// Reads until EAGAIN (or `maxReadsPerWakeUp`) and delivers everything read as one
-    /// batch: the owner can then coalesce a burst at once instead of event by event.
+    /// batch: the owner can then coalesce a burst at once instead of event by event. On the
+    /// reader thread, inside `queue.sync`.
     private func readAvailableEvents() {
         guard state == .started else { return }
         statistics.wakeUps += 1
@@ -116,7 +129,7 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
     func readQueued() -> [Event] {
         dispatchPrecondition(condition: .onQueue(queue))
         guard state == .started else { return [] }
-        let fd = readSource.descriptor.rawValue
+        let fd = reader.descriptor.rawValue
         var events: [Event] = []
         reading: for _ in 0..<Self.maxReadsPerWakeUp {
             switch NonBlockingRead.read(fd, into: buffer) {
@@ -142,7 +155,7 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
     /// The fields both watchers show in the dump.
     func describeReading() -> [DumpField] {
         [
-            .init("fd", state == .cancelled ? .null : .int(Int64(readSource.descriptor.rawValue))),
+            .init("fd", state == .cancelled ? .null : .int(Int64(reader.descriptor.rawValue))),
             .init("state", .string("\(state)")),
             .init("wake_ups", .int(Int64(statistics.wakeUps))),
             .init("reads", .int(Int64(statistics.reads))),

@@ -52,8 +52,8 @@ protocol TreeMarkingBackend: WatchBackend {
 
 extension FanotifyBackend: TreeMarkingBackend {}
 
-/// The inotify backend: one inotify instance for every rule, read until EAGAIN by one read
-/// source on the watching queue (InotifyWatcher), and the WatchTable of which location each
+/// The inotify backend: one inotify instance for every rule, read until EAGAIN by its reader
+/// thread on the watching queue (InotifyWatcher), and the WatchTable of which location each
 /// descriptor stands for (several owners may share one directory, hence one descriptor).
 // @unchecked Sendable: confined to the watching queue.
 final class InotifyBackend: WatchBackend, @unchecked Sendable {
@@ -66,14 +66,14 @@ final class InotifyBackend: WatchBackend, @unchecked Sendable {
     /// Watches handed over to another backend, by descriptor, until their IN_IGNORED: the
     /// events queued for them before the removal are still interpreted with these locations.
     private var handedOver: [WatchDescriptor: [Location]] = [:]
-    /// Events read ahead of the read source (while handing a tree over), delivered first.
+    /// Events read ahead of the reader thread (while handing a tree over), delivered first.
     private var readAhead: [InotifyEvent] = []
     private let onChanges: ([Change]) -> Void
     private let queue: SubsystemQueue
 
     /// Opens the instance and starts reading; `onChanges` gets each read's interpretations,
     /// in order, on `queue`. Fails with the errno of inotify_init1 (EMFILE: the per-user
-    /// instance limit).
+    /// instance limit), eventfd or pthread_create (the reader thread).
     init(queue: SubsystemQueue, sources: SourceRegistry, problems: ProblemAggregator,
          onChanges: @escaping ([Change]) -> Void) throws(Errno) {
         watcher = try InotifyWatcher(queue: queue.queue, onEvents: { _ in }, onReadFailure: { _ in })
@@ -87,7 +87,7 @@ final class InotifyBackend: WatchBackend, @unchecked Sendable {
         }, onReadFailure: { failure in
             problems.report("unable to read inotify events", example: "\(failure)")
         })
-        watcher.start()
+        try watcher.start()
     }
 
     func watch(_ location: Location, path: [UInt8], events: InotifyMask) -> Result<Void, Errno> {
@@ -143,7 +143,7 @@ final class InotifyBackend: WatchBackend, @unchecked Sendable {
             if (index + 1) % Self.handOverBatch == 0 { readAhead += watcher.readQueued() }
         }
         readAhead += watcher.readQueued()
-        // Delivered on the queue's next turn, before or with the read source's next events.
+        // Delivered on the queue's next turn, before or with the reader thread's next events.
         if !readAhead.isEmpty { queue.async { [weak self] in self?.deliver([]) } }
     }
 

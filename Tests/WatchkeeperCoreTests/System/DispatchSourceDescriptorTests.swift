@@ -16,7 +16,6 @@ final class DispatchSourceDescriptorTests: XCTestCase {
     static let allowed: [String: (count: Int, why: String)] = [
         "System/OwnedFileDescriptor.swift": (2, "makeReadSource itself (its declaration and its one DispatchSource), used only by the files below"),
         "System/DescriptorPoller.swift": (1, "its epoll instance: an epoll fd reports readable, never a hang-up"),
-        "Watching/KernelEventWatcher.swift": (1, "the inotify and fanotify fds"),
         "Scheduling/ClockChangeWatcher.swift": (1, "a timerfd (TFD_TIMER_CANCEL_ON_SET)"),
         "Control/ControlListener.swift": (1, "the listening socket: no peer can shut both of its directions"),
     ]

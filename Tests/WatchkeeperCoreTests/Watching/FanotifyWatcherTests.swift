@@ -58,8 +58,8 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         return root
     }
 
-    private func startWatching() {
-        queue.sync { watcher!.start() }
+    private func startWatching() throws {
+        try queue.sync { try watcher!.start() }
     }
 
     private func path(_ relative: String) -> String { mountPoint! + "/" + relative }
@@ -101,7 +101,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         try systemCall { mkdir(path("a"), 0o755) }
         try systemCall { mkdir(path("a/b"), 0o755) }
         try createFile("a/b/f.txt", contents: "hello")
-        startWatching()
+        try startWatching()
 
         let events = log.wait { $0.contains { $0.mask.contains(.closeWrite) } }
         XCTAssertEqual(events.map(\.mask), [[.create, .onDirectory], [.create, .onDirectory], [.create, .modify, .closeWrite]],
@@ -126,7 +126,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         try systemCall { unlink(path("f.txt")) }
         try systemCall { mkdir(path("d"), 0o755) }
         try systemCall { rmdir(path("d")) }
-        startWatching()
+        try startWatching()
 
         let events = log.wait { $0.contains { $0.mask.contains(.deleteSelf) } }
         XCTAssertEqual(events.map(\.mask), [[.create, .delete, .modify, .closeWrite], [.create, .delete, .onDirectory],
@@ -138,7 +138,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         try watchScratchFileSystem(reportObjectHandles: true)
         try createFile("f.txt", contents: "hello")
         try systemCall { unlink(path("f.txt")) }
-        startWatching()
+        try startWatching()
 
         let events = log.wait { $0.contains { $0.mask.contains(.deleteSelf) } }
         XCTAssertEqual(events.map(\.mask), [[.create, .delete], [.modify, .closeWrite], [.attrib, .deleteSelf]], "\(events)")
@@ -153,7 +153,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
 
     func testARename_reportsMovedFromAndMovedTo_eachWithItsDirectoryAndName() throws {
         try watchScratchFileSystem()
-        startWatching()
+        try startWatching()
         try systemCall { mkdir(path("from"), 0o755) }
         try systemCall { mkdir(path("to"), 0o755) }
         try createFile("from/old.txt")
@@ -175,7 +175,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
     /// fanotify has no cookie.
     func testFanRename_reportsBothDirectoriesAndNamesInOneEvent() throws {
         try watchScratchFileSystem([.rename, .create])
-        startWatching()
+        try startWatching()
         try systemCall { mkdir(path("from"), 0o755) }
         try systemCall { mkdir(path("to"), 0o755) }
         try createFile("from/old.txt")
@@ -194,7 +194,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
     /// path the owner keeps for it goes stale; a handle resolves to wherever it is now.
     func testARenamedDirectory_resolvesToItsNewPath() throws {
         try watchScratchFileSystem()
-        startWatching()
+        try startWatching()
         try systemCall { mkdir(path("a"), 0o755) }
         try systemCall { mkdir(path("a/b"), 0o755) }
         try createFile("a/b/before.txt")
@@ -228,7 +228,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
 
     func testARemovedDirectory_reportsDeleteSelf_andItsHandleResolvesAsGone() throws {
         try watchScratchFileSystem()
-        startWatching()
+        try startWatching()
         try systemCall { mkdir(path("doomed"), 0o755) }
         let handleOfDoomed = try handle(of: "doomed")
         XCTAssertEqual(try resolve(handleOfDoomed), resolved("doomed"))
@@ -272,7 +272,7 @@ final class FanotifyWatcherTests: ScratchDirectoryTestCase {
         try XCTSkipIf(limit > 100_000, "max_queued_events is \(limit): too many files to create in a unit test")
         try watchScratchFileSystem(.create)
         for number in 0..<(limit + 16) { try createFile("f\(number)") }
-        startWatching()
+        try startWatching()
 
         let events = log.wait { $0.contains { $0.mask.contains(.queueOverflow) } }
         let overflow = try XCTUnwrap(events.last)

@@ -33,8 +33,8 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
         return try queue.sync { watcher!.addWatch(path: bytes, mask: mask, existing: existing) }.get()
     }
 
-    private func start() {
-        queue.sync { watcher!.start() }
+    private func start() throws {
+        try queue.sync { try watcher!.start() }
     }
 
     private func createFile(_ relative: String, contents: String = "") throws {
@@ -47,7 +47,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
 
     func testCreateWriteAndRename_areDecoded_withOneCookieForTheRenamesTwoHalves() throws {
         let wd = try watch("", [.create, .closeWrite, .movedFrom, .movedTo])
-        start()
+        try start()
         try createFile("a.txt", contents: "hello")
         try systemCall { rename(path("a.txt"), path("b.txt")) }
 
@@ -63,7 +63,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
     func testARootRenamedAway_reportsMoveSelfForItsDescriptor_andTheTableStopsAttributingIt() throws {
         try systemCall { mkdir(path("root"), 0o755) }
         let wd = try watch("root", [.create, .moveSelf])
-        start()
+        try start()
         var table = WatchTable<String>()
         table.insert(wd, for: .init(owner: "rule", relative: []))
 
@@ -83,7 +83,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
     func testADeletedDirectory_reportsDeleteSelfThenIgnored() throws {
         try systemCall { mkdir(path("doomed"), 0o755) }
         let wd = try watch("doomed", [.deleteSelf, .create])
-        start()
+        try start()
         var table = WatchTable<String>()
         let location = WatchTable<String>.Location(owner: "rule", relative: Array("doomed".utf8))
         table.insert(wd, for: location)
@@ -107,7 +107,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
         case .failure(let failure): return XCTFail(failure.unable("mount a tmpfs on \(path("mnt"))"))
         }
         let wd = try watch("mnt", [.create])
-        start()
+        try start()
         var table = WatchTable<String>()
         let location = WatchTable<String>.Location(owner: "rule", relative: Array("mnt".utf8))
         table.insert(wd, for: location)
@@ -137,7 +137,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
             let fd = try systemCall { open(path("busy"), O_RDONLY | O_CLOEXEC) }
             try OwnedFileDescriptor(adopting: fd).close()
         }
-        start()
+        try start()
 
         let events = log.wait { $0.contains { $0.mask.contains(.queueOverflow) } }
         let overflow = try XCTUnwrap(events.first { $0.mask.contains(.queueOverflow) })
@@ -152,7 +152,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
         let everyByte = (UInt8(1)...UInt8(255)).filter { $0 != UInt8(ascii: "/") }
         let names: [[UInt8]] = [everyByte, [0xFF], [0x80, 0x01, 0x7F], Array(" \t\n\\".utf8), [UInt8(ascii: "."), 0xC3]]
         let wd = try watch("", [.create])
-        start()
+        try start()
         for name in names {
             let full = Array(directory.utf8) + [UInt8(ascii: "/")] + name + [0]
             let fd = try full.withUnsafeBufferPointer { bytes in
@@ -188,7 +188,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
         let first = try watch("", [.create], existing: .replaceMask)
         let second = try watch("", [.delete], existing: .addToMask)
         XCTAssertEqual(first, second, "one inode, one descriptor")
-        start()
+        try start()
         try createFile("one")
         try systemCall { unlink(path("one")) }
         let both = log.wait { $0.contains { $0.mask.contains(.delete) } }
@@ -204,7 +204,7 @@ final class InotifyWatcherTests: ScratchDirectoryTestCase {
 
     func testRemoveWatch_isFollowedByIgnored_andFailsOnceTheWatchIsGone() throws {
         let wd = try watch("", [.create])
-        start()
+        try start()
         XCTAssertNoThrow(try queue.sync { watcher!.removeWatch(wd) }.get())
         let events = log.wait { $0.contains { $0.mask.contains(.ignored) } }
         XCTAssertEqual(events, [InotifyEvent(wd: wd, mask: .ignored, cookie: 0, name: [])])
