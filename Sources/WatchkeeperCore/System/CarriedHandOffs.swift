@@ -42,10 +42,16 @@ final class CarriedHandOffs {
             held.append(Item(queue: queue, work: work))
             return true
         }
+        handOver()
+        return false
+    }
+
+    /// Sends what is held to its queues, in order, and holds nothing more: for a carried
+    /// block about to deliver a burst, whose jobs should start while it goes on.
+    func handOver() {
         handedOver = true
         for item in held { item.queue.enqueue(item.work) }
         held.removeAll()
-        return false
     }
 
     /// The carrier of the calling thread, if it is inside `carry`.

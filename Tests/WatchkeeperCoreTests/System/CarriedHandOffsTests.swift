@@ -103,3 +103,25 @@ private enum Thread {
         init(_ body: @escaping @Sendable () -> Void) { self.body = body }
     }
 }
+
+final class CarriedHandOffsHandOverTests: XCTestCase {
+    func testHandingOver_sendsWhatIsHeld_andHoldsNothingMore() {
+        let owner = SubsystemQueue(name: "test.owner")
+        let other = SubsystemQueue(name: "test.other")
+        let order = Mutex<[Int]>([])
+        let done = DispatchSemaphore(value: 0)
+        let carriedAfter = Mutex<Bool>(false)
+        CarriedHandOffs.carry(sync: owner.queue) {
+            other.async { order.withLock { $0.append(1) } }
+            CarriedHandOffs.current?.handOver()
+            other.async {
+                order.withLock { $0.append(2) }
+                done.signal()
+            }
+            carriedAfter.withLock { $0 = CarriedHandOffs.current?.held.isEmpty == false }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(order.withLock { $0 }, [1, 2])
+        XCTAssertFalse(carriedAfter.withLock { $0 })
+    }
+}
