@@ -29,13 +29,24 @@ public final class SubsystemQueue: Sendable {
     public var label: String { queue.label }
 
     /// Counted so the dump can show a backlog. Dispatch source handlers target the
-    /// queue directly and are not counted; they are listed with the sources instead.
+    /// queue directly and are not counted; they are listed with the sources instead. From a
+    /// block a feeding thread carries (CarriedHandOffs), `work` may run after that block on
+    /// the same thread instead of on a worker woken for it; in order either way.
     public func async(_ work: @escaping @Sendable () -> Void) {
         pending.wrappingAdd(1, ordering: .relaxed)
-        queue.async {
-            self.pending.wrappingSubtract(1, ordering: .relaxed)
-            work()
-        }
+        if let carrier = CarriedHandOffs.current, carrier.hold(work, for: self) { return }
+        queue.async { self.runCarried(work) }
+    }
+
+    /// Enqueues work already counted in `pending` (a carrier handing over what it held).
+    func enqueue(_ work: @escaping @Sendable () -> Void) {
+        queue.async { self.runCarried(work) }
+    }
+
+    /// Runs counted work, on this queue.
+    func runCarried(_ work: @Sendable () -> Void) {
+        pending.wrappingSubtract(1, ordering: .relaxed)
+        work()
     }
 
     public var pendingItems: Int { pending.load(ordering: .relaxed) }

@@ -95,7 +95,7 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
         // Weak: the thread must not keep its owner alive; the owner's deinit stops it.
         try reader.start(name: threadName, onReady: { [weak self] _ in
             guard let self else { return }
-            queue.sync { self.readAvailableEvents() }
+            CarriedHandOffs.carry(sync: queue) { self.readAvailableEvents() }
         }, onPollFailure: { [weak self] failure in
             guard let self else { return }
             queue.async { self.onReadFailure(failure) }
@@ -121,8 +121,14 @@ public class KernelEventWatcher<Event>: @unchecked Sendable {
         statistics.wakeUps += 1
         let events = readQueued()
         guard !events.isEmpty else { return }
+        // A few events (a file written now and then) are carried to their job on this thread;
+        // a burst's jobs start on the job engine's own worker while this thread reads on.
+        if events.count > Self.carriedEventsAtMost { CarriedHandOffs.current?.handOver() }
         onEvents(events)
     }
+
+    /// The most events of one wake-up whose hand-offs this thread carries (CarriedHandOffs).
+    static var carriedEventsAtMost: Int { 16 }
 
     /// What the kernel has queued, read now and returned instead of delivered: for an owner
     /// that must empty the kernel's queue before it fills (a burst of its own making).
