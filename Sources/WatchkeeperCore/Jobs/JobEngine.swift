@@ -21,8 +21,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     // Confined to `queue`.
     public private(set) var maxJobs: Int
     private var groups: [JobKey: JobGroup] = [:]
-    /// Each group's shared environment block, built at its first start after `configure`.
-    private var environments = JobEnvironments()
+    /// Each group's parsed command and shared environment block, made at its first start
+    /// after `configure`.
+    private var plans = JobSpawnPlans()
     var line = JobLine<Waiting>()
     private var active: [RunID: Active] = [:]
     /// Work waiting for its next attempt.
@@ -88,7 +89,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
         groups[group.key] = group
-        environments.forget(group.key)
+        plans.forget(group.key)
         metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
@@ -121,7 +122,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
         }
         groups[key] = nil
-        environments.forget(key)
+        plans.forget(key)
         line.forget(key)
         metrics?.forget(key)
     }
@@ -307,11 +308,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started"))
             return
         }
-        let inputs = item.subject.jobInputs()
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
-                                 placeholders: inputs.placeholders, listPlaceholders: inputs.lists, environment: inputs.environment,
-                                 standardInput: inputs.standardInput, attempt: item.attempt, submittedAt: item.submittedAt)
-        request.sharedEnvironment = environments.shared(key, group.settings, context: context)
+                                 attempt: item.attempt, submittedAt: item.submittedAt)
+        request.plan = plans.plan(key, group.settings, context: context)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
         let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },

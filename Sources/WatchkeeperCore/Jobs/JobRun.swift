@@ -97,9 +97,10 @@ final class JobRun: @unchecked Sendable {
         let output = try outputPlan()
         // Enlarged: room for bursts between two progress reads.
         let progressPipe = try context.pipeReserve.takeProgress()
-        var request = try spawnRequest(command: self.request.settings.command, extra: [
-            ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
-        ] + output.environment, stdout: output.stdout, stderr: output.stderr, descriptor3: progressPipe.writeEnd.rawValue)
+        let plan = self.request.plan ?? JobSpawnPlan(key: self.request.key, settings: self.request.settings, context: context)
+        var request = try spawnRequest(command: plan.command, shared: plan.environment,
+                                       extra: output.environment.isEmpty ? Self.progressEnvironment : Self.progressEnvironment + output.environment,
+                                       stdout: output.stdout, stderr: output.stderr, descriptor3: progressPipe.writeEnd.rawValue)
         // The child has its own copy of stdin once spawned; ours closes at the end of this scope.
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
@@ -116,6 +117,8 @@ final class JobRun: @unchecked Sendable {
         return started
     }
 
+    private static let progressEnvironment = [("WATCHKEEPER_PROGRESS_FD", Array("3".utf8))]
+
     func outputPlan() throws(SpawnError) -> JobOutputPlan {
         try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink, pipes: context.pipeReserve) { [logger] in logger.warning("\($0)") }
     }
@@ -129,37 +132,34 @@ final class JobRun: @unchecked Sendable {
     /// argv with placeholders expanded inside single elements, and an environment built
     /// from scratch: nothing of the daemon's own (NOTIFY_SOCKET, JOURNAL_STREAM, …) leaks.
     /// `descriptor3` becomes the child's fd 3: a job's progress pipe, a hook's output file.
+    /// Both are written into the jobs queue's SpawnStrings, valid until the next spawn
+    /// request: spawn it before making another.
     func spawnRequest(command: JobSettings.Command, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
                       descriptor3: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
+        try spawnRequest(command: JobCommand(command, name: request.name), shared: request.plan?.environment, extra: extra, stdout: stdout,
+                         stderr: stderr, descriptor3: descriptor3, placeholders: more)
+    }
+
+    /// `shared`: the group's environment block, for a job run as the daemon's user (nil: made here).
+    private func spawnRequest(command: JobCommand, shared: JobEnvironment?, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
+                              descriptor3: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
         let settings = request.settings
         let credentials = try self.credentials()
-        let arguments: [[UInt8]]
-        switch command {
-        case .arguments(let templates):
-            let placeholders = placeholderValues(for: templates, more: more)
-            arguments = templates.flatMap { template -> [[UInt8]] in
-                if template.hasPrefix("{"), template.hasSuffix("}"), let values = request.listPlaceholders[String(template.dropFirst().dropLast())] {
-                    return values
-                }
-                return [Placeholders.expand(template, values: placeholders)]
-            }
-        case .shell(let script):
-            arguments = [Array("/bin/sh".utf8), Array("-c".utf8), Array(script.utf8), Array(request.name.utf8)]
-        }
+        let strings = context.spawnStrings()
+        command.write(to: strings, JobPlaceholders(request: request, startedWall: startedWall, pid: child?.pid, more: more))
+        strings.addOwn("WATCHKEEPER_RUN_ID", request.runID.utf8)
+        strings.addOwn("WATCHKEEPER_ATTEMPT") { $0.appendDecimal(self.request.attempt) }
+        if let deadlineWall { strings.addOwn("WATCHKEEPER_DEADLINE") { $0.appendISO8601(deadlineWall) } }
+        if let scheduled = request.scheduledAt { strings.addOwn("WATCHKEEPER_SCHEDULED_AT") { $0.appendISO8601(scheduled) } }
+        request.subject.writeEnvironment(to: strings)
+        for (name, value) in extra { strings.addOwn(name, value) }
         // A job run as another user gets that user's account; the others share the block
         // the engine built for the group.
-        let shared = credentials == nil ? request.sharedEnvironment : nil
-        let base = shared ?? JobEnvironment(key: request.key, settings: settings, daemonEnvironment: context.daemonEnvironment,
-                                            account: credentials.flatMap { Account.lookup(uid: $0.uid) } ?? context.daemonAccount)
-        var own: [(String, [UInt8])] = [
-            ("WATCHKEEPER_RUN_ID", Array(request.runID.utf8)),
-            ("WATCHKEEPER_ATTEMPT", Array(String(request.attempt).utf8)),
-        ]
-        if let deadlineWall { own.append(("WATCHKEEPER_DEADLINE", Array(deadlineWall.iso8601.utf8))) }
-        if let scheduled = request.scheduledAt { own.append(("WATCHKEEPER_SCHEDULED_AT", Array(scheduled.iso8601.utf8))) }
+        let account = credentials == nil ? context.daemonAccount : credentials.flatMap { Account.lookup(uid: $0.uid) } ?? context.daemonAccount
+        strings.finishEnvironment(shared: (credentials == nil ? shared : nil)
+            ?? JobEnvironment(key: request.key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: account))
         return SpawnRequest(
-            arguments: arguments,
-            environment: base.block(adding: own + request.environment + extra),
+            strings: strings,
             workingDirectory: settings.workingDirectory,
             credentials: credentials,
             standardOutput: stdout,
@@ -169,24 +169,6 @@ final class JobRun: @unchecked Sendable {
             // no job inherits the nice value of the worker thread that spawned it.
             niceness: ProcessSpawner.niceness(for: settings.priority)
         )
-    }
-
-    /// The values `templates` can name. The formatted ones ({scheduled}, an ISO 8601 time;
-    /// {budget}) are made only when a template mentions their name: otherwise they were
-    /// formatted for every job on the way to its exec and never used
-    /// (docs/measurements/latency-path.md). A shell command expands none.
-    private func placeholderValues(for templates: [String], more: [String: [UInt8]]) -> [String: [UInt8]] {
-        func mentioned(_ name: String) -> Bool { templates.contains { $0.contains(name) } }
-        var placeholders = request.placeholders
-        placeholders[request.kind.rawValue] = Array(request.name.utf8)
-        placeholders["run_id"] = Array(request.runID.utf8)
-        placeholders["attempt"] = Array(String(request.attempt).utf8)
-        if mentioned("scheduled") { placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8) }
-        if let pid = child?.pid { placeholders["pid"] = Array(String(pid).utf8) }
-        if mentioned("budget") { placeholders["budget"] = Array(request.settings.budget.compactDescription.utf8) }
-        // A hook's own: its {budget} is its own, not the job's.
-        placeholders.merge(more) { _, new in new }
-        return placeholders
     }
 
     // MARK: Budget
