@@ -5,8 +5,10 @@ import Logging
 import Glibc
 #endif
 
-/// What every child-owning object needs from the daemon.
-public struct JobContext: CgroupRemovalContext, Sendable {
+/// What every child-owning object needs from the daemon. A class: each run, child and
+/// channel keeps it, and a copy of a struct of a dozen references was a dozen retains on
+/// the way to every exec.
+public final class JobContext: CgroupRemovalContext, Sendable {
     public let queue: SubsystemQueue
     public let sink: LogSink
     public let logger: Logger

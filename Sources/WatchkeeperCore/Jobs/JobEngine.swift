@@ -313,9 +313,11 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         request.plan = plans.plan(key, group.settings, context: context)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
+        // The run ID alone, not `item`: a closure capturing the `var` would box it on the heap.
+        let runID = item.runID
         let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
                          onLeftovers: { [weak self] child, grace in self?.linger(child, key: key, grace: grace) }) { [weak self] record in
-            self?.ended(item.runID, record: record)
+            self?.ended(runID, record: record)
         }
         entry.run = run
         switch run.start() {

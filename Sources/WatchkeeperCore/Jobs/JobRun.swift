@@ -55,7 +55,9 @@ final class JobRun: @unchecked Sendable {
         self.onLeftovers = onLeftovers
     }
 
-    var label: String { request.label }
+    /// "watch inbox run 0123456789abcdef", made once, after the spawn: its timers, progress
+    /// pipe and log lines all name the run.
+    private(set) lazy var label: String = request.label
 
     var pid: pid_t? { child?.pid }
     var phase: JobPhase { machine.phase }
@@ -175,13 +177,14 @@ final class JobRun: @unchecked Sendable {
 
     private func scheduleBudget() {
         let budget = request.settings.budget
+        let targets = request.plan?.timerTargets ?? JobSpawnPlan.timerTargets(request.name, budget)
         if let fraction = request.settings.warnAt {
-            addTimer(after: .nanoseconds(Int64(Double(budget.nanosecondsClamped) * fraction)), target: "\(request.name) warn_at") { [weak self] in
+            addTimer(after: .nanoseconds(Int64(Double(budget.nanosecondsClamped) * fraction)), target: targets.warnAt) { [weak self] in
                 guard let self else { return }
                 self.perform(self.machine.handle(.warnPointReached))
             }
         }
-        addTimer(after: budget, target: "\(request.name) budget \(budget.compactDescription)") { [weak self] in
+        addTimer(after: budget, target: targets.budget) { [weak self] in
             self?.expire(.budget)
         }
     }
@@ -344,9 +347,10 @@ final class JobRun: @unchecked Sendable {
     // MARK: Progress
 
     private func watchProgress(_ pipe: consuming OwnedPipe, pid: pid_t) {
-        let stats = context.sources.register(.read, owner: label, target: "progress pipe of pid \(pid)", on: context.queue)
+        let target = "progress pipe of pid \(pid)"
+        let stats = context.sources.register(.read, owner: label, target: target, on: context.queue)
         // Both ends close only at cancel, so the read end never hangs up while watched (see ChildProcess).
-        let source = context.poller.watch(pipe, owner: label, target: "progress pipe of pid \(pid)", afterClose: { [sources = context.sources] in
+        let source = context.poller.watch(pipe, owner: label, target: target, afterClose: { [sources = context.sources] in
             sources.unregister(stats)
         }, handler: { [weak self] in
             stats.fired()

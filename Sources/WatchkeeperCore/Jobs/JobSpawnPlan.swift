@@ -8,12 +8,20 @@ final class JobSpawnPlan: Sendable {
     /// Nil for jobs run as another user (`user`, `group`): they build theirs from that
     /// account each time.
     let environment: JobEnvironment?
+    /// What the dump calls a job's budget and warn_at timers ("backup budget 1h"), the same
+    /// for every job of the group.
+    let timerTargets: (budget: String, warnAt: String)
 
     init(key: JobKey, settings: JobSettings, context: JobContext) {
         command = JobCommand(settings.command, name: key.name)
         environment = settings.user == nil && settings.group == nil
             ? JobEnvironment(key: key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: context.daemonAccount)
             : nil
+        timerTargets = Self.timerTargets(key.name, settings.budget)
+    }
+
+    static func timerTargets(_ name: String, _ budget: Duration) -> (budget: String, warnAt: String) {
+        ("\(name) budget \(budget.compactDescription)", "\(name) warn_at")
     }
 }
 
