@@ -150,6 +150,29 @@ final class JobEngineTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: output, encoding: .utf8), "a.txt@closed_write FIRST a.txt\n/srv/in:/srv/in/a.txt SECOND a.txt\n")
     }
 
+    /// A job run as another user gets that account's HOME, USER, LOGNAME and SHELL, not the
+    /// group's shared block (which has the daemon's), the settings' environment and its own
+    /// variables still.
+    func testAJobRunAsAnotherUser_getsThatAccountsVariables_andTheRest() throws {
+        try XCTSkipUnless(geteuid() == 0, "changing a job's user needs root")
+        let account = try XCTUnwrap(getpwnam("nobody"), "no user nobody")
+        let home = String(cString: account.pointee.pw_dir)
+        let shell = String(cString: account.pointee.pw_shell)
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let key = JobKey(.task, "as-nobody")
+        let check = "test \"$HOME:$USER:$LOGNAME:$SHELL\" = \"\(home):nobody:nobody:\(shell)\" && test \"$MODE\" = kept && test -n \"$WATCHKEEPER_RUN_ID\""
+        engine.queue.queue.sync {
+            engine.configure(group(key, check) { group in
+                group.settings.user = "nobody"
+                group.settings.environment["MODE"] = "kept"
+            })
+            engine.submit(key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
+        XCTAssertTrue(done.wait(1))
+        XCTAssertEqual(done.all.first?.final.outcome, .ok, "\(String(describing: done.all.first?.final.detail)) \(String(describing: done.all.first?.final.exit))")
+    }
+
     func testRetry_isTheSameForWatchRules_andRetryExpiredRetriesABudgetExpiry() {
         let engine = makeEngine(maxJobs: 2)
         let done = Completions()
