@@ -173,8 +173,10 @@ final class SpawnStrings: @unchecked Sendable {
             bytes.append(0)
         }
         if bytes.isEmpty { bytes.append(0) }
-        return bytes.withUnsafeMutableBufferPointer { buffer in
-            let base = UnsafeMutableRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self)
+        // Read-only access: a mutable one copied the whole buffer whenever a slice of it was
+        // still held (the spawner's argv[0]), an allocation per spawn. Nothing writes to them.
+        return bytes.withUnsafeBufferPointer { buffer in
+            let base = UnsafeMutablePointer(mutating: UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self))
             pointers.removeAll(keepingCapacity: true)
             for start in argumentStarts { pointers.append(base + start) }
             pointers.append(nil)
