@@ -313,12 +313,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         request.plan = plans.plan(key, group.settings, context: context)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
-        // The run ID alone, not `item`: a closure capturing the `var` would box it on the heap.
-        let runID = item.runID
-        let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
-                         onLeftovers: { [weak self] child, grace in self?.linger(child, key: key, grace: grace) }) { [weak self] record in
-            self?.ended(runID, record: record)
-        }
+        let run = JobRun(request: request, id: item.runID, context: context, owner: self)
         entry.run = run
         switch run.start() {
         case .started, .failed:
@@ -483,6 +478,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("outcomes", totals.describe(key)),
         ])
     }
+}
+
+extension JobEngine: JobRunOwner {
+    func runProgressed(_ run: JobRun) { onChange?() }
+    func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration) { linger(child, key: run.request.key, grace: grace) }
+    func run(_ run: JobRun, ended record: RunRecord) { ended(run.id, record: record) }
 }
 
 /// A value handed to another queue whose owner alone uses it (a completion handler that
