@@ -5,8 +5,10 @@ import Logging
 import Glibc
 #endif
 
-/// What every child-owning object needs from the daemon.
-public struct JobContext: CgroupRemovalContext, Sendable {
+/// What every child-owning object needs from the daemon. A class: each run, child and
+/// channel keeps it, and a copy of a struct of a dozen references was a dozen retains on
+/// the way to every exec.
+public final class JobContext: CgroupRemovalContext, Sendable {
     public let queue: SubsystemQueue
     public let sink: LogSink
     public let logger: Logger
@@ -24,6 +26,8 @@ public struct JobContext: CgroupRemovalContext, Sendable {
     let deadlines: JobDeadlines
     /// The next job's pipes, made after the previous spawn rather than on the way to its exec.
     let pipeReserve: JobPipeReserve
+    /// Every spawn's argv and envp, in storage kept from one spawn to the next.
+    private let strings = SpawnStrings()
 
     public init(queue: SubsystemQueue, sink: LogSink, logger: Logger, sources: SourceRegistry, daemonEnvironment: [String: String],
                 containment: JobContainment = .processGroups(reason: "not set up")) {
@@ -38,6 +42,14 @@ public struct JobContext: CgroupRemovalContext, Sendable {
                                        closeIsLastReference: true)
         self.deadlines = JobDeadlines(queue: queue, sources: sources)
         self.pipeReserve = JobPipeReserve(queue: queue)
+    }
+
+    /// The queue's SpawnStrings, emptied, for the next spawn request: what was in them is
+    /// gone, so a request built on them is spawned before the next one is made.
+    func spawnStrings() -> SpawnStrings {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        strings.reset()
+        return strings
     }
 
     /// A cgroup for one process of a run, when the daemon has cgroups; released by the

@@ -21,8 +21,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     // Confined to `queue`.
     public private(set) var maxJobs: Int
     private var groups: [JobKey: JobGroup] = [:]
-    /// Each group's shared environment block, built at its first start after `configure`.
-    private var environments = JobEnvironments()
+    /// Each group's parsed command and shared environment block, made at its first start
+    /// after `configure`.
+    private var plans = JobSpawnPlans()
     var line = JobLine<Waiting>()
     private var active: [RunID: Active] = [:]
     /// Work waiting for its next attempt.
@@ -88,7 +89,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
         groups[group.key] = group
-        environments.forget(group.key)
+        plans.forget(group.key)
         metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
@@ -121,7 +122,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
         }
         groups[key] = nil
-        environments.forget(key)
+        plans.forget(key)
         line.forget(key)
         metrics?.forget(key)
     }
@@ -307,17 +308,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started"))
             return
         }
-        let inputs = item.subject.jobInputs()
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
-                                 placeholders: inputs.placeholders, listPlaceholders: inputs.lists, environment: inputs.environment,
-                                 standardInput: inputs.standardInput, attempt: item.attempt, submittedAt: item.submittedAt)
-        request.sharedEnvironment = environments.shared(key, group.settings, context: context)
+                                 attempt: item.attempt, submittedAt: item.submittedAt)
+        request.plan = plans.plan(key, group.settings, context: context)
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
-        let run = JobRun(request: request, context: context, onProgress: { [weak self] in self?.onChange?() },
-                         onLeftovers: { [weak self] child, grace in self?.linger(child, key: key, grace: grace) }) { [weak self] record in
-            self?.ended(item.runID, record: record)
-        }
+        let run = JobRun(request: request, id: item.runID, context: context, owner: self)
         entry.run = run
         switch run.start() {
         case .started, .failed:
@@ -482,6 +478,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("outcomes", totals.describe(key)),
         ])
     }
+}
+
+extension JobEngine: JobRunOwner {
+    func runProgressed(_ run: JobRun) { onChange?() }
+    func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration) { linger(child, key: run.request.key, grace: grace) }
+    func run(_ run: JobRun, ended record: RunRecord) { ended(run.id, record: record) }
 }
 
 /// A value handed to another queue whose owner alone uses it (a completion handler that

@@ -7,8 +7,11 @@
 public struct JobEnvironment: Sendable {
     static let defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-    /// "KEY=value" entries, sorted by key, each with its key to be replaced by a job's own.
-    private let entries: [(key: String, entry: [UInt8])]
+    /// The "KEY=value" entries, sorted by key, each ended by a NUL: copied as they are into
+    /// a job's spawn strings (SpawnStrings), where a job's own variables may replace some.
+    let block: [UInt8]
+    /// Each entry's start in `block` and its key's length.
+    let entries: [(start: Int, nameLength: Int, hasNUL: Bool)]
 
     init(key: JobKey, settings: JobSettings, daemonEnvironment: [String: String], account: Account?) {
         var variables: [String: [UInt8]] = ["PATH": Array((daemonEnvironment["PATH"] ?? Self.defaultPath).utf8)]
@@ -24,41 +27,24 @@ public struct JobEnvironment: Sendable {
         for (name, value) in settings.environment { variables[name] = Array(value.utf8) }
         variables[key.kind.fieldName] = Array(key.name.utf8)
         variables["WATCHKEEPER_BUDGET_SECONDS"] = Array(settings.budget.secondsText.utf8)
-        entries = variables.sorted { $0.key < $1.key }.map { ($0.key, Array($0.key.utf8) + [UInt8(ascii: "=")] + $0.value) }
+        var block: [UInt8] = []
+        var entries: [(start: Int, nameLength: Int, hasNUL: Bool)] = []
+        for (name, value) in variables.sorted(by: { $0.key < $1.key }) {
+            let entry = Array(name.utf8) + [UInt8(ascii: "=")] + value
+            entries.append((block.count, name.utf8.count, entry.contains(0)))
+            block += entry + [0]
+        }
+        self.block = block
+        self.entries = entries
     }
 
     /// The whole block for one job: these entries, with the job's own variables (run ID,
     /// attempt, deadline, ...) added after them and replacing any of the same name; a later
     /// one of the job's own replaces an earlier one.
     func block(adding own: [(String, [UInt8])]) -> [[UInt8]] {
-        var latest: [String: Int] = [:]
-        latest.reserveCapacity(own.count)
-        for (index, (name, _)) in own.enumerated() { latest[name] = index }
-        var block: [[UInt8]] = []
-        block.reserveCapacity(entries.count + latest.count)
-        for (key, entry) in entries where latest[key] == nil { block.append(entry) }
-        for (index, (name, value)) in own.enumerated() where latest[name] == index {
-            block.append(Array(name.utf8) + [UInt8(ascii: "=")] + value)
-        }
-        return block
-    }
-}
-
-/// Each group's shared environment block, built at the group's first start after it was
-/// configured and forgotten when it is configured again or removed. Confined to the jobs
-/// queue.
-struct JobEnvironments {
-    private var built: [JobKey: JobEnvironment] = [:]
-
-    mutating func forget(_ key: JobKey) { built[key] = nil }
-
-    /// Nil for jobs run as another user (`user`, `group`): they build theirs from that
-    /// account each time.
-    mutating func shared(_ key: JobKey, _ settings: JobSettings, context: JobContext) -> JobEnvironment? {
-        guard settings.user == nil && settings.group == nil else { return nil }
-        if let environment = built[key] { return environment }
-        let environment = JobEnvironment(key: key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: context.daemonAccount)
-        built[key] = environment
-        return environment
+        let strings = SpawnStrings()
+        for (name, value) in own { strings.addOwn(name, value) }
+        strings.finishEnvironment(shared: self)
+        return strings.environment
     }
 }

@@ -14,7 +14,7 @@ public enum JobKind: String, Sendable {
 }
 
 /// One run as the engine starts it: the group's settings in force at that moment, and
-/// the subject's placeholders, environment and stdin.
+/// the subject, which gives the command its placeholders, environment and stdin.
 public struct JobRequest: Sendable {
     public let key: JobKey
     public var name: String { key.name }
@@ -22,34 +22,21 @@ public struct JobRequest: Sendable {
     public let runID: String
     public let settings: JobSettings
     public let subject: JobSubject
-    /// Byte values for the command's `{placeholders}`.
-    public let placeholders: [String: [UInt8]]
-    /// Placeholders that stand alone as an argv element and become one element per value
-    /// (`{paths}` of a batch).
-    public let listPlaceholders: [String: [[UInt8]]]
-    /// WATCHKEEPER_* variables beyond the common ones.
-    public let environment: [(String, [UInt8])]
     /// The job's whole stdin (`batch = "stdin"`: NUL-terminated paths); nil: /dev/null.
-    public let standardInput: [UInt8]?
+    public var standardInput: [UInt8]? { subject.standardInput }
     public var scheduledAt: WallTime? { subject.scheduledAt }
     public let attempt: Int
     public let submittedAt: MonotonicInstant
-    /// The environment every job of the group shares, built once by the engine; nil: the run
-    /// builds it.
-    public var sharedEnvironment: JobEnvironment?
+    /// What every job of the group shares (its parsed command, its environment), made once
+    /// by the engine; nil: the run makes its own.
+    var plan: JobSpawnPlan?
 
     public init(key: JobKey, runID: String = RunID.random().description, settings: JobSettings, subject: JobSubject = .schedule(scheduledAt: nil),
-                placeholders: [String: [UInt8]] = [:], listPlaceholders: [String: [[UInt8]]] = [:],
-                environment: [(String, [UInt8])] = [], standardInput: [UInt8]? = nil, attempt: Int = 1,
-                submittedAt: MonotonicInstant = .now) {
+                attempt: Int = 1, submittedAt: MonotonicInstant = .now) {
         self.key = key
         self.runID = runID
         self.settings = settings
         self.subject = subject
-        self.placeholders = placeholders
-        self.listPlaceholders = listPlaceholders
-        self.environment = environment
-        self.standardInput = standardInput
         self.attempt = attempt
         self.submittedAt = submittedAt
     }

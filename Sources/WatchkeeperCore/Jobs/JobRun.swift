@@ -5,6 +5,18 @@ import Logging
 import Glibc
 #endif
 
+/// What a run tells the engine that started it: one weak reference instead of three
+/// closures per run (five allocations on the way to each exec).
+protocol JobRunOwner: AnyObject {
+    /// Its progress or status changed.
+    func runProgressed(_ run: JobRun)
+    /// Its main process exited but others of its group live on: they were sent stop_signal,
+    /// and the owner kills them after `grace`.
+    func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration)
+    /// Its record, exactly once.
+    func run(_ run: JobRun, ended record: RunRecord)
+}
+
 /// One run of a job, from spawn to its record: owns the child, the budget timers, the
 /// progress channel and the expiration handler. Confined to the jobs queue.
 // @unchecked Sendable: confined to the jobs queue.
@@ -31,9 +43,9 @@ final class JobRun: @unchecked Sendable {
     private var progressResume: RegisteredTimer?
     private(set) var progress = ProgressParser()
     private var lastProgressAt: MonotonicInstant?
-    private var onFinish: ((RunRecord) -> Void)?
-    private var onProgress: (() -> Void)?
-    private let onLeftovers: (ChildProcess, Duration) -> Void
+    /// Told of the run's progress, leftovers and record; weak, as the engine outlives it.
+    private weak var owner: (any JobRunOwner)?
+    private var recorded = false
     private(set) var startedAt = MonotonicInstant(nanoseconds: 0)
     private(set) var startedWall: WallTime?
     private var deadlineWall: WallTime?
@@ -42,20 +54,21 @@ final class JobRun: @unchecked Sendable {
     /// (enlarged to 1 MiB) buffers them.
     static let progressInterval: Duration = .milliseconds(100)
 
-    /// `onLeftovers`: the job's main process exited but others of its group live on; they
-    /// were sent stop_signal, and the engine kills them after the grace it is given.
-    init(request: JobRequest, context: JobContext, onProgress: @escaping () -> Void,
-         onLeftovers: @escaping (ChildProcess, Duration) -> Void, onFinish: @escaping (RunRecord) -> Void) {
+    /// The run's ID as the engine keys it (`request.runID` is its text).
+    let id: RunID
+
+    init(request: JobRequest, id: RunID, context: JobContext, owner: any JobRunOwner) {
         self.request = request
+        self.id = id
         self.context = context
         self.machine = JobMachine(hasExpireHandler: request.settings.onExpire != nil, stopSignal: request.settings.stopSignal)
         self.outputTail = request.settings.onFailure != nil || request.settings.onSuccess != nil ? OutputTail() : nil
-        self.onFinish = onFinish
-        self.onProgress = onProgress
-        self.onLeftovers = onLeftovers
+        self.owner = owner
     }
 
-    var label: String { request.label }
+    /// "watch inbox run 0123456789abcdef", made once, after the spawn: its timers, progress
+    /// pipe and log lines all name the run.
+    private(set) lazy var label: String = request.label
 
     var pid: pid_t? { child?.pid }
     var phase: JobPhase { machine.phase }
@@ -65,7 +78,7 @@ final class JobRun: @unchecked Sendable {
 
     enum StartResult {
         case started
-        /// Ended before it began; its record went to `onFinish`.
+        /// Ended before it began; its record went to the owner.
         case failed
         /// Nothing started and nothing was recorded: the daemon is short of descriptors or
         /// processes, not the job at fault. The engine puts the job back in line.
@@ -97,9 +110,10 @@ final class JobRun: @unchecked Sendable {
         let output = try outputPlan()
         // Enlarged: room for bursts between two progress reads.
         let progressPipe = try context.pipeReserve.takeProgress()
-        var request = try spawnRequest(command: self.request.settings.command, extra: [
-            ("WATCHKEEPER_PROGRESS_FD", Array("3".utf8)),
-        ] + output.environment, stdout: output.stdout, stderr: output.stderr, descriptor3: progressPipe.writeEnd.rawValue)
+        let plan = self.request.plan ?? JobSpawnPlan(key: self.request.key, settings: self.request.settings, context: context)
+        var request = try spawnRequest(command: plan.command, shared: plan.environment,
+                                       extra: output.environment.isEmpty ? Self.progressEnvironment : Self.progressEnvironment + output.environment,
+                                       stdout: output.stdout, stderr: output.stderr, descriptor3: progressPipe.writeEnd.rawValue)
         // The child has its own copy of stdin once spawned; ours closes at the end of this scope.
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
@@ -116,6 +130,8 @@ final class JobRun: @unchecked Sendable {
         return started
     }
 
+    private static let progressEnvironment = [("WATCHKEEPER_PROGRESS_FD", Array("3".utf8))]
+
     func outputPlan() throws(SpawnError) -> JobOutputPlan {
         try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink, pipes: context.pipeReserve) { [logger] in logger.warning("\($0)") }
     }
@@ -129,37 +145,34 @@ final class JobRun: @unchecked Sendable {
     /// argv with placeholders expanded inside single elements, and an environment built
     /// from scratch: nothing of the daemon's own (NOTIFY_SOCKET, JOURNAL_STREAM, …) leaks.
     /// `descriptor3` becomes the child's fd 3: a job's progress pipe, a hook's output file.
+    /// Both are written into the jobs queue's SpawnStrings, valid until the next spawn
+    /// request: spawn it before making another.
     func spawnRequest(command: JobSettings.Command, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
                       descriptor3: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
+        try spawnRequest(command: JobCommand(command, name: request.name), shared: request.plan?.environment, extra: extra, stdout: stdout,
+                         stderr: stderr, descriptor3: descriptor3, placeholders: more)
+    }
+
+    /// `shared`: the group's environment block, for a job run as the daemon's user (nil: made here).
+    private func spawnRequest(command: JobCommand, shared: JobEnvironment?, extra: [(String, [UInt8])], stdout: Int32, stderr: Int32,
+                              descriptor3: Int32?, placeholders more: [String: [UInt8]] = [:]) throws(SpawnError) -> SpawnRequest {
         let settings = request.settings
         let credentials = try self.credentials()
-        let arguments: [[UInt8]]
-        switch command {
-        case .arguments(let templates):
-            let placeholders = placeholderValues(for: templates, more: more)
-            arguments = templates.flatMap { template -> [[UInt8]] in
-                if template.hasPrefix("{"), template.hasSuffix("}"), let values = request.listPlaceholders[String(template.dropFirst().dropLast())] {
-                    return values
-                }
-                return [Placeholders.expand(template, values: placeholders)]
-            }
-        case .shell(let script):
-            arguments = [Array("/bin/sh".utf8), Array("-c".utf8), Array(script.utf8), Array(request.name.utf8)]
-        }
+        let strings = context.spawnStrings()
+        command.write(to: strings, JobPlaceholders(request: request, startedWall: startedWall, pid: child?.pid, more: more))
+        strings.addOwn("WATCHKEEPER_RUN_ID", request.runID.utf8)
+        strings.addOwn("WATCHKEEPER_ATTEMPT") { $0.appendDecimal(self.request.attempt) }
+        if let deadlineWall { strings.addOwn("WATCHKEEPER_DEADLINE") { $0.appendISO8601(deadlineWall) } }
+        if let scheduled = request.scheduledAt { strings.addOwn("WATCHKEEPER_SCHEDULED_AT") { $0.appendISO8601(scheduled) } }
+        request.subject.writeEnvironment(to: strings)
+        for (name, value) in extra { strings.addOwn(name, value) }
         // A job run as another user gets that user's account; the others share the block
         // the engine built for the group.
-        let shared = credentials == nil ? request.sharedEnvironment : nil
-        let base = shared ?? JobEnvironment(key: request.key, settings: settings, daemonEnvironment: context.daemonEnvironment,
-                                            account: credentials.flatMap { Account.lookup(uid: $0.uid) } ?? context.daemonAccount)
-        var own: [(String, [UInt8])] = [
-            ("WATCHKEEPER_RUN_ID", Array(request.runID.utf8)),
-            ("WATCHKEEPER_ATTEMPT", Array(String(request.attempt).utf8)),
-        ]
-        if let deadlineWall { own.append(("WATCHKEEPER_DEADLINE", Array(deadlineWall.iso8601.utf8))) }
-        if let scheduled = request.scheduledAt { own.append(("WATCHKEEPER_SCHEDULED_AT", Array(scheduled.iso8601.utf8))) }
+        let account = credentials == nil ? context.daemonAccount : credentials.flatMap { Account.lookup(uid: $0.uid) } ?? context.daemonAccount
+        strings.finishEnvironment(shared: (credentials == nil ? shared : nil)
+            ?? JobEnvironment(key: request.key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: account))
         return SpawnRequest(
-            arguments: arguments,
-            environment: base.block(adding: own + request.environment + extra),
+            strings: strings,
             workingDirectory: settings.workingDirectory,
             credentials: credentials,
             standardOutput: stdout,
@@ -171,35 +184,18 @@ final class JobRun: @unchecked Sendable {
         )
     }
 
-    /// The values `templates` can name. The formatted ones ({scheduled}, an ISO 8601 time;
-    /// {budget}) are made only when a template mentions their name: otherwise they were
-    /// formatted for every job on the way to its exec and never used
-    /// (docs/measurements/latency-path.md). A shell command expands none.
-    private func placeholderValues(for templates: [String], more: [String: [UInt8]]) -> [String: [UInt8]] {
-        func mentioned(_ name: String) -> Bool { templates.contains { $0.contains(name) } }
-        var placeholders = request.placeholders
-        placeholders[request.kind.rawValue] = Array(request.name.utf8)
-        placeholders["run_id"] = Array(request.runID.utf8)
-        placeholders["attempt"] = Array(String(request.attempt).utf8)
-        if mentioned("scheduled") { placeholders["scheduled"] = Array((request.scheduledAt ?? startedWall ?? .now()).iso8601.utf8) }
-        if let pid = child?.pid { placeholders["pid"] = Array(String(pid).utf8) }
-        if mentioned("budget") { placeholders["budget"] = Array(request.settings.budget.compactDescription.utf8) }
-        // A hook's own: its {budget} is its own, not the job's.
-        placeholders.merge(more) { _, new in new }
-        return placeholders
-    }
-
     // MARK: Budget
 
     private func scheduleBudget() {
         let budget = request.settings.budget
+        let targets = request.plan?.timerTargets ?? JobSpawnPlan.timerTargets(request.name, budget)
         if let fraction = request.settings.warnAt {
-            addTimer(after: .nanoseconds(Int64(Double(budget.nanosecondsClamped) * fraction)), target: "\(request.name) warn_at") { [weak self] in
+            addTimer(after: .nanoseconds(Int64(Double(budget.nanosecondsClamped) * fraction)), target: targets.warnAt) { [weak self] in
                 guard let self else { return }
                 self.perform(self.machine.handle(.warnPointReached))
             }
         }
-        addTimer(after: budget, target: "\(request.name) budget \(budget.compactDescription)") { [weak self] in
+        addTimer(after: budget, target: targets.budget) { [weak self] in
             self?.expire(.budget)
         }
     }
@@ -309,7 +305,7 @@ final class JobRun: @unchecked Sendable {
         } else {
             logger.warning("\(label) exited but left processes in \(child.containerDescription): sending \(HandledSignals.name(request.settings.stopSignal)), SIGKILL after \(request.settings.killGrace.compactDescription)")
             child.signalGroup(request.settings.stopSignal)
-            onLeftovers(child, request.settings.killGrace)
+            owner?.run(self, leftProcesses: child, grace: request.settings.killGrace)
         }
         child.closeOutputs()
     }
@@ -362,9 +358,10 @@ final class JobRun: @unchecked Sendable {
     // MARK: Progress
 
     private func watchProgress(_ pipe: consuming OwnedPipe, pid: pid_t) {
-        let stats = context.sources.register(.read, owner: label, target: "progress pipe of pid \(pid)", on: context.queue)
+        let target = "progress pipe of pid \(pid)"
+        let stats = context.sources.register(.read, owner: label, target: target, on: context.queue)
         // Both ends close only at cancel, so the read end never hangs up while watched (see ChildProcess).
-        let source = context.poller.watch(pipe, owner: label, target: "progress pipe of pid \(pid)", afterClose: { [sources = context.sources] in
+        let source = context.poller.watch(pipe, owner: label, target: target, afterClose: { [sources = context.sources] in
             sources.unregister(stats)
         }, handler: { [weak self] in
             stats.fired()
@@ -387,7 +384,7 @@ final class JobRun: @unchecked Sendable {
         }
         if changed {
             lastProgressAt = .now
-            onProgress?()
+            owner?.runProgressed(self)
         }
         // Coalesce: leave the pipe alone for a while so many updates arrive in one read.
         if !final, let source = progressSource {
@@ -433,9 +430,9 @@ final class JobRun: @unchecked Sendable {
         let record = RunRecord(name: request.name, runID: request.runID, attempt: request.attempt, outcome: outcome,
                                scheduledAt: request.scheduledAt, startedAt: started, finishedAt: endedAt?.1 ?? .now(),
                                duration: now - startedAt, exit: exit, expiry: expiry, lateness: lateness, detail: detail)
-        let handler = onFinish
-        onFinish = nil
-        handler?(record)
+        guard !recorded else { return }
+        recorded = true
+        owner?.run(self, ended: record)
     }
 
     func describe(now: MonotonicInstant) -> DumpValue {

@@ -1,3 +1,8 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A task or a watch rule: the unit the engine limits (`max_concurrent`), configures and
 /// names in records. Two kinds may share a name; the key keeps them apart.
 public struct JobKey: Hashable, Sendable, CustomStringConvertible {
@@ -21,16 +26,53 @@ public struct RunID: Hashable, Sendable, CustomStringConvertible {
     public init(_ value: UInt64) { self.value = value }
 
     /// From the system random generator (getrandom): unique enough to grep the journal for.
-    public static func random() -> RunID { RunID(UInt64.random(in: .min ... .max)) }
+    public static func random() -> RunID { RunID(RunIDPool.shared.next()) }
 
     public init?(_ text: String) {
         guard text.count == 16, let value = UInt64(text, radix: 16) else { return nil }
         self.value = value
     }
 
+    /// Written digit by digit into the string's own storage: made for every job on the way
+    /// to its exec (its WATCHKEEPER_RUN_ID), where `String(value, radix:)` and the padding
+    /// cost three strings.
     public var description: String {
-        let hex = String(value, radix: 16)
-        return String(repeating: "0", count: 16 - hex.count) + hex
+        String(unsafeUninitializedCapacity: 16) { buffer in
+            let digits: StaticString = "0123456789abcdef"
+            var rest = value
+            for index in stride(from: 15, through: 0, by: -1) {
+                buffer[index] = digits.utf8Start[Int(rest & 0xf)]
+                rest >>= 4
+            }
+            return 16
+        }
+    }
+}
+
+/// Random run IDs drawn from the kernel 32 at a time: a job's ID was a `getrandom` system
+/// call of its own on the way to its exec (docs/measurements/latency-path.md). The bytes
+/// are the kernel's either way.
+final class RunIDPool: Sendable {
+    static let shared = RunIDPool()
+    private static let size = 32
+    private let drawn = Mutex<(values: [UInt64], used: Int)>(([], 0))
+
+    func next() -> UInt64 {
+        drawn.withLock { pool in
+            if pool.used == pool.values.count {
+                pool.values = Self.draw()
+                pool.used = 0
+            }
+            pool.used += 1
+            return pool.values[pool.used - 1]
+        }
+    }
+
+    /// glibc's arc4random_buf (2.36): the kernel's getrandom, one call for the whole pool.
+    private static func draw() -> [UInt64] {
+        var values = [UInt64](repeating: 0, count: size)
+        values.withUnsafeMutableBytes { arc4random_buf($0.baseAddress!, $0.count) }
+        return values
     }
 }
 
@@ -76,11 +118,17 @@ public struct FileSubject: Sendable {
         path.count > rootLength ? path[(rootLength + 1)...] : []
     }
 
-    /// The directory part and the name, as `{dir}` and `{name}` give them.
-    var directoryAndName: (directory: [UInt8], name: [UInt8]) {
-        let slash = path.lastIndex(of: UInt8(ascii: "/")) ?? 0
-        let directory = slash == 0 ? [UInt8(ascii: "/")] : Array(path[..<slash])
-        return (directory, Array(path[(slash + 1)...]))
+    private var lastSlash: Int { path.lastIndex(of: UInt8(ascii: "/")) ?? 0 }
+
+    /// The directory part, as `{dir}` and WATCHKEEPER_DIR give it ("/" for a file at the root).
+    func writeDirectory(to strings: SpawnStrings) {
+        let slash = lastSlash
+        if slash == 0 { strings.append(CollectionOfOne(UInt8(ascii: "/"))) } else { strings.append(path[..<slash]) }
+    }
+
+    /// The name, as `{name}` and WATCHKEEPER_NAME give it.
+    func writeName(to strings: SpawnStrings) {
+        strings.append(path[(lastSlash + 1)...])
     }
 }
 
@@ -145,28 +193,47 @@ public enum JobSubject: Sendable {
         }
     }
 
-    /// `{path}`-style placeholders, list placeholders, WATCHKEEPER_* variables and stdin.
-    func jobInputs() -> (placeholders: [String: [UInt8]], lists: [String: [[UInt8]]], environment: [(String, [UInt8])], standardInput: [UInt8]?) {
+    /// `{path}`, `{dir}`, `{name}` or `{event}` of a single file; nothing for the others.
+    func writePlaceholder(_ value: JobCommand.Value, to strings: SpawnStrings) {
+        guard case .file(let file) = self else { return }
+        switch value {
+        case .path: strings.append(file.path)
+        case .directory: file.writeDirectory(to: strings)
+        case .name: file.writeName(to: strings)
+        case .event: strings.append(file.event.rawValue.utf8)
+        default: break
+        }
+    }
+
+    /// `{paths}` of a batch given in argv: one argument per file. False for every other name
+    /// and subject.
+    func writeList(_ name: String, to strings: SpawnStrings) -> Bool {
+        guard case .batch(let files, .argv) = self, name == "paths" else { return false }
+        for file in files { strings.append(argument: file.path) }
+        return true
+    }
+
+    /// WATCHKEEPER_PATH, _DIR, _NAME and _EVENT of a file, or WATCHKEEPER_BATCH_SIZE.
+    func writeEnvironment(to strings: SpawnStrings) {
         switch self {
         case .schedule:
-            return ([:], [:], [], nil)
+            break
         case .file(let file):
-            let (directory, name) = file.directoryAndName
-            let event = Array(file.event.rawValue.utf8)
-            return (["path": file.path, "dir": directory, "name": name, "event": event], [:],
-                    [("WATCHKEEPER_PATH", file.path), ("WATCHKEEPER_DIR", directory), ("WATCHKEEPER_NAME", name), ("WATCHKEEPER_EVENT", event)],
-                    nil)
-        case .batch(let files, let input):
-            let environment = [("WATCHKEEPER_BATCH_SIZE", Array(String(files.count).utf8))]
-            switch input {
-            case .argv:
-                return ([:], ["paths": files.map(\.path)], environment, nil)
-            case .stdin:
-                var paths: [UInt8] = []
-                paths.reserveCapacity(files.reduce(0) { $0 + $1.path.count + 1 })
-                for file in files { paths += file.path + [0] }
-                return ([:], [:], environment, paths)
-            }
+            strings.addOwn("WATCHKEEPER_PATH", file.path)
+            strings.addOwn("WATCHKEEPER_DIR") { file.writeDirectory(to: $0) }
+            strings.addOwn("WATCHKEEPER_NAME") { file.writeName(to: $0) }
+            strings.addOwn("WATCHKEEPER_EVENT", file.event.rawValue.utf8)
+        case .batch(let files, _):
+            strings.addOwn("WATCHKEEPER_BATCH_SIZE") { $0.appendDecimal(files.count) }
         }
+    }
+
+    /// The job's whole stdin (`batch = "stdin"`: each path followed by a NUL); nil: /dev/null.
+    var standardInput: [UInt8]? {
+        guard case .batch(let files, .stdin) = self else { return nil }
+        var paths: [UInt8] = []
+        paths.reserveCapacity(files.reduce(0) { $0 + $1.path.count + 1 })
+        for file in files { paths += file.path + [0] }
+        return paths
     }
 }

@@ -42,6 +42,9 @@ public struct SpawnRequest: Sendable {
     public var cgroupProcsDescriptor: Int32?
     /// For the error message when joining fails.
     public var cgroupPath: String?
+    /// argv and envp already written as C strings (the jobs queue's, JobRun); when set,
+    /// `arguments` and `environment` are empty and not read.
+    var strings: SpawnStrings?
 
     public init(
         arguments: [[UInt8]], environment: [[UInt8]], workingDirectory: String? = nil,
@@ -56,6 +59,13 @@ public struct SpawnRequest: Sendable {
         self.standardError = standardError
         self.progressDescriptor = progressDescriptor
         self.niceness = niceness
+    }
+
+    init(strings: SpawnStrings, workingDirectory: String?, credentials: Credentials?, standardOutput: Int32, standardError: Int32,
+         progressDescriptor: Int32?, niceness: Int32) {
+        self.init(arguments: [], environment: [], workingDirectory: workingDirectory, credentials: credentials, standardOutput: standardOutput,
+                  standardError: standardError, progressDescriptor: progressDescriptor, niceness: niceness)
+        self.strings = strings
     }
 }
 
@@ -103,51 +113,44 @@ public enum ProcessSpawner {
     /// failed (`unable to run "x": chdir /srv/x: No such file or directory`). Blocks for
     /// the clone (fork with credentials) and the child's setup (docs/measurements/spawn.md).
     public static func spawn(_ request: SpawnRequest) throws(SpawnError) -> SpawnedProcess {
-        guard let program = request.arguments.first else {
+        let strings = request.strings ?? SpawnStrings(arguments: request.arguments, environment: request.environment)
+        guard let program = strings.program else {
             throw SpawnError(step: .request, errorNumber: 0, description: "unable to run a job: no arguments")
         }
-        let name = String(decoding: program, as: UTF8.self)
+        // For error messages only: no String on the way to a job's exec.
+        var name: String { String(decoding: program, as: UTF8.self) }
         func requestFailure(_ text: String) -> SpawnError {
             SpawnError(step: .request, errorNumber: 0, description: "unable to run \"\(name)\": \(text)")
         }
-        if let index = request.arguments.firstIndex(where: { $0.contains(0) }) {
+        if let index = strings.argumentWithNUL {
             throw requestFailure("argument \(index) contains a NUL byte")
         }
-        if let index = request.environment.firstIndex(where: { $0.contains(0) }) {
+        if let index = strings.entryWithNUL {
             throw requestFailure("environment entry \(index) contains a NUL byte")
         }
         if let directory = request.workingDirectory, directory.utf8.contains(0) {
             throw requestFailure("the working directory contains a NUL byte")
         }
 
-        let path = try resolveExecutable(program, name: name, environment: request.environment)
-
-        let pathString = CStringArray([path])
-        let argv = CStringArray(request.arguments)
-        let envp = CStringArray(request.environment)
+        // argv[0] with a '/' is the path as it is: nothing to search or copy.
+        let searched = program.contains(UInt8(ascii: "/")) ? nil : try resolveExecutable(Array(program), name: name, searchPath: strings.searchPath)
         let cwd = request.workingDirectory.map { CStringArray([Array($0.utf8)]) }
         let groups = request.credentials?.groups ?? []
-        let groupBuffer = UnsafeMutablePointer<gid_t>.allocate(capacity: max(groups.count, 1))
-        groupBuffer.initialize(from: groups, count: groups.count)
+        let groupBuffer = request.credentials == nil ? nil : UnsafeMutablePointer<gid_t>.allocate(capacity: max(groups.count, 1))
+        groupBuffer?.initialize(from: groups, count: groups.count)
         defer {
-            pathString.deallocate()
-            argv.deallocate()
-            envp.deallocate()
             cwd?.deallocate()
-            groupBuffer.deallocate()
+            groupBuffer?.deallocate()
         }
 
         var spec = wk_spawn_request()
-        spec.path = UnsafePointer(pathString.pointers[0])
-        spec.argv = UnsafePointer(argv.pointers)
-        spec.envp = UnsafePointer(envp.pointers)
         spec.cwd = cwd.map { UnsafePointer($0.pointers[0]!) }
         spec.niceness = request.niceness
         if let credentials = request.credentials {
             spec.set_credentials = 1
             spec.uid = credentials.uid
             spec.gid = credentials.gid
-            spec.groups = UnsafePointer(groupBuffer)
+            spec.groups = groupBuffer.map { UnsafePointer($0) }
             spec.group_count = groups.count
         }
         spec.stdin_fd = request.standardInput ?? -1  // never left 0 by the zeroing init: that would be fd 0
@@ -159,10 +162,15 @@ public enum ProcessSpawner {
 
         var result = wk_spawn_result()
         let start = monotonicNanoseconds()
-        let rc = wk_spawn(&spec, &result)
+        let rc = strings.withCStrings(path: searched) { path, argv, envp in
+            spec.path = path
+            spec.argv = argv
+            spec.envp = envp
+            return wk_spawn(&spec, &result)
+        }
         let end = monotonicNanoseconds()
         guard rc == 0 else {
-            throw childFailure(result, name: name, path: path, request: request)
+            throw childFailure(result, name: name, path: searched ?? Array(program), request: request)
         }
         return SpawnedProcess(pid: result.pid, pidfd: OwnedFileDescriptor(adopting: result.pidfd), spawnToExecNanoseconds: end &- start)
     }
@@ -171,13 +179,11 @@ public enum ProcessSpawner {
     /// in the PATH wins; failing that, the first regular file, so that execve reports
     /// EACCES on it rather than a less useful "not found". Relative PATH entries are
     /// skipped: they would search the daemon's own working directory.
-    static func resolveExecutable(_ program: [UInt8], name: String, environment: [[UInt8]]) throws(SpawnError) -> [UInt8] {
+    static func resolveExecutable(_ program: [UInt8], name: String, searchPath: [UInt8]?) throws(SpawnError) -> [UInt8] {
         let slash = UInt8(ascii: "/")
         if program.contains(slash) { return program }
 
-        let prefix = Array("PATH=".utf8)
-        let searchPath = environment.first(where: { $0.starts(with: prefix) }).map { Array($0.dropFirst(prefix.count)) }
-            ?? Array(defaultSearchPath.utf8)
+        let searchPath = searchPath ?? Array(defaultSearchPath.utf8)
         var firstNonExecutable: [UInt8]?
         if !program.isEmpty {
             for directory in searchPath.split(separator: UInt8(ascii: ":")) where directory.first == slash {

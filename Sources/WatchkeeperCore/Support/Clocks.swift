@@ -26,8 +26,69 @@ public struct WallTime: Sendable, Equatable, Comparable {
 
     /// RFC 3339 in UTC with milliseconds: 2026-11-22T01:02:03.456Z.
     public var iso8601: String {
-        let p = utcFields
-        return "\(p.year)-\(p.month)-\(p.day)T\(p.hour):\(p.minute):\(p.second).\(Self.zeroPadded(nanoseconds / 1_000_000, 3))Z"
+        guard let civil = civilUTC else {
+            let p = utcFields
+            return "\(p.year)-\(p.month)-\(p.day)T\(p.hour):\(p.minute):\(p.second).\(Self.zeroPadded(nanoseconds / 1_000_000, 3))Z"
+        }
+        return String(unsafeUninitializedCapacity: Self.iso8601Length) { Self.writeISO8601(civil, milliseconds: nanoseconds / 1_000_000, to: $0) }
+    }
+
+    /// `iso8601`'s bytes appended to `bytes`, without a String on the way: a job's
+    /// WATCHKEEPER_DEADLINE is written this way into its environment, on the way to its exec
+    /// (docs/measurements/latency-path.md).
+    func appendISO8601(to bytes: inout [UInt8]) {
+        guard let civil = civilUTC else { return bytes.append(contentsOf: iso8601.utf8) }
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: Self.iso8601Length))
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            _ = Self.writeISO8601(civil, milliseconds: nanoseconds / 1_000_000, to: UnsafeMutableBufferPointer(rebasing: buffer[start...]))
+        }
+    }
+
+    private static let iso8601Length = 24
+
+    /// The calendar in UTC from the seconds alone (Howard Hinnant's days-to-civil, exact for
+    /// the proleptic Gregorian calendar gmtime uses), for years 0-9999; nil outside them,
+    /// where `utcFields` pads differently, and for nanoseconds outside a second.
+    private var civilUTC: (year: Int64, month: Int64, day: Int64, hour: Int64, minute: Int64, second: Int64)? {
+        let days = secondsSinceEpoch >= 0 ? secondsSinceEpoch / 86_400 : (secondsSinceEpoch - 86_399) / 86_400
+        let secondOfDay = secondsSinceEpoch - days * 86_400
+        let shifted = days + 719_468
+        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
+        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        guard (0...9_999).contains(year), (0..<1_000_000_000).contains(nanoseconds) else { return nil }
+        return (year, month, day, secondOfDay / 3_600, secondOfDay / 60 % 60, secondOfDay % 60)
+    }
+
+    private static func writeISO8601(_ civil: (year: Int64, month: Int64, day: Int64, hour: Int64, minute: Int64, second: Int64),
+                                      milliseconds: Int32, to buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        var index = 0
+        func digits(_ value: Int64, _ width: Int, then separator: UInt8?) {
+            var rest = value
+            for position in stride(from: index + width - 1, through: index, by: -1) {
+                buffer[position] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            index += width
+            if let separator {
+                buffer[index] = separator
+                index += 1
+            }
+        }
+        digits(civil.year, 4, then: UInt8(ascii: "-"))
+        digits(civil.month, 2, then: UInt8(ascii: "-"))
+        digits(civil.day, 2, then: UInt8(ascii: "T"))
+        digits(civil.hour, 2, then: UInt8(ascii: ":"))
+        digits(civil.minute, 2, then: UInt8(ascii: ":"))
+        digits(civil.second, 2, then: UInt8(ascii: "."))
+        digits(Int64(milliseconds), 3, then: UInt8(ascii: "Z"))
+        return index
     }
 
     /// The calendar fields in UTC, zero-padded: a 4-digit year, 2 digits for the rest.

@@ -127,6 +127,52 @@ final class JobEngineTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: output, encoding: .utf8), "first\nsecond\n")
     }
 
+    /// The engine parses a group's command once (JobSpawnPlan): a reload that changes the
+    /// command's placeholders or the environment must spawn the new ones for the next file.
+    func testReconfiguredCommandAndEnvironment_reachTheNextFilesJob() throws {
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let key = JobKey(.watch, "inbox")
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("wk-command-\(getpid())-\(UUIDLess.next())").path
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        let file = FileSubject(path: Array("/srv/in/a.txt".utf8), rootLength: 7, event: .closedWrite, identity: nil)
+        for (mode, argument) in [("first", "{name}@{event}"), ("second", "{dir}:{path}")] {
+            engine.queue.queue.sync {
+                engine.configure(group(key, "") { group in
+                    group.settings.command = .arguments(["/bin/sh", "-c", "echo \"$1 $MODE $WATCHKEEPER_NAME\" >> \(output)", mode, argument])
+                    group.settings.environment["MODE"] = mode.uppercased()
+                })
+                engine.submit(key, subject: .file(file)) { done.add($0) }
+            }
+            XCTAssertTrue(done.wait(1))
+        }
+        XCTAssertEqual(done.all.map(\.final.outcome), [.ok, .ok])
+        XCTAssertEqual(try String(contentsOfFile: output, encoding: .utf8), "a.txt@closed_write FIRST a.txt\n/srv/in:/srv/in/a.txt SECOND a.txt\n")
+    }
+
+    /// A job run as another user gets that account's HOME, USER, LOGNAME and SHELL, not the
+    /// group's shared block (which has the daemon's), the settings' environment and its own
+    /// variables still.
+    func testAJobRunAsAnotherUser_getsThatAccountsVariables_andTheRest() throws {
+        try XCTSkipUnless(geteuid() == 0, "changing a job's user needs root")
+        let account = try XCTUnwrap(getpwnam("nobody"), "no user nobody")
+        let home = String(cString: account.pointee.pw_dir)
+        let shell = String(cString: account.pointee.pw_shell)
+        let engine = makeEngine(maxJobs: 1)
+        let done = Completions()
+        let key = JobKey(.task, "as-nobody")
+        let check = "test \"$HOME:$USER:$LOGNAME:$SHELL\" = \"\(home):nobody:nobody:\(shell)\" && test \"$MODE\" = kept && test -n \"$WATCHKEEPER_RUN_ID\""
+        engine.queue.queue.sync {
+            engine.configure(group(key, check) { group in
+                group.settings.user = "nobody"
+                group.settings.environment["MODE"] = "kept"
+            })
+            engine.submit(key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
+        XCTAssertTrue(done.wait(1))
+        XCTAssertEqual(done.all.first?.final.outcome, .ok, "\(String(describing: done.all.first?.final.detail)) \(String(describing: done.all.first?.final.exit))")
+    }
+
     func testRetry_isTheSameForWatchRules_andRetryExpiredRetriesABudgetExpiry() {
         let engine = makeEngine(maxJobs: 2)
         let done = Completions()
