@@ -108,13 +108,18 @@ def steps(script, writes, stamps):
         statx = first(lambda e: entering(332)(e) and e[1] == read[1], read_done[0])
         if statx:  # watchkeeper: the watching queue, then the jobs queue
             handle = first(lambda e: leaving(303)(e) and e[1] == read[1], statx[0])
-            futex = first(lambda e: entering(202)(e) and e[1] == read[1], handle[0])
-            jobs = first(lambda e: e[1] == clone[1] and e[2] == "raw_syscalls:sys_exit", futex[0])
             add("c read -> statx (decode the event, match the rule)", statx[0] - read_done[0])
             add("d statx + name_to_handle_at (the file's identity)", handle[0] - statx[0])
-            add("e identity -> futex wake of the jobs queue (admission, submit)", futex[0] - handle[0])
-            add("f the jobs queue's worker runs", jobs[0] - futex[0])
-            add("g jobs queue: line, request, environment, pipes -> clone", clone[0] - jobs[0])
+            if clone[1] == read[1]:
+                # Carried (CarriedHandOffs): the reader thread runs the jobs queue's block
+                # itself after the watching block, no wake between them.
+                add("e-g identity -> clone, carried by the reader thread (admission, submit, request)", clone[0] - handle[0])
+            else:
+                futex = first(lambda e: entering(202)(e) and e[1] == read[1], handle[0])
+                jobs = first(lambda e: e[1] == clone[1] and e[2] == "raw_syscalls:sys_exit", futex[0])
+                add("e identity -> futex wake of the jobs queue (admission, submit)", futex[0] - handle[0])
+                add("f the jobs queue's worker runs", jobs[0] - futex[0])
+                add("g jobs queue: line, request, environment, pipes -> clone", clone[0] - jobs[0])
         else:
             add("c-g read -> clone3 (stack, signal mask)", clone[0] - read_done[0])
         add("a-g close(2) -> clone (the daemon's whole share)", clone[0] - at)
