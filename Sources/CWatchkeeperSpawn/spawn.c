@@ -578,5 +578,14 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     if (req->set_credentials || req->force_fork || WK_FORK_ONLY) {
         return spawn_forked(&plan, res);
     }
-    return spawn_shared(&plan, res);
+    int rc = spawn_shared(&plan, res);
+    if (rc == 0 && req->yield_after_exec) {
+        // The child releases our memory (and so wakes us) at the start of its execve, before
+        // the kernel has loaded the new program, and the scheduler lets us preempt it on its
+        // CPU: our work after the spawn then held the job's exec back by 100-150 us
+        // (latency-path.md, "the parent after the clone"). Give the CPU back once; a no-op
+        // when the child runs elsewhere.
+        (void)sched_yield();
+    }
+    return rc;
 }

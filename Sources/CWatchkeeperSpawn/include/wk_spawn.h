@@ -51,6 +51,8 @@ struct wk_spawn_request {
     int cgroup_procs_fd;          // the job's cgroup.procs opened for writing, or -1: the child
                                   // moves itself there before anything else, so all it forks
                                   // later is in the job's cgroup too
+    int yield_after_exec;         // nonzero: sched_yield once the child has exec'd (shared-memory
+                                  // clone only), so the spawning thread does not hold it back
 };
 
 struct wk_spawn_result {

@@ -311,6 +311,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
                                  attempt: item.attempt, submittedAt: item.submittedAt)
         request.plan = plans.plan(key, group.settings, context: context)
+        request.nothingElseWaiting = line.waitingCount == 0
         let entry = Active(key: key, waiting: item)
         active[item.runID] = entry
         let run = JobRun(request: request, id: item.runID, context: context, owner: self)

@@ -30,6 +30,9 @@ public struct JobRequest: Sendable {
     /// What every job of the group shares (its parsed command, its environment), made once
     /// by the engine; nil: the run makes its own.
     var plan: JobSpawnPlan?
+    /// Nothing else waited to start when the engine launched it: its spawn gives the CPU
+    /// back to it once it has exec'd (SpawnRequest.yieldAfterExec).
+    var nothingElseWaiting = false
 
     public init(key: JobKey, runID: String = RunID.random().description, settings: JobSettings, subject: JobSubject = .schedule(scheduledAt: nil),
                 attempt: Int = 1, submittedAt: MonotonicInstant = .now) {

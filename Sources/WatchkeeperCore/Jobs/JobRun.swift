@@ -171,7 +171,7 @@ final class JobRun: @unchecked Sendable {
         let account = credentials == nil ? context.daemonAccount : credentials.flatMap { Account.lookup(uid: $0.uid) } ?? context.daemonAccount
         strings.finishEnvironment(shared: (credentials == nil ? shared : nil)
             ?? JobEnvironment(key: request.key, settings: settings, daemonEnvironment: context.daemonEnvironment, account: account))
-        return SpawnRequest(
+        var spawn = SpawnRequest(
             strings: strings,
             workingDirectory: settings.workingDirectory,
             credentials: credentials,
@@ -182,6 +182,8 @@ final class JobRun: @unchecked Sendable {
             // no job inherits the nice value of the worker thread that spawned it.
             niceness: ProcessSpawner.niceness(for: settings.priority)
         )
+        spawn.yieldAfterExec = request.nothingElseWaiting
+        return spawn
     }
 
     // MARK: Budget

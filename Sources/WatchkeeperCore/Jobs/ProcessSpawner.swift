@@ -34,6 +34,10 @@ public struct SpawnRequest: Sendable {
     /// The child's nice value, set in the child before exec (and before the credentials
     /// change). Absolute, not relative to the spawning thread's: see `ProcessSpawner.baseNiceness`.
     public var niceness: Int32
+    /// Give the CPU back once the child has exec'd: for a job nothing else waits behind (a
+    /// file now and then), whose exec the spawning thread's work after the clone would delay
+    /// on the same CPU. Not in a burst, where the spawning thread's next job should go on.
+    public var yieldAfterExec = false
     /// Fork even without credentials, instead of the cheaper shared-memory clone; for
     /// tests that compare the two and for the spawn benchmark.
     public var forceFork = false
@@ -159,6 +163,7 @@ public enum ProcessSpawner {
         spec.extra_fd = request.progressDescriptor ?? -1
         spec.force_fork = request.forceFork ? 1 : 0
         spec.cgroup_procs_fd = request.cgroupProcsDescriptor ?? -1
+        spec.yield_after_exec = request.yieldAfterExec ? 1 : 0
 
         var result = wk_spawn_result()
         let start = monotonicNanoseconds()

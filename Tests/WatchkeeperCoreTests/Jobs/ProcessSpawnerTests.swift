@@ -213,6 +213,24 @@ final class ProcessSpawnerTests: XCTestCase {
         XCTAssertEqual(Int32(fields[3]), spawned.pid, "session")
     }
 
+    /// A job nothing else waits behind is spawned with a yield once it has exec'd: the spawn
+    /// still returns only after the exec (the process is the new program), with its pidfd.
+    func testASpawnThatYieldsAfterTheExec_returnsOnceTheChildIsTheNewProgram() throws {
+        let output = try OwnedPipe().releaseEnds()
+        defer { close(output.readEnd); close(output.writeEnd) }
+        var request = SpawnRequest(arguments: [bytes("/bin/sleep"), bytes("30")], environment: [],
+                                   standardOutput: output.writeEnd, standardError: output.writeEnd)
+        request.yieldAfterExec = true
+        let spawned = try ProcessSpawner.spawn(request)
+        defer {
+            kill(spawned.pid, SIGKILL)
+            _ = waitReadable(spawned.pidfd.rawValue, milliseconds: 10_000)
+            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
+        }
+        XCTAssertEqual(link("/proc/\(spawned.pid)/exe")?.split(separator: "/").last, "sleep")
+        XCTAssertGreaterThanOrEqual(spawned.pidfd.rawValue, 0)
+    }
+
     func testChild_hasOnlyDescriptors0To2_andStdinIsDevNull() throws {
         // Not close-on-exec in this process, so only the child's close_range removes it.
         let inheritable = open("/dev/null", O_RDONLY)
