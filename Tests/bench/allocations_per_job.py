@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/bench-peers/c")
+from latency_path import build_helpers, write_config
 CALLS = ("malloc", "calloc", "realloc", "posix_memalign")
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
@@ -33,15 +33,10 @@ def ensure_probes():
 
 
 def start_daemon(args, work):
-    for name in ("stamp", "writer"):
-        subprocess.run(["gcc", "-O2", "-static", "-o", os.path.join(work, name), os.path.join(PEERS, name + ".c")], check=True)
+    build_helpers(work, ("stamp", "writer"))
     inbox = os.path.join(work, "in")
     os.makedirs(inbox)
-    config = os.path.join(work, "wk.toml")
-    with open(config, "w") as f:
-        f.write(f'[daemon]\nstate_dir = "{work}/state"\nruntime_dir = "{work}/run"\nlog_level = "notice"\nmax_jobs = 8\n\n'
-                f'[[watch]]\nname = "bench"\npath = "{inbox}"\nrecursive = false\nevents = ["closed_write"]\ncatch_up = false\n'
-                f'command = ["{work}/stamp", "{{path}}"]\nenvironment = {{ STAMP_OUT = "{work}/stamps" }}\n')
+    config = write_config(work, inbox, os.path.join(work, "stamps"))
     daemon = subprocess.Popen([args.binary, "run", "--config", config], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(2)
     # Warm: the first jobs make the caches and the reserve every later one reuses.

@@ -27,9 +27,20 @@ EVENTS = "raw_syscalls:sys_enter,raw_syscalls:sys_exit,sched:sched_switch,sched:
 LINE = re.compile(r"^\s*(\S.*?)\s+(\d+)\s+(\d+\.\d+):\s+(\S+):\s*(.*)$")
 
 
-def build_helpers(directory):
-    for name in ("stamp", "writer", "baseline"):
+def build_helpers(directory, names=("stamp", "writer", "baseline")):
+    """bench-peers' C helpers, built static into `directory` (the other bench scripts import this)."""
+    for name in names:
         subprocess.run(["gcc", "-O2", "-static", "-o", os.path.join(directory, name), os.path.join(PEERS, name + ".c")], check=True)
+
+
+def write_config(work, inbox, stamps):
+    """The daemon's configuration with bench-peers' rule (its stamp as the job), in `work`; its path."""
+    config = os.path.join(work, "wk.toml")
+    with open(config, "w") as f:
+        f.write(f'[daemon]\nstate_dir = "{work}/state"\nruntime_dir = "{work}/run"\nlog_level = "notice"\nmax_jobs = 8\n\n'
+                f'[[watch]]\nname = "bench"\npath = "{inbox}"\nrecursive = false\nevents = ["closed_write"]\ncatch_up = false\n'
+                f'command = ["{work}/stamp", "{{path}}"]\nenvironment = {{ STAMP_OUT = "{stamps}" }}\n')
+    return config
 
 
 def record(args, work):
@@ -39,12 +50,7 @@ def record(args, work):
     if args.system == "baseline":
         command = [os.path.join(work, "baseline"), os.path.join(work, "stamp"), inbox]
     else:
-        config = os.path.join(work, "wk.toml")
-        with open(config, "w") as f:
-            f.write(f'[daemon]\nstate_dir = "{work}/state"\nruntime_dir = "{work}/run"\nlog_level = "notice"\nmax_jobs = 8\n\n'
-                    f'[[watch]]\nname = "bench"\npath = "{inbox}"\nrecursive = false\nevents = ["closed_write"]\ncatch_up = false\n'
-                    f'command = ["{work}/stamp", "{{path}}"]\nenvironment = {{ STAMP_OUT = "{stamps}" }}\n')
-        command = [args.binary, "run", "--config", config]
+        command = [args.binary, "run", "--config", write_config(work, inbox, stamps)]
     data = os.path.join(work, "perf.data")
     env = dict(os.environ, STAMP_OUT=stamps)
     traced = subprocess.Popen(["perf", "record", "-q", "-k", "mono", "-e", EVENTS, "-o", data, "--"] + command,

@@ -76,22 +76,26 @@ def part_number(profile):
     return 0
 
 
-def executed_functions(profile, binary, seen=None):
-    """Every function of `binary` with an executed instruction, in the order callgrind's output
-    first shows one. By address, not by callgrind's `fn=` names: code entered by a jump (a tail
-    call to a metadata or witness table accessor) is counted in its caller's name, and aliases
-    share one name, so 36 of the 84 code page faults of a start were in functions the names
-    missed (perf record -e page-faults -d, docs/measurements/idle-memory.md)."""
+def function_symbols(binary):
+    """(address, name) of every function of `binary`, by address."""
     listing = subprocess.run(["llvm-nm", "-n", "--defined-only", binary], capture_output=True, text=True, check=True).stdout
     symbols = []
     for line in listing.splitlines():
         fields = line.split(None, 2)
         if len(fields) == 3 and fields[1] in "tTwW":
             symbols.append((int(fields[0], 16), fields[2]))
+    return symbols
+
+
+def executed_functions(profile, binary, symbols):
+    """Every function of `binary` with an executed instruction, in the order callgrind's output
+    first shows one. By address, not by callgrind's `fn=` names: code entered by a jump (a tail
+    call to a metadata or witness table accessor) is counted in its caller's name, and aliases
+    share one name, so 36 of the 84 code page faults of a start were in functions the names
+    missed (perf record -e page-faults -d, docs/measurements/idle-memory.md)."""
     starts = [address for address, _ in symbols]
     by_name = {name: address for address, name in symbols}
-    functions, in_binary, base = [], False, None
-    seen = set() if seen is None else seen
+    functions, seen, in_binary, base = [], set(), False, None
     with open(profile, errors="replace") as f:
         for line in f:
             if line.startswith("ob="):
@@ -164,11 +168,10 @@ def main():
         parts = sorted((p for p in os.listdir(scratch) if p.startswith("callgrind.out")), key=lambda p: part_number(os.path.join(scratch, p)))
         if len(parts) < 2:
             sys.exit(f"callgrind wrote {parts}: expected a part at ready and one at the end")
-        seen = set()
-        functions = []
-        for part in parts:
-            functions += executed_functions(os.path.join(scratch, part), binary, seen)
-        print(f"{len(executed_functions(os.path.join(scratch, parts[0]), binary))} functions in the start-up, {len(functions)} in all")
+        symbols = function_symbols(binary)
+        by_part = [executed_functions(os.path.join(scratch, part), binary, symbols) for part in parts]
+        functions = list(dict.fromkeys(name for part in by_part for name in part))
+        print(f"{len(by_part[0])} functions in the start-up, {len(functions)} in all")
         if len(functions) < 1000:
             sys.exit(f"only {len(functions)} functions seen in {binary}: is callgrind's output format what this script reads?")
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

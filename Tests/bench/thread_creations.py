@@ -9,19 +9,15 @@ exit before each file. docs/measurements/latency-path.md ("Issue 39, third round
 
 Needs root, perf, gcc and ../shared/bench-peers."""
 import os, subprocess, sys, tempfile, time, shutil, datetime
+from latency_path import build_helpers, write_config
 
 binary, files, gap_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/bench-peers/c")
 work = tempfile.mkdtemp(prefix="wk-reader-clones-")
 try:
-    for name in ("stamp", "writer"):
-        subprocess.run(["gcc", "-O2", "-static", "-o", f"{work}/{name}", f"{peers}/{name}.c"], check=True)
+    build_helpers(work, ("stamp", "writer"))
     inbox = f"{work}/in"
     os.makedirs(inbox)
-    with open(f"{work}/wk.toml", "w") as f:
-        f.write(f'[daemon]\nstate_dir = "{work}/state"\nruntime_dir = "{work}/run"\nlog_level = "notice"\nmax_jobs = 8\n\n'
-                f'[[watch]]\nname = "bench"\npath = "{inbox}"\nrecursive = false\nevents = ["closed_write"]\ncatch_up = false\n'
-                f'command = ["{work}/stamp", "{{path}}"]\nenvironment = {{ STAMP_OUT = "{work}/stamps" }}\n')
+    write_config(work, inbox, f"{work}/stamps")
     trace = f"{work}/trace"
     traced = subprocess.Popen(["perf", "record", "-q", "-k", "mono", "-e", "syscalls:sys_enter_clone3,syscalls:sys_enter_clone",
                                "-o", trace, "--", binary, "run", "--config", f"{work}/wk.toml"],

@@ -12,19 +12,15 @@ docs/measurements/latency-path.md ("Issue 39, third round: reader").
 Then `callgrind_annotate --tree=calling --inclusive=yes OUT.callgrind | swift demangle
 --simplified` says where they go. Needs valgrind, gcc and ../shared/bench-peers."""
 import os, subprocess, sys, tempfile, time, shutil, glob
+from latency_path import build_helpers, write_config
 
 binary, files, gap_ms, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/bench-peers/c")
 work = tempfile.mkdtemp(prefix="wk-reader-cg-")
 try:
-    for name in ("stamp", "writer"):
-        subprocess.run(["gcc", "-O2", "-static", "-o", f"{work}/{name}", f"{peers}/{name}.c"], check=True)
+    build_helpers(work, ("stamp", "writer"))
     inbox = f"{work}/in"
     os.makedirs(inbox)
-    with open(f"{work}/wk.toml", "w") as f:
-        f.write(f'[daemon]\nstate_dir = "{work}/state"\nruntime_dir = "{work}/run"\nlog_level = "notice"\nmax_jobs = 8\n\n'
-                f'[[watch]]\nname = "bench"\npath = "{inbox}"\nrecursive = false\nevents = ["closed_write"]\ncatch_up = false\n'
-                f'command = ["{work}/stamp", "{{path}}"]\nenvironment = {{ STAMP_OUT = "{work}/stamps" }}\n')
+    write_config(work, inbox, f"{work}/stamps")
     cg = f"{work}/cg.out"
     daemon = subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={cg}",
                                "--toggle-collect=$s15WatchkeeperCore18KernelEventWatcherC10readQueued*",

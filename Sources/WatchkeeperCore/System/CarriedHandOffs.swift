@@ -32,7 +32,6 @@ final class CarriedHandOffs {
     init(owner: DispatchQueue, limit: Int) {
         self.owner = owner
         self.limit = limit
-        held.reserveCapacity(limit)
     }
 
     /// Holds `work` for `queue`, or says it must go as usual (true: held).
@@ -71,7 +70,7 @@ final class CarriedHandOffs {
         pthread_setspecific(key, nil)
         retained.release()
         for item in carried.held {
-            item.queue.queue.sync { item.queue.runCarried(item.work) }
+            item.queue.queue.sync { item.queue.runCounted(item.work) }
         }
     }
 

@@ -35,16 +35,16 @@ public final class SubsystemQueue: Sendable {
     public func async(_ work: @escaping @Sendable () -> Void) {
         pending.wrappingAdd(1, ordering: .relaxed)
         if let carrier = CarriedHandOffs.current, carrier.hold(work, for: self) { return }
-        queue.async { self.runCarried(work) }
+        enqueue(work)
     }
 
     /// Enqueues work already counted in `pending` (a carrier handing over what it held).
     func enqueue(_ work: @escaping @Sendable () -> Void) {
-        queue.async { self.runCarried(work) }
+        queue.async { self.runCounted(work) }
     }
 
     /// Runs counted work, on this queue.
-    func runCarried(_ work: @Sendable () -> Void) {
+    func runCounted(_ work: @Sendable () -> Void) {
         pending.wrappingSubtract(1, ordering: .relaxed)
         work()
     }
