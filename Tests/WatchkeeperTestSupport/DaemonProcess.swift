@@ -223,11 +223,12 @@ public final class DaemonSandbox {
                           stderrPath: stderrPath ?? root + "/stderr.log", cgroup: cgroup, launcher: launcher)
     }
 
-    /// The daemon started on the configuration written, once it has said READY=1. One that
-    /// does not within 10 s fails the test with its stderr, and the rest of the test is skipped.
-    public func startReady(notifySocket: NotifySocket, extra: [String: String] = [:],
+    /// The daemon started on the configuration written (under `launcher`, as `start`), once
+    /// it has said READY=1. One that does not within 10 s fails the test with its stderr, and
+    /// the rest of the test is skipped.
+    public func startReady(notifySocket: NotifySocket, extra: [String: String] = [:], launcher: [String] = [],
                     file: StaticString = #filePath, line: UInt = #line) throws -> DaemonProcess {
-        let daemon = try start(notifySocket: notifySocket, extra: extra)
+        let daemon = try start(notifySocket: notifySocket, extra: extra, launcher: launcher)
         guard notifySocket.waitFor("READY", "1", timeout: 10) != nil else {
             XCTFail("no READY=1 within 10 s; stderr:\n\(daemon.stderr)", file: file, line: line)
             throw XCTSkip("daemon did not become ready")

@@ -133,6 +133,58 @@ final class JobHookTests: WatchTestCase {
         XCTAssertTrue(daemon.waitForStderr(containing: "exited 0", timeout: 5), daemon.stderr)
     }
 
+    /// A launcher under which the kernel refuses memfd_create with EPERM, as it does for a
+    /// unit whose SystemCallFilter= leaves the call out (SystemCallErrorNumber=EPERM, as in
+    /// the shipped unit): a seccomp filter on the daemon and all it starts, then its exec.
+    static let refusingMemfdCreate = ["/usr/bin/python3", "-c", #"""
+        import ctypes, errno, os, platform, sys
+        # seccomp_data has the call's number at offset 0 and the architecture at 4.
+        arch, memfd_create = {"x86_64": (0xC000003E, 319), "aarch64": (0xC00000B7, 279)}[platform.machine()]
+        LD_W_ABS, JEQ_K, RET_K = 0x20, 0x15, 0x06
+        RET_ERRNO, RET_ALLOW = 0x00050000, 0x7FFF0000
+        class Instruction(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+        class Program(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+        code = [(LD_W_ABS, 0, 0, 4), (JEQ_K, 0, 3, arch), (LD_W_ABS, 0, 0, 0), (JEQ_K, 0, 1, memfd_create),
+                (RET_K, 0, 0, RET_ERRNO | errno.EPERM), (RET_K, 0, 0, RET_ALLOW)]
+        program = Program(len(code), (Instruction * len(code))(*code))
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
+            sys.exit("unable to install the seccomp filter: " + os.strerror(ctypes.get_errno()))
+        os.execv(sys.argv[1], sys.argv[1:])
+        """#]
+
+    /// Issue 38: a hook whose output file cannot be made (the memfd refused) still runs,
+    /// without WATCHKEEPER_OUTPUT_FILE or fd 3 and told there are no lines, and a warning
+    /// says why it has nothing to read.
+    func testOutputFileRefusedByTheKernel_theHookRunsWithoutIt_andAWarningSaysWhy() throws {
+        guard access("/usr/bin/python3", X_OK) == 0 else { throw XCTSkip("the seccomp launcher needs /usr/bin/python3") }
+        try start("""
+            [[task]]
+            name = "no-memfd"
+            every = "1h"
+            run_on_start = true
+            shell = true
+            command = 'echo one; echo two; exit 4'
+            on_failure = 'env > @DIR@/env.failure; fd3=closed; [ -e /proc/$$/fd/3 ] && fd3=open; echo $fd3 > @DIR@/fd3'
+            """, launcher: Self.refusingMemfdCreate)
+        var runID: String?
+        XCTAssertTrue(waitFor(10) { runID = self.runID(ofRecordContaining: "outcome=failed"); return runID != nil }, daemon.stderr)
+        let hookRun = "on_failure for task no-memfd run \(try XCTUnwrap(runID))"
+        XCTAssertTrue(daemon.waitForStderr(containing: "\(hookRun) exited 0", timeout: 10), daemon.stderr)
+        XCTAssertTrue(daemon.stderr.contains("warning: \(hookRun): unable to hand it the run's output (Operation not permitted); "
+                                             + "it runs without WATCHKEEPER_OUTPUT_FILE"), daemon.stderr)
+        let env = environment(sandbox.root + "/env.failure")
+        XCTAssertEqual(env["WATCHKEEPER_EXIT_CODE"], "4")
+        XCTAssertNil(env["WATCHKEEPER_OUTPUT_FILE"], "\(env)")
+        XCTAssertEqual(env["WATCHKEEPER_OUTPUT_LINES"], "0", "the run printed two, but the hook has none to read")
+        XCTAssertEqual(lines(sandbox.root + "/fd3"), ["closed"])
+        let hooks = dumpedJobs()?["hooks"] as? [String: [String: Int]]
+        XCTAssertEqual(hooks?["on_failure"], ["ok": 1], "\(String(describing: hooks))")
+    }
+
     func testTheRunsRecord_isWrittenBeforeItsHooksOutput() throws {
         try start("""
             [[task]]

@@ -42,9 +42,9 @@ class WatchTestCase: XCTestCase {
     }
 
     /// `prepare` runs before the daemon starts, with the sandbox's root (files and trees
-    /// that must be there at start-up, for catch-up).
+    /// that must be there at start-up, for catch-up); `launcher` as DaemonSandbox.start's.
     func start(_ rules: String, daemonExtra: String = "", logLevel: String = "debug", environment: [String: String] = [:],
-               prepare: (String) throws -> Void = { _ in }) throws {
+               launcher: [String] = [], prepare: (String) throws -> Void = { _ in }) throws {
         sandbox = try makeSandbox()
         sandbox.watchMethod = methodUnderTest
         dumpsAsked = 0
@@ -59,7 +59,7 @@ class WatchTestCase: XCTestCase {
 
             \(rules.replacingOccurrences(of: "@DIR@", with: sandbox.root))
             """)
-        daemon = try sandbox.startReady(notifySocket: notify, extra: environment)
+        daemon = try sandbox.startReady(notifySocket: notify, extra: environment, launcher: launcher)
         if methodUnderTest == "fanotify" {
             // A run that quietly fell back to inotify would prove nothing about fanotify.
             XCTAssertFalse(daemon.stderr.contains("unable to use fanotify"), daemon.stderr)
