@@ -358,16 +358,8 @@ final class JobRun: @unchecked Sendable {
         timers.removeAll()
         progressChannel?.stop()
         let now = endedAt?.0 ?? .now
-        let started = startedWall
-        var lateness: Duration?
-        if let scheduled = request.scheduledAt, let started {
-            let seconds = started.secondsSinceEpoch - scheduled.secondsSinceEpoch
-            let nanos = Int64(started.nanoseconds) - Int64(scheduled.nanoseconds)
-            lateness = .nanoseconds(seconds * 1_000_000_000 + nanos)
-        }
-        let record = RunRecord(name: request.name, runID: request.runID, attempt: request.attempt, outcome: outcome,
-                               scheduledAt: request.scheduledAt, startedAt: started, finishedAt: endedAt?.1 ?? .now(),
-                               duration: now - startedAt, exit: exit, expiry: expiry, lateness: lateness, detail: detail)
+        let record = RunRecord.ran(request, outcome: outcome, startedAt: startedWall, finishedAt: endedAt?.1 ?? .now(),
+                                   duration: now - startedAt, exit: exit, expiry: expiry, detail: detail)
         guard !recorded else { return }
         recorded = true
         owner?.run(self, ended: record)
