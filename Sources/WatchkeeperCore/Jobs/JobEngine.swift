@@ -486,11 +486,3 @@ extension JobEngine: JobRunOwner {
     func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration) { linger(child, key: run.request.key, grace: grace) }
     func run(_ run: JobRun, ended record: RunRecord) { ended(run.id, record: record) }
 }
-
-/// A value handed to another queue whose owner alone uses it (a completion handler that
-/// runs only on its reply queue).
-// @unchecked Sendable: the value is used only on the queue it is handed to.
-struct UncheckedSendable<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
-}
