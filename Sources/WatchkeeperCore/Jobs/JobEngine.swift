@@ -32,7 +32,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     let lingering: LingeringKills
     private(set) var accepting = true
     private var pumping = false
-    private var totals = OutcomeTally<JobKey, RunOutcome>()
+    /// Every record journaled and counted, and every submission's handed back.
+    private let completions: JobCompletions
     /// on_failure and on_success hooks started or waiting for their run's on_expire to end.
     let hooks: JobHooks
     private(set) var startedTotal: UInt64 = 0
@@ -66,6 +67,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         self.retries = JobRetries(queue: context.queue, sources: context.sources)
         self.lingering = LingeringKills(queue: context.queue, sources: context.sources)
         self.hooks = JobHooks(logger: context.logger)
+        self.completions = JobCompletions(sink: context.sink, metrics: metrics, fleetStarts: fleetStarts)
         self.burstTrim = BurstTrim(queue: context.queue, sources: context.sources)
         self.heldStarts = HeldStarts(queue: context.queue, sources: context.sources, logger: context.logger)
     }
@@ -119,7 +121,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(key): \(waiting.count + retried.count) job(s) not started yet are cancelled: \(reason)")
         }
         for item in waiting + retried.map(\.element) {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
+            completions.cancel(key, item, detail: "cancelled: \(reason)", inBulk: true)
         }
         groups[key] = nil
         plans.forget(key)
@@ -149,7 +151,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         guard accepting, groups[key] != nil else {
             let why = accepting ? "cancelled: \(key) is not configured" : "cancelled: the daemon is stopping"
-            complete(key, item, adding: cancelledRecord(key, item, detail: why))
+            completions.cancel(key, item, detail: why)
             return item.runID
         }
         line.append(item, to: key)
@@ -167,7 +169,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// `inBulk`: one of many ended together, which a line with their count already says.
     public func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject, inBulk: Bool) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        log(record, key: key, subject: subject, inBulk: inBulk)
+        completions.journal(record, key: key, subject: subject, inBulk: inBulk)
     }
 
     public static func notRunRecord(_ key: JobKey, runID: RunID, subject: JobSubject, outcome: RunOutcome, detail: String) -> RunRecord {
@@ -179,12 +181,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public func cancel(runID: RunID, detail: String = "cancelled before it started") -> Bool {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         if let retry = retries.take(runID: runID) {
-            complete(retry.key, retry.element, adding: cancelledRecord(retry.key, retry.element, detail: detail))
+            completions.cancel(retry.key, retry.element, detail: detail)
             return true
         }
         for key in groups.keys {
             if let item = line.removeWaiting(of: key, where: { $0.runID == runID }).first {
-                complete(key, item, adding: cancelledRecord(key, item, detail: detail))
+                completions.cancel(key, item, detail: detail)
                 return true
             }
         }
@@ -200,7 +202,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let retried = retries.take { key, item in fleet.contains(key) && item.claim != nil }
         let dropped = fleet.flatMap { key in line.removeWaiting(of: key) { $0.claim != nil }.map { (key, $0) } } + retried.map { ($0.key, $0.element) }
         for (key, item) in dropped {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: not started, as this host could not renew its etcd lease in time; its claim is released"))
+            completions.cancel(key, item, detail: "cancelled: not started, as this host could not renew its etcd lease in time; its claim is released")
         }
     }
 
@@ -256,7 +258,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private func start(_ key: JobKey, _ item: Waiting) {
         guard let group = groups[key] else {
             line.finished(key)
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(key) was removed"))
+            completions.cancel(key, item, detail: "cancelled: \(key) was removed")
             return
         }
         guard group.fleet, let fleet = fleetStarts else { return launch(key, item, group) }
@@ -283,8 +285,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         case .notStarted(let outcome, let detail):
             line.finished(key)
             let record = RunRecord.notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: outcome, detail: detail)
-            if outcome == .held { return deliver(key, item, records: item.earlier + [record]) }
-            complete(key, item, adding: record, inBulk: outcome == .ranElsewhere)
+            if outcome == .held { return completions.deliver(key, item, records: item.earlier + [record]) }
+            completions.complete(key, item, adding: record, inBulk: outcome == .ranElsewhere)
         }
     }
 
@@ -305,7 +307,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         case .gone:
             line.finished(key)
             filesGoneBeforeStart += 1
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started"))
+            completions.cancel(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started")
             return
         }
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
@@ -333,12 +335,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         line.finished(entry.key)
         let item = entry.waiting
         let records = item.earlier + [record]
-        log(record, key: entry.key, subject: item.subject)
+        completions.journal(record, key: entry.key, subject: item.subject)
         if let group = groups[entry.key], let retry = group.retry, record.attempt < retry.attempts, accepting,
            record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && group.retryExpired) {
             scheduleRetry(entry.key, item, records: records, retry: retry)
         } else {
-            deliver(entry.key, item, records: records)
+            completions.deliver(entry.key, item, records: records)
             startHook(after: record, of: entry.run)
         }
         drain?.jobEnded(self)
@@ -371,7 +373,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         retries.schedule(next, key: key, runID: next.runID, attempt: next.attempt, after: delay) { [weak self] key, next in
             guard let self else { return }
             guard self.accepting, self.groups[key] != nil else {
-                self.complete(key, next, adding: self.cancelledRecord(key, next, detail: "cancelled: \(key) was removed"))
+                self.completions.cancel(key, next, detail: "cancelled: \(key) was removed")
                 return
             }
             self.line.append(next, to: key)
@@ -403,41 +405,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("stopping: \(waiting.count) waiting job(s) and \(retried.count) retry(ies) are cancelled")
         }
         for (key, item) in waiting + retried {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the daemon is stopping"), inBulk: true)
+            completions.cancel(key, item, detail: "cancelled: the daemon is stopping", inBulk: true)
         }
-    }
-
-    // MARK: Records
-
-    private func cancelledRecord(_ key: JobKey, _ item: Waiting, detail: String) -> RunRecord {
-        .notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: .cancelled, detail: detail)
-    }
-
-    /// A job that never started: its record is journaled and the caller told.
-    private func complete(_ key: JobKey, _ item: Waiting, adding record: RunRecord, inBulk: Bool = false) {
-        log(record, key: key, subject: item.subject, inBulk: inBulk)
-        deliver(key, item, records: item.earlier + [record])
-    }
-
-    private func deliver(_ key: JobKey, _ item: Waiting, records: [RunRecord]) {
-        let completion = JobCompletion(key: key, subject: item.subject, records: records)
-        // A shared inbox file's record (or release) goes to etcd now, before anything else.
-        if let claim = item.claim, let fleet = fleetStarts {
-            fleet.ended(FleetJob(key, item.subject, claim: nil), hold: claim, runID: item.runID, ok: completion.final.outcome == .ok)
-        }
-        if let replyQueue = item.reply.queue {
-            // The handler belongs to the reply queue's owner and runs only there.
-            let handler = UncheckedSendable(item.reply.handler)
-            replyQueue.async { handler.value(completion) }
-        } else {
-            item.reply.handler(completion)
-        }
-    }
-
-    private func log(_ record: RunRecord, key: JobKey, subject: JobSubject, inBulk: Bool = false) {
-        totals.add(record.outcome, to: key)
-        metrics?.recorded(record, key: key)
-        record.journal(to: context.sink, key: key, subject: subject, inBulk: inBulk)
     }
 
     // MARK: Dump
@@ -445,7 +414,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public func describeForDump() -> DumpValue {
         let now = MonotonicInstant.now
         let running = active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }
-        let keys = Set(groups.keys).union(totals.groups).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
+        let keys = Set(groups.keys).union(completions.totals.groups).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
         let fields: [DumpField] = [
             .init("max_jobs", .int(Int64(maxJobs))),
             .init("accepting", .bool(accepting)),
@@ -476,7 +445,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("limit", groups[key].map { .int(Int64($0.limit)) } ?? .null),
             .init("running", .int(Int64(line.running(of: key)))),
             .init("waiting", .int(Int64(line.waiting(of: key)))),
-            .init("outcomes", totals.describe(key)),
+            .init("outcomes", completions.totals.describe(key)),
         ])
     }
 }
