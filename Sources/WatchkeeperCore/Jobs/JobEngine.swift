@@ -39,8 +39,6 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private(set) var startedTotal: UInt64 = 0
     /// Jobs not started because their file was renamed, removed or replaced while they waited.
     private(set) var filesGoneBeforeStart: UInt64 = 0
-    /// Files of jobs that waited longer than this are checked again just before the start.
-    static let startCheckAfterWaiting: Duration = .milliseconds(1)
     /// Gives memory back a moment after a burst.
     private let burstTrim: BurstTrim
     /// Starts held back while descriptors or processes are short (StartHold.swift).
@@ -291,20 +289,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     private func launch(_ key: JobKey, _ item: Waiting, _ group: JobGroup) {
-        // A file renamed, removed or replaced since it was admitted is not this job's any
-        // more: running it would fail on a missing path or read another file's content, and
-        // its new name (or the new file) has evidence of its own (docs/architecture.md).
-        // Work that starts as it is submitted was looked at an instant ago, by its admission;
-        // only work that waited (for a slot, a retry, a hold) is looked at again.
-        var item = item
-        let waited = item.submittedAt.elapsed() > Self.startCheckAfterWaiting
-        switch waited ? item.subject.checkedBeforeStart() : .unchanged {
-        case .unchanged:
-            break
-        case .narrowed(let subject, let gone):
-            logger.notice("\(key) run \(item.runID): \(gone.count) of its files were renamed, removed or replaced before it started and are left out (the first: \(LineEscaping.escaped(gone[0].path)))")
-            item = item.narrowed(to: subject)
-        case .gone:
+        guard let item = item.checkedBeforeStart(key, logger: logger) else {
             line.finished(key)
             filesGoneBeforeStart += 1
             completions.cancel(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started")
