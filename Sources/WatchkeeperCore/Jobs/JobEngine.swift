@@ -25,7 +25,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// after `configure`.
     private var plans = JobSpawnPlans()
     var line = JobLine<Waiting>()
-    private var active: [RunID: Active] = [:]
+    private var active = ActiveRuns()
     /// Work waiting for its next attempt.
     private let retries: JobRetries<Waiting>
     /// Processes a finished job left in its group, until the kill that ends them.
@@ -196,7 +196,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// their claims are released with their completions.
     func fenceFleet(stopBy: MonotonicInstant) {
         let fleet = Set(groups.values.filter(\.fleet).map(\.key))
-        for entry in active.values where fleet.contains(entry.key) { entry.run?.expire(.fleetLeaseLost, by: stopBy) }
+        for run in active.runs(where: fleet.contains) { run.expire(.fleetLeaseLost, by: stopBy) }
         let retried = retries.take { key, item in fleet.contains(key) && item.claim != nil }
         let dropped = fleet.flatMap { key in line.removeWaiting(of: key) { $0.claim != nil }.map { (key, $0) } } + retried.map { ($0.key, $0.element) }
         for (key, item) in dropped {
@@ -213,14 +213,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// job with that run ID is running: it never started, or has already finished.
     public func expire(runID: RunID, reason: ExpiryReason) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        guard let run = active[runID]?.run else { return false }
+        guard let run = active.run(runID) else { return false }
         if run.phase == .running { run.expire(reason) }
         return true
     }
 
-    func runs(of key: JobKey) -> [JobRun] {
-        active.values.filter { $0.key == key }.compactMap(\.run)
-    }
+    func runs(of key: JobKey) -> [JobRun] { active.runs { $0 == key } }
 
     /// Running, waiting, or waiting for a retry: what an overlap policy counts as busy.
     public func activeCount(of key: JobKey) -> Int {
@@ -231,14 +229,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public var waitingCount: Int { line.waitingCount }
 
     /// For STATUS=: "backup 42%, import (importing batch 7)".
-    public var runningSummary: String {
-        active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }.compactMap(\.run).prefix(3).map { run in
-            var text = run.request.name
-            if let progress = run.progress.progress { text += " \(Int(progress))%" }
-            if let status = run.progress.status { text += " (\(status.prefix(40)))" }
-            return text
-        }.joined(separator: ", ")
-    }
+    public var runningSummary: String { active.summary }
 
     // MARK: Running
 
@@ -300,7 +291,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         request.plan = plans.plan(key, group.settings, context: context)
         request.nothingElseWaiting = line.waitingCount == 0
         let entry = Active(key: key, waiting: item)
-        active[item.runID] = entry
+        active.insert(entry)
         let run = JobRun(request: request, id: item.runID, context: context, owner: self)
         entry.run = run
         switch run.start() {
@@ -309,14 +300,14 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
             heldStarts.started()
         case .shortOfResources(let cause):
-            active.removeValue(forKey: item.runID)
+            active.remove(item.runID)
             line.putBack(item, to: key)
             heldStarts.shortage(cause, waiting: line.waitingCount) { [weak self] in self?.pump() }
         }
     }
 
     private func ended(_ runID: RunID, record: RunRecord) {
-        guard let entry = active.removeValue(forKey: runID) else { return }
+        guard let entry = active.remove(runID) else { return }
         line.finished(entry.key)
         let item = entry.waiting
         let records = item.earlier + [record]
@@ -375,7 +366,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
     }
 
-    var activeRuns: [(key: JobKey, run: JobRun?)] { active.values.map { ($0.key, $0.run) } }
+    var activeRuns: [(key: JobKey, run: JobRun?)] { active.all }
 
     // MARK: Stopping
 
@@ -398,7 +389,6 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
     public func describeForDump() -> DumpValue {
         let now = MonotonicInstant.now
-        let running = active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }
         let keys = Set(groups.keys).union(completions.totals.groups).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
         let fields: [DumpField] = [
             .init("max_jobs", .int(Int64(maxJobs))),
@@ -411,7 +401,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("started_since_start", .int(Int64(startedTotal))),
             .init("files_gone_before_start", .int(Int64(filesGoneBeforeStart))),
         ] + heldStarts.describe() + [
-            .init("running", .array(running.compactMap { $0.describe(now: now) })),
+            .init("running", active.describe(now: now)),
             .init("waiting", .array(line.ordered(limit: 50).map { item in
                 item.element.describe(item.key, priority: groups[item.key]?.settings.priority, now: now)
             })),
