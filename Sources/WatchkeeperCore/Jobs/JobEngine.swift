@@ -312,8 +312,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         let item = entry.waiting
         let records = item.earlier + [record]
         completions.journal(record, key: entry.key, subject: item.subject)
-        if let group = groups[entry.key], let retry = group.retry, record.attempt < retry.attempts, accepting,
-           record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && group.retryExpired) {
+        if accepting, let retry = groups[entry.key]?.retry(after: record) {
             scheduleRetry(entry.key, item, records: records, retry: retry)
         } else {
             completions.deliver(entry.key, item, records: records)
@@ -342,8 +341,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private func scheduleRetry(_ key: JobKey, _ item: Waiting, records: [RunRecord], retry: RetryPolicy) {
         let record = records[records.count - 1]
         let delay = retry.delay(afterAttempt: record.attempt)
-        let next = Waiting(runID: .random(), subject: item.subject, attempt: record.attempt + 1, earlier: records, reply: item.reply,
-                           submittedAt: item.submittedAt).claimed(item.claim)
+        let next = item.nextAttempt(after: records)
         let what = item.subject.summary.map { " for \(LineEscaping.escaped($0))" } ?? ""
         logger.notice("\(key) run \(record.runID)\(what): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription) as run \(next.runID)")
         retries.schedule(next, key: key, runID: next.runID, attempt: next.attempt, after: delay) { [weak self] key, next in

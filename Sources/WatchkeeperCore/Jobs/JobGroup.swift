@@ -12,6 +12,14 @@ public struct JobGroup: Sendable, Equatable {
     public var retryExpired: Bool
     /// fleet = "one": a job starts only under a claim on a live etcd lease (FleetStarts).
     public var fleet = false
+
+    /// The policy `record`'s attempt is retried under: a failed run, or one that expired
+    /// on its budget with retry_expired; nil once its attempts are used up.
+    func retry(after record: RunRecord) -> RetryPolicy? {
+        guard let retry, record.attempt < retry.attempts,
+              record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && retryExpired) else { return nil }
+        return retry
+    }
 }
 
 /// What a caller gets back, exactly once per submission: after the last attempt, or
@@ -47,6 +55,12 @@ extension JobEngine {
         /// The same work with the files still there (JobSubject.checkedBeforeStart).
         func narrowed(to subject: JobSubject) -> Waiting {
             Waiting(runID: runID, subject: subject, attempt: attempt, earlier: earlier, reply: reply, submittedAt: submittedAt).claimed(claim)
+        }
+
+        /// The next attempt, under a run ID of its own, after `records` (every attempt's so far).
+        func nextAttempt(after records: [RunRecord]) -> Waiting {
+            Waiting(runID: .random(), subject: subject, attempt: records[records.count - 1].attempt + 1, earlier: records, reply: reply,
+                    submittedAt: submittedAt).claimed(claim)
         }
 
         /// Files of jobs that waited longer than this are checked again just before the start.
