@@ -29,9 +29,17 @@ final class JobCompletions {
     }
 
     /// A job that never started: its record is journaled and the caller told.
-    func complete(_ key: JobKey, _ item: JobEngine.Waiting, adding record: RunRecord, inBulk: Bool = false) {
+    private func complete(_ key: JobKey, _ item: JobEngine.Waiting, adding record: RunRecord, inBulk: Bool = false) {
         journal(record, key: key, subject: item.subject, inBulk: inBulk)
         deliver(key, item, records: item.earlier + [record])
+    }
+
+    /// A fleet job FleetStarts did not start. Held work goes back to its owner unjournaled
+    /// (an outage would otherwise log every file of an inbox once a second).
+    func notStartedByFleet(_ key: JobKey, _ item: JobEngine.Waiting, outcome: RunOutcome, detail: String) {
+        let record = RunRecord.notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: outcome, detail: detail)
+        if outcome == .held { return deliver(key, item, records: item.earlier + [record]) }
+        complete(key, item, adding: record, inBulk: outcome == .ranElsewhere)
     }
 
     func deliver(_ key: JobKey, _ item: JobEngine.Waiting, records: [RunRecord]) {

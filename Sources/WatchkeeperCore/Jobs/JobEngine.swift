@@ -260,8 +260,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     /// What FleetStarts decided for a fleet job a slot came to: it starts, its slot waits for
-    /// its claim's answer, or the slot is free again. Held work goes back to its owner
-    /// unjournaled (an outage would otherwise log every file of an inbox once a second).
+    /// its claim's answer, or the slot is free again.
     private func fleetStart(_ key: JobKey, _ item: Waiting, _ decision: FleetStartDecision) {
         switch decision {
         case .start(let claim) where accepting:
@@ -273,9 +272,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             claiming.insert(item.runID)
         case .notStarted(let outcome, let detail):
             line.finished(key)
-            let record = RunRecord.notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: outcome, detail: detail)
-            if outcome == .held { return completions.deliver(key, item, records: item.earlier + [record]) }
-            completions.complete(key, item, adding: record, inBulk: outcome == .ranElsewhere)
+            completions.notStartedByFleet(key, item, outcome: outcome, detail: detail)
         }
     }
 
@@ -355,15 +352,6 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
     }
 
-    /// A finished job's leftover processes get `stop_signal` from the run, then SIGKILL
-    /// after `grace`; the drain waits for (or hastens) that kill.
-    private func linger(_ child: ChildProcess, key: JobKey, grace: Duration) {
-        lingering.linger(child, key: key, grace: grace) { [weak self] in
-            guard let self else { return }
-            self.drain?.jobEnded(self)
-        }
-    }
-
     var activeRuns: [(key: JobKey, run: JobRun?)] { active.all }
 
     // MARK: Stopping
@@ -425,6 +413,13 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
 
 extension JobEngine: JobRunOwner {
     func runProgressed(_ run: JobRun) { onChange?() }
-    func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration) { linger(child, key: run.request.key, grace: grace) }
+    /// A finished job's leftover processes get `stop_signal` from the run, then SIGKILL
+    /// after `grace`; the drain waits for (or hastens) that kill.
+    func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration) {
+        lingering.linger(child, key: run.request.key, grace: grace) { [weak self] in
+            guard let self else { return }
+            self.drain?.jobEnded(self)
+        }
+    }
     func run(_ run: JobRun, ended record: RunRecord) { ended(run.id, record: record) }
 }
