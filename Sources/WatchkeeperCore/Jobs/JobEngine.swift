@@ -182,13 +182,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             completions.cancel(retry.key, retry.element, detail: detail)
             return true
         }
-        for key in groups.keys {
-            if let item = line.removeWaiting(of: key, where: { $0.runID == runID }).first {
-                completions.cancel(key, item, detail: detail)
-                return true
-            }
-        }
-        return false
+        guard let (key, item) = line.removeFirstWaiting(where: { $0.runID == runID }) else { return false }
+        completions.cancel(key, item, detail: detail)
+        return true
     }
 
     /// The fence (FleetStarts): every running fleet job ends through its expiry sequence by
