@@ -20,10 +20,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     var logger: Logger { context.logger }
     // Confined to `queue`.
     public private(set) var maxJobs: Int
-    private var groups: [JobKey: JobGroup] = [:]
-    /// Each group's parsed command and shared environment block, made at its first start
-    /// after `configure`.
-    private var plans = JobSpawnPlans()
+    /// Each group, with its parsed command and shared environment once one started.
+    private var groups = ConfiguredGroups()
     var line = JobLine<Waiting>()
     private var active = ActiveRuns()
     /// Work waiting for its next attempt.
@@ -88,8 +86,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         if let old = groups[group.key], old != group, line.waiting(of: group.key) > 0 {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
-        groups[group.key] = group
-        plans.forget(group.key)
+        groups.set(group)
         metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
@@ -121,8 +118,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         for item in waiting + retried.map(\.element) {
             completions.cancel(key, item, detail: "cancelled: \(reason)", inBulk: true)
         }
-        groups[key] = nil
-        plans.forget(key)
+        groups.remove(key)
         line.forget(key)
         metrics?.forget(key)
     }
@@ -191,7 +187,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// `stopBy`; fleet jobs that hold a claim and wait (for a slot, a retry) never start, and
     /// their claims are released with their completions.
     func fenceFleet(stopBy: MonotonicInstant) {
-        let fleet = Set(groups.values.filter(\.fleet).map(\.key))
+        let fleet = groups.fleetKeys
         for run in active.runs(where: fleet.contains) { run.expire(.fleetLeaseLost, by: stopBy) }
         let retried = retries.take { key, item in fleet.contains(key) && item.claim != nil }
         let dropped = fleet.flatMap { key in line.removeWaiting(of: key) { $0.claim != nil }.map { (key, $0) } } + retried.map { ($0.key, $0.element) }
@@ -281,7 +277,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
                                  attempt: item.attempt, submittedAt: item.submittedAt)
-        request.plan = plans.plan(key, group.settings, context: context)
+        request.plan = groups.plan(for: group, context: context)
         request.nothingElseWaiting = line.waitingCount == 0
         let entry = Active(key: key, waiting: item)
         active.insert(entry)
