@@ -20,26 +20,23 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     var logger: Logger { context.logger }
     // Confined to `queue`.
     public private(set) var maxJobs: Int
-    private var groups: [JobKey: JobGroup] = [:]
-    /// Each group's parsed command and shared environment block, made at its first start
-    /// after `configure`.
-    private var plans = JobSpawnPlans()
+    /// Each group, with its parsed command and shared environment once one started.
+    private var groups = ConfiguredGroups()
     var line = JobLine<Waiting>()
-    private var active: [RunID: Active] = [:]
+    private var active = ActiveRuns()
     /// Work waiting for its next attempt.
     private let retries: JobRetries<Waiting>
     /// Processes a finished job left in its group, until the kill that ends them.
     let lingering: LingeringKills
     private(set) var accepting = true
     private var pumping = false
-    private var totals = OutcomeTally<JobKey, RunOutcome>()
+    /// Every record journaled and counted, and every submission's handed back.
+    private let completions: JobCompletions
     /// on_failure and on_success hooks started or waiting for their run's on_expire to end.
     let hooks: JobHooks
     private(set) var startedTotal: UInt64 = 0
     /// Jobs not started because their file was renamed, removed or replaced while they waited.
     private(set) var filesGoneBeforeStart: UInt64 = 0
-    /// Files of jobs that waited longer than this are checked again just before the start.
-    static let startCheckAfterWaiting: Duration = .milliseconds(1)
     /// Gives memory back a moment after a burst.
     private let burstTrim: BurstTrim
     /// Starts held back while descriptors or processes are short (StartHold.swift).
@@ -66,6 +63,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         self.retries = JobRetries(queue: context.queue, sources: context.sources)
         self.lingering = LingeringKills(queue: context.queue, sources: context.sources)
         self.hooks = JobHooks(logger: context.logger)
+        self.completions = JobCompletions(sink: context.sink, metrics: metrics, fleetStarts: fleetStarts)
         self.burstTrim = BurstTrim(queue: context.queue, sources: context.sources)
         self.heldStarts = HeldStarts(queue: context.queue, sources: context.sources, logger: context.logger)
     }
@@ -88,8 +86,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         if let old = groups[group.key], old != group, line.waiting(of: group.key) > 0 {
             logger.notice("\(group.key) changed: its \(line.waiting(of: group.key)) waiting job(s) will run with the new settings")
         }
-        groups[group.key] = group
-        plans.forget(group.key)
+        groups.set(group)
         metrics?.prepare(group.key)
         line.configure(group.key, limit: group.limit, lane: group.settings.priority.rank)
         pump()
@@ -119,10 +116,9 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("\(key): \(waiting.count + retried.count) job(s) not started yet are cancelled: \(reason)")
         }
         for item in waiting + retried.map(\.element) {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(reason)"), inBulk: true)
+            completions.cancel(key, item, detail: "cancelled: \(reason)", inBulk: true)
         }
-        groups[key] = nil
-        plans.forget(key)
+        groups.remove(key)
         line.forget(key)
         metrics?.forget(key)
     }
@@ -149,7 +145,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         guard accepting, groups[key] != nil else {
             let why = accepting ? "cancelled: \(key) is not configured" : "cancelled: the daemon is stopping"
-            complete(key, item, adding: cancelledRecord(key, item, detail: why))
+            completions.cancel(key, item, detail: why)
             return item.runID
         }
         line.append(item, to: key)
@@ -167,7 +163,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// `inBulk`: one of many ended together, which a line with their count already says.
     public func recordNotRun(_ record: RunRecord, key: JobKey, subject: JobSubject, inBulk: Bool) {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        log(record, key: key, subject: subject, inBulk: inBulk)
+        completions.journal(record, key: key, subject: subject, inBulk: inBulk)
     }
 
     public static func notRunRecord(_ key: JobKey, runID: RunID, subject: JobSubject, outcome: RunOutcome, detail: String) -> RunRecord {
@@ -179,28 +175,24 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public func cancel(runID: RunID, detail: String = "cancelled before it started") -> Bool {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         if let retry = retries.take(runID: runID) {
-            complete(retry.key, retry.element, adding: cancelledRecord(retry.key, retry.element, detail: detail))
+            completions.cancel(retry.key, retry.element, detail: detail)
             return true
         }
-        for key in groups.keys {
-            if let item = line.removeWaiting(of: key, where: { $0.runID == runID }).first {
-                complete(key, item, adding: cancelledRecord(key, item, detail: detail))
-                return true
-            }
-        }
-        return false
+        guard let (key, item) = line.removeFirstWaiting(where: { $0.runID == runID }) else { return false }
+        completions.cancel(key, item, detail: detail)
+        return true
     }
 
     /// The fence (FleetStarts): every running fleet job ends through its expiry sequence by
     /// `stopBy`; fleet jobs that hold a claim and wait (for a slot, a retry) never start, and
     /// their claims are released with their completions.
     func fenceFleet(stopBy: MonotonicInstant) {
-        let fleet = Set(groups.values.filter(\.fleet).map(\.key))
-        for entry in active.values where fleet.contains(entry.key) { entry.run?.expire(.fleetLeaseLost, by: stopBy) }
+        let fleet = groups.fleetKeys
+        for run in active.runs(where: fleet.contains) { run.expire(.fleetLeaseLost, by: stopBy) }
         let retried = retries.take { key, item in fleet.contains(key) && item.claim != nil }
         let dropped = fleet.flatMap { key in line.removeWaiting(of: key) { $0.claim != nil }.map { (key, $0) } } + retried.map { ($0.key, $0.element) }
         for (key, item) in dropped {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: not started, as this host could not renew its etcd lease in time; its claim is released"))
+            completions.cancel(key, item, detail: "cancelled: not started, as this host could not renew its etcd lease in time; its claim is released")
         }
     }
 
@@ -213,14 +205,12 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// job with that run ID is running: it never started, or has already finished.
     public func expire(runID: RunID, reason: ExpiryReason) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue.queue))
-        guard let run = active[runID]?.run else { return false }
+        guard let run = active.run(runID) else { return false }
         if run.phase == .running { run.expire(reason) }
         return true
     }
 
-    func runs(of key: JobKey) -> [JobRun] {
-        active.values.filter { $0.key == key }.compactMap(\.run)
-    }
+    func runs(of key: JobKey) -> [JobRun] { active.runs { $0 == key } }
 
     /// Running, waiting, or waiting for a retry: what an overlap policy counts as busy.
     public func activeCount(of key: JobKey) -> Int {
@@ -231,14 +221,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     public var waitingCount: Int { line.waitingCount }
 
     /// For STATUS=: "backup 42%, import (importing batch 7)".
-    public var runningSummary: String {
-        active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }.compactMap(\.run).prefix(3).map { run in
-            var text = run.request.name
-            if let progress = run.progress.progress { text += " \(Int(progress))%" }
-            if let status = run.progress.status { text += " (\(status.prefix(40)))" }
-            return text
-        }.joined(separator: ", ")
-    }
+    public var runningSummary: String { active.summary }
 
     // MARK: Running
 
@@ -256,7 +239,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private func start(_ key: JobKey, _ item: Waiting) {
         guard let group = groups[key] else {
             line.finished(key)
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: \(key) was removed"))
+            completions.cancel(key, item, detail: "cancelled: \(key) was removed")
             return
         }
         guard group.fleet, let fleet = fleetStarts else { return launch(key, item, group) }
@@ -269,8 +252,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     /// What FleetStarts decided for a fleet job a slot came to: it starts, its slot waits for
-    /// its claim's answer, or the slot is free again. Held work goes back to its owner
-    /// unjournaled (an outage would otherwise log every file of an inbox once a second).
+    /// its claim's answer, or the slot is free again.
     private func fleetStart(_ key: JobKey, _ item: Waiting, _ decision: FleetStartDecision) {
         switch decision {
         case .start(let claim) where accepting:
@@ -282,38 +264,23 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             claiming.insert(item.runID)
         case .notStarted(let outcome, let detail):
             line.finished(key)
-            let record = RunRecord.notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: outcome, detail: detail)
-            if outcome == .held { return deliver(key, item, records: item.earlier + [record]) }
-            complete(key, item, adding: record, inBulk: outcome == .ranElsewhere)
+            completions.notStartedByFleet(key, item, outcome: outcome, detail: detail)
         }
     }
 
     private func launch(_ key: JobKey, _ item: Waiting, _ group: JobGroup) {
-        // A file renamed, removed or replaced since it was admitted is not this job's any
-        // more: running it would fail on a missing path or read another file's content, and
-        // its new name (or the new file) has evidence of its own (docs/architecture.md).
-        // Work that starts as it is submitted was looked at an instant ago, by its admission;
-        // only work that waited (for a slot, a retry, a hold) is looked at again.
-        var item = item
-        let waited = item.submittedAt.elapsed() > Self.startCheckAfterWaiting
-        switch waited ? item.subject.checkedBeforeStart() : .unchanged {
-        case .unchanged:
-            break
-        case .narrowed(let subject, let gone):
-            logger.notice("\(key) run \(item.runID): \(gone.count) of its files were renamed, removed or replaced before it started and are left out (the first: \(LineEscaping.escaped(gone[0].path)))")
-            item = item.narrowed(to: subject)
-        case .gone:
+        guard let item = item.checkedBeforeStart(key, logger: logger) else {
             line.finished(key)
             filesGoneBeforeStart += 1
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started"))
+            completions.cancel(key, item, detail: "cancelled: the file was renamed, removed or replaced before its job started")
             return
         }
         var request = JobRequest(key: key, runID: item.runID.description, settings: group.settings, subject: item.subject,
                                  attempt: item.attempt, submittedAt: item.submittedAt)
-        request.plan = plans.plan(key, group.settings, context: context)
+        request.plan = groups.plan(for: group, context: context)
         request.nothingElseWaiting = line.waitingCount == 0
         let entry = Active(key: key, waiting: item)
-        active[item.runID] = entry
+        active.insert(entry)
         let run = JobRun(request: request, id: item.runID, context: context, owner: self)
         entry.run = run
         switch run.start() {
@@ -322,23 +289,22 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
             heldStarts.started()
         case .shortOfResources(let cause):
-            active.removeValue(forKey: item.runID)
+            active.remove(item.runID)
             line.putBack(item, to: key)
             heldStarts.shortage(cause, waiting: line.waitingCount) { [weak self] in self?.pump() }
         }
     }
 
     private func ended(_ runID: RunID, record: RunRecord) {
-        guard let entry = active.removeValue(forKey: runID) else { return }
+        guard let entry = active.remove(runID) else { return }
         line.finished(entry.key)
         let item = entry.waiting
         let records = item.earlier + [record]
-        log(record, key: entry.key, subject: item.subject)
-        if let group = groups[entry.key], let retry = group.retry, record.attempt < retry.attempts, accepting,
-           record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && group.retryExpired) {
+        completions.journal(record, key: entry.key, subject: item.subject)
+        if accepting, let retry = groups[entry.key]?.retry(after: record) {
             scheduleRetry(entry.key, item, records: records, retry: retry)
         } else {
-            deliver(entry.key, item, records: records)
+            completions.deliver(entry.key, item, records: records)
             startHook(after: record, of: entry.run)
         }
         drain?.jobEnded(self)
@@ -364,14 +330,13 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     private func scheduleRetry(_ key: JobKey, _ item: Waiting, records: [RunRecord], retry: RetryPolicy) {
         let record = records[records.count - 1]
         let delay = retry.delay(afterAttempt: record.attempt)
-        let next = Waiting(runID: .random(), subject: item.subject, attempt: record.attempt + 1, earlier: records, reply: item.reply,
-                           submittedAt: item.submittedAt).claimed(item.claim)
+        let next = item.nextAttempt(after: records)
         let what = item.subject.summary.map { " for \(LineEscaping.escaped($0))" } ?? ""
         logger.notice("\(key) run \(record.runID)\(what): attempt \(record.attempt) of \(retry.attempts) \(record.outcome.rawValue); retrying in \(delay.compactDescription) as run \(next.runID)")
         retries.schedule(next, key: key, runID: next.runID, attempt: next.attempt, after: delay) { [weak self] key, next in
             guard let self else { return }
             guard self.accepting, self.groups[key] != nil else {
-                self.complete(key, next, adding: self.cancelledRecord(key, next, detail: "cancelled: \(key) was removed"))
+                self.completions.cancel(key, next, detail: "cancelled: \(key) was removed")
                 return
             }
             self.line.append(next, to: key)
@@ -379,16 +344,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
     }
 
-    /// A finished job's leftover processes get `stop_signal` from the run, then SIGKILL
-    /// after `grace`; the drain waits for (or hastens) that kill.
-    private func linger(_ child: ChildProcess, key: JobKey, grace: Duration) {
-        lingering.linger(child, key: key, grace: grace) { [weak self] in
-            guard let self else { return }
-            self.drain?.jobEnded(self)
-        }
-    }
-
-    var activeRuns: [(key: JobKey, run: JobRun?)] { active.values.map { ($0.key, $0.run) } }
+    var activeRuns: [(key: JobKey, run: JobRun?)] { active.all }
 
     // MARK: Stopping
 
@@ -403,49 +359,15 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             logger.notice("stopping: \(waiting.count) waiting job(s) and \(retried.count) retry(ies) are cancelled")
         }
         for (key, item) in waiting + retried {
-            complete(key, item, adding: cancelledRecord(key, item, detail: "cancelled: the daemon is stopping"), inBulk: true)
+            completions.cancel(key, item, detail: "cancelled: the daemon is stopping", inBulk: true)
         }
-    }
-
-    // MARK: Records
-
-    private func cancelledRecord(_ key: JobKey, _ item: Waiting, detail: String) -> RunRecord {
-        .notStarted(key, runID: item.runID, attempt: item.attempt, subject: item.subject, outcome: .cancelled, detail: detail)
-    }
-
-    /// A job that never started: its record is journaled and the caller told.
-    private func complete(_ key: JobKey, _ item: Waiting, adding record: RunRecord, inBulk: Bool = false) {
-        log(record, key: key, subject: item.subject, inBulk: inBulk)
-        deliver(key, item, records: item.earlier + [record])
-    }
-
-    private func deliver(_ key: JobKey, _ item: Waiting, records: [RunRecord]) {
-        let completion = JobCompletion(key: key, subject: item.subject, records: records)
-        // A shared inbox file's record (or release) goes to etcd now, before anything else.
-        if let claim = item.claim, let fleet = fleetStarts {
-            fleet.ended(FleetJob(key, item.subject, claim: nil), hold: claim, runID: item.runID, ok: completion.final.outcome == .ok)
-        }
-        if let replyQueue = item.reply.queue {
-            // The handler belongs to the reply queue's owner and runs only there.
-            let handler = UncheckedSendable(item.reply.handler)
-            replyQueue.async { handler.value(completion) }
-        } else {
-            item.reply.handler(completion)
-        }
-    }
-
-    private func log(_ record: RunRecord, key: JobKey, subject: JobSubject, inBulk: Bool = false) {
-        totals.add(record.outcome, to: key)
-        metrics?.recorded(record, key: key)
-        record.journal(to: context.sink, key: key, subject: subject, inBulk: inBulk)
     }
 
     // MARK: Dump
 
     public func describeForDump() -> DumpValue {
         let now = MonotonicInstant.now
-        let running = active.values.sorted { $0.waiting.submittedAt < $1.waiting.submittedAt }
-        let keys = Set(groups.keys).union(totals.groups).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
+        let keys = Set(groups.keys).union(completions.totals.groups).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }
         let fields: [DumpField] = [
             .init("max_jobs", .int(Int64(maxJobs))),
             .init("accepting", .bool(accepting)),
@@ -457,7 +379,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("started_since_start", .int(Int64(startedTotal))),
             .init("files_gone_before_start", .int(Int64(filesGoneBeforeStart))),
         ] + heldStarts.describe() + [
-            .init("running", .array(running.compactMap { $0.describe(now: now) })),
+            .init("running", active.describe(now: now)),
             .init("waiting", .array(line.ordered(limit: 50).map { item in
                 item.element.describe(item.key, priority: groups[item.key]?.settings.priority, now: now)
             })),
@@ -476,21 +398,20 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("limit", groups[key].map { .int(Int64($0.limit)) } ?? .null),
             .init("running", .int(Int64(line.running(of: key)))),
             .init("waiting", .int(Int64(line.waiting(of: key)))),
-            .init("outcomes", totals.describe(key)),
+            .init("outcomes", completions.totals.describe(key)),
         ])
     }
 }
 
 extension JobEngine: JobRunOwner {
     func runProgressed(_ run: JobRun) { onChange?() }
-    func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration) { linger(child, key: run.request.key, grace: grace) }
+    /// A finished job's leftover processes get `stop_signal` from the run, then SIGKILL
+    /// after `grace`; the drain waits for (or hastens) that kill.
+    func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration) {
+        lingering.linger(child, key: run.request.key, grace: grace) { [weak self] in
+            guard let self else { return }
+            self.drain?.jobEnded(self)
+        }
+    }
     func run(_ run: JobRun, ended record: RunRecord) { ended(run.id, record: record) }
-}
-
-/// A value handed to another queue whose owner alone uses it (a completion handler that
-/// runs only on its reply queue).
-// @unchecked Sendable: the value is used only on the queue it is handed to.
-struct UncheckedSendable<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

@@ -1,3 +1,5 @@
+import Logging
+
 /// How the engine runs the jobs of one task or watch rule. Set at start and on every
 /// reload; work already waiting runs with the settings in force when it starts.
 public struct JobGroup: Sendable, Equatable {
@@ -10,6 +12,14 @@ public struct JobGroup: Sendable, Equatable {
     public var retryExpired: Bool
     /// fleet = "one": a job starts only under a claim on a live etcd lease (FleetStarts).
     public var fleet = false
+
+    /// The policy `record`'s attempt is retried under: a failed run, or one that expired
+    /// on its budget with retry_expired; nil once its attempts are used up.
+    func retry(after record: RunRecord) -> RetryPolicy? {
+        guard let retry, record.attempt < retry.attempts,
+              record.outcome == .failed || (record.outcome == .expired && record.expiry == .budget && retryExpired) else { return nil }
+        return retry
+    }
 }
 
 /// What a caller gets back, exactly once per submission: after the last attempt, or
@@ -45,6 +55,34 @@ extension JobEngine {
         /// The same work with the files still there (JobSubject.checkedBeforeStart).
         func narrowed(to subject: JobSubject) -> Waiting {
             Waiting(runID: runID, subject: subject, attempt: attempt, earlier: earlier, reply: reply, submittedAt: submittedAt).claimed(claim)
+        }
+
+        /// The next attempt, under a run ID of its own, after `records` (every attempt's so far).
+        func nextAttempt(after records: [RunRecord]) -> Waiting {
+            Waiting(runID: .random(), subject: subject, attempt: records[records.count - 1].attempt + 1, earlier: records, reply: reply,
+                    submittedAt: submittedAt).claimed(claim)
+        }
+
+        /// Files of jobs that waited longer than this are checked again just before the start.
+        static let startCheckAfterWaiting: Duration = .milliseconds(1)
+
+        /// The work as it may start now; nil: none of its files is left. A file renamed,
+        /// removed or replaced since it was admitted is not this job's any more: running it
+        /// would fail on a missing path or read another file's content, and its new name (or
+        /// the new file) has evidence of its own (docs/architecture.md). Work that starts as
+        /// it is submitted was looked at an instant ago, by its admission; only work that
+        /// waited (for a slot, a retry, a hold) is looked at again.
+        func checkedBeforeStart(_ key: JobKey, logger: Logger) -> Waiting? {
+            guard submittedAt.elapsed() > Self.startCheckAfterWaiting else { return self }
+            switch subject.checkedBeforeStart() {
+            case .unchanged:
+                return self
+            case .narrowed(let subject, let gone):
+                logger.notice("\(key) run \(runID): \(gone.count) of its files were renamed, removed or replaced before it started and are left out (the first: \(LineEscaping.escaped(gone[0].path)))")
+                return narrowed(to: subject)
+            case .gone:
+                return nil
+            }
         }
 
         func describe(_ key: JobKey, priority: JobPriority?, now: MonotonicInstant) -> DumpValue {

@@ -105,6 +105,22 @@ struct JobLine<Element> {
         return removed
     }
 
+    /// Takes the first waiting element `predicate` picks out of the line, whichever its group.
+    mutating func removeFirstWaiting(where predicate: (Element) -> Bool) -> (key: JobKey, element: Element)? {
+        var found: (key: JobKey, index: Int)?
+        for (key, group) in groups {
+            if let index = group.waiting.firstIndex(where: { predicate($0.element) }) {
+                found = (key, index)
+                break
+            }
+        }
+        guard let found else { return nil }
+        let element = groups[found.key]!.waiting.remove(at: found.index).element
+        waitingCount -= 1
+        updateReadiness(found.key)
+        return (found.key, element)
+    }
+
     /// Every waiting element, in the order they would have started.
     mutating func removeAllWaiting() -> [(key: JobKey, element: Element)] {
         let all = ordered(limit: .max)

@@ -36,23 +36,14 @@ final class JobRun: @unchecked Sendable {
     private var killTimer: JobDeadline?
     /// When a squeezed expiry sequence must be over (a fleet fence); nil: the configured one.
     private var sequenceEnd: MonotonicInstant?
-    private var progressSource: PolledDescriptor?
-    private var progressSuspended = false
-    private var progressFD: Int32 = -1
-    /// Re-armed after each read: progress is applied at most every `progressInterval`.
-    private var progressResume: RegisteredTimer?
-    private(set) var progress = ProgressParser()
-    private var lastProgressAt: MonotonicInstant?
+    /// Its progress pipe, once spawned.
+    private var progressChannel: RunProgress?
     /// Told of the run's progress, leftovers and record; weak, as the engine outlives it.
     private weak var owner: (any JobRunOwner)?
     private var recorded = false
     private(set) var startedAt = MonotonicInstant(nanoseconds: 0)
     private(set) var startedWall: WallTime?
     private var deadlineWall: WallTime?
-
-    /// A job's progress updates are applied at most this often; between reads the pipe
-    /// (enlarged to 1 MiB) buffers them.
-    static let progressInterval: Duration = .milliseconds(100)
 
     /// The run's ID as the engine keys it (`request.runID` is its text).
     let id: RunID
@@ -72,6 +63,7 @@ final class JobRun: @unchecked Sendable {
 
     var pid: pid_t? { child?.pid }
     var phase: JobPhase { machine.phase }
+    var progress: ProgressParser { progressChannel?.parser ?? ProgressParser() }
     private var logger: Logger { context.logger }
 
     // MARK: Start
@@ -126,7 +118,7 @@ final class JobRun: @unchecked Sendable {
                              output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup, tail: outputTail) { [weak self] status in
             self?.perform(self?.machine.handle(.exited(status)) ?? [])
         }
-        watchProgress(progressPipe, pid: started.pid)
+        progressChannel = RunProgress(watching: progressPipe, pid: started.pid, label: label, context: context, owner: self)
         return started
     }
 
@@ -357,54 +349,6 @@ final class JobRun: @unchecked Sendable {
         afterExpireHandler.append(body)
     }
 
-    // MARK: Progress
-
-    private func watchProgress(_ pipe: consuming OwnedPipe, pid: pid_t) {
-        let target = "progress pipe of pid \(pid)"
-        let stats = context.sources.register(.read, owner: label, target: target, on: context.queue)
-        // Both ends close only at cancel, so the read end never hangs up while watched (see ChildProcess).
-        let source = context.poller.watch(pipe, owner: label, target: target, afterClose: { [sources = context.sources] in
-            sources.unregister(stats)
-        }, handler: { [weak self] in
-            stats.fired()
-            guard let self else { return }
-            self.readProgress(fd: self.progressFD)
-        })
-        progressFD = source.descriptor.rawValue
-        progressSource = source
-        source.activate()
-    }
-
-    private func readProgress(fd: Int32, final: Bool = false) {
-        guard progressSource != nil else { return }
-        var changed = false
-        context.poller.withReadBuffer { buffer in
-            // Until EAGAIN: all read. EOF cannot happen: we hold the write end.
-            while case .bytes(let count) = NonBlockingRead.read(fd, into: buffer) {
-                if progress.feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count])) { changed = true }
-            }
-        }
-        if changed {
-            lastProgressAt = .now
-            owner?.runProgressed(self)
-        }
-        // Coalesce: leave the pipe alone for a while so many updates arrive in one read.
-        if !final, let source = progressSource {
-            source.suspend()
-            progressSuspended = true
-            if progressResume == nil {
-                progressResume = context.sources.makeTimer(owner: label, target: "progress: resume reading after \(Self.progressInterval.compactDescription)",
-                                                           on: context.queue) { [weak self] in
-                    // progressSource is set once per run, so "still there" means "the same source".
-                    guard let self, self.progressSuspended, let current = self.progressSource else { return }
-                    self.progressSuspended = false
-                    current.resume()
-                }
-            }
-            progressResume?.schedule(after: Self.progressInterval)
-        }
-    }
-
     // MARK: Finish
 
     /// `endedAt`: when the job's process exited, if its record waited for its output after.
@@ -412,26 +356,10 @@ final class JobRun: @unchecked Sendable {
                         endedAt: (MonotonicInstant, WallTime)? = nil) {
         for timer in timers { timer.cancel() }
         timers.removeAll()
-        progressResume?.cancel()
-        progressResume = nil
-        if let source = progressSource {
-            // The last updates before the exit, then stop watching.
-            readProgress(fd: progressFD, final: true)
-            progressSource = nil
-            progressSuspended = false
-            source.cancel()
-        }
+        progressChannel?.stop()
         let now = endedAt?.0 ?? .now
-        let started = startedWall
-        var lateness: Duration?
-        if let scheduled = request.scheduledAt, let started {
-            let seconds = started.secondsSinceEpoch - scheduled.secondsSinceEpoch
-            let nanos = Int64(started.nanoseconds) - Int64(scheduled.nanoseconds)
-            lateness = .nanoseconds(seconds * 1_000_000_000 + nanos)
-        }
-        let record = RunRecord(name: request.name, runID: request.runID, attempt: request.attempt, outcome: outcome,
-                               scheduledAt: request.scheduledAt, startedAt: started, finishedAt: endedAt?.1 ?? .now(),
-                               duration: now - startedAt, exit: exit, expiry: expiry, lateness: lateness, detail: detail)
+        let record = RunRecord.ran(request, outcome: outcome, startedAt: startedWall, finishedAt: endedAt?.1 ?? .now(),
+                                   duration: now - startedAt, exit: exit, expiry: expiry, detail: detail)
         guard !recorded else { return }
         recorded = true
         owner?.run(self, ended: record)
@@ -455,7 +383,7 @@ final class JobRun: @unchecked Sendable {
             .init("progress_updates", .int(Int64(progress.updates))),
         ]
         // An age, not a "since the last dump" flag: building a dump changes nothing.
-        fields.append(.init("last_progress_ago_s", lastProgressAt.map { .double((now - $0).secondsDouble) } ?? .null))
+        fields.append(.init("last_progress_ago_s", progressChannel?.lastUpdateAt.map { .double((now - $0).secondsDouble) } ?? .null))
         if request.attempt > 1 { fields.append(.init("attempt", .int(Int64(request.attempt)))) }
         return .object(fields)
     }
@@ -478,17 +406,6 @@ final class JobRun: @unchecked Sendable {
     }
 }
 
-/// A passwd entry, for HOME/USER/SHELL of the account a job runs as.
-package struct Account {
-    let name: String
-    package let home: String
-    let shell: String
-
-    package static func lookup(uid: uid_t) -> Account? {
-        var entry = passwd()
-        var result: UnsafeMutablePointer<passwd>?
-        var buffer = [CChar](repeating: 0, count: 4_096)
-        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
-        return Account(name: String(cString: entry.pw_name), home: String(cString: entry.pw_dir), shell: String(cString: entry.pw_shell))
-    }
+extension JobRun: RunProgressOwner {
+    func progressChanged() { owner?.runProgressed(self) }
 }

@@ -129,3 +129,19 @@ extension RunRecord {
                   startedAt: nil, finishedAt: .now(), duration: .zero, exit: nil, expiry: nil, lateness: nil, detail: detail)
     }
 }
+
+extension RunRecord {
+    /// The record of an attempt that was started: late by the time from its scheduled
+    /// instant to its start.
+    static func ran(_ request: JobRequest, outcome: RunOutcome, startedAt: WallTime?, finishedAt: WallTime, duration: Duration,
+                    exit: ProcessExit?, expiry: ExpiryReason?, detail: String?) -> RunRecord {
+        var lateness: Duration?
+        if let scheduled = request.scheduledAt, let startedAt {
+            let seconds = startedAt.secondsSinceEpoch - scheduled.secondsSinceEpoch
+            let nanos = Int64(startedAt.nanoseconds) - Int64(scheduled.nanoseconds)
+            lateness = .nanoseconds(seconds * 1_000_000_000 + nanos)
+        }
+        return RunRecord(name: request.name, runID: request.runID, attempt: request.attempt, outcome: outcome, scheduledAt: request.scheduledAt,
+                         startedAt: startedAt, finishedAt: finishedAt, duration: duration, exit: exit, expiry: expiry, lateness: lateness, detail: detail)
+    }
+}

@@ -87,6 +87,22 @@ final class JobLineTests: XCTestCase {
         XCTAssertNil(line.startNext())
     }
 
+    func testRemoveFirstWaiting_takesOneMatchFromWhicheverGroupHoldsIt_andTheRestStartInOrder() {
+        var line = JobLine<Int>()
+        line.configure(inbox, limit: 1, lane: JobPriority.default.rank)
+        for index in 1...6 { line.append(index, to: index.isMultiple(of: 2) ? inbox : backup) }
+        let taken = line.removeFirstWaiting { $0 == 4 }
+        XCTAssertEqual(taken?.key, inbox)
+        XCTAssertEqual(taken?.element, 4)
+        XCTAssertNil(line.removeFirstWaiting { $0 == 4 }, "it is no longer in the line")
+        XCTAssertEqual(line.waitingCount, 5)
+        XCTAssertEqual(line.waiting(of: inbox), 2)
+        XCTAssertEqual((0..<5).compactMap { _ in line.startNext()?.element }, [1, 2, 3, 5], "inbox's limit of 1 holds 6 back")
+        line.finished(inbox)
+        XCTAssertEqual(line.startNext()?.element, 6)
+        XCTAssertEqual(line.waitingCount, 0)
+    }
+
     func testABurstOfAHundredThousand_startsEachOnceInOrder() {
         var line = JobLine<Int>()
         line.configure(inbox, limit: 1_024, lane: 1)
