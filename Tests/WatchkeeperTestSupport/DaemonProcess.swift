@@ -135,6 +135,14 @@ public final class DaemonProcess {
     public func waitForStderr(containing text: String, timeout: TimeInterval) -> Bool {
         waitFor(timeout) { stderr.contains(text) }
     }
+
+    /// Polls stderr until the ready line is there. The log writer keeps order, so then
+    /// everything logged before READY=1 (start-up's notices and warnings) is there too:
+    /// READY=1 alone does not prove it, as the daemon gives the writer at most 100 ms
+    /// before sending it. What a test says is absent from start-up waits for this first.
+    public func waitForReadyLine(timeout: TimeInterval = 10) -> Bool {
+        waitForStderr(containing: "info: ready in ", timeout: timeout)
+    }
 }
 
 /// A scratch directory per test with a config file, a runtime dir and the daemon's stderr.

@@ -105,10 +105,12 @@ final class JobContainmentTests: XCTestCase {
             command = ["/bin/true"]
             """, cgroup: cgroup)
         XCTAssertTrue(daemon.waitForStderr(containing: "a cgroup per job", timeout: 5), daemon.stderr)
+        // The limits are checked after the line waited for above, before READY=1.
         if available.split(separator: " ").contains(where: { $0.hasPrefix("memory") }) {
+            XCTAssertTrue(daemon.waitForReadyLine(), daemon.stderr)
             XCTAssertFalse(daemon.stderr.contains("not enforced here"), daemon.stderr)
         } else {
-            XCTAssertTrue(daemon.stderr.contains("task limited: not enforced here: memory_max (the memory controller is not available in \(cgroup.path)"), daemon.stderr)
+            XCTAssertTrue(daemon.waitForStderr(containing: "task limited: not enforced here: memory_max (the memory controller is not available in \(cgroup.path)", timeout: 10), daemon.stderr)
         }
         withExtendedLifetime(sandbox) { daemon.stop(within: 20) }
     }

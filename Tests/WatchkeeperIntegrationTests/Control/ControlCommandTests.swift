@@ -272,7 +272,8 @@ final class ControlCommandTests: ControlTestCase {
         _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(stale, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         close(stale)
         daemon = try sandbox.startReady(notifySocket: notify)
-        XCTAssertTrue(daemon.stderr.contains("replaced a stale control socket"), daemon.stderr)
+        // Waited for: READY=1 waits at most 100 ms for the lines logged before it.
+        XCTAssertTrue(daemon.waitForStderr(containing: "replaced a stale control socket", timeout: 10), daemon.stderr)
         XCTAssertEqual(try cli(["status"]).status, 0)
     }
 }

@@ -172,6 +172,8 @@ final class ControlSocketTests: ControlTestCase {
             XCTAssertTrue(daemon.waitForStderr(containing: "run \(runID): ", timeout: 10), "no record for \(runID)")
         }
         XCTAssertTrue(daemon.isRunning)
+        // Counted once the daemon has stopped: a second record of a run could still be on its way.
+        daemon.stop(within: 15)
         let records = daemon.stderr.split(separator: "\n").filter { line in runIDs.contains { line.contains("run \($0): ") } }
         XCTAssertEqual(records.count, 25, "one record per run:\n\(records.joined(separator: "\n"))")
     }

@@ -61,7 +61,9 @@ class WatchTestCase: XCTestCase {
             """)
         daemon = try sandbox.startReady(notifySocket: notify, extra: environment, launcher: launcher)
         if methodUnderTest == "fanotify" {
-            // A run that quietly fell back to inotify would prove nothing about fanotify.
+            // A run that quietly fell back to inotify would prove nothing about fanotify. The
+            // fallback is said before READY=1: looked for once the ready line is out.
+            XCTAssertTrue(daemon.waitForReadyLine(), daemon.stderr)
             XCTAssertFalse(daemon.stderr.contains("unable to use fanotify"), daemon.stderr)
         }
     }

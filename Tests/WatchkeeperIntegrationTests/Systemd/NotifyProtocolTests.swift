@@ -16,7 +16,8 @@ final class NotifyProtocolTests: XCTestCase {
         let ready = try XCTUnwrap(notify.waitFor("READY", "1", timeout: 10), "stderr:\n\(daemon.stderr)")
         let status = try XCTUnwrap(ready["STATUS"])
         XCTAssertTrue(status.hasPrefix("running; config generation 1"), status)
-        XCTAssertTrue(daemon.stderr.contains("ready in"), daemon.stderr)
+        // Waited for: READY=1 waits at most 100 ms for the ready line to be written.
+        XCTAssertTrue(daemon.waitForReadyLine(), daemon.stderr)
         daemon.stop(within: 5)
     }
 
@@ -188,7 +189,7 @@ final class NotifyProtocolTests: XCTestCase {
         let longest = gaps.max() ?? 0
         XCTAssertGreaterThan(longest, 1.5, "pings kept coming while the lifecycle queue was blocked: \(pingTimes)")
         XCTAssertGreaterThan(pingTimes.last ?? 0, 2.6, "pings did not resume after the stall: \(pingTimes)")
-        XCTAssertTrue(daemon.stderr.contains("queue watchkeeper.lifecycle stuck for"), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "queue watchkeeper.lifecycle stuck for", timeout: 10), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("withholding the watchdog ping"), daemon.stderr)
 
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))

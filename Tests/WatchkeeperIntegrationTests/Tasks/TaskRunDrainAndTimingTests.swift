@@ -284,8 +284,9 @@ extension TaskRunTests {
             XCTAssertGreaterThanOrEqual(times[1] - times[0], 2.9, "\(runs)")
         }
         XCTAssertEqual(lines(sandbox.root + "/stale").count, 0, "beyond catch_up_window: not run")
-        XCTAssertTrue(restarted.stderr.contains("was missed while watchkeeper was not running"), restarted.stderr)
-        XCTAssertTrue(restarted.stderr.contains("task stale run") && restarted.stderr.contains("outcome=missed"), restarted.stderr)
+        // Waited for: both are logged before the catch-up run starts, but can reach stderr after its line.
+        XCTAssertTrue(restarted.waitForStderr(containing: "was missed while watchkeeper was not running", timeout: 10), restarted.stderr)
+        XCTAssertTrue(waitFor(10) { restarted.stderr.contains("task stale run") && restarted.stderr.contains("outcome=missed") }, restarted.stderr)
         // History survives the restart: the dump shows the first life's run.
         restarted.send(SIGUSR1)
         let state = try XCTUnwrap(sandbox.waitForState(sequence: 1, timeout: 5))

@@ -111,7 +111,8 @@ final class TaskRunTests: XCTestCase {
         XCTAssertTrue(waitFor(3) { !processExists(grandchild) }, "grandchild \(grandchild) survived its job's expiry")
         let leftover = try XCTUnwrap(pid_t(lines(sandbox.root + "/leftover").first ?? ""))
         XCTAssertTrue(waitFor(3) { !processExists(leftover) }, "process \(leftover) left behind by a finished job survived")
-        XCTAssertTrue(daemon.stderr.contains("left processes in its process group"), daemon.stderr)
+        // Waited for: the line is logged as the leftover is signalled, and can reach stderr after it is gone.
+        XCTAssertTrue(daemon.waitForStderr(containing: "left processes in its process group", timeout: 10), daemon.stderr)
         daemon.stop(within: 20)
     }
 

@@ -231,6 +231,7 @@ final class DeliveryPatternTests: WatchTestCase {
         let handled = records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
         XCTAssertFalse(handled.contains("EMPTY"), "a batch job ran without its files: \(handled)")
         XCTAssertEqual(handled.count, 12, "\(handled)")
-        XCTAssertTrue(daemon.stderr.contains("are submitted again as batches (argv)"), daemon.stderr)
+        // Waited for: logged before the batches ran, it can reach stderr after their files.
+        XCTAssertTrue(daemon.waitForStderr(containing: "are submitted again as batches (argv)", timeout: 10), daemon.stderr)
     }
 }

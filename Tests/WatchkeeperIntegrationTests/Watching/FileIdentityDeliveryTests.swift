@@ -290,7 +290,9 @@ final class FileIdentityDeliveryTests: WatchTestCase {
             XCTAssertEqual(read.path, expected[read.content], "a job got rsync's temporary name, or ran twice: \(reads())")
         }
         XCTAssertEqual(reads().count, expected.count, "\(reads())")
-        // Not even a job that failed because rsync had renamed its file away meanwhile.
+        // Not even a job that failed because rsync had renamed its file away meanwhile: looked
+        // for once the daemon has stopped, when every record it logged is out.
+        daemon.stop(within: 20)
         XCTAssertFalse(daemon.stderr.contains(".~tmp~/"), daemon.stderr)
     }
 
@@ -309,6 +311,8 @@ final class FileIdentityDeliveryTests: WatchTestCase {
         let expected = Dictionary(uniqueKeysWithValues: (0..<4).map { (version("arrival \($0)"), inbox + "x\($0)") })
         XCTAssertTrue(waitFor(15) { expected.keys.allSatisfy { readCounts()[$0] == 1 } }, "\(reads())\n\(daemon.stderr)")
         for read in reads() { XCTAssertEqual(read.path, expected[read.content], "\(reads())") }
+        // Looked for once the daemon has stopped, when every record it logged is out.
+        daemon.stop(within: 20)
         XCTAssertFalse(daemon.stderr.contains("event=moved_in"), "handled as the close its temporary name's was")
     }
 }

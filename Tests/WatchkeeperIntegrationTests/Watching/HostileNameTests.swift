@@ -81,7 +81,10 @@ final class HostileNameTests: WatchTestCase {
             XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/" + planted), "a name ran a command")
             XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/in/" + planted), "a name ran a command")
         }
-        // Every line the daemon wrote is its own: a time stamp first, no raw control bytes.
+        // Every line the daemon wrote is its own: a time stamp first, no raw control bytes. Read
+        // once it has stopped: the other rules' records may still be on their way to stderr,
+        // and a line being appended would be read cut.
+        daemon.stop(within: 20)
         let stderr = try Data(contentsOf: URL(fileURLWithPath: daemon.stderrPath))
         for line in stderr.split(separator: UInt8(ascii: "\n")) {
             let text = String(decoding: line, as: UTF8.self)

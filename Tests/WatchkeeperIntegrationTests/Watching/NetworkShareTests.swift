@@ -54,7 +54,8 @@ final class NetworkShareTests: WatchTestCase {
         let share = try XCTUnwrap(share)
         XCTAssertTrue(daemon.waitForStderr(containing: "is on fuse.sshfs", timeout: 10), daemon.stderr)
         // The mount's options do not say whether sshfs's 20 s cache is off: a settle below it is said.
-        XCTAssertTrue(daemon.stderr.contains("poll_settle (1s) is not above sshfs's 20s cache"), daemon.stderr)
+        // Logged just after the line waited for above: it can reach stderr later.
+        XCTAssertTrue(daemon.waitForStderr(containing: "poll_settle (1s) is not above sshfs's 20s cache", timeout: 10), daemon.stderr)
 
         // First, what the issue is about: inotify on the mount sees nothing of it.
         let inotify = try InotifyProbe(directory: share.mountPoint)

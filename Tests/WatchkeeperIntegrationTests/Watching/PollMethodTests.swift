@@ -34,7 +34,7 @@ final class PollMethodTests: WatchTestCase {
         let rule = try XCTUnwrap(dumpedRule())
         XCTAssertEqual(rule["inotify_watches"] as? Int, 0, "a polled rule uses no inotify watch for its tree")
         XCTAssertEqual((rule["polled_trees"] as? [[String: Any]])?.count, 1)
-        XCTAssertTrue(daemon.stderr.contains("the rule says method = \"poll\": polling it every 1s"), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "the rule says method = \"poll\": polling it every 1s", timeout: 10), daemon.stderr)
 
         daemon.stop(within: 10)
         for index in 0..<5 { create(sandbox.root + "/in/a/while-down-\(index)") }

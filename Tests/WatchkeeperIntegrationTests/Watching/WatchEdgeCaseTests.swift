@@ -54,7 +54,7 @@ final class WatchEdgeCaseTests: WatchTestCase {
             try FileManager.default.createDirectory(atPath: root + "/real", withIntermediateDirectories: true)
             try FileManager.default.createSymbolicLink(atPath: root + "/link", withDestinationPath: root + "/real")
         }
-        XCTAssertTrue(daemon.stderr.contains("is a symbolic link to \(sandbox.root)/real"), daemon.stderr)
+        XCTAssertTrue(daemon.waitForStderr(containing: "is a symbolic link to \(sandbox.root)/real", timeout: 10), daemon.stderr)
         FileManager.default.createFile(atPath: sandbox.root + "/real/through-link", contents: Data("x".utf8))
         XCTAssertTrue(waitFor(5) { handled() == [sandbox.root + "/real/through-link"] }, "\(handled())\n\(daemon.stderr)")
         let rule = try rule(in: try dump(1))
@@ -128,6 +128,8 @@ final class WatchEdgeCaseTests: WatchTestCase {
         }
         let inbox = sandbox.root + "/in"
         XCTAssertTrue(waitFor(10) { handled() == [inbox + "/waiting"] }, daemon.stderr)
+        // The ready line follows the state file's notice into the log: counted once it is there.
+        XCTAssertTrue(daemon.waitForReadyLine(), daemon.stderr)
         let kept = try FileManager.default.contentsOfDirectory(atPath: sandbox.root + "/state").filter { $0.contains(".damaged-") }
         XCTAssertEqual(kept.count, 1, "the damaged file is kept for inspection: \(kept)")
         XCTAssertEqual(daemon.stderr.components(separatedBy: "catch-up will run the jobs of the files present").count - 1, 1, daemon.stderr)
@@ -218,6 +220,9 @@ final class WatchEdgeCaseTests: WatchTestCase {
         }
         let cause = "unable to watch or list directories whose path is longer than PATH_MAX (4096 bytes)"
         XCTAssertTrue(daemon.waitForStderr(containing: cause, timeout: 5), daemon.stderr)
+        // The walk that reports them comes before READY=1: once the ready line is out, a line
+        // per directory, or a promise of a scan, would be too.
+        XCTAssertTrue(daemon.waitForReadyLine(), daemon.stderr)
         XCTAssertEqual(daemon.stderr.components(separatedBy: cause).count - 1, 1, "one line per cause, not one per directory:\n\(daemon.stderr)")
         let state = try dump(1)
         let problems = try XCTUnwrap((state["watches"] as? [String: Any])?["problems"] as? [[String: Any]])

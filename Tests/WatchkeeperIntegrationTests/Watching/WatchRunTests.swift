@@ -165,7 +165,7 @@ final class WatchRunTests: WatchTestCase {
         for index in 0..<600 { write("file-\(index)") }
         XCTAssertTrue(waitFor(60) { Set(records(sandbox.root + "/handled")).count == 600 },
                       "handled \(Set(records(sandbox.root + "/handled")).count) of 600\n\(daemon.stderrTail)")
-        XCTAssertTrue(daemon.stderr.contains("\(kernel) event queue overflowed"), "no overflow happened, the test proves nothing")
+        XCTAssertTrue(daemon.waitForStderr(containing: "\(kernel) event queue overflowed", timeout: 10), "no overflow happened, the test proves nothing")
         letTimePass(0.5) // a file both read from the queue and found by the rescan would have run twice by now
         XCTAssertEqual(records(sandbox.root + "/handled").count, 600, "every file exactly once")
     }
@@ -188,7 +188,7 @@ final class WatchRunTests: WatchTestCase {
         for index in 0..<300 { write("new-\(index)") }
         XCTAssertTrue(waitFor(60) { Set(records(sandbox.root + "/handled")).count >= 300 },
                       "handled \(Set(records(sandbox.root + "/handled")).count) of 300\n\(daemon.stderrTail)")
-        XCTAssertTrue(daemon.stderr.contains("\(kernel) event queue overflowed"), "no overflow happened, the test proves nothing")
+        XCTAssertTrue(daemon.waitForStderr(containing: "\(kernel) event queue overflowed", timeout: 10), "no overflow happened, the test proves nothing")
         XCTAssertTrue(waitFor(10) { (dumpedRule()?["rescan_older_skipped"] as? Int ?? 0) >= 100 }, daemon.stderrTail)
         let handled = records(sandbox.root + "/handled").map { String(decoding: $0, as: UTF8.self) }
         XCTAssertEqual(handled.filter { $0.contains("/old-") }, [], "files there before the start ran at the overflow's rescan")
@@ -211,7 +211,8 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertTrue(waitFor(2.5) { records(sandbox.root + "/handled").count == 1 }, daemon.stderr)
         write("later")
         XCTAssertTrue(waitFor(5) { records(sandbox.root + "/handled").count == 2 }, daemon.stderr)
-        XCTAssertTrue(daemon.stderr.contains("is there (again); watching it"), daemon.stderr)
+        // Waited for: logged before the files' jobs ran, it can still reach stderr after their records.
+        XCTAssertTrue(daemon.waitForStderr(containing: "is there (again); watching it", timeout: 10), daemon.stderr)
     }
 
     func testWatchLimitExhausted_isReportedWithTheSysctlToRaise_andTheSubtreeIsScannedInstead() throws {
@@ -239,7 +240,8 @@ final class WatchRunTests: WatchTestCase {
         try "1\n".write(toFile: knob, atomically: false, encoding: .utf8)
         daemon = try sandbox.start(notifySocket: notify, extra: ["WATCHKEEPER_TEST_FALLBACK_INTERVAL": "1s"])
         XCTAssertNotNil(notify.waitFor("READY", "1", timeout: 10), daemon.stderr)
-        XCTAssertTrue(daemon.stderr.contains("inotify watch limit (fs.inotify.max_user_watches=1) reached"), daemon.stderr)
+        // Waited for: READY=1 waits at most 100 ms for the lines logged before it.
+        XCTAssertTrue(daemon.waitForStderr(containing: "inotify watch limit (fs.inotify.max_user_watches=1) reached", timeout: 10), daemon.stderr)
         XCTAssertTrue(daemon.stderr.contains("raise it with: sysctl fs.inotify.max_user_watches="), daemon.stderr)
         let rule = try XCTUnwrap(dumpedRule())
         XCTAssertFalse((rule["unwatched_directories"] as? [String] ?? []).isEmpty, "\(rule)")
