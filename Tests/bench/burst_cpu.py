@@ -5,6 +5,7 @@ machine's, and how busy the machine's CPUs were during it.
 
     python3 Tests/bench/burst_cpu.py --binary .build/x86_64-unknown-linux-gnu/release/watchkeeper --runs 2
     python3 Tests/bench/burst_cpu.py --binary ... --spawn-wait   # also the jobs queue's wait in wk_spawn (perf probe)
+    python3 Tests/bench/burst_cpu.py --binary ... --exec-delay   # also each child's clone-to-exec, both systems (perf sched events)
 
 On two CPUs the drain follows the machine's CPU (docs/measurements/latency-path.md,
 "The spawn off the jobs queue"). Root; uses /dev/shm for the watched directory."""
@@ -50,7 +51,7 @@ def wait_for_lines(path, count, deadline):
         time.sleep(0.1)
 
 
-def burst(system, binary, helpers, files, spawn_wait):
+def burst(system, binary, helpers, files, spawn_wait, exec_delay=False):
     work = tempfile.mkdtemp(prefix="burst-cpu-", dir="/dev/shm")
     inbox, stamps = os.path.join(work, "inbox"), os.path.join(work, "stamps")
     os.makedirs(inbox)
@@ -65,6 +66,10 @@ def burst(system, binary, helpers, files, spawn_wait):
     if spawn_wait and system != "baseline":
         probe = subprocess.Popen(["perf", "record", "-q", "-a", "-o", os.path.join(work, "spawn.data"),
                                   "-e", "probe_watchkeeper:wk_spawn", "-e", "probe_watchkeeper:wk_spawn__return"])
+        time.sleep(1)
+    if exec_delay:
+        probe = subprocess.Popen(["perf", "record", "-q", "-a", "-o", os.path.join(work, "sched.data"),
+                                  "-e", "sched:sched_wakeup_new", "-e", "sched:sched_process_exec"])
         time.sleep(1)
     own0, children0 = process_cpu(watcher.pid)
     busy0, idle0 = machine_cpu()
@@ -84,7 +89,9 @@ def burst(system, binary, helpers, files, spawn_wait):
     busy, idle = busy1 - busy0, idle1 - idle0
     line = (f"{system}: drain {(last_stamp - last_close) / 1e9:.2f} s, its own CPU {own1 - own0:.2f} s, its jobs' {children1 - children0:.2f} s, "
             f"the machine's {busy:.2f} s ({100 * busy / (busy + idle):.0f} % busy), load {os.getloadavg()[0]:.2f}")
-    if probe:
+    if probe and exec_delay:
+        line += ", " + clone_to_exec(os.path.join(work, "sched.data"), watcher.pid)
+    elif probe:
         line += ", " + spawn_wait_share(os.path.join(work, "spawn.data"))
     print(line, flush=True)
     shutil.rmtree(work, ignore_errors=True)
@@ -109,12 +116,35 @@ def spawn_wait_share(data):
             f"(p50 {waits[len(waits) // 2] * 1e6:.0f} µs, p90 {waits[len(waits) * 9 // 10] * 1e6:.0f} µs)")
 
 
+def clone_to_exec(data, parent):
+    """Each child of `parent`: from its creation (sched_wakeup_new, in the parent's context) to
+    its execve (sched_process_exec), the part of a job's start that the spawner waits for."""
+    script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,time,event,trace"], capture_output=True, text=True).stdout
+    created, delays = {}, []
+    for match in re.finditer(r"^\s*(\d+)\s+([\d.]+):\s+sched:(sched_wakeup_new|sched_process_exec):(.*)$", script, re.M):
+        pid, at, event, trace = int(match[1]), float(match[2]), match[3], match[4]
+        if event == "sched_wakeup_new":
+            if pid == parent:
+                created[int(re.search(r"\bpid=(\d+)", trace)[1])] = at
+        else:
+            child = int(re.search(r"\bpid=(\d+)", trace)[1])
+            if child in created:
+                delays.append(at - created.pop(child))
+    if not delays:
+        return "no children seen"
+    delays.sort()
+    return (f"{len(delays)} children, clone to exec p50 {delays[len(delays) // 2] * 1e6:.0f} µs, "
+            f"p90 {delays[len(delays) * 9 // 10] * 1e6:.0f} µs, mean {sum(delays) / len(delays) * 1e6:.0f} µs, "
+            f"{sum(delays):.2f} s in all")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", required=True)
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--spawn-wait", action="store_true", help="probe wk_spawn with perf (slows the drain a little)")
+    parser.add_argument("--exec-delay", action="store_true", help="each child's clone to exec, for both systems (perf sched events)")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     helpers = tempfile.mkdtemp(prefix="burst-cpu-helpers-")
@@ -126,7 +156,7 @@ def main():
     try:
         for _ in range(args.runs):
             for system in ("baseline", "watchkeeper"):
-                burst(system, binary, helpers, args.files, args.spawn_wait)
+                burst(system, binary, helpers, args.files, args.spawn_wait and not args.exec_delay, args.exec_delay)
     finally:
         if args.spawn_wait:
             subprocess.run(["perf", "probe", "-q", "-d", "probe_watchkeeper:*"], stderr=subprocess.DEVNULL)
