@@ -52,7 +52,7 @@ public enum Daemon {
                                 notifier: notifier, containment: containment)
         let owner = LifecycleOwner(options: options, configuration: configuration, sink: sink, notifier: notifier, parts: parts)
         owner.start()
-        dispatchMain()
+        MainThreadPark.forever()
     }
 }
 
