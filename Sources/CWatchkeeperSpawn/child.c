@@ -10,7 +10,7 @@
 // The child must also not write anything else the parent relies on, except its report.
 
 #define _GNU_SOURCE
-#include "spawn_child.h"
+#include "spawn_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

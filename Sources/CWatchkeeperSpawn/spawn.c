@@ -1,5 +1,7 @@
-// Starting job processes: a vfork-style clone for jobs that run as the daemon's own user,
-// fork for jobs that change credentials. Both children run the same setup (child.c).
+// Starting job processes: a vfork-style clone for jobs that run as the daemon's own user
+// (or one that does not wait for the child's exec, nowait.c, for a caller that can take the
+// child's report later), fork for jobs that change credentials. Every child runs the same
+// setup (child.c).
 //
 // Why two ways. A clone(CLONE_VM|CLONE_VFORK) child shares the daemon's memory and copies
 // no page tables, so it reaches execve about 0.5 ms sooner than a fork child at the
@@ -13,7 +15,7 @@
 // Between clone/fork and execve the child makes only raw system calls (child.c).
 
 #define _GNU_SOURCE
-#include "spawn_child.h"
+#include "spawn_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,11 +84,12 @@ const char *wk_spawn_step_name(int step) {
     return step_names[step];
 }
 
-static int fail(struct wk_spawn_result *res, int step, int error) {
+int wk_spawn_fail(struct wk_spawn_result *res, int step, int error) {
     res->pid = -1;
     res->pidfd = -1;
     res->failed_step = step;
     res->error = error;
+    res->report_ticket = 0;
     return -1;
 }
 
@@ -102,15 +105,14 @@ static void close_keeping_errno(int fd) {
     errno = saved;
 }
 
-static int succeed(struct wk_spawn_result *res, pid_t pid, int pidfd) {
+int wk_spawn_succeed(struct wk_spawn_result *res, pid_t pid, int pidfd) {
     res->pid = pid;
     res->pidfd = pidfd;
     res->failed_step = WK_STEP_NONE;
     res->error = 0;
+    res->report_ticket = 0;
     return 0;
 }
-
-#define WK_MASK_WORDS (_NSIG / (8 * sizeof(unsigned long)))
 
 static void clear_sigchld(unsigned long mask[WK_MASK_WORDS]) {
     enum { bits = 8 * sizeof(unsigned long) };
@@ -128,7 +130,7 @@ static void clear_sigchld(unsigned long mask[WK_MASK_WORDS]) {
 // parked by dispatch_main in sigsuspend with an empty mask, 0.9 times per job in a burst;
 // with the mask restored less SIGCHLD but still blocked during each clone, another worker
 // in clock_nanosleep instead (docs/measurements/latency-path.md).
-static void block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]) {
+void wk_block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]) {
     unsigned long all[WK_MASK_WORDS];
     memset(all, 0xff, sizeof(all));
     clear_sigchld(all);
@@ -136,7 +138,7 @@ static void block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]
 }
 
 // The mask before the clone, less SIGCHLD (see above).
-static void restore_signals_but_sigchld(const unsigned long previous[WK_MASK_WORDS]) {
+void wk_restore_signals_but_sigchld(const unsigned long previous[WK_MASK_WORDS]) {
     unsigned long mask[WK_MASK_WORDS];
     memcpy(mask, previous, sizeof(mask));
     clear_sigchld(mask);
@@ -185,12 +187,12 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
     plan->report_fd = -1;
     void *stack = take_stack();
     if (stack == NULL) {
-        return fail(res, WK_STEP_FORK, errno);
+        return wk_spawn_fail(res, WK_STEP_FORK, errno);
     }
     void *stack_top = (char *)stack + WK_CHILD_STACK_SIZE;  // grows down on every Linux target we build for
 
     unsigned long previous[WK_MASK_WORDS];
-    block_every_signal_but_sigchld(previous);
+    wk_block_every_signal_but_sigchld(previous);
     int pidfd = -1;
     pid_t pid = clone(wk_child_entry, stack_top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan, &pidfd);
     int clone_errno = errno;
@@ -200,18 +202,18 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
         pid = clone(wk_child_entry, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, plan);
         clone_errno = errno;
     }
-    restore_signals_but_sigchld(previous);
+    wk_restore_signals_but_sigchld(previous);
     // CLONE_VFORK: the child has exec'd or exited, so its stack is free again.
     give_back_stack(stack);
     if (pid < 0) {
-        return fail(res, WK_STEP_FORK, clone_errno);
+        return wk_spawn_fail(res, WK_STEP_FORK, clone_errno);
     }
     if (plan->report.step != WK_STEP_NONE) {
         reap(pid);
         if (pidfd >= 0) {
             (void)close(pidfd);
         }
-        return fail(res, plan->report.step, plan->report.error);
+        return wk_spawn_fail(res, plan->report.step, plan->report.error);
     }
     if (pidfd < 0) {
         // Safe by pid: only we reap this child, so the pid cannot have been reused yet.
@@ -220,18 +222,18 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
             int error = errno;
             (void)kill(pid, SIGKILL);
             reap(pid);
-            return fail(res, WK_STEP_PIDFD, error);
+            return wk_spawn_fail(res, WK_STEP_PIDFD, error);
         }
     }
     // CLONE_PIDFD sets close-on-exec on the pidfd itself (as pidfd_open does).
-    return succeed(res, pid, pidfd);
+    return wk_spawn_succeed(res, pid, pidfd);
 }
 
 // fork: the child reports a failed step through a close-on-exec pipe; EOF means execve.
 static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) {
-        return fail(res, WK_STEP_PIPE, errno);
+        return wk_spawn_fail(res, WK_STEP_PIPE, errno);
     }
     // The child keeps its end while it installs fds 0..3, so it must not be one of them
     // (possible only if the daemon runs with 0..2 closed).
@@ -241,7 +243,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
         (void)close(report[1]);
         if (moved < 0) {
             (void)close(report[0]);
-            return fail(res, WK_STEP_PIPE, error);
+            return wk_spawn_fail(res, WK_STEP_PIPE, error);
         }
         report[1] = moved;
     }
@@ -264,7 +266,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     (void)close(report[1]);
     if (pid < 0) {
         (void)close(report[0]);
-        return fail(res, WK_STEP_FORK, fork_errno);
+        return wk_spawn_fail(res, WK_STEP_FORK, fork_errno);
     }
 
     // Safe by pid: only we reap this child, so the pid cannot have been reused yet.
@@ -274,7 +276,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
         (void)kill(pid, SIGKILL);
         (void)close(report[0]);
         reap(pid);
-        return fail(res, WK_STEP_PIDFD, error);
+        return wk_spawn_fail(res, WK_STEP_PIDFD, error);
     }
 
     // EOF: execve succeeded and closed the child's close-on-exec copy of the write end
@@ -288,18 +290,18 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     close_keeping_errno(report[0]);
 
     if (got == 0) {
-        return succeed(res, pid, pidfd);
+        return wk_spawn_succeed(res, pid, pidfd);
     }
     if (got == (ssize_t)sizeof(report_read)) {
         reap(pid);
         (void)close(pidfd);
-        return fail(res, report_read.step, report_read.error);
+        return wk_spawn_fail(res, report_read.step, report_read.error);
     }
     // A short report or a failed read: the child's state is unknown, so it must not run.
     (void)kill(pid, SIGKILL);
     reap(pid);
     (void)close(pidfd);
-    return fail(res, WK_STEP_REPORT, got < 0 ? read_errno : EIO);
+    return wk_spawn_fail(res, WK_STEP_REPORT, got < 0 ? read_errno : EIO);
 }
 
 // /dev/null opened once for the daemon's lifetime and shared by every job's fd 0, instead
@@ -333,7 +335,7 @@ static int kept_null_fd(void) {
 
 int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     if (req->stdout_fd < 0 || req->stderr_fd < 0) {
-        return fail(res, WK_STEP_DUP, EBADF);
+        return wk_spawn_fail(res, WK_STEP_DUP, EBADF);
     }
     struct child_plan plan;
     memset(&plan, 0, sizeof(plan));
@@ -342,6 +344,14 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     plan.null_fd = req->stdin_fd >= 0 ? -1 : kept_null_fd();
     if (req->set_credentials || req->force_fork || WK_FORK_ONLY) {
         return spawn_forked(&plan, res);
+    }
+    // Only where the child makes its system calls itself: it runs beside this thread, on
+    // this thread's TLS (child.c).
+    if (req->report_later && WK_RAW_SYSCALLS) {
+        int rc = wk_spawn_nowait(&plan, res);
+        if (rc != WK_NOWAIT_UNAVAILABLE) {
+            return rc;
+        }
     }
     int rc = spawn_shared(&plan, res);
     if (rc == 0 && req->yield_after_exec) {

@@ -1,8 +1,8 @@
-#ifndef WK_SPAWN_CHILD_H
-#define WK_SPAWN_CHILD_H
+#ifndef WK_SPAWN_INTERNAL_H
+#define WK_SPAWN_INTERNAL_H
 
-// What the parent side (spawn.c, nowait.c) and the child's setup (child.c) share; not part
-// of the module's interface.
+// What the ways of making the child (spawn.c, nowait.c) and the child's setup (child.c)
+// share; not part of the module's interface.
 
 #include "wk_spawn.h"
 
@@ -57,5 +57,20 @@ __attribute__((noreturn)) void wk_run_child(struct child_plan *plan);
 
 // clone's entry point: wk_run_child(arg).
 int wk_child_entry(void *arg);
+
+// The result of a spawn that failed at `step` (with errno `error`), or that succeeded.
+int wk_spawn_fail(struct wk_spawn_result *res, int step, int error);
+int wk_spawn_succeed(struct wk_spawn_result *res, pid_t pid, int pidfd);
+
+// The spawning thread's signal mask around a clone (spawn.c says why SIGCHLD stays open).
+#define WK_MASK_WORDS (_NSIG / (8 * sizeof(unsigned long)))
+void wk_block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]);
+void wk_restore_signals_but_sigchld(const unsigned long previous[WK_MASK_WORDS]);
+
+// nowait.c: clones the child without waiting for its exec. WK_NOWAIT_UNAVAILABLE when it
+// cannot (no block free, the strings too large for one, a kernel without CLONE_PIDFD):
+// the caller spawns the child another way.
+#define WK_NOWAIT_UNAVAILABLE 1
+int wk_spawn_nowait(const struct child_plan *plan, struct wk_spawn_result *res);
 
 #endif
