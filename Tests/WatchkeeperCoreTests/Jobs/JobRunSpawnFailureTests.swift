@@ -1,0 +1,80 @@
+import Dispatch
+import Foundation
+import XCTest
+
+@testable import WatchkeeperCore
+import WatchkeeperTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A job whose setup or exec fails in the child ends as a spawn that failed: outcome
+/// failed, no exit status, the step and its object in the record's detail, retried like any
+/// failed run. The spawn no longer waits for the child's exec (nowait.c), so the failure is
+/// learnt at the child's exit; the record must not show it (no "exit 127").
+final class JobRunSpawnFailureTests: JobTestCase {
+    private func run(_ group: JobGroup, engine: JobEngine? = nil, into done: Arrivals<JobCompletion>) -> JobEngine {
+        let engine = engine ?? makeEngine()
+        engine.queue.queue.sync {
+            engine.configure(group)
+            engine.submit(group.key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
+        return engine
+    }
+
+    func testAMissingWorkingDirectory_failsTheRun_withTheChdirInItsRecord_andNoExitStatus() throws {
+        let missing = try makeScratchDirectory() + "/missing"
+        let done = Arrivals<JobCompletion>()
+        _ = run(shellGroup(JobKey(.task, "nowhere"), "exit 0") { $0.workingDirectory = missing }, into: done)
+        XCTAssertTrue(done.wait(), "no record")
+        let record = try XCTUnwrap(done.first?.final)
+        XCTAssertEqual(record.outcome, .failed)
+        XCTAssertNil(record.exit, "a spawn that failed has no exit status")
+        XCTAssertNil(record.expiry)
+        XCTAssertNotNil(record.startedAt)
+        XCTAssertEqual(record.detail, "unable to run \"/bin/sh\": chdir \(missing): No such file or directory")
+    }
+
+    /// Each attempt fails in its execve, and each is retried under the group's policy.
+    func testAProgramThatCannotBeExecuted_failsEveryAttempt_withTheExecveInEachRecord() throws {
+        let program = try makeScratchDirectory() + "/not-executable"
+        XCTAssertTrue(FileManager.default.createFile(atPath: program, contents: Data("#!/bin/sh\nexit 0\n".utf8), attributes: [.posixPermissions: 0o644]))
+        let done = Arrivals<JobCompletion>()
+        var group = JobGroup(key: JobKey(.task, "unrunnable"), settings: JobSettings(command: .arguments([program])), limit: 10,
+                             retry: RetryPolicy(attempts: 3, backoff: .milliseconds(10), maxBackoff: .milliseconds(20)), retryExpired: false)
+        group.settings.budget = .seconds(30)
+        _ = run(group, into: done)
+        XCTAssertTrue(done.wait(), "no record")
+        let records = try XCTUnwrap(done.first?.records)
+        XCTAssertEqual(records.map(\.outcome), [.failed, .failed, .failed])
+        XCTAssertEqual(records.map(\.attempt), [1, 2, 3])
+        XCTAssertEqual(records.map { $0.exit == nil }, [true, true, true])
+        XCTAssertEqual(Set(records.compactMap(\.detail)), ["unable to run \"\(program)\": execve \(program): Permission denied"])
+    }
+
+    /// A child short of descriptors (EMFILE in its setup, learnt at its exit): as when the
+    /// spawn throws it, nothing is recorded and the job goes back in line, then runs once
+    /// the hold lets it; the started count is taken back. Driven through `spawnFailed`, as
+    /// a child cannot be made to run out of descriptors the daemon still has.
+    func testAChildShortOfDescriptors_putsItsJobBackInLine_withoutARecord() throws {
+        let marks = try makeScratchDirectory() + "/runs"
+        let done = Arrivals<JobCompletion>()
+        let engine = run(shellGroup(JobKey(.task, "short"), "echo run >> \(marks); sleep 0.3"), into: done)
+        XCTAssertTrue(waitFor(10) { (try? String(contentsOfFile: marks, encoding: .utf8)) == "run\n" }, "the first run never started")
+        let shortage = SpawnError(step: .dup, errorNumber: EMFILE, description: "unable to run \"/bin/sh\": dup2: Too many open files")
+        let (waiting, started) = engine.queue.queue.sync { () -> (Int, UInt64) in
+            engine.activeRuns.first?.run?.spawnFailed(shortage)
+            return (engine.waitingCount, engine.startedTotal)
+        }
+        XCTAssertEqual(waiting, 1, "the job was not put back in line")
+        XCTAssertEqual(started, 0, "a job that never ran was counted as started")
+        XCTAssertTrue(done.wait(), "the job put back never ran again")
+        let records = try XCTUnwrap(done.first?.records)
+        XCTAssertEqual(records.map(\.outcome), [.ok], "the first start left a record")
+        XCTAssertEqual(records.first?.attempt, 1)
+        XCTAssertEqual(try String(contentsOfFile: marks, encoding: .utf8), "run\nrun\n")
+        XCTAssertEqual(engine.queue.queue.sync { engine.startedTotal }, 1)
+        XCTAssertFalse(done.wait(2, timeout: 1), "the first run's end was recorded too")
+    }
+}
