@@ -57,6 +57,11 @@ struct block {
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *blocks;
+static unsigned long long cloned_total;
+
+unsigned long long wk_spawn_nowait_total(void) {
+    return __atomic_load_n(&cloned_total, __ATOMIC_RELAXED);
+}
 
 static struct block *block_at(int index) {
     return (struct block *)(blocks + (size_t)index * WK_BLOCK_SIZE);
@@ -183,6 +188,7 @@ int wk_spawn_nowait(const struct child_plan *plan, struct wk_spawn_result *res) 
         // with pidfd_open instead, safe there because the child cannot have exited unseen.
         return clone_errno == EINVAL ? WK_NOWAIT_UNAVAILABLE : wk_spawn_fail(res, WK_STEP_FORK, clone_errno);
     }
+    __atomic_add_fetch(&cloned_total, 1, __ATOMIC_RELAXED);
     wk_spawn_succeed(res, pid, pidfd);
     res->report_ticket = ((unsigned long long)generation << 8) | (unsigned long long)(index + 1);
     return 0;

@@ -87,6 +87,9 @@ int wk_spawn_collect(unsigned long long ticket, struct wk_spawn_result *res, con
 // Gives back the block of a ticket whose collect returned 1.
 void wk_spawn_release(unsigned long long ticket);
 
+// Children cloned without waiting for their exec since the start (every thread's).
+unsigned long long wk_spawn_nowait_total(void);
+
 // "fork", "chdir", "execve", ...; "unknown step" for values outside the enum.
 const char *wk_spawn_step_name(int step);
 

@@ -114,9 +114,13 @@ final class JobRun: @unchecked Sendable {
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
         request.standardInput = stdin?.rawValue
-        // The jobs queue goes on at the clone; a failed setup comes back at the child's exit
-        // (spawnFailed), as it would have been thrown here.
-        request.reportsLater = true
+        // With other jobs waiting behind this one, the jobs queue goes on at the clone; a
+        // failed setup comes back at the child's exit (spawnFailed), as it would have been
+        // thrown here. A lone job still waits for its exec: nothing else is held up, and
+        // under CLONE_VFORK its child gets the spawning thread's CPU at once, where cloned
+        // without waiting it waited for a CPU of its own on a busy machine (latency-path.md,
+        // "the clone that does not wait (implementation)").
+        request.reportsLater = !self.request.nothingElseWaiting
         var cgroup: JobCgroup?
         let spawned = try context.spawn(request, runID: self.request.runID, limits: self.request.settings.limits, cgroup: &cgroup)
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)

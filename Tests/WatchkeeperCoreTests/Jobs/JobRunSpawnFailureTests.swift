@@ -1,3 +1,4 @@
+import CWatchkeeperSpawn
 import Dispatch
 import Foundation
 import XCTest
@@ -11,29 +12,41 @@ import Glibc
 
 /// A job whose setup or exec fails in the child ends as a spawn that failed: outcome
 /// failed, no exit status, the step and its object in the record's detail, retried like any
-/// failed run. The spawn no longer waits for the child's exec (nowait.c), so the failure is
-/// learnt at the child's exit; the record must not show it (no "exit 127").
+/// failed run. A job that others wait behind is cloned without waiting for its exec
+/// (nowait.c), so its failure is learnt at the child's exit; the record must not show it (no
+/// "exit 127") and must be the one a lone job's spawn, which still waits, gives.
 final class JobRunSpawnFailureTests: JobTestCase {
-    private func run(_ group: JobGroup, engine: JobEngine? = nil, into done: Arrivals<JobCompletion>) -> JobEngine {
-        let engine = engine ?? makeEngine()
+    /// `group`'s job `count` times behind one that holds the engine's only slot: each but
+    /// the last starts with another waiting behind it (cloned without waiting), the last
+    /// alone (the clone waits for its exec).
+    private func runBehindABlocker(_ group: JobGroup, count: Int, into done: Arrivals<JobCompletion>) -> JobEngine {
+        let engine = makeEngine(maxJobs: 1)
+        let blocker = shellGroup(JobKey(.task, "blocker"), "sleep 0.2")
         engine.queue.queue.sync {
+            engine.configure(blocker)
             engine.configure(group)
-            engine.submit(group.key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+            engine.submit(blocker.key, subject: .schedule(scheduledAt: nil)) { _ in }
+            for _ in 0..<count {
+                engine.submit(group.key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+            }
         }
         return engine
     }
 
-    func testAMissingWorkingDirectory_failsTheRun_withTheChdirInItsRecord_andNoExitStatus() throws {
+    func testAMissingWorkingDirectory_failsTheRun_withTheChdirInItsRecord_andNoExitStatus_eitherWay() throws {
         let missing = try makeScratchDirectory() + "/missing"
         let done = Arrivals<JobCompletion>()
-        _ = run(shellGroup(JobKey(.task, "nowhere"), "exit 0") { $0.workingDirectory = missing }, into: done)
-        XCTAssertTrue(done.wait(), "no record")
-        let record = try XCTUnwrap(done.first?.final)
-        XCTAssertEqual(record.outcome, .failed)
-        XCTAssertNil(record.exit, "a spawn that failed has no exit status")
-        XCTAssertNil(record.expiry)
-        XCTAssertNotNil(record.startedAt)
-        XCTAssertEqual(record.detail, "unable to run \"/bin/sh\": chdir \(missing): No such file or directory")
+        let clonedBefore = wk_spawn_nowait_total()
+        _ = runBehindABlocker(shellGroup(JobKey(.task, "nowhere"), "exit 0") { $0.workingDirectory = missing }, count: 3, into: done)
+        XCTAssertTrue(done.wait(3), "not every run got its record")
+        XCTAssertGreaterThanOrEqual(wk_spawn_nowait_total() - clonedBefore, 2, "the runs with others behind them waited for their exec")
+        for record in done.all.map(\.final) {
+            XCTAssertEqual(record.outcome, .failed)
+            XCTAssertNil(record.exit, "a spawn that failed has no exit status")
+            XCTAssertNil(record.expiry)
+            XCTAssertNotNil(record.startedAt)
+            XCTAssertEqual(record.detail, "unable to run \"/bin/sh\": chdir \(missing): No such file or directory")
+        }
     }
 
     /// Each attempt fails in its execve, and each is retried under the group's policy.
@@ -44,13 +57,16 @@ final class JobRunSpawnFailureTests: JobTestCase {
         var group = JobGroup(key: JobKey(.task, "unrunnable"), settings: JobSettings(command: .arguments([program])), limit: 10,
                              retry: RetryPolicy(attempts: 3, backoff: .milliseconds(10), maxBackoff: .milliseconds(20)), retryExpired: false)
         group.settings.budget = .seconds(30)
-        _ = run(group, into: done)
-        XCTAssertTrue(done.wait(), "no record")
-        let records = try XCTUnwrap(done.first?.records)
-        XCTAssertEqual(records.map(\.outcome), [.failed, .failed, .failed])
-        XCTAssertEqual(records.map(\.attempt), [1, 2, 3])
-        XCTAssertEqual(records.map { $0.exit == nil }, [true, true, true])
-        XCTAssertEqual(Set(records.compactMap(\.detail)), ["unable to run \"\(program)\": execve \(program): Permission denied"])
+        let clonedBefore = wk_spawn_nowait_total()
+        _ = runBehindABlocker(group, count: 2, into: done)
+        XCTAssertTrue(done.wait(2), "not every run got its records")
+        XCTAssertGreaterThanOrEqual(wk_spawn_nowait_total() - clonedBefore, 1, "the run with another behind it waited for its exec")
+        for records in done.all.map(\.records) {
+            XCTAssertEqual(records.map(\.outcome), [.failed, .failed, .failed])
+            XCTAssertEqual(records.map(\.attempt), [1, 2, 3])
+            XCTAssertEqual(records.map { $0.exit == nil }, [true, true, true])
+            XCTAssertEqual(Set(records.compactMap(\.detail)), ["unable to run \"\(program)\": execve \(program): Permission denied"])
+        }
     }
 
     /// A child short of descriptors (EMFILE in its setup, learnt at its exit): as when the
@@ -60,7 +76,12 @@ final class JobRunSpawnFailureTests: JobTestCase {
     func testAChildShortOfDescriptors_putsItsJobBackInLine_withoutARecord() throws {
         let marks = try makeScratchDirectory() + "/runs"
         let done = Arrivals<JobCompletion>()
-        let engine = run(shellGroup(JobKey(.task, "short"), "echo run >> \(marks); sleep 0.3"), into: done)
+        let engine = makeEngine()
+        let group = shellGroup(JobKey(.task, "short"), "echo run >> \(marks); sleep 0.3")
+        engine.queue.queue.sync {
+            engine.configure(group)
+            engine.submit(group.key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
         XCTAssertTrue(waitFor(10) { (try? String(contentsOfFile: marks, encoding: .utf8)) == "run\n" }, "the first run never started")
         let shortage = SpawnError(step: .dup, errorNumber: EMFILE, description: "unable to run \"/bin/sh\": dup2: Too many open files")
         let (waiting, started) = engine.queue.queue.sync { () -> (Int, UInt64) in
