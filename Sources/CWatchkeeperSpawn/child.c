@@ -146,38 +146,53 @@ WK_CHILD_CODE static void install_stdin(struct child_plan *plan, int stdin_fd) {
     }
 }
 
-WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *plan) {
-    const struct wk_spawn_request *req = plan->req;
-    int report_fd = plan->report_fd;  // -1 for the shared-memory child
+// First, and before the credentials change (moving a process needs write access to the
+// target's cgroup.procs): "0" moves the writer, so no process the job ever forks starts
+// outside its cgroup, setsid or not.
+WK_CHILD_CODE static void join_cgroup(struct child_plan *plan) {
+    int procs = plan->req->cgroup_procs_fd;
+    if (procs < 0) {
+        return;
+    }
     long rc;
+    do {
+        rc = SYSCALL3(SYS_write, procs, "0", 1);
+    } while (rc == -EINTR);
+    if (rc != 1) {
+        report_and_exit(plan, WK_STEP_CGROUP, rc < 0 ? (int)-rc : EIO);
+    }
+}
 
-    // First, and before the credentials change (moving a process needs write access to
-    // the target's cgroup.procs): "0" moves the writer, so no process the job ever
-    // forks starts outside its cgroup, setsid or not.
-    if (req->cgroup_procs_fd >= 0) {
-        do {
-            rc = SYSCALL3(SYS_write, req->cgroup_procs_fd, "0", 1);
-        } while (rc == -EINTR);
-        if (rc != 1) {
-            report_and_exit(plan, WK_STEP_CGROUP, rc < 0 ? (int)-rc : EIO);
+// The fds the child installs as 0..3, each first moved out of that range (-1: none).
+struct sources {
+    int stdin_fd, stdout_fd, stderr_fd, extra_fd;
+};
+
+WK_CHILD_CODE static struct sources move_sources(struct child_plan *plan) {
+    const struct wk_spawn_request *req = plan->req;
+    struct sources moved = {
+        req->stdin_fd >= 0 ? move_above_targets(req->stdin_fd) : -1,
+        move_above_targets(req->stdout_fd),
+        move_above_targets(req->stderr_fd),
+        req->extra_fd >= 0 ? move_above_targets(req->extra_fd) : -1,
+    };
+    int results[] = {moved.stdout_fd, moved.stderr_fd, req->extra_fd >= 0 ? moved.extra_fd : 0, req->stdin_fd >= 0 ? moved.stdin_fd : 0};
+    for (unsigned i = 0; i < sizeof(results) / sizeof(results[0]); i++) {
+        if (results[i] < 0) {
+            report_and_exit(plan, WK_STEP_DUP, -results[i]);
         }
     }
-    int stdin_fd = req->stdin_fd >= 0 ? move_above_targets(req->stdin_fd) : -1;
-    int stdout_fd = move_above_targets(req->stdout_fd);
-    int stderr_fd = move_above_targets(req->stderr_fd);
-    int extra_fd = req->extra_fd >= 0 ? move_above_targets(req->extra_fd) : -1;
-    int moves[] = {stdout_fd, stderr_fd, req->extra_fd >= 0 ? extra_fd : 0, req->stdin_fd >= 0 ? stdin_fd : 0};
-    for (unsigned i = 0; i < sizeof(moves) / sizeof(moves[0]); i++) {
-        if (moves[i] < 0) {
-            report_and_exit(plan, WK_STEP_DUP, -moves[i]);
-        }
-    }
+    return moved;
+}
 
-    // Ignored signals survive execve (handlers do not), so the daemon's SIG_IGN for
-    // SIGPIPE, or for signal 32 as the test runner has it, would reach the job. The raw
-    // syscall because glibc's sigaction refuses its internal signals 32 and 33; an
-    // all-zero kernel sigaction is SIG_DFL, no flags, empty mask on every architecture.
+// Ignored signals survive execve (handlers do not), so the daemon's SIG_IGN for SIGPIPE,
+// or for signal 32 as the test runner has it, would reach the job. The raw syscall because
+// glibc's sigaction refuses its internal signals 32 and 33; an all-zero kernel sigaction is
+// SIG_DFL, no flags, empty mask on every architecture. Then its own session, hence its own
+// process group: the daemon stops a job with kill(-pid).
+WK_CHILD_CODE static void reset_signals_and_session(struct child_plan *plan) {
     static const unsigned long default_action[8];
+    long rc;
     for (int sig = 1; sig < _NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) {
             continue;
@@ -187,29 +202,29 @@ WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *pla
             report_and_exit(plan, WK_STEP_SIGNALS, (int)-rc);
         }
     }
-
-    // Own session, hence own process group: the daemon stops a job with kill(-pid).
     rc = SYSCALL0(SYS_setsid);
     if (rc < 0) {
         report_and_exit(plan, WK_STEP_SETSID, (int)-rc);
     }
+}
 
-    install_stdin(plan, stdin_fd);
-    int installed = install(stdout_fd, STDOUT_FILENO);
+// Fds 0..3, then everything else goes, close-on-exec or not: a job must not hold the
+// daemon's inotify fd, sockets or another job's pipe (which would delay that job's EOF).
+// A report pipe stays until execve closes it (it is close-on-exec).
+WK_CHILD_CODE static void install_descriptors(struct child_plan *plan, struct sources moved) {
+    install_stdin(plan, moved.stdin_fd);
+    int installed = install(moved.stdout_fd, STDOUT_FILENO);
     if (installed == 0) {
-        installed = install(stderr_fd, STDERR_FILENO);
+        installed = install(moved.stderr_fd, STDERR_FILENO);
     }
-    if (installed == 0 && extra_fd >= 0) {
-        installed = install(extra_fd, 3);
+    if (installed == 0 && moved.extra_fd >= 0) {
+        installed = install(moved.extra_fd, 3);
     }
     if (installed < 0) {
         report_and_exit(plan, WK_STEP_DUP, -installed);
     }
-
-    // Everything else goes, close-on-exec or not: a job must not hold the daemon's
-    // inotify fd, sockets or another job's pipe (which would delay that job's EOF).
-    // A report pipe stays until execve closes it (it is close-on-exec).
-    unsigned first = extra_fd >= 0 ? 4 : 3;
+    int report_fd = plan->report_fd;  // -1 for the shared-memory child
+    unsigned first = moved.extra_fd >= 0 ? 4 : 3;
     int closed;
     if (report_fd >= 0) {
         closed = close_range_or_loop(first, (unsigned)report_fd - 1);
@@ -222,13 +237,16 @@ WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *pla
     if (closed < 0) {
         report_and_exit(plan, WK_STEP_CLOSE_FDS, -closed);
     }
+}
 
+WK_CHILD_CODE static void set_priority_and_credentials(struct child_plan *plan) {
+    const struct wk_spawn_request *req = plan->req;
     // Always set, never inherited: on Linux the nice value belongs to the thread, and the
     // child starts with that of whichever worker thread called wk_spawn. Before the
     // credentials, because lowering it again after a thread was reniced needs
     // CAP_SYS_NICE (or RLIMIT_NICE), which the daemon's uid 0 has and the job's user
     // may not. PRIO_PROCESS with 0 is the calling thread, here the child's only one.
-    rc = SYSCALL3(SYS_setpriority, PRIO_PROCESS, 0, req->niceness);
+    long rc = SYSCALL3(SYS_setpriority, PRIO_PROCESS, 0, req->niceness);
     if (rc != 0) {
         report_and_exit(plan, WK_STEP_NICE, (int)-rc);
     }
@@ -240,27 +258,37 @@ WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *pla
     if (rc != 0) {
         report_and_exit(plan, WK_STEP_NICE_LIMIT, (int)-rc);
     }
-
+    if (!req->set_credentials) {
+        return;
+    }
     // setgroups first (needs CAP_SETGID), setgid before setuid (setuid drops the
     // capability setgid needs). Only in a forked child (spawn.c), whose only thread this
     // is: the bare system calls change this thread's credentials, which is all of it.
-    if (req->set_credentials) {
-        rc = SYSCALL2(SYS_setgroups, req->group_count, req->groups);
-        if (rc != 0) {
-            report_and_exit(plan, WK_STEP_SETGROUPS, (int)-rc);
-        }
-        rc = SYSCALL1(SYS_setgid, req->gid);
-        if (rc != 0) {
-            report_and_exit(plan, WK_STEP_SETGID, (int)-rc);
-        }
-        rc = SYSCALL1(SYS_setuid, req->uid);
-        if (rc != 0) {
-            report_and_exit(plan, WK_STEP_SETUID, (int)-rc);
-        }
+    rc = SYSCALL2(SYS_setgroups, req->group_count, req->groups);
+    if (rc != 0) {
+        report_and_exit(plan, WK_STEP_SETGROUPS, (int)-rc);
     }
+    rc = SYSCALL1(SYS_setgid, req->gid);
+    if (rc != 0) {
+        report_and_exit(plan, WK_STEP_SETGID, (int)-rc);
+    }
+    rc = SYSCALL1(SYS_setuid, req->uid);
+    if (rc != 0) {
+        report_and_exit(plan, WK_STEP_SETUID, (int)-rc);
+    }
+}
+
+WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *plan) {
+    const struct wk_spawn_request *req = plan->req;
+    join_cgroup(plan);
+    struct sources moved = move_sources(plan);
+    reset_signals_and_session(plan);
+    install_descriptors(plan, moved);
+    set_priority_and_credentials(plan);
 
     // After the credentials, as systemd does: the job may enter only directories its
     // user may enter, and a root-squashed NFS directory works for its owner.
+    long rc;
     if (req->cwd != NULL) {
         rc = SYSCALL1(SYS_chdir, req->cwd);
         if (rc != 0) {
