@@ -25,9 +25,10 @@ final class ChildProcess: @unchecked Sendable {
     private var budgetTimer: JobDeadline?
     private var outputs: [OutputChannel] = []
     private var onExit: ((ProcessExit) -> Void)?
-    /// Instead of `onExit` when the child's setup or exec failed after a spawn that did not
-    /// wait for it (`SpawnRequest.reportsLater`): what the spawn would have thrown.
-    private var onSpawnFailure: ((SpawnError) -> Void)?
+    /// Set before `onExit` runs when the child's setup or exec failed after a spawn that did
+    /// not wait for it (`SpawnRequest.reportsLater`): what the spawn would have thrown. Read
+    /// by `onExit` (a property rather than a second closure: no allocation per job).
+    private(set) var spawnFailure: SpawnError?
     private(set) var exit: ProcessExit?
     /// Its cgroup, or nil: its process group is all that holds it together.
     private var cgroup: JobCgroup?
@@ -37,11 +38,10 @@ final class ChildProcess: @unchecked Sendable {
     /// `output`: the child's stdout and stderr, with the stream names its lines are
     /// journaled under when they pass through the daemon. `killAfter`: a budget of the child's own (the expiration handler's),
     /// enforced here so it holds even if the job that started it has already finished.
-    /// `onSpawnFailure`: for a spawn made with `reportsLater`, whose report is collected here.
+    /// A spawn made with `reportsLater` has its report collected here (`spawnFailure`).
     init(name: String, kind: JobKind, runID: String, spawned: consuming SpawnedProcess,
          output: consuming JobOutputPlan, streams: (stdout: String, stderr: String), context: JobContext, cgroup: JobCgroup?,
-         tail: OutputTail? = nil, killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil,
-         onSpawnFailure: ((SpawnError) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
+         tail: OutputTail? = nil, killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         let pid = spawned.pid
         let pendingReport = spawned.pendingReport
         cgroup?.closeProcs()
@@ -51,7 +51,6 @@ final class ChildProcess: @unchecked Sendable {
         self.pid = pid
         self.context = context
         self.onExit = onExit
-        self.onSpawnFailure = onSpawnFailure
         outputs = output.channels(name: name, kind: kind, runID: runID, pid: pid, streams: streams, context: context, tail: tail)
         let owner = "\(kind.rawValue) \(name) run \(runID)"
         let stats = context.sources.register(.read, owner: owner, target: "pidfd of pid \(pid)", on: context.queue)
@@ -88,15 +87,10 @@ final class ChildProcess: @unchecked Sendable {
         exitSource = nil
         budgetTimer?.cancel()
         budgetTimer = nil
+        self.spawnFailure = spawnFailure
         let handler = onExit
-        let failed = onSpawnFailure
         onExit = nil
-        onSpawnFailure = nil
-        if let spawnFailure, let failed {
-            failed(spawnFailure)
-        } else {
-            handler?(status)
-        }
+        handler?(status)
         // What the child wrote before it exited is read now; its pipes close.
         closeOutputs()
     }

@@ -126,9 +126,10 @@ final class JobRun: @unchecked Sendable {
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
-                             output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup, tail: outputTail,
-                             onSpawnFailure: { [weak self] error in self?.spawnFailed(error) }) { [weak self] status in
-            self?.perform(self?.machine.handle(.exited(status)) ?? [])
+                             output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup, tail: outputTail) { [weak self] status in
+            guard let self else { return }
+            if let failure = self.child?.spawnFailure { return self.spawnFailed(failure) }
+            self.perform(self.machine.handle(.exited(status)))
         }
         progressChannel = RunProgress(watching: progressPipe, pid: started.pid, label: label, context: context, owner: self)
         return started
