@@ -297,10 +297,17 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     }
 
     /// `.shortOfResources` learnt after the start was counted: the count is taken back
-    /// and the job waits as if its spawn had thrown.
+    /// and the job waits as if its spawn had thrown. Once the engine has stopped
+    /// accepting, nothing would start it again: it is cancelled as the waiting were.
     private func shortOfResources(_ runID: RunID, cause: SpawnError) {
         guard let entry = active.remove(runID) else { return }
         startedTotal -= 1
+        guard accepting else {
+            line.finished(entry.key)
+            completions.cancel(entry.key, entry.waiting, detail: "cancelled: the daemon is stopping")
+            drain?.jobEnded(self)
+            return
+        }
         var item = entry.waiting
         item.startCounted = true
         line.putBack(item, to: entry.key)

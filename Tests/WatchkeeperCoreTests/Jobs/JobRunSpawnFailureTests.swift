@@ -98,4 +98,28 @@ final class JobRunSpawnFailureTests: JobTestCase {
         XCTAssertEqual(engine.queue.queue.sync { engine.startedTotal }, 1)
         XCTAssertFalse(done.wait(2, timeout: 1), "the first run's end was recorded too")
     }
+
+    /// The same, after the engine stopped accepting (the daemon is stopping): nothing would
+    /// start it again, so it gets the record the waiting jobs got instead of none.
+    func testAChildShortOfDescriptors_whileTheDaemonStops_isCancelledWithARecord() throws {
+        let marks = try makeScratchDirectory() + "/runs"
+        let done = Arrivals<JobCompletion>()
+        let engine = makeEngine()
+        let group = shellGroup(JobKey(.task, "short"), "echo run >> \(marks); sleep 0.3")
+        engine.queue.queue.sync {
+            engine.configure(group)
+            engine.submit(group.key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
+        }
+        XCTAssertTrue(waitFor(10) { (try? String(contentsOfFile: marks, encoding: .utf8)) == "run\n" }, "the run never started")
+        let shortage = SpawnError(step: .dup, errorNumber: EMFILE, description: "unable to run \"/bin/sh\": dup2: Too many open files")
+        let waiting = engine.queue.queue.sync { () -> Int in
+            engine.stopAccepting()
+            engine.activeRuns.first?.run?.spawnFailed(shortage)
+            return engine.waitingCount
+        }
+        XCTAssertEqual(waiting, 0, "put back in a line nothing starts any more")
+        XCTAssertTrue(done.wait(), "no record")
+        XCTAssertEqual(done.first?.final.outcome, .cancelled)
+        XCTAssertEqual(done.first?.final.detail, "cancelled: the daemon is stopping")
+    }
 }
