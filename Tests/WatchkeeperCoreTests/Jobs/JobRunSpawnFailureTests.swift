@@ -69,13 +69,11 @@ final class JobRunSpawnFailureTests: JobTestCase {
         }
     }
 
-    /// A child short of descriptors (EMFILE in its setup, learnt at its exit): as when the
-    /// spawn throws it, nothing is recorded and the job goes back in line, then runs once
-    /// the hold lets it; the started count is taken back. Driven through `spawnFailed`, as
-    /// a child cannot be made to run out of descriptors the daemon still has.
-    func testAChildShortOfDescriptors_putsItsJobBackInLine_withoutARecord() throws {
+    private static let shortage = SpawnError(step: .dup, errorNumber: EMFILE, description: "unable to run \"/bin/sh\": dup2: Too many open files")
+
+    /// A job that marks each start in `marks`, running once this returns.
+    private func startMarkingJob(into done: Arrivals<JobCompletion>) throws -> (JobEngine, marks: String) {
         let marks = try makeScratchDirectory() + "/runs"
-        let done = Arrivals<JobCompletion>()
         let engine = makeEngine()
         let group = shellGroup(JobKey(.task, "short"), "echo run >> \(marks); sleep 0.3")
         engine.queue.queue.sync {
@@ -83,9 +81,18 @@ final class JobRunSpawnFailureTests: JobTestCase {
             engine.submit(group.key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
         }
         XCTAssertTrue(waitFor(10) { (try? String(contentsOfFile: marks, encoding: .utf8)) == "run\n" }, "the first run never started")
-        let shortage = SpawnError(step: .dup, errorNumber: EMFILE, description: "unable to run \"/bin/sh\": dup2: Too many open files")
+        return (engine, marks)
+    }
+
+    /// A child short of descriptors (EMFILE in its setup, learnt at its exit): as when the
+    /// spawn throws it, nothing is recorded and the job goes back in line, then runs once
+    /// the hold lets it; the started count is taken back. Driven through `spawnFailed`, as
+    /// a child cannot be made to run out of descriptors the daemon still has.
+    func testAChildShortOfDescriptors_putsItsJobBackInLine_withoutARecord() throws {
+        let done = Arrivals<JobCompletion>()
+        let (engine, marks) = try startMarkingJob(into: done)
         let (waiting, started) = engine.queue.queue.sync { () -> (Int, UInt64) in
-            engine.activeRuns.first?.run?.spawnFailed(shortage)
+            engine.activeRuns.first?.run?.spawnFailed(Self.shortage)
             return (engine.waitingCount, engine.startedTotal)
         }
         XCTAssertEqual(waiting, 1, "the job was not put back in line")
@@ -102,19 +109,11 @@ final class JobRunSpawnFailureTests: JobTestCase {
     /// The same, after the engine stopped accepting (the daemon is stopping): nothing would
     /// start it again, so it gets the record the waiting jobs got instead of none.
     func testAChildShortOfDescriptors_whileTheDaemonStops_isCancelledWithARecord() throws {
-        let marks = try makeScratchDirectory() + "/runs"
         let done = Arrivals<JobCompletion>()
-        let engine = makeEngine()
-        let group = shellGroup(JobKey(.task, "short"), "echo run >> \(marks); sleep 0.3")
-        engine.queue.queue.sync {
-            engine.configure(group)
-            engine.submit(group.key, subject: .schedule(scheduledAt: nil)) { done.add($0) }
-        }
-        XCTAssertTrue(waitFor(10) { (try? String(contentsOfFile: marks, encoding: .utf8)) == "run\n" }, "the run never started")
-        let shortage = SpawnError(step: .dup, errorNumber: EMFILE, description: "unable to run \"/bin/sh\": dup2: Too many open files")
+        let (engine, _) = try startMarkingJob(into: done)
         let waiting = engine.queue.queue.sync { () -> Int in
             engine.stopAccepting()
-            engine.activeRuns.first?.run?.spawnFailed(shortage)
+            engine.activeRuns.first?.run?.spawnFailed(Self.shortage)
             return engine.waitingCount
         }
         XCTAssertEqual(waiting, 0, "put back in a line nothing starts any more")
