@@ -71,10 +71,12 @@ final class DescriptorPollerTests: XCTestCase {
     /// then not the last reference to its open file, and epoll keeps a registration until
     /// that one goes. The kernel's own list of the set (fdinfo's `tfd:` lines) must lose it
     /// at the cancel all the same, also with an event pending, and nothing is delivered
-    /// after. Failed while the jobs' poller left the removal to the close
-    /// (`closeIsLastReference`): the set still held both, and a pass spun on them.
+    /// after. The jobs' own poller, which left the removal to the close
+    /// (`closeIsLastReference`) and failed here: the set still held both.
     func testCancel_takesTheDescriptorOutOfTheKernelsSet_whileACopyOfItLivesOn() throws {
         let calls = Calls()
+        let poller = JobContext(queue: queue, sink: LogSink(target: .stderr, level: .critical, problemCapacity: 10), logger: Logger(label: "test"),
+                                sources: sources, daemonEnvironment: [:]).poller
         func inKernelSet() throws -> Int {
             let epoll = try XCTUnwrap(queue.queue.sync { poller.epollDescriptor })
             let info = try String(contentsOfFile: "/proc/self/fdinfo/\(epoll)", encoding: .utf8)
