@@ -1,21 +1,21 @@
-// Starting job processes: a vfork-style clone for jobs that run as the daemon's own user,
-// fork for jobs that change credentials. Both children run the same setup (run_child).
+// Starting job processes: a vfork-style clone for jobs that run as the daemon's own user
+// (or one that does not wait for the child's exec, nowait.c, for a caller that can take the
+// child's report later), fork for jobs that change credentials. Every child runs the same
+// setup (child.c).
 //
 // Why two ways. A clone(CLONE_VM|CLONE_VFORK) child shares the daemon's memory and copies
 // no page tables, so it reaches execve about 0.5 ms sooner than a fork child at the
 // daemon's size, and its execve has no copied address space to tear down
 // (docs/measurements/spawn.md). But setuid in such a child goes through glibc's setxid
 // broadcast to the parent's threads and can hang (the credentials test under thread churn
-// catches that); fork's child is single-threaded as far as glibc knows, so setgroups,
-// setgid and setuid there change only the child. posix_spawn is not used for either: it
+// catches that); fork's child has one thread, so the bare setgroups, setgid and setuid
+// system calls it makes (child.c) change the whole child and nothing else. posix_spawn is not used for either: it
 // cannot change credentials, and glibc's leaves signals 32 and 33 ignored in the child.
 //
-// Between clone/fork and execve the child calls only async-signal-safe functions: another
-// thread may have held a lock (malloc, the Swift runtime) at that moment. The shared-memory
-// child must also not write anything the parent relies on, except its report.
+// Between clone/fork and execve the child makes only raw system calls (child.c).
 
 #define _GNU_SOURCE
-#include "wk_spawn.h"
+#include "spawn_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,29 +35,13 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
-#ifndef SYS_close_range
-#define SYS_close_range 436
-#endif
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
 
-// The shared-memory child's stack. run_child needs a few hundred bytes; glibc's
+// The shared-memory child's stack. The child's setup needs a few hundred bytes; glibc's
 // posix_spawn sizes its own from argv, which the child here never copies.
 #define WK_CHILD_STACK_SIZE (64 * 1024)
-
-// The child's code runs on that borrowed stack (or in a forked copy), where AddressSanitizer's
-// bookkeeping does not apply: its check before each noreturn call (_exit, execve failing)
-// printed "ASan is ignoring requested __asan_handle_no_return" on the job's stderr in a
-// sanitizer build. The child makes only syscalls, so nothing is lost by not instrumenting it.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WK_CHILD_CODE __attribute__((no_sanitize("address")))
-#endif
-#endif
-#ifndef WK_CHILD_CODE
-#define WK_CHILD_CODE
-#endif
 
 // ThreadSanitizer cannot follow a child that shares the parent's memory: its clone
 // interceptor fails a CHECK (tsan_rtl.cpp "!thr->slot") on CLONE_VM. A TSan build (make
@@ -70,28 +54,6 @@
 #ifndef WK_FORK_ONLY
 #define WK_FORK_ONLY 0
 #endif
-
-// The child installs fds 0..3; everything it still needs is first moved at or above this.
-#define WK_FIRST_SPARE_FD 4
-
-struct child_report {
-    int step;
-    int error;
-};
-
-// Everything the child needs, prepared by the parent so the child only makes syscalls.
-struct child_plan {
-    const struct wk_spawn_request *req;
-    // fork: the write end of the report pipe. Shared-memory child: -1, and the child
-    // reports into `report` instead, which the parent reads once clone has returned
-    // (CLONE_VFORK returns only after the child's execve or exit).
-    int report_fd;
-    struct child_report report;
-    sigset_t empty_mask;
-    // The daemon's kept /dev/null (see kept_null_fd) for a child without a stdin of its
-    // own, or -1: the child opens /dev/null itself.
-    int null_fd;
-};
 
 static const char *const step_names[] = {
     [WK_STEP_NONE] = "none",
@@ -122,202 +84,12 @@ const char *wk_spawn_step_name(int step) {
     return step_names[step];
 }
 
-WK_CHILD_CODE __attribute__((noreturn)) static void report_and_exit(struct child_plan *plan, int step) {
-    struct child_report report = {step, errno};
-    if (plan->report_fd < 0) {
-        plan->report = report;
-    } else {
-        ssize_t written;
-        do {
-            written = write(plan->report_fd, &report, sizeof(report));
-        } while (written < 0 && errno == EINTR);
-    }
-    // 127 like a shell's "command not found"; the parent reports the real cause.
-    // (_exit is exit_group, which ends only the child: it is its own thread group.)
-    _exit(127);
-}
-
-// Returns a copy of fd at or above WK_FIRST_SPARE_FD (close-on-exec), so that installing
-// fds 0..3 cannot overwrite a source that has not been installed yet.
-WK_CHILD_CODE static int move_above_targets(int fd) {
-    if (fd < 0 || fd >= WK_FIRST_SPARE_FD) {
-        return fd;
-    }
-    return fcntl(fd, F_DUPFD_CLOEXEC, WK_FIRST_SPARE_FD);
-}
-
-// dup2 clears close-on-exec on the target; sources are never equal to targets here.
-WK_CHILD_CODE static int install(int fd, int target) {
-    int rc;
-    do {
-        rc = dup2(fd, target);
-    } while (rc < 0 && errno == EINTR);
-    return rc;
-}
-
-// The limit is read here, in the child and only on a kernel without close_range (< 5.9),
-// not by the parent before every spawn: one system call less on the way to each job's exec.
-WK_CHILD_CODE static int close_range_or_loop(unsigned first, unsigned last) {
-    if (first > last) {
-        return 0;
-    }
-    if (syscall(SYS_close_range, first, last, 0) == 0) {
-        return 0;
-    }
-    if (errno != ENOSYS) {
-        return -1;
-    }
-    long highest_fd = 65535;
-    struct rlimit limit;
-    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-        highest_fd = limit.rlim_cur > INT_MAX ? INT_MAX : (long)limit.rlim_cur;
-    }
-    for (long fd = first; fd <= (long)last && fd <= highest_fd; fd++) {
-        (void)close((int)fd);
-    }
-    return 0;
-}
-
-WK_CHILD_CODE __attribute__((noreturn)) static void run_child(struct child_plan *plan) {
-    const struct wk_spawn_request *req = plan->req;
-
-    int report_fd = plan->report_fd;  // -1 for the shared-memory child
-
-    // First, and before the credentials change (moving a process needs write access to
-    // the target's cgroup.procs): "0" moves the writer, so no process the job ever
-    // forks starts outside its cgroup, setsid or not.
-    if (req->cgroup_procs_fd >= 0) {
-        ssize_t written;
-        do {
-            written = write(req->cgroup_procs_fd, "0", 1);
-        } while (written < 0 && errno == EINTR);
-        if (written != 1) {
-            report_and_exit(plan, WK_STEP_CGROUP);
-        }
-    }
-    int stdin_fd = req->stdin_fd >= 0 ? move_above_targets(req->stdin_fd) : -1;
-    int stdout_fd = move_above_targets(req->stdout_fd);
-    int stderr_fd = move_above_targets(req->stderr_fd);
-    int extra_fd = req->extra_fd >= 0 ? move_above_targets(req->extra_fd) : -1;
-    if (stdout_fd < 0 || stderr_fd < 0 || (req->extra_fd >= 0 && extra_fd < 0) || (req->stdin_fd >= 0 && stdin_fd < 0)) {
-        report_and_exit(plan, WK_STEP_DUP);
-    }
-
-    // Ignored signals survive execve (handlers do not), so the daemon's SIG_IGN for
-    // SIGPIPE, or for signal 32 as the test runner has it, would reach the job. The raw
-    // syscall because glibc's sigaction refuses its internal signals 32 and 33; an
-    // all-zero kernel sigaction is SIG_DFL, no flags, empty mask on every architecture.
-    static const unsigned long default_action[8];
-    for (int sig = 1; sig < _NSIG; sig++) {
-        if (sig == SIGKILL || sig == SIGSTOP) {
-            continue;
-        }
-        if (syscall(SYS_rt_sigaction, sig, default_action, NULL, _NSIG / 8) != 0) {
-            report_and_exit(plan, WK_STEP_SIGNALS);
-        }
-    }
-
-    // Own session, hence own process group: the daemon stops a job with kill(-pid).
-    if (setsid() < 0) {
-        report_and_exit(plan, WK_STEP_SETSID);
-    }
-
-    if (stdin_fd >= 0) {
-        if (install(stdin_fd, STDIN_FILENO) < 0) {
-            report_and_exit(plan, WK_STEP_DUP);
-        }
-    } else if (plan->null_fd >= 0) {
-        if (install(plan->null_fd, STDIN_FILENO) < 0) {
-            report_and_exit(plan, WK_STEP_DUP);
-        }
-    } else {
-        int null_fd;
-        do {
-            null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        } while (null_fd < 0 && errno == EINTR);
-        if (null_fd < 0) {
-            report_and_exit(plan, WK_STEP_STDIN);
-        }
-        if (null_fd == STDIN_FILENO) {
-            if (fcntl(STDIN_FILENO, F_SETFD, 0) != 0) {
-                report_and_exit(plan, WK_STEP_DUP);
-            }
-        } else if (install(null_fd, STDIN_FILENO) < 0) {
-            report_and_exit(plan, WK_STEP_DUP);
-        }
-    }
-    if (install(stdout_fd, STDOUT_FILENO) < 0 || install(stderr_fd, STDERR_FILENO) < 0 ||
-        (extra_fd >= 0 && install(extra_fd, 3) < 0)) {
-        report_and_exit(plan, WK_STEP_DUP);
-    }
-
-    // Everything else goes, close-on-exec or not: a job must not hold the daemon's
-    // inotify fd, sockets or another job's pipe (which would delay that job's EOF).
-    // A report pipe stays until execve closes it (it is close-on-exec).
-    unsigned first = extra_fd >= 0 ? 4 : 3;
-    int closed;
-    if (report_fd >= 0) {
-        closed = close_range_or_loop(first, (unsigned)report_fd - 1) == 0 &&
-                 close_range_or_loop((unsigned)report_fd + 1, ~0U) == 0;
-    } else {
-        closed = close_range_or_loop(first, ~0U) == 0;
-    }
-    if (!closed) {
-        report_and_exit(plan, WK_STEP_CLOSE_FDS);
-    }
-
-    // Always set, never inherited: on Linux the nice value belongs to the thread, and the
-    // child starts with that of whichever worker thread called wk_spawn. Before the
-    // credentials, because lowering it again after a thread was reniced needs
-    // CAP_SYS_NICE (or RLIMIT_NICE), which the daemon's uid 0 has and the job's user
-    // may not. PRIO_PROCESS with 0 is the calling thread, here the child's only one; glibc's
-    // setpriority is the bare system call, as safe between clone and execve as setsid.
-    if (setpriority(PRIO_PROCESS, 0, req->niceness) != 0) {
-        report_and_exit(plan, WK_STEP_NICE);
-    }
-    // The unit gives the daemon RLIMIT_NICE (LimitNICE=-4) instead of CAP_SYS_NICE, for
-    // libdispatch's higher-QoS threads; a job gets the kernel's default back, so it cannot
-    // raise its own priority above nice 0. Lowering a limit never needs a privilege.
-    static const struct rlimit no_nice_raise = {0, 0};
-    if (syscall(SYS_prlimit64, 0, RLIMIT_NICE, &no_nice_raise, NULL) != 0) {
-        report_and_exit(plan, WK_STEP_NICE_LIMIT);
-    }
-
-    // setgroups first (needs CAP_SETGID), setgid before setuid (setuid drops the
-    // capability setgid needs).
-    if (req->set_credentials) {
-        if (setgroups(req->group_count, req->groups) != 0) {
-            report_and_exit(plan, WK_STEP_SETGROUPS);
-        }
-        if (setgid(req->gid) != 0) {
-            report_and_exit(plan, WK_STEP_SETGID);
-        }
-        if (setuid(req->uid) != 0) {
-            report_and_exit(plan, WK_STEP_SETUID);
-        }
-    }
-
-    // After the credentials, as systemd does: the job may enter only directories its
-    // user may enter, and a root-squashed NFS directory works for its owner.
-    if (req->cwd != NULL && chdir(req->cwd) != 0) {
-        report_and_exit(plan, WK_STEP_CHDIR);
-    }
-
-    // Last, so that nothing above runs a default action halfway through setup; a signal
-    // sent to the group meanwhile stays pending and takes effect here.
-    if (sigprocmask(SIG_SETMASK, &plan->empty_mask, NULL) != 0) {
-        report_and_exit(plan, WK_STEP_SIGMASK);
-    }
-
-    execve(req->path, req->argv, req->envp);
-    report_and_exit(plan, WK_STEP_EXEC);
-}
-
-static int fail(struct wk_spawn_result *res, int step, int error) {
+int wk_spawn_fail(struct wk_spawn_result *res, int step, int error) {
     res->pid = -1;
     res->pidfd = -1;
     res->failed_step = step;
     res->error = error;
+    res->report_ticket = 0;
     return -1;
 }
 
@@ -333,15 +105,14 @@ static void close_keeping_errno(int fd) {
     errno = saved;
 }
 
-static int succeed(struct wk_spawn_result *res, pid_t pid, int pidfd) {
+int wk_spawn_succeed(struct wk_spawn_result *res, pid_t pid, int pidfd) {
     res->pid = pid;
     res->pidfd = pidfd;
     res->failed_step = WK_STEP_NONE;
     res->error = 0;
+    res->report_ticket = 0;
     return 0;
 }
-
-#define WK_MASK_WORDS (_NSIG / (8 * sizeof(unsigned long)))
 
 static void clear_sigchld(unsigned long mask[WK_MASK_WORDS]) {
     enum { bits = 8 * sizeof(unsigned long) };
@@ -359,7 +130,7 @@ static void clear_sigchld(unsigned long mask[WK_MASK_WORDS]) {
 // parked by dispatch_main in sigsuspend with an empty mask, 0.9 times per job in a burst;
 // with the mask restored less SIGCHLD but still blocked during each clone, another worker
 // in clock_nanosleep instead (docs/measurements/latency-path.md).
-static void block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]) {
+void wk_block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]) {
     unsigned long all[WK_MASK_WORDS];
     memset(all, 0xff, sizeof(all));
     clear_sigchld(all);
@@ -367,7 +138,7 @@ static void block_every_signal_but_sigchld(unsigned long previous[WK_MASK_WORDS]
 }
 
 // The mask before the clone, less SIGCHLD (see above).
-static void restore_signals_but_sigchld(const unsigned long previous[WK_MASK_WORDS]) {
+void wk_restore_signals_but_sigchld(const unsigned long previous[WK_MASK_WORDS]) {
     unsigned long mask[WK_MASK_WORDS];
     memcpy(mask, previous, sizeof(mask));
     clear_sigchld(mask);
@@ -410,43 +181,39 @@ static void give_back_stack(void *stack) {
     }
 }
 
-WK_CHILD_CODE static int child_entry(void *arg) {
-    run_child((struct child_plan *)arg);
-}
-
 // clone(CLONE_VM|CLONE_VFORK): returns once the child has exec'd or exited, with its
 // report (if any) in plan->report. CLONE_PIDFD names the child without a pid race.
 static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
     plan->report_fd = -1;
     void *stack = take_stack();
     if (stack == NULL) {
-        return fail(res, WK_STEP_FORK, errno);
+        return wk_spawn_fail(res, WK_STEP_FORK, errno);
     }
     void *stack_top = (char *)stack + WK_CHILD_STACK_SIZE;  // grows down on every Linux target we build for
 
     unsigned long previous[WK_MASK_WORDS];
-    block_every_signal_but_sigchld(previous);
+    wk_block_every_signal_but_sigchld(previous);
     int pidfd = -1;
-    pid_t pid = clone(child_entry, stack_top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan, &pidfd);
+    pid_t pid = clone(wk_child_entry, stack_top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan, &pidfd);
     int clone_errno = errno;
     if (pid < 0 && clone_errno == EINVAL) {
         // A kernel before 5.2 has no CLONE_PIDFD: name the child with pidfd_open below.
         pidfd = -1;
-        pid = clone(child_entry, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, plan);
+        pid = clone(wk_child_entry, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, plan);
         clone_errno = errno;
     }
-    restore_signals_but_sigchld(previous);
+    wk_restore_signals_but_sigchld(previous);
     // CLONE_VFORK: the child has exec'd or exited, so its stack is free again.
     give_back_stack(stack);
     if (pid < 0) {
-        return fail(res, WK_STEP_FORK, clone_errno);
+        return wk_spawn_fail(res, WK_STEP_FORK, clone_errno);
     }
     if (plan->report.step != WK_STEP_NONE) {
         reap(pid);
         if (pidfd >= 0) {
             (void)close(pidfd);
         }
-        return fail(res, plan->report.step, plan->report.error);
+        return wk_spawn_fail(res, plan->report.step, plan->report.error);
     }
     if (pidfd < 0) {
         // Safe by pid: only we reap this child, so the pid cannot have been reused yet.
@@ -455,18 +222,18 @@ static int spawn_shared(struct child_plan *plan, struct wk_spawn_result *res) {
             int error = errno;
             (void)kill(pid, SIGKILL);
             reap(pid);
-            return fail(res, WK_STEP_PIDFD, error);
+            return wk_spawn_fail(res, WK_STEP_PIDFD, error);
         }
     }
     // CLONE_PIDFD sets close-on-exec on the pidfd itself (as pidfd_open does).
-    return succeed(res, pid, pidfd);
+    return wk_spawn_succeed(res, pid, pidfd);
 }
 
 // fork: the child reports a failed step through a close-on-exec pipe; EOF means execve.
 static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) {
-        return fail(res, WK_STEP_PIPE, errno);
+        return wk_spawn_fail(res, WK_STEP_PIPE, errno);
     }
     // The child keeps its end while it installs fds 0..3, so it must not be one of them
     // (possible only if the daemon runs with 0..2 closed).
@@ -476,7 +243,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
         (void)close(report[1]);
         if (moved < 0) {
             (void)close(report[0]);
-            return fail(res, WK_STEP_PIPE, error);
+            return wk_spawn_fail(res, WK_STEP_PIPE, error);
         }
         report[1] = moved;
     }
@@ -491,7 +258,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     pid_t pid = fork();
     if (pid == 0) {
         (void)close(report[0]);
-        run_child(plan);
+        wk_run_child(plan);
     }
     int fork_errno = errno;
     sigdelset(&previous, SIGCHLD);
@@ -499,7 +266,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     (void)close(report[1]);
     if (pid < 0) {
         (void)close(report[0]);
-        return fail(res, WK_STEP_FORK, fork_errno);
+        return wk_spawn_fail(res, WK_STEP_FORK, fork_errno);
     }
 
     // Safe by pid: only we reap this child, so the pid cannot have been reused yet.
@@ -509,7 +276,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
         (void)kill(pid, SIGKILL);
         (void)close(report[0]);
         reap(pid);
-        return fail(res, WK_STEP_PIDFD, error);
+        return wk_spawn_fail(res, WK_STEP_PIDFD, error);
     }
 
     // EOF: execve succeeded and closed the child's close-on-exec copy of the write end
@@ -523,18 +290,18 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
     close_keeping_errno(report[0]);
 
     if (got == 0) {
-        return succeed(res, pid, pidfd);
+        return wk_spawn_succeed(res, pid, pidfd);
     }
     if (got == (ssize_t)sizeof(report_read)) {
         reap(pid);
         (void)close(pidfd);
-        return fail(res, report_read.step, report_read.error);
+        return wk_spawn_fail(res, report_read.step, report_read.error);
     }
     // A short report or a failed read: the child's state is unknown, so it must not run.
     (void)kill(pid, SIGKILL);
     reap(pid);
     (void)close(pidfd);
-    return fail(res, WK_STEP_REPORT, got < 0 ? read_errno : EIO);
+    return wk_spawn_fail(res, WK_STEP_REPORT, got < 0 ? read_errno : EIO);
 }
 
 // /dev/null opened once for the daemon's lifetime and shared by every job's fd 0, instead
@@ -568,7 +335,7 @@ static int kept_null_fd(void) {
 
 int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     if (req->stdout_fd < 0 || req->stderr_fd < 0) {
-        return fail(res, WK_STEP_DUP, EBADF);
+        return wk_spawn_fail(res, WK_STEP_DUP, EBADF);
     }
     struct child_plan plan;
     memset(&plan, 0, sizeof(plan));
@@ -577,6 +344,14 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     plan.null_fd = req->stdin_fd >= 0 ? -1 : kept_null_fd();
     if (req->set_credentials || req->force_fork || WK_FORK_ONLY) {
         return spawn_forked(&plan, res);
+    }
+    // Only where the child makes its system calls itself: it runs beside this thread, on
+    // this thread's TLS (child.c).
+    if (req->report_later && WK_RAW_SYSCALLS) {
+        int rc = wk_spawn_nowait(&plan, res);
+        if (rc != WK_NOWAIT_UNAVAILABLE) {
+            return rc;
+        }
     }
     int rc = spawn_shared(&plan, res);
     if (rc == 0 && req->yield_after_exec) {

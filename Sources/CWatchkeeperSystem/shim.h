@@ -299,5 +299,7 @@ static inline int wk_pthread_attr_block_every_signal(pthread_attr_t *attr) {
 }
 static inline int wk_pthread_set_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
 static inline int wk_gettid(void) { return (int)syscall(SYS_gettid); }
+// For a test's child made without the spawn shim (which gets its pidfd from clone).
+static inline int wk_pidfd_open(pid_t pid) { return (int)syscall(434 /* SYS_pidfd_open */, pid, 0); }
 
 #endif

@@ -1,9 +1,10 @@
 #ifndef WK_SPAWN_H
 #define WK_SPAWN_H
 
-// Process spawning for job processes: clone(CLONE_VM|CLONE_VFORK), or fork when the job
-// changes credentials, then a fixed sequence of async-signal-safe setup steps in the
-// child, then execve. See spawn.c for why there are two ways and neither is posix_spawn.
+// Process spawning for job processes: clone(CLONE_VM) without waiting (nowait.c) or with
+// CLONE_VFORK, or fork when the job changes credentials, then a fixed sequence of setup
+// steps in the child (raw system calls, child.c), then execve. See spawn.c for why there
+// are several ways and none is posix_spawn.
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -53,6 +54,10 @@ struct wk_spawn_request {
                                   // later is in the job's cgroup too
     int yield_after_exec;         // nonzero: sched_yield once the child has exec'd (shared-memory
                                   // clone only), so the spawning thread does not hold it back
+    int report_later;             // nonzero: return once the child is cloned, without waiting for
+                                  // its exec, where that is possible (nowait.c); a step that fails
+                                  // in the child is then collected after the child has exited
+                                  // (wk_spawn_collect). Ignored with set_credentials or force_fork.
 };
 
 struct wk_spawn_result {
@@ -60,13 +65,30 @@ struct wk_spawn_result {
     int pidfd;                    // O_CLOEXEC; the caller owns it (valid only on success)
     int error;                    // errno of the failed step, 0 on success
     int failed_step;              // enum wk_spawn_step, WK_STEP_NONE on success
+    unsigned long long report_ticket; // nonzero: the spawn did not wait for the child's exec, and
+                                  // the child's report is collected with this (on success only)
 };
 
 // Returns only after the child has called execve successfully (0) or has failed and
 // been reaped (-1, with the step and errno in *res). Never leaves an fd or a zombie
 // behind on failure. SIGCHLD must not be SIG_IGN (the kernel would reap the child
-// before pidfd_open can name it).
+// before pidfd_open can name it). With report_later, 0 and a nonzero res->report_ticket
+// mean only that the child was cloned: collect its report once it has exited.
 int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res);
+
+// What became of a child spawned with a report ticket, called once the caller has reaped it
+// (never before: its report may still be on its way). 1: a setup step or the execve failed,
+// with the step and errno in *res, and *path, *program (argv[0]) and *cwd (or NULL) pointing
+// at the child's copies, valid until wk_spawn_release(ticket), which must follow. 0: the
+// child exec'd (or was killed before it could report), and the ticket is spent.
+int wk_spawn_collect(unsigned long long ticket, struct wk_spawn_result *res, const char **path, const char **program,
+                     const char **cwd);
+
+// Gives back the block of a ticket whose collect returned 1.
+void wk_spawn_release(unsigned long long ticket);
+
+// Children cloned without waiting for their exec since the start (every thread's).
+unsigned long long wk_spawn_nowait_total(void);
 
 // "fork", "chdir", "execve", ...; "unknown step" for values outside the enum.
 const char *wk_spawn_step_name(int step);

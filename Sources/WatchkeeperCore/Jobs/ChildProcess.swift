@@ -25,6 +25,10 @@ final class ChildProcess: @unchecked Sendable {
     private var budgetTimer: JobDeadline?
     private var outputs: [OutputChannel] = []
     private var onExit: ((ProcessExit) -> Void)?
+    /// Set before `onExit` runs when the child's setup or exec failed after a spawn that did
+    /// not wait for it (`SpawnRequest.reportsLater`): what the spawn would have thrown. Read
+    /// by `onExit` (a property rather than a second closure: no allocation per job).
+    private(set) var spawnFailure: SpawnError?
     private(set) var exit: ProcessExit?
     /// Its cgroup, or nil: its process group is all that holds it together.
     private var cgroup: JobCgroup?
@@ -34,10 +38,12 @@ final class ChildProcess: @unchecked Sendable {
     /// `output`: the child's stdout and stderr, with the stream names its lines are
     /// journaled under when they pass through the daemon. `killAfter`: a budget of the child's own (the expiration handler's),
     /// enforced here so it holds even if the job that started it has already finished.
+    /// A spawn made with `reportsLater` has its report collected here (`spawnFailure`).
     init(name: String, kind: JobKind, runID: String, spawned: consuming SpawnedProcess,
          output: consuming JobOutputPlan, streams: (stdout: String, stderr: String), context: JobContext, cgroup: JobCgroup?,
          tail: OutputTail? = nil, killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         let pid = spawned.pid
+        let pendingReport = spawned.pendingReport
         cgroup?.closeProcs()
         self.cgroup = cgroup
         self.name = name
@@ -55,7 +61,9 @@ final class ChildProcess: @unchecked Sendable {
         let source = context.poller.watch(spawned.pidfd, owner: owner, target: "pidfd of pid \(pid)", beforeClose: { [sources = context.sources] pidfd in
             let status = reap(pid: pid, pidfd: pidfd.rawValue)
             sources.unregister(stats)
-            if let status { self.exited(status) }
+            // Reaped, so its report (if it failed before its exec) is all there.
+            let failure = status == nil ? nil : pendingReport?.collect()
+            if let status { self.exited(status, spawnFailure: failure) }
         }, handler: {
             stats.fired()
             let source = self.exitSource
@@ -72,13 +80,14 @@ final class ChildProcess: @unchecked Sendable {
         }
     }
 
-    private func exited(_ status: ProcessExit) {
+    private func exited(_ status: ProcessExit, spawnFailure: SpawnError?) {
         guard exit == nil else { return }
         exit = status
         oomKills = cgroup?.oomKills ?? 0
         exitSource = nil
         budgetTimer?.cancel()
         budgetTimer = nil
+        self.spawnFailure = spawnFailure
         let handler = onExit
         onExit = nil
         handler?(status)
@@ -90,9 +99,18 @@ final class ChildProcess: @unchecked Sendable {
     /// process group's (the child is a session leader, so its pid is the pgid).
     @discardableResult
     func signalGroup(_ signal: Int32) -> Bool {
-        guard let cgroup else { return kill(-pid, signal) == 0 }
-        if signal == SIGKILL { return cgroup.directory.killAll() > 0 }
-        return cgroup.directory.signalAll(signal) > 0
+        let reached: Bool
+        if let cgroup {
+            reached = signal == SIGKILL ? cgroup.directory.killAll() > 0 : cgroup.directory.signalAll(signal) > 0
+        } else {
+            reached = kill(-pid, signal) == 0
+        }
+        // A child still in its setup (the spawn did not wait for its exec) may not have
+        // joined its cgroup or made its process group yet. Not reaped (that happens on this
+        // queue, with `exit` set), its pid is still its own; the signal waits, blocked,
+        // until the end of its setup and then takes effect.
+        guard !reached, exit == nil else { return reached }
+        return kill(pid, signal) == 0
     }
 
     /// True while any process of the job is alive. A process group's id stays reserved

@@ -38,8 +38,7 @@ public final class JobContext: CgroupRemovalContext, Sendable {
         self.daemonEnvironment = daemonEnvironment
         self.daemonAccount = Account.lookup(uid: geteuid())
         self.containment = containment
-        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)",
-                                       closeIsLastReference: true)
+        self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)")
         self.deadlines = JobDeadlines(queue: queue, sources: sources)
         self.pipeReserve = JobPipeReserve(queue: queue)
     }

@@ -286,13 +286,32 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         switch run.start() {
         case .started, .failed:
             startedTotal += 1
-            if item.attempt == 1 { metrics?.started(key, subject: item.subject) }
+            // Once per submission: not again for a job put back after its child ran short.
+            if item.attempt == 1 && !item.startCounted { metrics?.started(key, subject: item.subject) }
             heldStarts.started()
         case .shortOfResources(let cause):
             active.remove(item.runID)
             line.putBack(item, to: key)
             heldStarts.shortage(cause, waiting: line.waitingCount) { [weak self] in self?.pump() }
         }
+    }
+
+    /// `.shortOfResources` learnt after the start was counted: the count is taken back
+    /// and the job waits as if its spawn had thrown. Once the engine has stopped
+    /// accepting, nothing would start it again: it is cancelled as the waiting were.
+    private func shortOfResources(_ runID: RunID, cause: SpawnError) {
+        guard let entry = active.remove(runID) else { return }
+        startedTotal -= 1
+        guard accepting else {
+            line.finished(entry.key)
+            completions.cancel(entry.key, entry.waiting, detail: "cancelled: the daemon is stopping")
+            drain?.jobEnded(self)
+            return
+        }
+        var item = entry.waiting
+        item.startCounted = true
+        line.putBack(item, to: entry.key)
+        heldStarts.shortage(cause, waiting: line.waitingCount) { [weak self] in self?.pump() }
     }
 
     private func ended(_ runID: RunID, record: RunRecord) {
@@ -414,4 +433,5 @@ extension JobEngine: JobRunOwner {
         }
     }
     func run(_ run: JobRun, ended record: RunRecord) { ended(run.id, record: record) }
+    func run(_ run: JobRun, wasShortOfResources cause: SpawnError) { shortOfResources(run.id, cause: cause) }
 }

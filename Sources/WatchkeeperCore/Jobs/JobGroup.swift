@@ -45,6 +45,9 @@ extension JobEngine {
         let submittedAt: MonotonicInstant
         /// A fleet job's claim, once it holds one (FleetStarts).
         var claim: FleetClaimHold?
+        /// Its start latency is in the metrics already: it was put back after its child ran
+        /// short of descriptors or processes (JobEngine.shortOfResources).
+        var startCounted = false
 
         func claimed(_ claim: FleetClaimHold?) -> Waiting {
             var item = self
@@ -54,7 +57,9 @@ extension JobEngine {
 
         /// The same work with the files still there (JobSubject.checkedBeforeStart).
         func narrowed(to subject: JobSubject) -> Waiting {
-            Waiting(runID: runID, subject: subject, attempt: attempt, earlier: earlier, reply: reply, submittedAt: submittedAt).claimed(claim)
+            var item = Waiting(runID: runID, subject: subject, attempt: attempt, earlier: earlier, reply: reply, submittedAt: submittedAt).claimed(claim)
+            item.startCounted = startCounted
+            return item
         }
 
         /// The next attempt, under a run ID of its own, after `records` (every attempt's so far).

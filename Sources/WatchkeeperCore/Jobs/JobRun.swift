@@ -15,6 +15,10 @@ protocol JobRunOwner: AnyObject {
     func run(_ run: JobRun, leftProcesses child: ChildProcess, grace: Duration)
     /// Its record, exactly once.
     func run(_ run: JobRun, ended record: RunRecord)
+    /// Its child's setup failed for want of descriptors or processes, learnt after `start`
+    /// returned `.started` (a spawn that did not wait for the exec): as `.shortOfResources`,
+    /// nothing ran and nothing is recorded, and the job goes back in line.
+    func run(_ run: JobRun, wasShortOfResources cause: SpawnError)
 }
 
 /// One run of a job, from spawn to its record: owns the child, the budget timers, the
@@ -110,13 +114,22 @@ final class JobRun: @unchecked Sendable {
         var stdin: OwnedFileDescriptor?
         if let input = self.request.standardInput { stdin = try OwnedPipe.filled(with: input) }
         request.standardInput = stdin?.rawValue
+        // With other jobs waiting behind this one, the jobs queue goes on at the clone; a
+        // failed setup comes back at the child's exit (spawnFailed), as it would have been
+        // thrown here. A lone job still waits for its exec: nothing else is held up, and
+        // under CLONE_VFORK its child gets the spawning thread's CPU at once, where cloned
+        // without waiting it waited for a CPU of its own on a busy machine (latency-path.md,
+        // "the clone that does not wait (implementation)").
+        request.reportsLater = !self.request.nothingElseWaiting
         var cgroup: JobCgroup?
         let spawned = try context.spawn(request, runID: self.request.runID, limits: self.request.settings.limits, cgroup: &cgroup)
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
                              output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup, tail: outputTail) { [weak self] status in
-            self?.perform(self?.machine.handle(.exited(status)) ?? [])
+            guard let self else { return }
+            if let failure = self.child?.spawnFailure { return self.spawnFailed(failure) }
+            self.perform(self.machine.handle(.exited(status)))
         }
         progressChannel = RunProgress(watching: progressPipe, pid: started.pid, label: label, context: context, owner: self)
         return started
@@ -349,14 +362,33 @@ final class JobRun: @unchecked Sendable {
         afterExpireHandler.append(body)
     }
 
+    /// The child's setup or exec failed after `start` returned (the spawn did not wait):
+    /// the run ends as `start` ends one whose spawn threw. Nothing of the job ran, so its
+    /// pipes hold nothing and its cgroup nothing to wait for.
+    func spawnFailed(_ error: SpawnError) {
+        child?.closeOutputs()
+        child?.releaseContainment()
+        guard error.isResourceShortage else {
+            return finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)")
+        }
+        stopTimersAndProgress()
+        guard !recorded else { return }
+        recorded = true
+        owner?.run(self, wasShortOfResources: error)
+    }
+
     // MARK: Finish
+
+    private func stopTimersAndProgress() {
+        for timer in timers { timer.cancel() }
+        timers.removeAll()
+        progressChannel?.stop()
+    }
 
     /// `endedAt`: when the job's process exited, if its record waited for its output after.
     private func finish(outcome: RunOutcome, exit: ProcessExit?, expiry: ExpiryReason?, detail: String?,
                         endedAt: (MonotonicInstant, WallTime)? = nil) {
-        for timer in timers { timer.cancel() }
-        timers.removeAll()
-        progressChannel?.stop()
+        stopTimersAndProgress()
         let now = endedAt?.0 ?? .now
         let record = RunRecord.ran(request, outcome: outcome, startedAt: startedWall, finishedAt: endedAt?.1 ?? .now(),
                                    duration: now - startedAt, exit: exit, expiry: expiry, detail: detail)

@@ -41,6 +41,11 @@ public struct SpawnRequest: Sendable {
     /// Fork even without credentials, instead of the cheaper shared-memory clone; for
     /// tests that compare the two and for the spawn benchmark.
     public var forceFork = false
+    /// Return once the child is cloned, without waiting for its exec (nowait.c), when the
+    /// job runs as the daemon's user and a block is free: a step that fails in the child is
+    /// then not thrown but left in `SpawnedProcess.pendingReport`, to be collected once the
+    /// child has exited. For a caller that watches the exit and collects it (JobRun).
+    public var reportsLater = false
     /// The job's cgroup.procs, open for writing: the child moves itself there first.
     /// nil: the child stays in the daemon's cgroup (process-group containment).
     public var cgroupProcsDescriptor: Int32?
@@ -78,9 +83,36 @@ public struct SpawnRequest: Sendable {
 public struct SpawnedProcess: ~Copyable, Sendable {
     public let pid: pid_t
     public let pidfd: OwnedFileDescriptor
-    /// From the call into the shim until the child's execve succeeded.
+    /// From the call into the shim until the child's execve succeeded; until it was
+    /// cloned when the spawn did not wait (`pendingReport` is set).
     public let spawnToExecNanoseconds: UInt64
+    /// Set when the spawn did not wait for the exec: collect it after reaping the child.
+    public let pendingReport: PendingSpawnReport?
+}
 
+/// Where the report of a child spawned without waiting for its exec is kept (nowait.c)
+/// until the child has exited: the step and errno of a setup step or execve that failed.
+public struct PendingSpawnReport: Sendable {
+    let ticket: UInt64
+    /// What the message names besides the shim's own copies of the path and directory.
+    let niceness: Int32
+    let cgroupPath: String?
+
+    /// Once the child has been reaped (never before: its report may still be on its way):
+    /// the error the spawn would have thrown had it waited, or nil if the child exec'd
+    /// (or was killed before it could report). Call once.
+    public func collect() -> SpawnError? {
+        var result = wk_spawn_result()
+        var path: UnsafePointer<CChar>?, program: UnsafePointer<CChar>?, cwd: UnsafePointer<CChar>?
+        guard wk_spawn_collect(ticket, &result, &path, &program, &cwd) == 1 else { return nil }
+        defer { wk_spawn_release(ticket) }
+        func bytes(_ string: UnsafePointer<CChar>?) -> [UInt8] {
+            string.map { Array(UnsafeRawBufferPointer(start: $0, count: strlen($0))) } ?? []
+        }
+        let about = ProcessSpawner.FailedRequest(workingDirectory: cwd.map { String(cString: $0) }, credentials: nil,
+                                                 niceness: niceness, cgroupPath: cgroupPath)
+        return ProcessSpawner.childFailure(result, name: String(decoding: bytes(program), as: UTF8.self), path: bytes(path), request: about)
+    }
 }
 
 // MARK: - Spawning
@@ -115,7 +147,8 @@ public enum ProcessSpawner {
 
     /// Starts the process and returns once it has exec'd, or throws naming the step that
     /// failed (`unable to run "x": chdir /srv/x: No such file or directory`). Blocks for
-    /// the clone (fork with credentials) and the child's setup (docs/measurements/spawn.md).
+    /// the clone (fork with credentials) and the child's setup (docs/measurements/spawn.md),
+    /// unless `reportsLater` lets it return at the clone with the report still to come.
     public static func spawn(_ request: SpawnRequest) throws(SpawnError) -> SpawnedProcess {
         let strings = request.strings ?? SpawnStrings(arguments: request.arguments, environment: request.environment)
         guard let program = strings.program else {
@@ -164,6 +197,7 @@ public enum ProcessSpawner {
         spec.force_fork = request.forceFork ? 1 : 0
         spec.cgroup_procs_fd = request.cgroupProcsDescriptor ?? -1
         spec.yield_after_exec = request.yieldAfterExec ? 1 : 0
+        spec.report_later = request.reportsLater ? 1 : 0
 
         var result = wk_spawn_result()
         let start = monotonicNanoseconds()
@@ -175,9 +209,13 @@ public enum ProcessSpawner {
         }
         let end = monotonicNanoseconds()
         guard rc == 0 else {
-            throw childFailure(result, name: name, path: searched ?? Array(program), request: request)
+            let about = FailedRequest(workingDirectory: request.workingDirectory, credentials: request.credentials, niceness: request.niceness,
+                                      cgroupPath: request.cgroupPath)
+            throw childFailure(result, name: name, path: searched ?? Array(program), request: about)
         }
-        return SpawnedProcess(pid: result.pid, pidfd: OwnedFileDescriptor(adopting: result.pidfd), spawnToExecNanoseconds: end &- start)
+        let pending = result.report_ticket == 0 ? nil : PendingSpawnReport(ticket: result.report_ticket, niceness: request.niceness, cgroupPath: request.cgroupPath)
+        return SpawnedProcess(pid: result.pid, pidfd: OwnedFileDescriptor(adopting: result.pidfd), spawnToExecNanoseconds: end &- start,
+                              pendingReport: pending)
     }
 
     /// argv[0] with a '/' is used as given. Otherwise the first regular, executable file
@@ -215,7 +253,15 @@ public enum ProcessSpawner {
         )
     }
 
-    private static func childFailure(_ result: wk_spawn_result, name: String, path: [UInt8], request: SpawnRequest) -> SpawnError {
+    /// What a failure's message names of the request.
+    struct FailedRequest {
+        let workingDirectory: String?
+        let credentials: Credentials?
+        let niceness: Int32
+        let cgroupPath: String?
+    }
+
+    static func childFailure(_ result: wk_spawn_result, name: String, path: [UInt8], request: FailedRequest) -> SpawnError {
         let code = result.error
         let stepValue = UInt32(bitPattern: result.failed_step)
         let call = String(cString: wk_spawn_step_name(result.failed_step))

@@ -55,19 +55,8 @@ final class DescriptorPoller: @unchecked Sendable {
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: DescriptorPoller.readSize, alignment: 16)
     private var readBufferInUse = false
     static let readSize = 65_536
-    /// The close of a cancelled descriptor is the last reference to its open file, so the
-    /// kernel takes it out of the set and no EPOLL_CTL_DEL is made first (2.0 system calls
-    /// per job in a burst: the descriptors still in the set at their close). True only for
-    /// the jobs' poller: every process is spawned on the jobs queue, which is suspended
-    /// until the child has exec'd (its copy of the table closed), so no copy of a
-    /// descriptor outlives the queue's close of it. Elsewhere a
-    /// spawn on the jobs queue could hold a copy while another queue closes its own, and the
-    /// set would report a descriptor it no longer knows until that child exec'd.
-    let closeIsLastReference: Bool
-
     /// `owner` and `purpose` name the epoll instance in the dump's sources and the journal.
-    init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, owner: String, purpose: String, closeIsLastReference: Bool = false) {
-        self.closeIsLastReference = closeIsLastReference
+    init(queue: SubsystemQueue, sources: SourceRegistry, logger: Logger, owner: String, purpose: String) {
         self.queue = queue
         self.sources = sources
         self.logger = logger
@@ -163,11 +152,15 @@ final class DescriptorPoller: @unchecked Sendable {
         return nil
     }
 
-    /// EPOLL_CTL_DEL. Only EBADF or ENOENT could make it fail, and neither can happen to a
-    /// descriptor we own and added; its close would take it out of the set regardless.
-    /// `closing`: the descriptor is closed next, which takes it out if `closeIsLastReference`.
-    fileprivate func remove(_ entry: PolledDescriptor, closing: Bool = false) {
-        if let epoll, !(closing && closeIsLastReference) {
+    /// EPOLL_CTL_DEL, also right before the descriptor's close: epoll drops a registration
+    /// only when the last reference to the open file goes, and a spawned child holds a copy
+    /// of the whole table until it reaches close_range, after the spawn has returned
+    /// (Sources/CWatchkeeperSpawn/nowait.c). A registration left behind kept reporting
+    /// EPOLLIN|EPOLLHUP for a number no longer watched, and the poller spun on it. Only
+    /// EBADF or ENOENT could make it fail, and neither can happen to a descriptor we own
+    /// and added.
+    fileprivate func remove(_ entry: PolledDescriptor) {
+        if let epoll {
             _ = epoll_ctl(epoll.descriptor.rawValue, Int32(EPOLL_CTL_DEL), entry.descriptor.rawValue, nil)
             deletions += 1
         }
@@ -351,7 +344,7 @@ final class PolledDescriptor: @unchecked Sendable {
         case .cancelled:
             return
         case .polled:
-            poller?.remove(self, closing: true)
+            poller?.remove(self)
         case .timerPolled(let timer):
             timer.cancel()
         case .out, .inactive:

@@ -1,3 +1,4 @@
+import CWatchkeeperSystem
 import Dispatch
 import Foundation
 import XCTest
@@ -52,5 +53,32 @@ final class ChildProcessTests: JobTestCase {
         XCTAssertEqual(kills.all, [.milliseconds(200)])
         XCTAssertEqual(exits.all, [.signaled(SIGKILL, coreDumped: false)])
         XCTAssertTrue(waitFor(5) { hasExited(sleeper) }, "a process of its group outlived the budget")
+    }
+
+    /// A job spawned without waiting for its exec may be signalled before its child has made
+    /// its own process group (setsid) or joined its cgroup: the signal must reach it through
+    /// its pid, which is its own until it is reaped. Before, kill(-pid) found no group and
+    /// the signal was lost. The child here is in the test's process group, as such a child is
+    /// in the daemon's until its setsid.
+    func testASignalToTheJob_reachesAChildNotYetInAProcessGroupOfItsOwn() throws {
+        var pid = pid_t()
+        var argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sleep"), strdup("30"), nil]
+        defer { argv.forEach { free($0) } }
+        XCTAssertEqual(posix_spawn(&pid, "/bin/sleep", nil, nil, &argv, environ), 0)
+        let pidfd = wk_pidfd_open(pid)
+        XCTAssertGreaterThanOrEqual(pidfd, 0)
+        XCTAssertNotEqual(getpgid(pid), pid, "the child leads a process group")
+        let exits = Arrivals<ProcessExit>()
+        let context = self.context!
+        let child = try context.queue.queue.sync {
+            let output = try JobOutputPlan(route: .daemon, name: "early", sink: context.sink, pipes: context.pipeReserve) { XCTFail($0) }
+            let spawned = SpawnedProcess(pid: pid, pidfd: OwnedFileDescriptor(adopting: pidfd), spawnToExecNanoseconds: 0, pendingReport: nil)
+            return ChildProcess(name: "early", kind: .task, runID: "r1", spawned: spawned, output: output, streams: ("stdout", "stderr"),
+                                context: context, cgroup: nil) { exits.add($0) }
+        }
+        XCTAssertTrue(context.queue.queue.sync { child.signalGroup(SIGTERM) }, "the signal reached nothing")
+        XCTAssertTrue(exits.wait(), "the child outlived the signal")
+        XCTAssertEqual(exits.all, [.signaled(SIGTERM, coreDumped: false)])
+        XCTAssertFalse(context.queue.queue.sync { child.signalGroup(SIGTERM) }, "a reaped child's pid is no longer its own")
     }
 }
