@@ -82,7 +82,10 @@ def summarise_peers(_, data):
                for r in data if r["scenario"] == scenario]
         cells.append(f"{scenario} ({data[0]['files']} files): " + ", ".join(row))
     ours = [r for r in data if r["peer"] == "watchkeeper"]
-    ok = all(r["lost"] == 0 and r["duplicates"] <= (8 if r["scenario"] == "crash-restart" else 0) for r in ours)
+    # The bound peers.py itself judges by: the jobs handled without a ledger record at the
+    # kill (a fixed 8 failed a run that peers.py passed, 14 duplicates for 14 such jobs, once
+    # the jobs queue no longer slept through each clone and more were in flight at the kill).
+    ok = all(r["lost"] == 0 and r["duplicates"] <= r.get("uncommitted", 0) for r in ours)
     return "; ".join(cells), ok
 
 
