@@ -62,8 +62,7 @@ final class ChildProcess: @unchecked Sendable {
             let status = reap(pid: pid, pidfd: pidfd.rawValue)
             sources.unregister(stats)
             // Reaped, so its report (if it failed before its exec) is all there.
-            let failure = status == nil ? nil : pendingReport?.collect()
-            if let status { self.exited(status, spawnFailure: failure) }
+            if let status { self.exited(status, spawnFailure: pendingReport?.collect()) }
         }, handler: {
             stats.fired()
             let source = self.exitSource
