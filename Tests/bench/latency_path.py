@@ -3,7 +3,7 @@
 release daemon and for the bare C loop of ../shared/bench-peers (c/baseline.c), each under
 the same tracer: `perf record -k mono` of the raw_syscalls and sched tracepoints (cheap,
 unlike strace's ptrace stops), paced deliveries written by bench-peers' writer, the job
-bench-peers' stamp (it reads CLOCK_MONOTONIC first). Prints the p50 of each step and the
+bench-peers' stamp (it reads CLOCK_MONOTONIC first). Prints the p50, p90 and p99 of each step and the
 system calls each side makes between the daemon's wake and the child's execve.
 
     python3 Tests/bench/latency_path.py [--binary .build/release/watchkeeper] [--system watchkeeper|baseline] [--files 60]
@@ -138,7 +138,9 @@ def steps(script, writes, stamps):
             calls[side].append(sum(1 for e in window if e[2] == "raw_syscalls:sys_enter" and begin <= e[0] < end and (e[1] == execve[1]) == is_child))
     print(f"{len(found.get('= close(2) -> the job' + chr(39) + 's first clock read', []))} deliveries")
     for name in sorted(found):
-        print(f"{name:66s} p50 {statistics.median(found[name]):7.1f} us")
+        values = sorted(found[name])
+        tail = values[min(len(values) - 1, int(len(values) * 0.99))]
+        print(f"{name:66s} p50 {statistics.median(values):7.1f} us  p90 {values[int(len(values) * 0.9)]:7.1f}  p99 {tail:7.1f}")
     spans = {"daemon": "the daemon's wake -> clone", "child": "clone -> execve"}
     for side, counts in calls.items():
         if counts:
