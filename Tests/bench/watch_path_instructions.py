@@ -4,7 +4,10 @@
 runs the watch table, DirectoryWatcher.handle, the rule, admission with its statx, and the
 submit) to its return. FILES files GAP_MS apart, counters zeroed after three warm-up files.
 Counts, not times: the same at any load. valgrind 3.19 cannot read the release binary's
-DWARF 5, so pass a copy made with `objcopy --strip-debug` (the symbols stay).
+DWARF 5, so pass a copy made with `objcopy --strip-debug` (the symbols stay). Keep GAP_MS
+long enough that each job ends before the next file (50 ms is: 30 files, all handled): a job
+queued behind another is cloned without CLONE_VFORK on a stack of its own (nowait.c), and
+valgrind stops the whole daemon at that clone ("Unsupported clone() flags").
 docs/measurements/latency-path.md ("Issue 39, third round: reader").
 
     python3 Tests/bench/watch_path_instructions.py STRIPPED_BINARY FILES GAP_MS OUT.callgrind
