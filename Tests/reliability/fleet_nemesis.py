@@ -30,11 +30,11 @@ Each fault is a line of the history (kind, host, t, until; jobs_killed for kill9
 
 etcd can also stall without a fault (a loaded machine: a slow election, a starved member):
 the daemons then cannot renew their leases either and hold their fires, as in a quorum loss.
-So a probe (fleet_world.EtcdProbe) writes a key through etcd's HTTP gateway every 0.25 s, all
+So a probe (fleet_probe.EtcdProbe) writes a key through etcd's HTTP gateway every 0.25 s, all
 run long, with a 1 s deadline, to the members the daemons use (the next at once after a write
-left unanswered), and every interval longer than 2.17 s (the shortest stall that can cost a
-daemon its lease: STALL_THRESHOLD) in which no write was acknowledged is an observed line,
-apart from the faults:
+left unanswered), and every interval longer than 2.17 s in which no write was acknowledged
+(the shortest stall that can cost a daemon its lease: fleet_probe.stall_threshold) is an
+observed line, apart from the faults:
 {"type":"observed","kind":"etcd_stall","t":<last ack before>,"until":<first ack after>}.
 
 After the faults, the fleet heals and quiesces (the producer stops, every file is handled,
@@ -54,6 +54,7 @@ Root only (cgroups, a network namespace); skipped, and said so, without root or 
 import argparse, json, os, random, shutil, subprocess, sys, tempfile, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fleet_costs
+import fleet_probe
 import fleet_world as world
 from wk import wait_for as wk_wait
 
@@ -64,18 +65,8 @@ INTERVAL = 2.0
 # answered again (new leases, then each task's latest held fire claimed) may be held by design
 # (docs/fleet.md); the checker applies the same window (EtcdOutages.leadBefore, --held-fire-slack).
 HELD_LEAD, HELD_SLACK = 0.5, 2 * INTERVAL
-# The probe's stall threshold: the shortest stall that can cost a daemon its lease, and with
-# it the fires it holds (a lease lost, each task's latest held fire alone is caught up). A
-# daemon renews every TTL/3, so the renewal answered last before etcd stopped answering went
-# out at most TTL/3 before; failed renewals are tried again every 0.5 s (FleetLease), so one
-# gets through within 0.5 s of etcd answering again, and the lease lives if that is before
-# TTL after the last one answered: a stall of under 4 - 1.33 - 0.5 = 2.17 s costs no lease.
-# A shorter one may close the start gate (TTL - max(1 s, TTL/3) after the last renewal) and
-# hold a fire, or fence a run, but the fire is kept while the lease lives and must run, so it
-# is judged; and a leader election (0.5-1.3 s here, etcd_one_member's) is no stall. The probe
-# measures from one acknowledgement to the next, so what it records contains the stall: one
-# is never missed, and is recorded at most a probe period longer than it was.
-STALL_THRESHOLD = LEASE_TTL - LEASE_TTL / 3 - 0.5
+# What the probe calls a stall: one that can cost a daemon its lease (fleet_probe says why).
+STALL_THRESHOLD = fleet_probe.stall_threshold(LEASE_TTL)
 # name: (persistent, seconds). `sweep` is running most of the time, for cuts and quorum losses
 # to fence (they come just after a fire, below); at 2.2 s it still ends before a stopped
 # daemon's lease can expire, 2.67 s after the stop at the soonest: a daemon under SIGSTOP
@@ -220,7 +211,7 @@ class Nemesis:
         extra = [self.partition.host_address] if self.partition else []
         os.makedirs(f"{scratch}/etcd")
         self.etcd = world.EtcdCluster(f"{scratch}/etcd", cleanup, extra)
-        self.probe = world.EtcdProbe(self.etcd, f"/wk-nem-probe/{os.getpid()}-{random.getrandbits(32):08x}",
+        self.probe = fleet_probe.EtcdProbe(self.etcd, f"/wk-nem-probe/{os.getpid()}-{random.getrandbits(32):08x}",
                                      STALL_THRESHOLD, self.stalled)
         cleanup.add("stop the etcd probe", self.probe.stop)
         try:

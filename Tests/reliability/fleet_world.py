@@ -1,8 +1,7 @@
 """The real parts the fleet nemesis (fleet_nemesis.py) breaks: a three-member etcd on free
 loopback ports, a network namespace behind a veth pair, a cgroup of its own for every life
 of every daemon, and the daemons themselves. The Python counterparts of the Swift tests'
-EtcdTestCluster and NetworkPartition (Tests/WatchkeeperTestSupport). And what watches etcd
-from outside while they run: EtcdProbe, which records the intervals no write got through.
+EtcdTestCluster and NetworkPartition (Tests/WatchkeeperTestSupport).
 
 Everything made here is registered with a `Cleanup` as it is made and undone in reverse
 order at exit, on SIGINT, SIGTERM and SIGHUP too: processes by their pid (never by name),
@@ -11,7 +10,7 @@ Only a SIGKILL of the nemesis itself skips that; then its etcd members and daemo
 die with it (setpriv --pdeathsig), and the namespace `wk-nem-*` and the cgroup directory
 it printed at start are left to remove by hand.
 """
-import atexit, base64, errno, http.client, json, os, random, re, shutil, signal, socket, subprocess, sys, threading, time
+import atexit, errno, os, random, re, shutil, signal, socket, subprocess, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wk
 
@@ -197,70 +196,6 @@ class EtcdCluster:
 
     def wait_healthy(self, seconds):
         return wk.wait_for(seconds, self.healthy, step=0.1)
-
-
-class EtcdProbe(threading.Thread):
-    """Watches etcd from outside, all run long: a write to `key` through the v3 HTTP gateway
-    every `period`, each with a deadline of `deadline`, to one member at a time, and at once
-    to the next after a write without an answer (as the daemons fail over: a member killed
-    or stopped costs a deadline, a leader killed an election). Every interval in which
-    no write was acknowledged for longer than `threshold` goes to `on_stall(t, until)` in
-    CLOCK_REALTIME seconds, `t` the last acknowledgement before it and `until` the first
-    after (None: none came before the probe stopped). What it sees is what a client on this
-    machine sees: it cannot tell etcd stalled from the machine stalled around it, and need
-    not, since either denies the daemons their lease alike."""
-
-    def __init__(self, cluster, key, threshold, on_stall, period=0.25, deadline=1.0):
-        super().__init__(daemon=True, name="etcd-probe")
-        self.cluster, self.key, self.threshold, self.on_stall = cluster, key, threshold, on_stall
-        self.period, self.deadline = period, deadline
-        self.stopping = threading.Event()
-        self.writes = self.acknowledged = 0
-        self.longest_gap = 0.0
-        self.member = 0
-
-    def put(self, m, value):
-        """One write through member `m`; True once etcd acknowledged it within the deadline."""
-        body = json.dumps({"key": base64.b64encode(self.key.encode()).decode(),
-                           "value": base64.b64encode(value.encode()).decode()})
-        connection = http.client.HTTPConnection("127.0.0.1", self.cluster.client_ports[m], timeout=self.deadline)
-        try:
-            connection.request("POST", "/v3/kv/put", body, {"Content-Type": "application/json"})
-            response = connection.getresponse()
-            answer = response.read()
-            return response.status == 200 and b'"header"' in answer
-        except (OSError, http.client.HTTPException):
-            return False
-        finally:
-            connection.close()
-
-    def run(self):
-        last, unanswered = (time.monotonic(), time.time()), 0
-        while not self.stopping.is_set():
-            began = time.monotonic()
-            self.writes += 1
-            if self.put(self.member, f"{self.writes} {time.time():.3f}"):
-                unanswered = 0
-                now = (time.monotonic(), time.time())
-                gap = now[0] - last[0]
-                self.acknowledged += 1
-                self.longest_gap = max(self.longest_gap, gap)
-                if gap > self.threshold:
-                    self.on_stall(last[1], now[1])
-                last = now
-            else:
-                self.member = (self.member + 1) % self.cluster.members
-                unanswered += 1
-                if unanswered % self.cluster.members:
-                    continue  # the next member at once; after a round of refusals, a period's rest
-            self.stopping.wait(max(0.0, began + self.period - time.monotonic()))
-        if time.monotonic() - last[0] > self.threshold:
-            self.on_stall(last[1], None)
-
-    def stop(self):
-        self.stopping.set()
-        if self.ident is not None:  # started
-            self.join(self.deadline + 5)
 
 
 class Partition:
@@ -514,67 +449,3 @@ class Host:
             self.kill9()
         elif self.cgroup:
             self.cgroups.remove(self.cgroup)
-
-
-def probe_check():
-    """`python3 fleet_world.py --probe-check` (root not needed; etcd is): the probe, with the
-    nemesis's threshold, against a cluster of its own whose members it stops by their PIDs.
-    Each member in turn killed for 3 s (as the nemesis's etcd_one_member; one of them the
-    leader: an election) and then one stopped (SIGSTOP: its writes wait out their deadline)
-    must record no stall: the probe moves to the next member, as the daemons do. Two of three
-    stopped for 4 s must record one stall covering the stop: no quorum, no write. Exit 1 if
-    any is not so."""
-    import tempfile
-    cleanup = Cleanup()
-    scratch = tempfile.mkdtemp(prefix="wk-probe-check-")
-    cleanup.add(f"remove {scratch}", lambda: shutil.rmtree(scratch, ignore_errors=True))
-    etcd = EtcdCluster(scratch, cleanup)
-    stalls = []
-    probe = EtcdProbe(etcd, f"/wk-probe-check/{os.getpid()}", 4.0 - 4.0 / 3 - 0.5, lambda at, until: stalls.append((at, until)))
-    cleanup.add("stop the probe", probe.stop)
-    probe.start()
-    time.sleep(2)
-    failures = []
-    for m in range(etcd.members):
-        etcd.kill(m)
-        time.sleep(3)
-        etcd.restart(m)
-        if not etcd.wait_healthy(30):
-            raise HarnessError(f"etcd not healthy 30 s after restarting member{m}: {etcd.tail(m)}")
-        time.sleep(1)
-    os.kill(etcd.processes[0].pid, signal.SIGSTOP)
-    time.sleep(4)
-    os.kill(etcd.processes[0].pid, signal.SIGCONT)
-    time.sleep(1)
-    one_gap = probe.longest_gap
-    if stalls:
-        failures.append(f"each member killed, then member0 stopped: stalls {stalls}, none expected")
-    stalls.clear()
-    time.sleep(2)
-    pids = [etcd.processes[m].pid for m in (1, 2)]
-    stopped_at = time.time()
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    time.sleep(4)
-    for pid in pids:
-        os.kill(pid, signal.SIGCONT)
-    continued_at = time.time()
-    time.sleep(3)
-    probe.stop()
-    covering = [(at, until) for at, until in stalls if at <= stopped_at and until is not None and until >= continued_at]
-    if len(stalls) != 1 or not covering:
-        failures.append(f"members 1 and 2 stopped {stopped_at:.2f} to {continued_at:.2f}: stalls {stalls}, one covering the stop expected")
-    print(f"probe check: {probe.acknowledged} of {probe.writes} writes acknowledged; each member killed 3 s, then one stopped 4 s: "
-          f"{'no stall' if not failures else 'STALLS'}, the longest gap {one_gap:.2f} s; members 1 and 2 "
-          f"stopped {continued_at - stopped_at:.1f} s: " + ", ".join(f"stall of {until - at:.2f} s, from {stopped_at - at:.2f} s "
-                                                                   f"before the stop to {until - continued_at:.2f} s after"
-                                                                   for at, until in covering))
-    for failure in failures:
-        print(f"  FAILED: {failure}")
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--probe-check"]:
-        sys.exit("usage: fleet_world.py --probe-check")
-    sys.exit(probe_check())
