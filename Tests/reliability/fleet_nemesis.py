@@ -212,7 +212,7 @@ class Nemesis:
         os.makedirs(f"{scratch}/etcd")
         self.etcd = world.EtcdCluster(f"{scratch}/etcd", cleanup, extra)
         self.probe = fleet_probe.EtcdProbe(self.etcd, f"/wk-nem-probe/{os.getpid()}-{random.getrandbits(32):08x}",
-                                     STALL_THRESHOLD, self.stalled)
+                                           STALL_THRESHOLD, self.stalled)
         cleanup.add("stop the etcd probe", self.probe.stop)
         try:
             cgroups = world.Cgroups(cleanup)
