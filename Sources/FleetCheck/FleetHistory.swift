@@ -11,7 +11,7 @@ import WatchkeeperCore
 ///     {"type":"fault","kind":"kill9","host":"a","t":1764349240.5,"until":1764349243.0,"jobs_killed":true}
 ///     {"type":"observed","kind":"etcd_stall","t":1764349250.25,"until":1764349254.75}
 ///     {"type":"expect","item":"file:inbox/f00042.dat#1"}
-///     {"type":"expect","item":"task:report@2026-11-28T17:00:00.000Z","fire":1764349200.0}
+///     {"type":"expect","item":"task:report@2026-11-28T17:00:00.000Z","fire":1795885200.0}
 ///
 /// `t` is seconds on one clock shared by every writer (CLOCK_REALTIME on one machine, or the
 /// simulation's clock). An item names one unit of work that must run once: a task's fire, or
@@ -24,7 +24,7 @@ public enum FleetHistoryEvent: Sendable, Equatable {
     case observed(FleetObservation)
     /// The item must have run to success once by the end of the history (liveness). `fire`:
     /// the item is a task's fire due then, which an etcd outage holds by design
-    /// (`FleetHistoryChecker.heldFires`); nil for anything that must run whatever happened.
+    /// (`EtcdOutages`); nil for anything that must run whatever happened.
     case expect(item: String, fire: Double? = nil)
 }
 
