@@ -9,7 +9,9 @@ import WatchkeeperCore
 ///     {"type":"end","item":"task:report@2026-11-28T17:00:00.000Z","host":"b","run":"b-41","t":1764349203.2,"ok":true}
 ///     {"type":"fault","kind":"partition","host":"c","t":1764349210.0,"until":1764349235.0}
 ///     {"type":"fault","kind":"kill9","host":"a","t":1764349240.5,"until":1764349243.0,"jobs_killed":true}
+///     {"type":"observed","kind":"etcd_stall","t":1764349250.25,"until":1764349254.75}
 ///     {"type":"expect","item":"file:inbox/f00042.dat#1"}
+///     {"type":"expect","item":"task:report@2026-11-28T17:00:00.000Z","fire":1795885200.0}
 ///
 /// `t` is seconds on one clock shared by every writer (CLOCK_REALTIME on one machine, or the
 /// simulation's clock). An item names one unit of work that must run once: a task's fire, or
@@ -18,8 +20,29 @@ public enum FleetHistoryEvent: Sendable, Equatable {
     case start(item: String, host: String, run: String, at: Double)
     case end(item: String, host: String, run: String, at: Double, ok: Bool)
     case fault(FleetFault)
-    /// The item must have run to success once by the end of the history (liveness).
-    case expect(item: String)
+    /// What the injector saw happen without causing it: evidence, never a fault.
+    case observed(FleetObservation)
+    /// The item must have run to success once by the end of the history (liveness). `fire`:
+    /// the item is a task's fire due then, which an etcd outage holds by design
+    /// (`EtcdOutages`); nil for anything that must run whatever happened.
+    case expect(item: String, fire: Double? = nil)
+}
+
+/// Something the injector observed from outside and did not cause, from `at` until `until`
+/// (nil: to the end of the history). The one kind, `etcd_stall`: no write through any member
+/// was acknowledged in that interval (the nemesis's probe writes one every 0.25 s).
+public struct FleetObservation: Sendable, Equatable {
+    public static let etcdStall = "etcd_stall"
+
+    public var kind: String
+    public var at: Double
+    public var until: Double?
+
+    public init(kind: String, at: Double, until: Double? = nil) {
+        self.kind = kind
+        self.at = at
+        self.until = until
+    }
 }
 
 /// One fault the injector caused, from `at` until `until` (nil: to the end of the history).
@@ -98,8 +121,13 @@ extension FleetHistoryEvent {
             let until = value["until"].flatMap { $0 == .null ? nil : $0.doubleValue }
             return .fault(FleetFault(kind: try string("kind"), host: value["host"]?.stringValue, at: try time("t"),
                                      until: until, jobsKilled: value["jobs_killed"]?.boolValue ?? false))
+        case "observed":
+            let until = value["until"].flatMap { $0 == .null ? nil : $0.doubleValue }
+            return .observed(FleetObservation(kind: try string("kind"), at: try time("t"), until: until))
         case "expect":
-            return .expect(item: try string("item"))
+            guard let fire = value["fire"], fire != .null else { return .expect(item: try string("item")) }
+            guard let instant = fire.doubleValue else { throw ParseError(line: lineNumber, reason: "\"fire\" is not a number") }
+            return .expect(item: try string("item"), fire: instant)
         case let other:
             throw ParseError(line: lineNumber, reason: "unknown type \"\(other)\"")
         }
@@ -111,6 +139,7 @@ extension FleetHistoryEvent {
         switch event {
         case .start(_, _, _, let at), .end(_, _, _, let at, _): return at
         case .fault(let fault): return fault.at
+        case .observed(let observation): return observation.at
         case .expect: return -.infinity
         }
     }
@@ -131,8 +160,15 @@ extension FleetHistoryEvent {
             if let until = fault.until { fields.append(.init("until", .double(until))) }
             if fault.jobsKilled { fields.append(.init("jobs_killed", .bool(true))) }
             return DumpValue.object(fields).json
-        case .expect(let item):
-            return DumpValue.object([.init("type", .string("expect")), .init("item", .string(item))]).json
+        case .observed(let observation):
+            var fields: [DumpField] = [.init("type", .string("observed")), .init("kind", .string(observation.kind)),
+                                       .init("t", .double(observation.at))]
+            if let until = observation.until { fields.append(.init("until", .double(until))) }
+            return DumpValue.object(fields).json
+        case .expect(let item, let fire):
+            var fields: [DumpField] = [.init("type", .string("expect")), .init("item", .string(item))]
+            if let fire { fields.append(.init("fire", .double(fire))) }
+            return DumpValue.object(fields).json
         }
     }
 }

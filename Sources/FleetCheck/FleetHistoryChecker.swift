@@ -9,8 +9,15 @@ import WatchkeeperCore
 ///   .silencingKinds`) within `silenceWindow` of its end, or was stopping then while etcd
 ///   had no leader (`FleetFault.stopWithoutEtcd`): its record could not
 ///   reach etcd, and another host running the item again is at-least-once, counted, not hidden;
-/// - **every expected item ran ok** by the end of the history (after the faults healed);
+/// - **every expected item ran ok** by the end of the history (after the faults healed),
+///   except a fire an etcd outage held by design (`EtcdOutages`): one injected, or a stall
+///   observed without being injected; each counted by its cause, so that a run whose fires
+///   were all excused shows it;
 /// - **every run ended**: a start with neither an end nor a fault that killed its host's jobs.
+///
+/// A history in which observed stalls cover more than `maxObservedStallShare` of its span
+/// (outside injected outages) is not judged a pass: the machine was too loaded to tell a
+/// fleet that holds its fires from one that loses them (`FleetCheckReport.unjudged`).
 ///
 /// It knows nothing of etcd or the daemon: the same checker reads the simulation's history
 /// and the nemesis's log of real jobs.
@@ -18,19 +25,33 @@ public struct FleetHistoryChecker: Sendable {
     /// How long after a run's end its host may have been silenced for a run again to be
     /// excused: the time the daemon needs to record the end in etcd.
     public var silenceWindow: Double
+    /// How long after etcd answered again an expected fire may still have been held: the
+    /// nemesis's twice its 2 s fire interval (new leases, then the latest held fire claimed).
+    public var heldFireSlack: Double
+    /// The share of the history's span that observed etcd stalls outside injected outages may
+    /// cover before the history is too disturbed to judge.
+    public var maxObservedStallShare: Double
 
-    public init(silenceWindow: Double = 1.0) {
+    public init(silenceWindow: Double = 1.0, heldFireSlack: Double = 4.0, maxObservedStallShare: Double = 0.25) {
         self.silenceWindow = silenceWindow
+        self.heldFireSlack = heldFireSlack
+        self.maxObservedStallShare = maxObservedStallShare
     }
 
     public func check(_ events: [FleetHistoryEvent]) -> FleetCheckReport {
         var report = FleetCheckReport()
         var faults: [FleetFault] = []
-        var expected: [String] = []
+        var observations: [FleetObservation] = []
+        var expected: [(item: String, fire: Double?)] = []
+        var span: ClosedRange<Double>?
         var runs: [String: Run] = [:]
         var order: [String] = []
         for event in events {
             report.events += 1
+            if case .expect = event {} else {
+                let at = FleetHistoryEvent.sortKey(event)
+                span = span.map { min($0.lowerBound, at)...max($0.upperBound, at) } ?? at...at
+            }
             switch event {
             case .start(let item, let host, let run, let at):
                 if runs[run] != nil {
@@ -49,8 +70,10 @@ public struct FleetHistoryChecker: Sendable {
             case .fault(let fault):
                 faults.append(fault)
                 report.faults[fault.kind, default: 0] += 1
-            case .expect(let item):
-                expected.append(item)
+            case .observed(let observation):
+                observations.append(observation)
+            case .expect(let item, let fire):
+                expected.append((item, fire))
             }
         }
         let closed = order.map { close(runs[$0]!, faults: faults, report: &report) }
@@ -61,11 +84,37 @@ public struct FleetHistoryChecker: Sendable {
             checkOverlaps(item, itemRuns.sorted { $0.start < $1.start }, report: &report)
             checkRunsAfterOk(item, itemRuns, faults: faults, report: &report)
         }
-        for item in expected where !(byItem[item]?.contains { $0.outcome == .ok } ?? false) {
-            report.add(.neverRanOk, "\(item): expected, \(byItem[item]?.count ?? 0) run(s), none ended ok")
+        let outages = EtcdOutages(faults: faults, observations: observations, slack: heldFireSlack)
+        checkExpected(expected, byItem, outages, report: &report)
+        judge(outages, span: span, report: &report)
+        return report
+    }
+
+    private func checkExpected(_ expected: [(item: String, fire: Double?)], _ byItem: [String: [Run]], _ outages: EtcdOutages,
+                               report: inout FleetCheckReport) {
+        for (item, fire) in expected {
+            let ranOk = byItem[item]?.contains { $0.outcome == .ok } ?? false
+            if let cause = fire.flatMap(outages.cause(holding:)) {
+                report.exemptFires[cause, default: 0] += 1
+                if !ranOk { report.heldFires[cause, default: 0] += 1 }
+            } else if !ranOk {
+                report.add(.neverRanOk, "\(item): expected, \(byItem[item]?.count ?? 0) run(s), none ended ok")
+            }
         }
         report.expected = expected.count
-        return report
+    }
+
+    private func judge(_ outages: EtcdOutages, span: ClosedRange<Double>?, report: inout FleetCheckReport) {
+        report.observedStalls = outages.observedCount
+        guard let span, span.upperBound > span.lowerBound else { return }
+        report.historySeconds = span.upperBound - span.lowerBound
+        report.observedStallSeconds = outages.observedSeconds(within: span)
+        let share = report.observedStallSeconds / report.historySeconds
+        if share > maxObservedStallShare {
+            report.unjudged = "etcd was observed stalled, outside the injected outages, for \(Int(report.observedStallSeconds.rounded())) s "
+                + "of the history's \(Int(report.historySeconds.rounded())) s (\(Int((share * 100).rounded())) %, over the "
+                + "\(Int((maxObservedStallShare * 100).rounded())) % bound): too loaded a machine to judge which fires had to run"
+        }
     }
 
     struct Run {
@@ -162,6 +211,19 @@ public struct FleetCheckReport: Sendable, Equatable {
     /// Of those, the ones whose host was stopping while etcd had no leader.
     public var rerunsAfterStopWithoutEtcd = 0
     public var faults: [String: Int] = [:]
+    /// Why an expected fire need not have run: an etcd outage held it (`EtcdOutages`).
+    public enum HoldCause: String, Sendable, CaseIterable { case injected, observed }
+    /// Expected fires in an etcd outage's window, by its cause; `heldFires`: those of them
+    /// that never ran ok (what the exemption excused).
+    public var exemptFires: [HoldCause: Int] = [:]
+    public var heldFires: [HoldCause: Int] = [:]
+    public var observedStalls = 0
+    /// Seconds of the history in an observed stall and in no injected outage, and the span
+    /// of the history (first to last timed event).
+    public var observedStallSeconds = 0.0
+    public var historySeconds = 0.0
+    /// Why the history could not be judged (observed stalls over the bound); nil if it was.
+    public var unjudged: String?
     public var anomalies: [Anomaly: Int] = [:]
     public var examples: [Anomaly: [String]] = [:]
 
@@ -180,6 +242,14 @@ public struct FleetCheckReport: Sendable, Equatable {
             .init("reruns_after_failure", .int(Int64(rerunsAfterFailure))),
             .init("reruns_after_silenced_ok", .int(Int64(rerunsAfterSilencedOk))),
             .init("reruns_after_stop_without_etcd", .int(Int64(rerunsAfterStopWithoutEtcd))),
+        ] + HoldCause.allCases.flatMap { cause in
+            [DumpField("exempt_fires_\(cause.rawValue)", .int(Int64(exemptFires[cause] ?? 0))),
+             DumpField("held_fires_\(cause.rawValue)", .int(Int64(heldFires[cause] ?? 0)))]
+        } + [
+            .init("observed_stalls", .int(Int64(observedStalls))),
+            .init("observed_stall_s", .double((observedStallSeconds * 10).rounded() / 10)),
+            .init("history_s", .double((historySeconds * 10).rounded() / 10)),
+            .init("unjudged", unjudged.map(DumpValue.string) ?? .null),
         ]
         return .object(counts + [
             .init("faults", .object(faults.sorted { $0.key < $1.key }.map { .init($0.key, .int(Int64($0.value))) })),

@@ -100,6 +100,98 @@ final class FleetHistoryCheckerTests: XCTestCase {
         XCTAssertEqual(report.expected, 2)
     }
 
+    /// Nemesis seed of nemesis-s6 (2026-11-29): etcd answered no daemon from 10:41:14.5 to
+    /// 10:41:19.05, no fault injected; every lease lapsed, the fire of 10:41:16 was held and
+    /// replaced by the next, as the docs say, and the checker called it never run. A stall the
+    /// probe observed excuses a fire in it as an injected quorum loss does, counted apart.
+    func testAFireInAnObservedEtcdStall_isExempt_andCountedAsObserved() {
+        let stall = FleetObservation(kind: FleetObservation.etcdStall, at: 14.5, until: 19)
+        let report = FleetHistoryChecker(heldFireSlack: 4).check([.expect(item: fire, fire: 16), .observed(stall)]
+                                                                 + run("a-1", on: "a", 0, 60, item: "file:inbox/x#1"))
+        XCTAssertEqual(report.anomalyCount, 0, "\(report)")
+        XCTAssertEqual(report.exemptFires, [.observed: 1])
+        XCTAssertEqual(report.heldFires, [.observed: 1])
+        XCTAssertEqual(report.observedStalls, 1)
+        XCTAssertNil(report.unjudged)
+
+        // One that ran anyway is exempt, and not held.
+        let ran = FleetHistoryChecker(heldFireSlack: 4).check([.expect(item: fire, fire: 16), .observed(stall)] + run("b-1", on: "b", 19.5, 20))
+        XCTAssertEqual(ran.exemptFires, [.observed: 1])
+        XCTAssertEqual(ran.heldFires, [:])
+    }
+
+    /// The window is the injected quorum loss's: from half a second before the stall to the
+    /// slack after etcd answered again; a fire just outside must have run.
+    func testAFireJustOutsideAnObservedStall_mustHaveRun() {
+        let stall = FleetObservation(kind: FleetObservation.etcdStall, at: 14.5, until: 19)
+        let checker = FleetHistoryChecker(heldFireSlack: 4)
+        for instant in [13.99, 23.01] {
+            let report = checker.check([.expect(item: fire, fire: instant), .observed(stall)] + run("a-1", on: "a", 0, 60, item: "f"))
+            XCTAssertEqual(report.anomalies[.neverRanOk], 1, "a fire at \(instant): \(report)")
+            XCTAssertEqual(report.exemptFires, [:])
+        }
+        for instant in [14.01, 22.99] {
+            let report = checker.check([.expect(item: fire, fire: instant), .observed(stall)] + run("a-1", on: "a", 0, 60, item: "f"))
+            XCTAssertEqual(report.anomalyCount, 0, "a fire at \(instant): \(report)")
+        }
+        // A stall still going at the end of the history holds every fire after it began.
+        let open = FleetObservation(kind: FleetObservation.etcdStall, at: 50)
+        XCTAssertEqual(checker.check([.expect(item: fire, fire: 59), .observed(open)] + run("a-1", on: "a", 0, 60, item: "f")).anomalyCount, 0)
+    }
+
+    /// An observed stall excuses held fires and nothing else: a file must still run, and an
+    /// item without a fire instant is no fire; another kind of observation excuses nothing.
+    func testAnObservedStall_excusesNoFileAndNoOtherRule() {
+        let stall = FleetObservation(kind: FleetObservation.etcdStall, at: 10, until: 20)
+        let report = FleetHistoryChecker().check([.expect(item: "file:inbox/y#1"), .expect(item: fire), .observed(stall)]
+                                                 + run("a-1", on: "a", 0, 60, item: "f"))
+        XCTAssertEqual(report.anomalies[.neverRanOk], 2, "\(report)")
+        let slow = FleetObservation(kind: "disk_slow", at: 10, until: 20)
+        XCTAssertEqual(FleetHistoryChecker().check([.expect(item: fire, fire: 15), .observed(slow)]).anomalies[.neverRanOk], 1)
+        // A host stopping during an observed stall is not excused a run again after its ok run,
+        // as it is during an injected quorum loss: nothing shows that etcd lost a leader.
+        let again = run("a-1", on: "a", 1, 2) + run("b-1", on: "b", 10, 11)
+        let stop = FleetFault(kind: "sigterm", host: "a", at: 0.5, until: 6)
+        let observed = FleetObservation(kind: FleetObservation.etcdStall, at: 1.9, until: 7)
+        XCTAssertEqual(FleetHistoryChecker().check(again + [.fault(stop), .observed(observed)]).anomalies[.ranAgainAfterOk], 1)
+    }
+
+    /// A fire in both an injected quorum loss and an observed stall is the injected one's:
+    /// what the run meant to do is the first explanation.
+    func testAFireInAnInjectedQuorumLoss_isExemptAsInjected_evenWithAStallObservedToo() {
+        let loss = FleetFault(kind: "etcd_two_members", host: nil, at: 10, until: 15)
+        let stall = FleetObservation(kind: FleetObservation.etcdStall, at: 10.2, until: 15.1)
+        let report = FleetHistoryChecker().check([.expect(item: fire, fire: 12), .expect(item: "task:x@2", fire: 30),
+                                                  .fault(loss), .observed(stall)] + run("a-1", on: "a", 29, 31, item: "task:x@2"))
+        XCTAssertEqual(report.anomalyCount, 0, "\(report)")
+        XCTAssertEqual(report.exemptFires, [.injected: 1])
+        XCTAssertEqual(report.heldFires, [.injected: 1])
+        // The injected loss's own window: a fire before it is judged.
+        XCTAssertEqual(FleetHistoryChecker().check([.expect(item: fire, fire: 9.4), .fault(loss)]).anomalies[.neverRanOk], 1)
+    }
+
+    /// A machine so loaded that etcd stalled for more than a quarter of the run cannot tell a
+    /// fleet that holds its fires from one that loses them: the history is not judged. The
+    /// time of injected outages is not held against it.
+    func testObservedStallsOverTheBound_leaveTheHistoryUnjudged() {
+        let runs = run("a-1", on: "a", 0, 100, item: "f")
+        // Two stalls that overlap: 27 s of the history's 100.
+        let stalls: [FleetHistoryEvent] = [.observed(FleetObservation(kind: FleetObservation.etcdStall, at: 10, until: 25)),
+                                           .observed(FleetObservation(kind: FleetObservation.etcdStall, at: 20, until: 37))]
+        let loaded = FleetHistoryChecker().check(runs + stalls)
+        XCTAssertEqual(loaded.observedStallSeconds, 27, accuracy: 1e-9)
+        XCTAssertEqual(loaded.historySeconds, 100, accuracy: 1e-9)
+        XCTAssertEqual(loaded.anomalyCount, 0)
+        XCTAssertNotNil(loaded.unjudged, "\(loaded)")
+
+        // 5 of those 27 s in an injected quorum loss: 22 %, judged; over a 20 % bound, not.
+        let withLoss = runs + stalls + [.fault(FleetFault(kind: "etcd_two_members", host: nil, at: 28, until: 33))]
+        let judged = FleetHistoryChecker().check(withLoss)
+        XCTAssertEqual(judged.observedStallSeconds, 22, accuracy: 1e-9)
+        XCTAssertNil(judged.unjudged, "\(judged)")
+        XCTAssertNotNil(FleetHistoryChecker(maxObservedStallShare: 0.2).check(withLoss).unjudged)
+    }
+
     func testEndsWithoutStarts_andRunIDsUsedTwice_areMalformed() {
         let report = FleetHistoryChecker().check([.end(item: fire, host: "a", run: "x", at: 1, ok: true)]
                                                  + run("a-1", on: "a", 1, 2) + run("a-1", on: "a", 3, 4))
@@ -111,7 +203,10 @@ final class FleetHistoryCheckerTests: XCTestCase {
         let events: [FleetHistoryEvent] = run("a-1", on: "a", 1.25, 2.5, item: "file:in/\"q\"\n#1") + [
             .fault(FleetFault(kind: "kill9", host: "b", at: 3, until: 4.5, jobsKilled: true)),
             .fault(FleetFault(kind: "etcd_quorum", host: nil, at: 5)),
+            .observed(FleetObservation(kind: FleetObservation.etcdStall, at: 6.25, until: 8.5)),
+            .observed(FleetObservation(kind: FleetObservation.etcdStall, at: 9)),
             .expect(item: fire),
+            .expect(item: fire, fire: 1_764_349_200),
         ]
         for (index, event) in events.enumerated() {
             XCTAssertEqual(try FleetHistoryEvent.parse(line: event.jsonLine, lineNumber: index + 1), event, event.jsonLine)
@@ -120,5 +215,7 @@ final class FleetHistoryCheckerTests: XCTestCase {
         XCTAssertThrowsError(try FleetHistoryEvent.parse(line: #"{"type":"start","item":"x"}"#, lineNumber: 7)) {
             XCTAssertEqual(($0 as? FleetHistoryEvent.ParseError)?.line, 7)
         }
+        XCTAssertThrowsError(try FleetHistoryEvent.parse(line: #"{"type":"expect","item":"x","fire":"soon"}"#, lineNumber: 8))
+        XCTAssertThrowsError(try FleetHistoryEvent.parse(line: #"{"type":"observed","kind":"etcd_stall"}"#, lineNumber: 9))
     }
 }

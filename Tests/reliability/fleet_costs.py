@@ -3,7 +3,9 @@ the anomalies watchkeeper-fleet-check found (the checker judges; nothing here de
 whether a history is right), and what each kind of fault cost the fleet, measured from the
 same history: the runs it interrupted (killed, or stopped by SIGTERM), how long after the fault
 began their items ran again, persistent fires in its window that never ran ok, and the
-anomalies the checker finds among the items it is behind (the checker run again on them)."""
+anomalies the checker finds among the items it is behind (the checker run again on them);
+and the etcd stalls the probe observed without a fault, with the fires the checker excused
+for them beside those it excused for injected quorum losses."""
 import calendar, json, os, re, statistics, tempfile, time
 
 HOST_FAULTS = {"kill9", "sigstop", "partition", "sigterm_restart", "same_name"}
@@ -59,9 +61,9 @@ def items_by_fault(events, by_item, lease_ttl):
 
 
 def checker_on(events, items, check):
-    """The checker's verdict on these items alone (every fault line kept, so silences are
-    judged as in the whole history): anomaly counts and examples."""
-    subset = [e for e in events if e.get("type") == "fault" or e.get("item") in items]
+    """The checker's verdict on these items alone (every fault and observed line kept, so
+    silences and held fires are judged as in the whole history): anomaly counts and examples."""
+    subset = [e for e in events if e.get("type") in ("fault", "observed") or e.get("item") in items]
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.write("".join(json.dumps(e) + "\n" for e in subset))
     try:
@@ -126,7 +128,15 @@ def summary(nemesis, timing, report, check):
     events = nemesis.history.events()
     runs = runs_of(events).values()
     costs = fault_costs(events, report, 4.0, check)
+    stalls = [(e["t"], e.get("until")) for e in events if e.get("type") == "observed" and e.get("kind") == "etcd_stall"]
+    probe = nemesis.probe
     return {
+        "unjudged": report.get("unjudged"),
+        "held_fires": {cause: {"exempt": report.get(f"exempt_fires_{cause}", 0), "never_ran": report.get(f"held_fires_{cause}", 0)}
+                       for cause in ("injected", "observed")},
+        "etcd_probe": {"writes": probe.writes, "acknowledged": probe.acknowledged, "longest_gap_s": round(probe.longest_gap, 2),
+                       "stalls": len(stalls), "stall_s": [round((u if u is not None else timing["stopped"]) - t, 1) for t, u in stalls],
+                       "outside_injected_s": report.get("observed_stall_s"), "history_s": report.get("history_s")},
         "faults": dict(sorted(report.get("faults", {}).items())),
         "anomalies": report.get("anomalies", {}),
         "anomaly_count": sum(report.get("anomalies", {}).values()),
@@ -165,6 +175,12 @@ def print_result(result, kept):
           f"of {result['files']} names, the rest fires); ok {c['ok_runs']}, failed {c['failed_runs']}, killed {c['killed_runs']}; "
           f"run again after a failure or kill {c['reruns_after_failure']}, after a silenced ok {c['reruns_after_silenced_ok']}; "
           f"runs by host {result['runs_by_host']}; jobs that found their file already handled and moved: {result['gone_file_runs']}")
+    p, held = result["etcd_probe"], result["held_fires"]
+    print(f"  etcd as the probe saw it: {p['acknowledged']} of {p['writes']} writes acknowledged, the longest gap {p['longest_gap_s']} s; "
+          f"{p['stalls']} stall(s) over the threshold" + (f" ({', '.join(f'{s} s' for s in p['stall_s'])})" if p["stall_s"] else "")
+          + f", {p['outside_injected_s']} s of the history's {p['history_s']} s outside injected quorum losses")
+    print(f"  fires held by design and excused (of those in an outage's window): injected {held['injected']['never_ran']} "
+          f"(of {held['injected']['exempt']}), observed {held['observed']['never_ran']} (of {held['observed']['exempt']})")
     print("  anomalies: " + ", ".join(f"{k} {v}" for k, v in result["anomalies"].items()) + f" ({result['anomaly_count']})")
     for kind, texts in result["examples"].items():
         for text in texts[:5]:
