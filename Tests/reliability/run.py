@@ -54,10 +54,16 @@ def summarise_nemesis(_, data):
     faults = ", ".join(f"{kind} {count}" for kind, count in data["faults"].items())
     anomalies = ", ".join(f"{kind} {count}" for kind, count in data["anomalies"].items() if count) or "none"
     c = data["checker"]
+    held_fires = data.get("held_fires", {})
+    def held(cause):
+        return held_fires.get(cause, {}).get("exempt", 0)
+    stalls = data.get("etcd_probe", {}).get("stalls", 0)
     return (f"seed {data['seed']}, {data['fault_seconds']} s of faults: {sum(data['faults'].values())} ({faults}); "
             f"{c['runs']} runs, {c['expected']} items expected ({data['file_versions']} file versions, the rest fires), "
             f"{c['reruns_after_failure']} run again after a failure or kill, {c['reruns_after_silenced_ok']} after a silenced ok; "
-            f"anomalies {data['anomaly_count']} ({anomalies})"), not data["failures"]
+            f"fires excused as held: {held('injected')} in injected outages, {held('observed')} in {stalls} etcd stall(s) observed; "
+            f"anomalies {data['anomaly_count']} ({anomalies})"
+            + (f"; NOT JUDGED: {data['unjudged']}" if data.get("unjudged") else "")), not data["failures"]
 
 
 def summarise_control(_, data):
