@@ -133,6 +133,20 @@ final class WatchRunTests: WatchTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: sandbox.root + "/in/pwned"))
     }
 
+    /// The machine's kernel limits are shared by every suite on it: a second one (another
+    /// checkout's `make test`) that read a knob while this one had it lowered would restore
+    /// the lowered value for good. One lock file for every checkout serializes them from the
+    /// read to the restore; the descriptor is the caller's to close.
+    private func lockKernelLimits() throws -> Int32 {
+        let lock = open("/run/watchkeeper-test-kernel-limits.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lock >= 0 else { throw XCTSkip("cannot open /run/watchkeeper-test-kernel-limits.lock") }
+        guard flock(lock, LOCK_EX) == 0 else {
+            close(lock)
+            throw XCTSkip("cannot lock /run/watchkeeper-test-kernel-limits.lock")
+        }
+        return lock
+    }
+
     /// Starts the daemon (through `start`) with a kernel event queue of 32 events (inotify's,
     /// or fanotify's when the watch tests run with it) and its watching queue blocked for
     /// 1.5 s right after READY (docs/testing.md), so a burst overflows the queue however fast
@@ -142,6 +156,8 @@ final class WatchRunTests: WatchTestCase {
         let kernel = methodUnderTest == "fanotify" ? "fanotify" : "inotify"
         guard getuid() == 0 else { throw XCTSkip("lowering fs.\(kernel).max_queued_events needs root") }
         let knob = "/proc/sys/fs/\(kernel)/max_queued_events"
+        let lock = try lockKernelLimits()
+        defer { close(lock) }
         let original = try String(contentsOfFile: knob, encoding: .utf8)
         // The limit applies to instances (groups) created while it is set: the daemon's,
         // created before READY. Restored as soon as the daemon is up.
@@ -219,6 +235,8 @@ final class WatchRunTests: WatchTestCase {
         guard getuid() == 0 else { throw XCTSkip("lowering fs.inotify.max_user_watches needs root") }
         try skipUnlessInotify("the inotify watch limit")
         let knob = "/proc/sys/fs/inotify/max_user_watches"
+        let lock = try lockKernelLimits()
+        defer { close(lock) }
         let original = try String(contentsOfFile: knob, encoding: .utf8)
         defer { try? original.write(toFile: knob, atomically: false, encoding: .utf8) }
         let root = try DaemonSandbox()
