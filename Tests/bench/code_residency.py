@@ -20,11 +20,9 @@ import os
 import re
 import signal
 import struct
-import subprocess
 import tempfile
-import time
 
-from idle_memory import inotify_watches
+from idle_memory import start_idle_daemon
 
 MAP_LINE = re.compile(r"\s*([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\d+\s(.*)$")
 CODE = (".text", ".text.unnamed")
@@ -82,27 +80,6 @@ def resident_pages(pid, binary, first, last):
     return pages
 
 
-def idle_daemon(binary, dirs, scratch):
-    root = f"{scratch}/dirs"
-    for i in range(dirs):
-        os.makedirs(f"{root}/d{i:04d}")
-    config = f"{scratch}/watchkeeper.toml"
-    with open(config, "w") as f:
-        f.write(f'[daemon]\nstate_dir = "{scratch}/state"\nruntime_dir = "{scratch}/run"\nlog_level = "notice"\nmax_jobs = 8\n\n'
-                f'[[watch]]\nname = "bench"\npath = "{root}"\nrecursive = true\nevents = ["closed_write"]\ncatch_up = false\n'
-                f'command = ["/bin/true", "{{path}}"]\n')
-    environment = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM")}
-    with open(f"{scratch}/daemon.log", "w") as log:
-        daemon = subprocess.Popen([binary, "run", "--config", config], stdout=log, stderr=log, env=environment)
-    deadline = time.monotonic() + 60
-    while inotify_watches(daemon.pid) < dirs + 1:
-        if time.monotonic() > deadline or daemon.poll() is not None:
-            daemon.kill()
-            raise SystemExit(f"code_residency: the daemon did not watch {dirs + 1} directories; see {scratch}/daemon.log")
-        time.sleep(0.01)
-    return daemon
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", default=".build/release/watchkeeper")
@@ -112,7 +89,7 @@ def main():
     sections = input_sections(args.map)
     if not sections:
         raise SystemExit(f"code_residency: no input sections of {' or '.join(CODE)} in {args.map}")
-    daemon = idle_daemon(args.binary, args.dirs, tempfile.mkdtemp(prefix="wk-code-residency-"))
+    daemon = start_idle_daemon(args.binary, args.dirs, tempfile.mkdtemp(prefix="wk-code-residency-"))
     try:
         resident = resident_pages(daemon.pid, args.binary, min(s[0] for s in sections), max(s[0] + s[1] for s in sections))
     finally:

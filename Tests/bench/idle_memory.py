@@ -139,9 +139,11 @@ def file_sections(binary):
     return found
 
 
-def run_once(args, scratch, keep):
+def start_idle_daemon(binary, dirs, scratch):
+    """One daemon watching DIRS new directories under one recursive rule, configured as
+    bench-peers does, returned once every watch is in place (bench-peers' idle reading)."""
     root = f"{scratch}/dirs"
-    for i in range(args.dirs):
+    for i in range(dirs):
         os.makedirs(f"{root}/d{i:04d}", exist_ok=True)
     config = f"{scratch}/watchkeeper.toml"
     with open(config, "w") as f:
@@ -150,13 +152,19 @@ def run_once(args, scratch, keep):
                 f'command = ["/bin/true", "{{path}}"]\n')
     environment = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM")}
     with open(f"{scratch}/daemon.log", "w") as log:
-        daemon = subprocess.Popen([args.binary, "run", "--config", config], stdout=log, stderr=log, env=environment)
+        daemon = subprocess.Popen([binary, "run", "--config", config], stdout=log, stderr=log, env=environment)
+    deadline = time.monotonic() + 60
+    while inotify_watches(daemon.pid) < dirs + 1:
+        if time.monotonic() > deadline or daemon.poll() is not None:
+            daemon.kill()
+            raise SystemExit(f"the daemon did not watch {dirs + 1} directories; see {scratch}/daemon.log")
+        time.sleep(0.01)
+    return daemon
+
+
+def run_once(args, scratch, keep):
+    daemon = start_idle_daemon(args.binary, args.dirs, scratch)
     try:
-        deadline = time.monotonic() + 60
-        while inotify_watches(daemon.pid) < args.dirs + 1:
-            if time.monotonic() > deadline or daemon.poll() is not None:
-                raise SystemExit(f"idle_memory: the daemon did not watch {args.dirs + 1} directories; see {scratch}/daemon.log")
-            time.sleep(0.01)
         ready = status(daemon.pid)
         ready_parts, _ = breakdown(daemon.pid, args.binary)
         time.sleep(args.idle)
