@@ -36,8 +36,9 @@ let package = Package(
         // The system's SQLite for the task state and file ledger (Storage/TaskStore.swift):
         // the C API directly, no wrapper package to build in CI (Debian's libsqlite3-dev).
         // No pkgConfig: its -L/usr/lib/x86_64-linux-gnu would come before the build directory,
-        // where `make release` puts libsqlite3.a so that the release binary links SQLite
-        // statically (docs/measurements/idle-memory.md); sqlite3.h is in /usr/include.
+        // where `make release` puts the libsqlite3.a it compiles from Vendor/SQLite (the same
+        // source, a section per function) so that the release binary links SQLite statically
+        // (docs/measurements/idle-memory.md); sqlite3.h is in /usr/include.
         .systemLibrary(name: "CSQLite"),
         .target(
             name: "WatchkeeperCore",
