@@ -169,10 +169,6 @@ def split(path_in, path_out, section_name, stats):
     bounds = cuts + [text.size]
 
     # A local symbol at every chunk but the first, named for the function it starts with.
-    first_name, cut_set = {}, set(cuts)
-    for s in symbols:
-        if s[3] == text.index and s[1] & 0xF == STT_FUNC and s[4] in cut_set and s[4] not in first_name:
-            first_name[s[4]] = c_string(blob, strtab.offset + s[0])
     new_strtab = bytearray(blob[strtab.offset: strtab.offset + strtab.size])
     # LLVM writes one string table for section and symbol names.
     new_shstr = new_strtab if strtab.index == shstrndx else bytearray(shstr)
@@ -191,7 +187,7 @@ def split(path_in, path_out, section_name, stats):
     anchors = []
     for c in range(1, len(cuts)):
         name = len(new_strtab)
-        new_strtab += f"__wk_split.{c}.{first_name.get(cuts[c], 'code')}".encode() + b"\0"
+        new_strtab += f"__wk_split.{cuts[c]:x}".encode() + b"\0"  # the chunk's offset in the old section, for check_split.py
         anchors.append([name, (STB_LOCAL << 4) | STT_FUNC, 0, chunk_section[c], 0, bounds[c + 1] - cuts[c]])
     text.size = bounds[1]
 
