@@ -1,19 +1,31 @@
 #!/usr/bin/env python3
 """Checks a link that used split_text.py's object against the same link with the object as it
-came: every instruction of the split section, in both binaries, must name the same target, as
-an offset in the old section when it points into it and as the same symbol otherwise; and every
-word of data the object's relocations point into the section must point at the same offset.
+came (link/ld_split.py makes both in every release link):
+
+- every instruction of the split section, in both binaries, must name the same target, as a
+  function of the old section, an offset in it, or the same symbol outside it;
+- every word of the object's data that a relocation points into the section must point at the
+  same old offset, and every jump-table entry must jump to the same old offset
+  (check_split_data.py); words naming one of its functions by symbol, the same function;
+- every FDE that starts in the section must cover the same old range with the same CFI
+  (check_split_eh.py).
 
     check_split.py ORIGINAL.o UNSPLIT_BINARY UNSPLIT.map SPLIT_BINARY SPLIT.map [--section .text]
 
-The maps are lld's -Map of each link. Exit status 1 with the differences listed, 0 when none."""
+The maps are lld's -Map of each link; the split object must have the original's file name.
+Exit status 1 with the differences listed (the first 40), 0 when none.
+Tests/link/split_mutations.py proves each comparison can fail."""
 
 import argparse
 import bisect
+import os
 import re
-import struct
 import subprocess
 import sys
+
+from check_split_data import check_data
+from check_split_eh import check_eh_frame
+from elf_file import ElfFile, SHF_EXECINSTR, STT_FUNC
 
 MAP_LINE = re.compile(r"\s*([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\d+\s(.*)$")
 INSTRUCTION = re.compile(r"^\s+([0-9a-f]+):\s+(?:[0-9a-f]{2} ?)+?\s*\t(\S+)\s*(.*)$")
@@ -21,9 +33,9 @@ TARGET = re.compile(r"(?:^|# )0x([0-9a-f]+)(?: <([^>+]*)(?:\+0x[0-9a-f]+)?>)?")
 
 
 def pieces(mapfile, obj, section):
-    """(address, size, old offset) of each piece of OBJ's section in a link, and the addresses of
-    OBJ's other input sections by name."""
-    found, others, current = [], {}, None
+    """(address, size, old offset) of each piece of OBJ's section in a link, and OBJ's other input
+    sections as (name, address, size, names of the symbols the map lists in it)."""
+    found, others, current, entry = [], [], None, None
     with open(mapfile) as f:
         for line in f:
             m = MAP_LINE.match(line)
@@ -33,16 +45,19 @@ def pieces(mapfile, obj, section):
             depth = len(rest) - len(rest.lstrip(" "))
             name = rest.strip()
             if depth == 8:
-                current = None
+                current = entry = None
                 if name.endswith(f"{obj}):({section})") or name.endswith(f"/{obj}:({section})"):
                     found.append([address, size, 0])
                 elif name.endswith(f"{obj}):({section}.split)") or name.endswith(f"/{obj}:({section}.split)"):
                     current = [address, size, None]
                     found.append(current)
                 elif f"{obj})" in name or name.split(":(")[0].endswith(f"/{obj}"):
-                    others.setdefault(name.split(":(")[-1].rstrip(")"), []).append((address, size))
+                    entry = (name.split(":(", 1)[-1][:-1], address, size, set())
+                    others.append(entry)
             elif depth == 16 and current is not None and current[2] is None and name.startswith("__wk_split."):
                 current[2] = int(name.split(".")[1], 16)
+            elif depth == 16 and entry is not None:
+                entry[3].add(name)
     if any(p[2] is None for p in found):
         raise SystemExit(f"check_split: a piece in {mapfile} has no __wk_split symbol")
     return sorted(found), others
@@ -61,15 +76,12 @@ def output_range(mapfile, names):
 
 class Names:
     """The object's function symbols in the section: offset → one name, and every alias → it."""
-    def __init__(self, path, section):
-        out = subprocess.run(["llvm-readelf", "-s", "-S", "-W", path], capture_output=True, text=True, check=True).stdout
-        index = next(int(m[1]) for m in re.finditer(r"\[\s*(\d+)\] (\S+)", out) if m[2] == section)
-        self.by_offset, aliases = {}, {}
-        for line in out.splitlines():
-            f = line.split()
-            if len(f) == 8 and f[3] == "FUNC" and f[6] == str(index):
-                aliases.setdefault(int(f[1], 16), set()).add(f[7])
-        self.canonical = {}
+    def __init__(self, obj, text):
+        aliases = {}
+        for symbol in obj.symbols():
+            if symbol.kind == STT_FUNC and symbol.shndx == text.index:
+                aliases.setdefault(symbol.value, set()).add(symbol.name)
+        self.by_offset, self.canonical = {}, {}
         for offset, group in aliases.items():
             chosen = min(group)
             self.by_offset[offset] = chosen
@@ -81,8 +93,10 @@ class Layout:
     def __init__(self, binary, mapfile, obj, section):
         self.binary = binary
         self.code_low, self.code_high = output_range(mapfile, (".text", ".text.unnamed", ".plt"))
-        self.pieces, self.others = pieces(mapfile, obj, section)
+        self.pieces, self.entries = pieces(mapfile, obj, section)
         self.starts = [p[0] for p in self.pieces]
+        self.by_old = sorted((p[2], p[0], p[1]) for p in self.pieces)
+        self.old_starts = [p[0] for p in self.by_old]
 
     def old_offset(self, address):
         i = bisect.bisect_right(self.starts, address) - 1
@@ -91,9 +105,10 @@ class Layout:
         return None
 
     def address(self, old):
-        for start, size, offset in self.pieces:
-            if offset <= old < offset + size:
-                return start + old - offset
+        """Where the split link put an old offset, or None when it left that code out."""
+        i = bisect.bisect_right(self.old_starts, old) - 1
+        if i >= 0 and old < self.by_old[i][0] + self.by_old[i][2]:
+            return self.by_old[i][1] + old - self.by_old[i][0]
         return None
 
     def instructions(self, start, size):
@@ -133,73 +148,22 @@ class Layout:
         return " ".join(TARGET.sub(name, re.sub(r"-?\w+\(%rip\)", "(%rip)", text)).split())
 
 
-def data_relocations(path, section):
-    """(section name, place, type, addend) of every relocation in a data section of the object
-    against the text's section symbol."""
-    out = subprocess.run(["llvm-readelf", "-r", "-W", path], capture_output=True, text=True, check=True).stdout
-    found, current = [], None
-    for line in out.splitlines():
-        m = re.match(r"Relocation section '\.rela(\S+)'", line)
-        if m:
-            current = m[1]
-            continue
-        f = line.split()
-        if current and len(f) >= 5 and re.fullmatch(r"[0-9a-f]{16}", f[0]) and f[4] == section:
-            addend = int(f[6], 16) * (-1 if f[5] == "-" else 1) if len(f) >= 7 else 0
-            found.append((current, int(f[0], 16), f[2], addend))
-    return [r for r in found if not r[0].startswith(section)]
-
-
-class Image:
-    """The bytes at link addresses of a binary (its loadable segments)."""
-    def __init__(self, path):
-        self.blob = open(path, "rb").read()
-        phoff, = struct.unpack_from("<Q", self.blob, 32)
-        phnum, = struct.unpack_from("<H", self.blob, 56)
-        self.segments = []
-        for i in range(phnum):
-            kind, _, offset, vaddr, _, filesz, _, _ = struct.unpack_from("<IIQQQQQQ", self.blob, phoff + i * 56)
-            if kind == 1:
-                self.segments.append((vaddr, filesz, offset))
-
-    def word(self, address, size):
-        for vaddr, filesz, offset in self.segments:
-            if vaddr <= address < vaddr + filesz:
-                return int.from_bytes(self.blob[offset + address - vaddr: offset + address - vaddr + size], "little", signed=size == 4)
-        return None
-
-
-def check_data(original, section, before, after, differences):
-    """Each data word the object's relocations point into the section: the same old offset in both links."""
-    images = (Image(before.binary), Image(after.binary))
-    words = skipped = unmatched = 0
-    for name, place, kind, addend in data_relocations(original, section):
-        if name == ".eh_frame":
-            skipped += 1
-            continue
-        seen = []
-        for layout, image in zip((before, after), images):
-            bases = layout.others.get(name, [])
-            if len(bases) != 1:
-                seen.append(f"{len(bases)} input sections named {name}")
-                continue
-            address = bases[0][0] + place
-            if kind == "R_X86_64_PC32":
-                value = image.word(address, 4)
-                seen.append(layout.old_offset(address + value) if value is not None else "unreadable")
-            elif kind == "R_X86_64_64":
-                value = image.word(address, 8)
-                seen.append(layout.old_offset(value) if value is not None else "unreadable")
-            else:
-                seen.append(f"type {kind}")
-        if any(isinstance(v, str) for v in seen):
-            unmatched += 1  # e.g. one of Swift.o's 1,704 sections all named .rodata: the map cannot say which
-            continue
-        words += 1
-        if seen[0] != seen[1] or seen[0] is None:
-            differences.append(f"{name}+{place:#x} ({kind}, addend {addend:#x}): unsplit {seen[0]}, split {seen[1]}"
-                               if len(differences) < 40 else None)
-    return words, skipped, unmatched
+def check_instructions(before, after, names, differences):
+    """Every instruction of every piece in the split link against the same old offset in the
+    unsplit one; returns how many were compared."""
+    compared = 0
+    old_start = before.pieces[0][0]
+    by_offset = {a - old_start: (mn, before.normal(ops, names))
+                 for a, mn, ops in before.instructions(old_start, before.pieces[0][1])}
+    for start, size, old in after.pieces:
+        for address, mnemonic, operands in after.instructions(start, size):
+            offset = old + address - start
+            expected = by_offset.get(offset)
+            got = (mnemonic, after.normal(operands, names))
+            compared += 1
+            if expected != got:
+                differences.append(f"old+{offset:#x}: unsplit {expected}, split {got}")
+    return compared
 
 
 def main():
@@ -211,33 +175,27 @@ def main():
     parser.add_argument("split_map")
     parser.add_argument("--section", default=".text")
     args = parser.parse_args()
-    obj = args.original.split("/")[-1]
-    before = Layout(args.unsplit, args.unsplit_map, obj, args.section)
-    after = Layout(args.split, args.split_map, obj, args.section)
+    obj_name = os.path.basename(args.original)
+    before = Layout(args.unsplit, args.unsplit_map, obj_name, args.section)
+    after = Layout(args.split, args.split_map, obj_name, args.section)
     if len(before.pieces) != 1:
-        raise SystemExit(f"check_split: the unsplit link has {len(before.pieces)} pieces of {obj}'s {args.section}")
-    differences, compared = [], 0
-    old_start = before.pieces[0][0]
-    whole_before = before.instructions(old_start, before.pieces[0][1])
-    names = Names(args.original, args.section)
-    by_offset = {a - old_start: (mn, before.normal(ops, names)) for a, mn, ops in whole_before}
-    for start, size, old in after.pieces:
-        for address, mnemonic, operands in after.instructions(start, size):
-            offset = old + address - start
-            expected = by_offset.get(offset)
-            got = (mnemonic, after.normal(operands, names))
-            compared += 1
-            if expected != got and len(differences) < 40:
-                differences.append(f"old+{offset:#x}: unsplit {expected}, split {got}")
-            elif expected != got:
-                differences.append(None)
-    words, skipped, unmatched = check_data(args.original, args.section, before, after, differences)
-    print(f"check_split: {compared} instructions compared in {len(after.pieces)} pieces, {words} words of data "
-          f"pointing into the section; not compared: {skipped} in .eh_frame (lld rewrites it), {unmatched} in "
-          f"sections the map cannot tell apart by name; {len(differences)} differ")
-    for d in differences:
-        if d:
-            print("  " + d)
+        raise SystemExit(f"check_split: the unsplit link has {len(before.pieces)} pieces of {obj_name}'s {args.section}")
+    obj = ElfFile(args.original)
+    text = [s for s in obj.named(args.section) if s.flags & SHF_EXECINSTR]
+    if len(text) != 1:
+        raise SystemExit(f"check_split: {args.original}: {len(text)} executable sections named {args.section}")
+    differences = []
+    names = Names(obj, text[0])
+    instructions = check_instructions(before, after, names, differences)
+    words, entries, by_name, unplaced = check_data(obj, text[0], names, before, after, differences)
+    fdes, dropped, unsplit_fdes = check_eh_frame(before, after, differences)
+    print(f"check_split: {instructions} instructions compared in {len(after.pieces)} pieces; {words} words of "
+          f"data pointing into the section ({entries} of them jump-table entries, their jumps compared too; "
+          f"{by_name} more name one of its functions: the same function; {unplaced} in sections not found in a map); "
+          f"{fdes} FDEs compared ({dropped} of the unsplit link's {unsplit_fdes} cover code the split link "
+          f"left out); {len(differences)} differ")
+    for d in differences[:40]:
+        print("  " + d)
     sys.exit(1 if differences else 0)
 
 
