@@ -141,7 +141,7 @@ def check_data(obj, text, names, before, after, differences):
             if got != expected:
                 what = "jump-table entry" if table is not None else f"type {kind}"
                 differences.append(f"{section.name} (section {section.index}) +{place:#x} ({what}): "
-                                   f"expected {shown(expected)}, {label} link {shown(got)}")
+                                   f"expected {shown(expected, table)}, {label} link {shown(got, table)}")
     named, missing = check_named(by_name, links, names, differences)
     return compared, entries, named, unplaced + missing
 
@@ -181,11 +181,11 @@ def raw_target(image, address, kind):
     return None
 
 
-def shown(pair):
-    """(value's old offset, jump's old offset) as text."""
+def shown(pair, table):
+    """(value's old offset, jump's old offset) as text; None is outside the old section."""
     def one(v):
-        return f"old+{v:#x}" if isinstance(v, int) else str(v)
-    return one(pair[0]) if pair[1] is None else f"{one(pair[0])}, jump to {one(pair[1])}"
+        return f"old+{v:#x}" if isinstance(v, int) else ("outside it" if v is None else v)
+    return one(pair[0]) if table is None else f"{one(pair[0])}, jump to {one(pair[1])}"
 
 
 def read_word(layout, image, base, place, kind, table):
