@@ -48,6 +48,10 @@ def input_sections(path):
 def origin(name):
     if "(Swift.o):(.text)" in name:
         return "the Swift runtime's Swift.o: one .text for the functions it gave no section"
+    if "/runtime-split/split/Swift.o:(.text)" in name or "/runtime-split/split/Swift.o:(.text.split)" in name:
+        return "the Swift runtime's Swift.o: that .text split into functions (link/split_text.py)"
+    if "/runtime-split/split/Swift.o:" in name:
+        return "the Swift libraries' function sections"
     if "libsqlite3.a" in name:
         return "SQLite: one .text per source file"
     if "swift_static" in name and name.endswith(":(.text)"):
