@@ -29,7 +29,9 @@ from elf_file import ElfFile, SHF_EXECINSTR, STT_FUNC
 
 MAP_LINE = re.compile(r"\s*([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\d+\s(.*)$")
 INSTRUCTION = re.compile(r"^\s+([0-9a-f]+):\s+(?:[0-9a-f]{2} ?)+?\s*\t(\S+)\s*(.*)$")
-TARGET = re.compile(r"(?:^|# )0x([0-9a-f]+)(?: <([^>+]*)(?:\+0x[0-9a-f]+)?>)?")
+# A branch's target, or a RIP-relative operand's address after `# `; not a displacement such as
+# `0x6e8a8(%rcx,%r11)`, a constant that may happen to equal an address in one link.
+TARGET = re.compile(r"(?:^|# )0x([0-9a-f]+)(?![0-9a-f(])(?: <([^>+]*)(?:\+0x[0-9a-f]+)?>)?")
 
 
 def pieces(mapfile, obj, section):
