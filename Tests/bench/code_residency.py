@@ -6,11 +6,10 @@ place (bench-peers' idle reading), each page of .text and .text.unnamed looked u
 
     python3 Tests/bench/code_residency.py --binary B --map B.map [--dirs 1000]
 
-The map is lld's for that very binary: link it again with the release flags and
-`-Xlinker -Map=B.map` (`swift build <RELEASE_FLAGS of the Makefile> -Xlinker -Map=/tmp/wk.map
---product watchkeeper`; the same inputs give the same binary, `cmp` says so). Prints the
+The map is lld's for that very binary: `make release` leaves it beside the split runtime
+(.build/x86_64-unknown-linux-gnu/release/runtime-split/watchkeeper.map, link/ld_split.py). Prints the
 resident KiB by origin (the Swift runtime's one-section object, the other Swift libraries'
-whole-object sections, SQLite's one section per source file, the libraries' function
+whole-object sections, SQLite's functions, the libraries' function
 sections, watchkeeper's own code), then every input section of 100 KiB or more.
 docs/measurements/idle-memory.md ("The code that stays") reads the output."""
 
@@ -53,7 +52,7 @@ def origin(name):
     if "/runtime-split/split/Swift.o:" in name:
         return "the Swift libraries' function sections"
     if "libsqlite3.a" in name:
-        return "SQLite: one .text per source file"
+        return "SQLite (Vendor/SQLite, a section per function)"
     if "swift_static" in name and name.endswith(":(.text)"):
         return "other Swift libraries (libdispatch, _Concurrency, ...): whole-object .text"
     if "swift_static" in name:
