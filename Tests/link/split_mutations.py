@@ -59,6 +59,8 @@ def main():
     parser.add_argument("--split-dir", default=os.path.join(ROOT, ".build", f"{os.uname().machine}-unknown-linux-gnu",
                                                               "release", "runtime-split"))
     args = parser.parse_args()
+    # The recorded link names the split object by the absolute path make gave ld_split.py.
+    args.split_dir = os.path.abspath(args.split_dir)
     with open(os.path.join(args.split_dir, "link-args.json")) as f:
         recorded = json.load(f)
     failures = []
