@@ -49,7 +49,7 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
             }
             // The first tick one interval from now, not at once: at once it probed every queue
             // while the start was still under way, and libdispatch starts a worker thread for
-            // each queue it finds runnable with none asleep (six or seven more threads alive at
+            // each queue it finds runnable with none asleep (five to seven more threads alive at
             // the start's watches, docs/measurements/idle-memory.md). systemd arms WatchdogSec
             // only once READY=1 is sent, so the first ping is not late for it.
             timer.schedule(at: .now() + self.tickInterval.dispatchInterval, repeating: self.tickInterval)

@@ -1,6 +1,7 @@
 import Dispatch
 import Logging
 import Synchronization
+import WatchkeeperTestSupport
 import XCTest
 @testable import WatchkeeperCore
 
@@ -21,7 +22,7 @@ final class WatchdogTests: XCTestCase {
         let witness = registry.makeTimer(owner: "test", target: "witness", on: queue) { witnessed.withLock { $0 = true } }
         witness.schedule(after: .milliseconds(300))
 
-        XCTAssertTrue(wait(within: .seconds(10)) { witnessed.withLock { $0 } }, "the witness timer never fired")
+        XCTAssertTrue(waitFor(10, every: .milliseconds(5)) { witnessed.withLock { $0 } }, "the witness timer never fired")
         XCTAssertEqual(queue.queue.sync { watchdog?.ticks }, 0, "the watchdog ticked at its start")
         XCTAssertEqual(probed.probeState.probesAnswered, 0)
         XCTAssertNil(probed.probeState.outstandingSince, "a probe went out at the watchdog's start")
@@ -40,7 +41,7 @@ final class WatchdogTests: XCTestCase {
         let started = MonotonicInstant.now
         watchdog?.start()
 
-        XCTAssertTrue(wait(within: .seconds(10)) { probed.probeState.probesAnswered >= 1 }, "no probe was answered in 10 s")
+        XCTAssertTrue(waitFor(10, every: .milliseconds(5)) { probed.probeState.probesAnswered >= 1 }, "no probe was answered in 10 s")
         let answered = probed.probeState.lastAnsweredAt ?? started
         XCTAssertGreaterThanOrEqual(answered - started, tickInterval, "the first probe went out before one tick interval had passed")
         let (ticks, pings) = queue.queue.sync { (watchdog?.ticks ?? 0, watchdog?.pingsSent ?? 0) }
@@ -53,14 +54,5 @@ final class WatchdogTests: XCTestCase {
         Watchdog(queue: SubsystemQueue(name: "test.watchdog.\(UUIDLess.next())"), monitored: [probed],
                  notifier: SystemdNotifier(environment: [:]), logger: Logger(label: "test"),
                  registry: registry, systemdInterval: systemdInterval)
-    }
-
-    private func wait(within limit: Duration, until condition: () -> Bool) -> Bool {
-        let deadline = MonotonicInstant.now + limit
-        while MonotonicInstant.now < deadline {
-            if condition() { return true }
-            usleep(5_000)
-        }
-        return condition()
     }
 }
