@@ -19,7 +19,7 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
     private var timer: RegisteredTimer?
     private(set) var pingsSent: UInt64 = 0
     private(set) var pingsWithheld: UInt64 = 0
-    private var ticks: UInt64 = 0
+    private(set) var ticks: UInt64 = 0
     private var reportedStuck: [String: MonotonicInstant] = [:]
 
     /// Without systemd's watchdog the probes still run, less often, so the dump can
@@ -47,7 +47,12 @@ public final class Watchdog: DumpContributor, @unchecked Sendable {
             let timer = self.registry.makeTimer(owner: "watchdog", target: target, on: self.queue) { [unowned self] in
                 self.tick()
             }
-            timer.schedule(at: .now(), repeating: self.tickInterval)
+            // The first tick one interval from now, not at once: at once it probed every queue
+            // while the start was still under way, and libdispatch starts a worker thread for
+            // each queue it finds runnable with none asleep (five to seven more threads alive at
+            // the start's watches, docs/measurements/idle-memory.md). systemd arms WatchdogSec
+            // only once READY=1 is sent, so the first ping is not late for it.
+            timer.schedule(at: .now() + self.tickInterval.dispatchInterval, repeating: self.tickInterval)
             self.timer = timer
         }
     }
