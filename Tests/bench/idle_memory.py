@@ -139,9 +139,9 @@ def file_sections(binary):
     return found
 
 
-def start_idle_daemon(binary, dirs, scratch):
-    """One daemon watching DIRS new directories under one recursive rule, configured as
-    bench-peers does, returned once every watch is in place (bench-peers' idle reading)."""
+def idle_daemon_config(dirs, scratch):
+    """DIRS new directories under SCRATCH and a configuration watching them under one recursive
+    rule, as bench-peers configures its idle daemon: (the configuration's path, the environment)."""
     root = f"{scratch}/dirs"
     for i in range(dirs):
         os.makedirs(f"{root}/d{i:04d}", exist_ok=True)
@@ -151,6 +151,13 @@ def start_idle_daemon(binary, dirs, scratch):
                 f'[[watch]]\nname = "bench"\npath = "{root}"\nrecursive = true\nevents = ["closed_write"]\ncatch_up = false\n'
                 f'command = ["/bin/true", "{{path}}"]\n')
     environment = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM")}
+    return config, environment
+
+
+def start_idle_daemon(binary, dirs, scratch):
+    """One daemon watching DIRS new directories under one recursive rule, configured as
+    bench-peers does, returned once every watch is in place (bench-peers' idle reading)."""
+    config, environment = idle_daemon_config(dirs, scratch)
     with open(f"{scratch}/daemon.log", "w") as log:
         daemon = subprocess.Popen([binary, "run", "--config", config], stdout=log, stderr=log, env=environment)
     deadline = time.monotonic() + 60
