@@ -143,12 +143,12 @@ $(RELEASE_DIR)/libsqlite3.a: Vendor/SQLite/sqlite3.c Makefile
 # Only the product `make install` ships (CI's second compile): `make bench` and `make
 # reliability` build the benchmarks and watchkeeper-fleet-check in release mode too.
 release: deps $(RELEASE_DIR)/libsqlite3.a
-	@for input in link/symbol-order.txt link/unnamed-text.ld $(RELEASE_DIR)/libsqlite3.a; do \
-	  if [ $$input -nt $(RELEASE_BIN) ]; then rm -f $(RELEASE_BIN); fi; done
 	@mkdir -p $(RELEASE_DIR) && ln -sf "$$(clang -print-file-name=libstdc++.a)" $(RELEASE_DIR)/libstdc++.a
 	@sh link/prepare_split.sh $(SWIFT_CORE_ARCHIVE) $(SWIFT_O_SHA256) $(SPLIT_DIR)
-	@# SwiftPM sees neither the split object nor the tools as inputs of the link.
-	@for f in $(SPLIT_DIR)/mode $(SPLIT_DIR)/split/Swift.o link/ld_split.py link/check_split*.py link/elf_file.py; do \
+	@# SwiftPM sees none of these as inputs of the link: the order, the script, SQLite's archive,
+	@# the split object and the tools that link and check it.
+	@for f in link/symbol-order.txt link/unnamed-text.ld $(RELEASE_DIR)/libsqlite3.a $(SPLIT_DIR)/mode \
+	  $(SPLIT_DIR)/split/Swift.o link/ld_split.py link/check_split*.py link/elf_file.py; do \
 	  if [ -e $$f ] && [ $$f -nt $(RELEASE_BIN) ]; then rm -f $(RELEASE_BIN); fi; done
 	swift build $(RELEASE_FLAGS) --product watchkeeper $(SWIFT_FLAGS)
 	@if [ -f $(SPLIT_DIR)/split/Swift.o ]; then \

@@ -18,12 +18,15 @@ import collections
 import os
 import shutil
 import signal
-import struct
 import subprocess
+import sys
 import tempfile
 import time
 
 from idle_memory import idle_daemon_config, inotify_watches
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../link"))
+from elf_file import ElfFile  # noqa: E402  (the split checker's ELF reader)
 
 FILTER = r"""
 #include <stdio.h>
@@ -52,23 +55,12 @@ int main(void) {
 }
 """
 
-SHDR = struct.Struct("<IIQQQQIIQQ")
 SHF_ALLOC = 0x2
 
 
 def alloc_sections(binary):
-    """(name, address, size) of every section the binary maps, from its ELF section headers."""
-    with open(binary, "rb") as f:
-        data = f.read()
-    shoff, shentsize, shnum, shstrndx = struct.unpack_from("<Q", data, 0x28)[0], *struct.unpack_from("<HHH", data, 0x3A)
-    headers = [SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
-    strings = headers[shstrndx][4]
-    sections = []
-    for name, kind, flags, address, _, size, *_ in headers:
-        if flags & SHF_ALLOC and size:
-            end = data.index(b"\0", strings + name)
-            sections.append((data[strings + name:end].decode(), address, size))
-    return sections
+    """(name, address, size) of every section the binary maps."""
+    return [(s.name, s.addr, s.size) for s in ElfFile(binary).sections if s.flags & SHF_ALLOC and s.size]
 
 
 def trace(binary, dirs, scratch):
