@@ -78,10 +78,10 @@ public enum CronFlavor: String, Sendable, CaseIterable {
     }
 
     private static func dpkgHasInstalled(_ package: String, in status: String) -> Bool {
-        for stanza in status.split(separator: "\n\n") {
+        for stanza in status.split(utf8Separator: "\n\n") {
             let lines = stanza.split(separator: "\n")
             guard lines.contains("Package: \(package)") else { continue }
-            return lines.contains { $0.hasPrefix("Status: ") && $0.hasSuffix(" installed") && $0.contains("install ok") }
+            return lines.contains { $0.hasPrefix("Status: ") && $0.hasSuffix(" installed") && $0.contains(utf8: "install ok") }
         }
         return false
     }

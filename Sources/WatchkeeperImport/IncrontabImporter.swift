@@ -266,7 +266,7 @@ public struct IncrontabImporter: Sendable {
             let rest = word.replacingAll("$@", with: "").replacingAll("$#", with: "").replacingAll("$%", with: "")
             return !rest.contains { special.contains($0) || $0 == "$" }
         }
-        if plain && !command.contains("$&") {
+        if plain && !command.contains(utf8: "$&") {
             var arguments: [String] = []
             for word in words {
                 var out = ""

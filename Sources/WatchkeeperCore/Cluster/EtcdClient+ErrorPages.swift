@@ -11,9 +11,10 @@ extension EtcdClient {
         if text.contains("<") && text.contains(">") {
             // Tags are ASCII: lower-casing keeps the offsets of the characters around them.
             let lower = Array(text.lowercased().utf8), bytes = Array(text.utf8)
-            if lower.count == bytes.count, let open = lower.firstRange(of: Array("<title>".utf8)),
-               let close = lower[open.upperBound...].firstRange(of: Array("</title>".utf8)) {
-                text = String(decoding: bytes[open.upperBound..<close.lowerBound], as: UTF8.self)
+            let title = Array("<title>".utf8)
+            if lower.count == bytes.count, let open = ByteSearch.offsets(of: title, in: lower, all: false).first,
+               let close = ByteSearch.offsets(of: Array("</title>".utf8), in: lower, from: open + title.count, all: false).first {
+                text = String(decoding: bytes[open + title.count..<close], as: UTF8.self)
             } else {
                 var inTag = false
                 text = String(text.filter { character in

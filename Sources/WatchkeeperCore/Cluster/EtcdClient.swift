@@ -29,7 +29,7 @@ public enum EtcdError: Error, Equatable, CustomStringConvertible {
     }
 
     var isInvalidToken: Bool {
-        if case .server(_, _, let message) = self { return message.contains("invalid auth token") }
+        if case .server(_, _, let message) = self { return message.contains(utf8: "invalid auth token") }
         return false
     }
 }

@@ -274,7 +274,7 @@ public final class FleetMember: @unchecked Sendable {
             case .failure(let error):
                 lastCause = error.description
                 count("renewals_failed")
-                if case .server(_, _, let message) = error, message.contains("lease not found") {
+                if case .server(_, _, let message) = error, message.contains(utf8: "lease not found") {
                     perform(lease.handle(.leaseGone(now: clock.now)))
                 } else {
                     perform(lease.handle(.renewalFailed(now: clock.now)))

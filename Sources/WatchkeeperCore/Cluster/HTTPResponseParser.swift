@@ -142,10 +142,10 @@ struct HTTPResponseParser {
                 guard let parsed = Int(value), parsed >= 0 else { throw ParseError(description: "bad Content-Length") }
                 length = parsed
             case "transfer-encoding":
-                chunked = value.lowercased().contains("chunked")
+                chunked = value.lowercased().contains(utf8: "chunked")
             case "connection":
-                if value.lowercased().contains("close") { keepAlive = false }
-                if value.lowercased().contains("keep-alive") { keepAlive = true }
+                if value.lowercased().contains(utf8: "close") { keepAlive = false }
+                if value.lowercased().contains(utf8: "keep-alive") { keepAlive = true }
             default: break
             }
         }

@@ -73,7 +73,7 @@ public struct ClusterSettings: Equatable, Sendable {
         }
         var settings = ClusterSettings(endpoints: endpoints, name: name)
         if let prefix = reader.string("prefix") {
-            if !prefix.hasPrefix("/") || prefix.hasSuffix("/") || prefix.contains("//") || prefix.utf8.count > 200
+            if !prefix.hasPrefix("/") || prefix.hasSuffix("/") || prefix.contains(utf8: "//") || prefix.utf8.count > 200
                 || prefix.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value == 0x7f }) {
                 context.error(at: reader.valuePosition("prefix"), "\(reader.dotted("prefix")) = \"\(prefix)\" must start with '/', not end with one, and hold no '//', spaces or control characters")
             } else {
@@ -125,7 +125,7 @@ public struct ClusterSettings: Equatable, Sendable {
             what = (info.st_mode & S_IFMT) == S_IFDIR ? "is a directory" : "is not a regular file"
         } else if info.st_size > 1_048_576 {
             what = "is over 1 MiB"
-        } else if let text = try? readSmallFile(path), text.contains("-----BEGIN "), text.contains(label + "-----") {
+        } else if let text = try? readSmallFile(path), text.contains(utf8: "-----BEGIN "), text.contains(utf8: label + "-----") {
             return path
         } else {
             what = info.st_size == 0 ? "is empty" : "holds no PEM \(label) (-----BEGIN ...\(label)-----)"

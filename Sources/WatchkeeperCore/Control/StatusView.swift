@@ -15,7 +15,7 @@ public struct TerminalStyle: Sendable {
     public static func detect(isTerminal: Bool, environment: [String: String], width: Int? = nil) -> TerminalStyle {
         let noColour = !(environment["NO_COLOR"] ?? "").isEmpty || environment["TERM"] == "dumb"
         let locale = environment["LC_ALL"].flatMap { $0.isEmpty ? nil : $0 } ?? environment["LC_CTYPE"].flatMap { $0.isEmpty ? nil : $0 } ?? environment["LANG"] ?? ""
-        let utf8 = locale.uppercased().contains("UTF-8") || locale.uppercased().contains("UTF8")
+        let utf8 = locale.uppercased().contains(utf8: "UTF-8") || locale.uppercased().contains(utf8: "UTF8")
         return TerminalStyle(colour: isTerminal && !noColour, unicode: utf8, width: width ?? 100)
     }
 

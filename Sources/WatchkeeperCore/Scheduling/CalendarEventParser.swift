@@ -116,7 +116,7 @@ struct CalendarEventParser {
     static func mayBeZoneName(_ word: String) -> Bool {
         !word.isEmpty && word.utf8.allSatisfy { $0 > 32 && $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: "*") && $0 != UInt8(ascii: "~") }
             && word.utf8.contains { ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) }
-            && !word.hasPrefix("/") && !word.contains("..")
+            && !word.hasPrefix("/") && !word.contains(utf8: "..")
     }
 
     mutating func skipSpaces() {

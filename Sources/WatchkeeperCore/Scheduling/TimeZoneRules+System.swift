@@ -74,7 +74,7 @@ extension TimeZoneRules {
         if let cached = TimeZoneCache.shared.rules(forKey: path) { return cached }
         let linkTarget = symbolicLinkTarget(path)
         var identifier = "localtime"
-        if let linkTarget, let range = linkTarget.ranges(of: "zoneinfo/").last {
+        if let linkTarget, let range = linkTarget.ranges(utf8: "zoneinfo/").last {
             identifier = String(linkTarget[range.upperBound...])
         }
         let bytes: [UInt8]
