@@ -8,7 +8,9 @@ let package = Package(
         .executable(name: "watchkeeper", targets: ["watchkeeper"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // ArgumentParser 1.8.2 without FoundationEssentials, which linked 140 of its objects and
+        // the regex runtime into the daemon (Vendor/swift-argument-parser/PATCHES.md).
+        .package(path: "Vendor/swift-argument-parser"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         // TOMLKit 0.6.0 with its leaks fixed (Vendor/TOMLKit/PATCHES.md).
@@ -128,7 +130,11 @@ let package = Package(
         ),
         .testTarget(
             name: "WatchkeeperIntegrationTests",
-            dependencies: ["WatchkeeperCore", "WatchkeeperTestSupport", "FleetCheck"]
+            dependencies: [
+                "WatchkeeperCore", "WatchkeeperTestSupport", "FleetCheck",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParserToolInfo", package: "swift-argument-parser"),
+            ]
         ),
     ]
 )
