@@ -16,15 +16,6 @@ import CTOML
 	#error("Unsupported Platform")
 #endif
 
-#if canImport(FoundationEssentials)
-import struct FoundationEssentials.Calendar
-import struct FoundationEssentials.Date
-import struct FoundationEssentials.DateComponents
-#else
-import struct Foundation.Calendar
-import struct Foundation.Date
-import struct Foundation.DateComponents
-#endif
 
 /// A [date](https://toml.io/en/v1.0.0#local-date) in a TOML document.
 public struct TOMLDate: Codable, Equatable, CustomDebugStringConvertible, TOMLValueConvertible {
@@ -49,16 +40,6 @@ public struct TOMLDate: Codable, Equatable, CustomDebugStringConvertible, TOMLVa
 		self.day = day
 	}
 
-	public init?(date: Date) {
-		let calendar = Calendar.current
-		let c = calendar.dateComponents([.year, .month, .day], from: date)
-
-		guard let y = c.year, let m = c.month, let d = c.day else { return nil }
-
-		self.year = y
-		self.month = m
-		self.day = d
-	}
 
 	init(cTOMLDate: CTOMLDate) {
 		self.year = Int(cTOMLDate.year)
@@ -66,17 +47,6 @@ public struct TOMLDate: Codable, Equatable, CustomDebugStringConvertible, TOMLVa
 		self.day = Int(cTOMLDate.day)
 	}
 
-	public var date: Date? {
-		let calendar = Calendar.current
-		let dateComponents = DateComponents(
-			calendar: calendar,
-			year: self.year,
-			month: self.month,
-			day: self.day
-		)
-
-		return calendar.date(from: dateComponents)
-	}
 
 	public static func == (lhs: TOMLDate, rhs: TOMLDate) -> Bool {
 		lhs.year == rhs.year &&
@@ -177,22 +147,6 @@ public struct TOMLDateTime: Codable, Equatable, CustomDebugStringConvertible, TO
 
 	public var type: TOMLType { .dateTime }
 
-	/// Creates a `Foundation.Date` from `self`.
-	public var fDate: Date? {
-		let calendar = Calendar.current
-		let dateComponents = DateComponents(
-			calendar: calendar,
-			year: self.date.year,
-			month: self.date.month,
-			day: self.date.day,
-			hour: self.time.hour,
-			minute: self.time.minute,
-			second: self.time.second,
-			nanosecond: self.time.nanoSecond
-		)
-
-		return calendar.date(from: dateComponents)
-	}
 
 	init(cTOMLDateTime: CTOMLDateTime) {
 		self.date = TOMLDate(cTOMLDate: cTOMLDateTime.date)
@@ -202,22 +156,6 @@ public struct TOMLDateTime: Codable, Equatable, CustomDebugStringConvertible, TO
 		}
 	}
 
-	public init?(date: Date) {
-		let calendar = Calendar.current
-		let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second, .nanosecond], from: date)
-
-		guard
-			let date = TOMLDate(date: date),
-			let hour = c.hour,
-			let minute = c.minute,
-			let second = c.second,
-			let nanoSecond = c.nanosecond
-		else { return nil }
-
-		self.date = date
-
-		self.time = TOMLTime(hour: hour, minute: minute, second: second, nanoSecond: nanoSecond)
-	}
 
 	public init(date: TOMLDate, time: TOMLTime, offset: TOMLTimeOffset? = nil) {
 		self.date = date

@@ -15,11 +15,6 @@
 #endif
 
 import CTOML
-#if canImport(FoundationEssentials)
-import struct FoundationEssentials.Data
-#else
-import struct Foundation.Data
-#endif
 
 /// A type that can be converted into a value in a TOML document.
 ///
@@ -213,10 +208,4 @@ extension Dictionary: TOMLValueConvertible where Self.Value: TOMLValueConvertibl
 extension Array: TOMLValueConvertible where Self.Element: TOMLValueConvertible {
 	public var type: TOMLType { .array }
 	public var tomlValue: TOMLValue { get { .init(.init(self)) } set {} }
-}
-
-extension Data: TOMLValueConvertible {
-	public var debugDescription: String { self.description }
-	public var type: TOMLType { .string }
-	public var tomlValue: TOMLValue { get { .init(stringLiteral: self.base64EncodedString()) } set {} }
 }

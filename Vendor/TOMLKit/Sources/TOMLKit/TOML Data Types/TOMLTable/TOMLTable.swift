@@ -242,14 +242,6 @@ public final class TOMLTable:
 		self.ownsTree = true
 	}
 
-	/// Creates a `TOMLTable` by encoding `value` using ``TOMLEncoder``.
-	/// - Parameters:
-	///   - string: An `Encodable` struct.
-	/// - Throws: ``EncodingError`` if an error occurs during encoding.
-	public convenience init<V: Encodable>(_ value: V) throws {
-		try self.init(tablePointer: TOMLEncoder().encode(value).tablePointer)
-	}
-
 	public required convenience init(dictionaryLiteral elements: (String, TOMLValueConvertible)...) {
 		self.init()
 		elements.forEach({ self[$0] = $1 })
