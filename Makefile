@@ -165,9 +165,14 @@ release: deps $(RELEASE_DIR)/libsqlite3.a
 	@if llvm-objdump -p $(RELEASE_BIN) | grep -q "NEEDED.*libsystemd"; then \
 	  echo "release: $(RELEASE_BIN) needs libsystemd.so; call CWatchkeeperSystemd's wk_* functions instead of sd_*"; exit 1; fi
 	@# A module that imports Foundation links all of it and ICU's data into the static binary:
-	@# 48 MB and 2.4 MiB of idle RSS (docs/measurements/performance.md). FoundationEssentials only.
+	@# 48 MB and 2.4 MiB of idle RSS (docs/measurements/performance.md). Nor FoundationEssentials, below.
 	@if llvm-nm $(RELEASE_BIN) | grep -q ' \$$s10Foundation'; then \
-	  echo "release: $(RELEASE_BIN) links Foundation; import FoundationEssentials instead (llvm-nm $(RELEASE_BIN) | grep s10Foundation)"; exit 1; fi
+	  echo "release: $(RELEASE_BIN) links Foundation; the daemon imports neither it nor FoundationEssentials (llvm-nm $(RELEASE_BIN) | grep s10Foundation)"; exit 1; fi
+	@# FoundationEssentials and _StringProcessing, which it and one string search each pull in with
+	@# _RegexParser: 10.6 MB and 0.8-1.0 MiB of idle RSS (idle-memory.md). Vendor/swift-argument-parser
+	@# and Vendor/TOMLKit do without; search strings with contains(utf8:) (Support/TextSearch.swift).
+	@if llvm-nm $(RELEASE_BIN) | grep -qE ' \$$s(20FoundationEssentials|17_StringProcessing)'; then \
+	  echo "release: $(RELEASE_BIN) links FoundationEssentials or _StringProcessing: llvm-nm -u the objects for s20FoundationEssentials and s17_StringProcessing, and use contains(utf8:), ranges(utf8:), split(utf8Separator:)"; exit 1; fi
 
 # The split runtime's checker proved able to fail: each of link/split_text.py's mutations, linked
 # with the release link's own command, must be reported by link/check_split.py (about a minute).
