@@ -21,22 +21,18 @@ enum ShellQuoting {
 }
 
 extension String {
-    /// Every occurrence replaced, scanning Unicode scalars (no Foundation here).
+    /// Every occurrence replaced, left to right (no Foundation here; the search is the core's
+    /// `ranges(utf8:)`, which finds in valid UTF-8 exactly what a scalar-by-scalar search does).
     func replacingAll(_ target: String, with replacement: String) -> String {
-        let source = Array(unicodeScalars)
-        let pattern = Array(target.unicodeScalars)
-        guard !pattern.isEmpty else { return self }
+        // By scalars, not Characters: a match may end inside a character ("{" of "{\u{301}").
         var out = String.UnicodeScalarView()
-        var index = 0
-        while index < source.count {
-            if index + pattern.count <= source.count, Array(source[index..<index + pattern.count]) == pattern {
-                out.append(contentsOf: replacement.unicodeScalars)
-                index += pattern.count
-            } else {
-                out.append(source[index])
-                index += 1
-            }
+        var from = startIndex
+        for range in ranges(utf8: target) {
+            out.append(contentsOf: unicodeScalars[from..<range.lowerBound])
+            out.append(contentsOf: replacement.unicodeScalars)
+            from = range.upperBound
         }
+        out.append(contentsOf: unicodeScalars[from...])
         return String(out)
     }
 }

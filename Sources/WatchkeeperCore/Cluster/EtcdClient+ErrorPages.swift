@@ -12,8 +12,8 @@ extension EtcdClient {
             // Tags are ASCII: lower-casing keeps the offsets of the characters around them.
             let lower = Array(text.lowercased().utf8), bytes = Array(text.utf8)
             let title = Array("<title>".utf8)
-            if lower.count == bytes.count, let open = ByteSearch.offsets(of: title, in: lower, all: false).first,
-               let close = ByteSearch.offsets(of: Array("</title>".utf8), in: lower, from: open + title.count, all: false).first {
+            if lower.count == bytes.count, let open = ByteSearch.firstOffset(of: title, in: lower),
+               let close = ByteSearch.firstOffset(of: Array("</title>".utf8), in: lower, from: open + title.count) {
                 text = String(decoding: bytes[open + title.count..<close], as: UTF8.self)
             } else {
                 var inTag = false

@@ -45,7 +45,7 @@ struct HTTPResponseParser {
         while index < buffer.count {
             switch phase {
             case .head:
-                guard let end = find([13, 10, 13, 10], from: index) else {
+                guard let end = ByteSearch.firstOffset(of: [13, 10, 13, 10], in: buffer, from: index) else {
                     if buffer.count - index > Self.maxHead { throw ParseError(description: "response head over \(Self.maxHead) bytes") }
                     return events
                 }
@@ -61,7 +61,7 @@ struct HTTPResponseParser {
                 phase = remaining - take == 0 ? .done : .fixed(remaining: remaining - take)
                 if case .done = phase { events.append(.end) }
             case .chunkSize:
-                guard let end = find([13, 10], from: index) else {
+                guard let end = ByteSearch.firstOffset(of: [13, 10], in: buffer, from: index) else {
                     if buffer.count - index > 1024 { throw ParseError(description: "chunk size line over 1024 bytes") }
                     return events
                 }
@@ -83,7 +83,7 @@ struct HTTPResponseParser {
                 index += 2
                 phase = .chunkSize
             case .trailers:
-                guard let end = find([13, 10], from: index) else { return events }
+                guard let end = ByteSearch.firstOffset(of: [13, 10], in: buffer, from: index) else { return events }
                 let empty = end == index
                 index = end + 2
                 if empty {
@@ -160,18 +160,6 @@ struct HTTPResponseParser {
             keepAlive = false
             phase = .untilClose
         }
-    }
-
-    private func find(_ needle: [UInt8], from start: Int) -> Int? {
-        guard buffer.count >= needle.count else { return nil }
-        var index = start
-        while index + needle.count <= buffer.count {
-            if buffer[index] == needle[0] && buffer[index + 1] == needle[1] && (needle.count == 2 || (buffer[index + 2] == needle[2] && buffer[index + 3] == needle[3])) {
-                return index
-            }
-            index += 1
-        }
-        return nil
     }
 }
 

@@ -43,8 +43,8 @@ final class TextSearchTests: XCTestCase {
 
     func testOffsets_fromAnOffset_andTheFirstOnly() {
         let page = Array("<title>a</title><title>b</title>".utf8)
-        XCTAssertEqual(ByteSearch.offsets(of: Array("<title>".utf8), in: page, all: true), [0, 16])
-        XCTAssertEqual(ByteSearch.offsets(of: Array("<title>".utf8), in: page, from: 1, all: false), [16])
-        XCTAssertEqual(ByteSearch.offsets(of: Array("</title>".utf8), in: page, from: 30, all: false), [])
+        XCTAssertEqual(ByteSearch.offsets(of: Array("<title>".utf8), in: page), [0, 16])
+        XCTAssertEqual(ByteSearch.firstOffset(of: Array("<title>".utf8), in: page, from: 1), 16)
+        XCTAssertEqual(ByteSearch.firstOffset(of: Array("</title>".utf8), in: page, from: 30), nil)
     }
 }

@@ -96,12 +96,12 @@ struct JSONTreeEncoder: Encoder {
   }
 
   func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-    if node.kind != .object { node.kind = .object }
+    node.kind = .object
     return KeyedEncodingContainer(JSONKeyedContainer<Key>(node: node, codingPath: codingPath))
   }
 
   func unkeyedContainer() -> any UnkeyedEncodingContainer {
-    if node.kind != .array { node.kind = .array }
+    node.kind = .array
     return JSONUnkeyedContainer(node: node, codingPath: codingPath)
   }
 
