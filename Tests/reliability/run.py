@@ -145,7 +145,8 @@ def summarise_tools(_, data):
             f"{' and a SIGKILL stream' if data['names'] > 2 else ''}: {total('delivered'):,} versions, {total('lost')} never read, "
             f"{total('again') - sum(r['again'] for r in rows if r.get('gap'))} read again unchanged "
             f"({total('again_at_risk')} of them at risk at a kill), {total('wrong_path')} under another name"
-            + ("; " + "; ".join(gaps + data.get("notes", [])) if gaps or data.get("notes") else "")), not data["failures"]
+            + ("; " + "; ".join(gaps + data.get("notes", []) + data["failures"][:4])
+               if gaps or data.get("notes") or data["failures"] else "")), not data["failures"]
 
 
 def summarise_clock(_, data):

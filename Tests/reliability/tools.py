@@ -142,6 +142,11 @@ class Cell:
                     found.append(relative)
         return found
 
+    def read_again(self):
+        """The final paths (bytes) of the versions read more than once."""
+        with self.lock:
+            return sorted({self.versions[s] for s, paths in self.reads.items() if s in self.versions and len(paths) > 1})
+
     def row(self):
         self.poll()
         with self.lock:
@@ -406,6 +411,22 @@ def verdict(row):
     return [f"{row['tool']} under {row['method']}: {p}" for p in problems]
 
 
+def runs_of(log, paths, limit=8):
+    """The daemon's run lines (and any other line naming the path) for each of `paths`, so a
+    failure in CI says which event made a version run again."""
+    shown = []
+    try:
+        with open(log, "rb") as f:
+            lines = f.readlines()
+    except OSError as error:
+        return [f"(no daemon log: {error})"]
+    for path in paths:
+        hits = [line.decode(errors="replace").rstrip()[:400] for line in lines if b"path=" + path + b"," in line or b"(" + path + b")" in line]
+        shown.append(f"{path.decode(errors='replace')}: {len(hits)} line(s)")
+        shown += ["  " + hit for hit in hits[-limit:]]
+    return shown
+
+
 def main():
     args = parse()
     root = wk.scratch("wk-tools-")
@@ -460,6 +481,8 @@ def main():
             if code != 0:
                 run.failures.append(f"the daemon stopped with {code}")
         rows = [c.row() for c in run.cells]
+        again = [path for c in run.cells for path in c.read_again()]
+        evidence = runs_of(f"{root}/stderr.log", again) if run.daemon and again else []
         if run.daemon and run.failures:
             print("daemon's last lines:\n  " + run.daemon.stderr_tail(15).replace("\n", "\n  "))
         if mounted:
@@ -484,6 +507,8 @@ def main():
             json.dump({"names": len(names), "rows": rows, "notes": run.notes, "failures": failures}, f, indent=1)
     for failure in failures:
         print(f"    {failure}")
+    if evidence:  # last, so the tail that run.py keeps shows it
+        print("read more than once; the daemon's lines for those paths:\n  " + "\n  ".join(evidence))
     print("tools: ok" if not failures else f"tools: FAIL ({len(failures)} problems)")
     return 1 if failures else 0
 
