@@ -3,7 +3,10 @@
 1,000 directories, a few jobs, a task, a dump, a reload, the stop) listed for lld's
 --symbol-ordering-file, so they sit together in a few pages of code instead of spread
 over all 10 MB of it. Idle RSS is mostly code pages (docs/measurements/performance.md,
-"Idle memory"), so this is what the release build's link order comes from.
+"Idle memory"), so this is what the release build's link order comes from. The functions
+the inotify reader's thread runs for a file, from its event to its job's exec, come first,
+packed, for the latency of a lone event after an idle spell (latency-path.md, "The event
+path's code pages"); then the start-up's, then what idle adds, then the rest.
 
     python3 Tests/bench/symbol_order.py [--binary .build/release/watchkeeper] [--out link/symbol-order.txt]
 
@@ -118,6 +121,40 @@ def executed_functions(profile, binary, symbols):
     return functions
 
 
+# The inotify reader's thread (ReadinessThread.Runner.run, never left while it runs): its
+# every instruction is a file's way from the read to its job's exec, the engine's included
+# (carried on the same thread), and nothing of the start-up.
+READER_THREAD = "$s15WatchkeeperCore15ReadinessThreadC6Runner*runyyF"
+
+
+def event_path(binary, scratch, env):
+    """The functions of `binary` the reader thread ran for 10 files of bench-peers' rule, one
+    at a time after 3 to warm up, in the order it first ran them."""
+    profile = os.path.join(scratch, "event-path.out")
+    log = os.path.join(scratch, "event-path.log")
+    with open(log, "w") as stderr:
+        daemon = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}", "--dump-instr=yes",
+                                   "--compress-pos=no", "--compress-strings=no", "--demangle=no", f"--toggle-collect={READER_THREAD}",
+                                   binary, "run", "--config", os.path.join(scratch, "watchkeeper.toml")],
+                                  env=env, stdout=stderr, stderr=stderr, cwd=scratch)
+    wait_for(log, "ready in", 120)
+    for i in range(13):
+        if i == 3:
+            # What only the first events run (metadata made once, tables grown) stays out.
+            subprocess.run(["callgrind_control", "--zero", str(daemon.pid)], check=True, capture_output=True)
+        with open(os.path.join(scratch, "bench", f"f{i}"), "w") as f:
+            f.write("x")
+        time.sleep(0.3)
+    time.sleep(2)
+    daemon.send_signal(signal.SIGTERM)
+    if daemon.wait(timeout=120) != 0:
+        sys.exit(f"the daemon exited {daemon.returncode}; its log: {log}")
+    functions = executed_functions(profile, binary, function_symbols(binary))
+    if len(functions) < 100:
+        sys.exit(f"only {len(functions)} functions on the reader thread: has {READER_THREAD} been renamed?")
+    return functions
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", default=".build/release/watchkeeper")
@@ -181,6 +218,10 @@ def main():
         by_part = [executed_functions(os.path.join(scratch, part), binary, symbols) for part in parts]
         functions = list(dict.fromkeys(name for part in by_part for name in part))
         print(f"{len(by_part[0])} functions in the start-up, {len(set(by_part[1]) - set(by_part[0]))} more at idle, {len(functions)} in all")
+        hot = event_path(binary, scratch, env)
+        listed = set(hot)
+        functions = hot + [name for name in functions if name not in listed]
+        print(f"{len(hot)} functions on the event path, listed first")
         if len(functions) < 1000:
             sys.exit(f"only {len(functions)} functions seen in {binary}: is callgrind's output format what this script reads?")
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
