@@ -141,6 +141,7 @@ public final class LifecycleOwner: DumpContributor, @unchecked Sendable {
                         control.apply(path: socket, group: settings.controlGroup, readGroup: settings.readGroup)
                     }) {
                         self.metrics.start()
+                        _ = EventPathWarmUp.run()
                         self.checkFileLimitAtStart(maxJobs: settings.maxJobs)
                         self.perform(self.machine.handle(.sourcesRegistered))
                     }
