@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from latency_path import build_helpers, write_config
-from symbol_order import READER_THREAD
+from symbol_order import READER_THREAD, copy_without_dwarf
 
 
 def totals(profile):
@@ -41,10 +41,7 @@ def main():
         inbox = f"{work}/in"
         os.makedirs(inbox)
         config = write_config(work, inbox, f"{work}/stamps")
-        # valgrind 3.19 cannot read the toolchain's DWARF: a copy without it, same symbols.
-        binary = f"{work}/watchkeeper"
-        subprocess.run([shutil.which("llvm-objcopy") or "/opt/swift/usr/bin/llvm-objcopy", "--strip-debug",
-                        os.path.abspath(args.binary), binary], check=True)
+        binary = copy_without_dwarf(args.binary, work)
         profile, log = f"{work}/cg.out", f"{work}/stderr.log"
         with open(log, "w") as stderr:
             daemon = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}",

@@ -79,6 +79,15 @@ def part_number(profile):
     return 0
 
 
+def copy_without_dwarf(binary, directory):
+    """A copy of `binary` in `directory` without its DWARF, which valgrind 3.19 cannot read
+    (the toolchain writes DWARF 5); the symbols stay. Its path."""
+    copy = os.path.join(directory, os.path.basename(binary))
+    objcopy = shutil.which("llvm-objcopy") or "/opt/swift/usr/bin/llvm-objcopy"
+    subprocess.run([objcopy, "--strip-debug", os.path.abspath(binary), copy], check=True)
+    return copy
+
+
 def function_symbols(binary):
     """(address, name) of every function of `binary`, by address."""
     listing = subprocess.run(["llvm-nm", "-n", "--defined-only", binary], capture_output=True, text=True, check=True).stdout
@@ -164,10 +173,7 @@ def main():
         sys.exit("unable to find valgrind: apt-get install valgrind")
     scratch = tempfile.mkdtemp(prefix="wk-symbol-order-")
     try:
-        # valgrind 3.19 cannot read the toolchain's DWARF: a copy without it, same symbols.
-        binary = os.path.join(scratch, "watchkeeper")
-        objcopy = shutil.which("llvm-objcopy") or "/opt/swift/usr/bin/llvm-objcopy"
-        subprocess.run([objcopy, "--strip-debug", os.path.abspath(args.binary), binary], check=True)
+        binary = copy_without_dwarf(args.binary, scratch)
         for name in ("run", "state", "bench"):
             os.makedirs(os.path.join(scratch, name))
         for i in range(100):

@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from idle_memory import idle_daemon_config, inotify_watches
+from symbol_order import copy_without_dwarf
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../link"))
 from elf_file import ElfFile  # noqa: E402  (the split checker's ELF reader)
@@ -67,9 +68,7 @@ def trace(binary, dirs, scratch):
     """The touched lines' link-time addresses, for a start of BINARY (without its DWARF,
     which valgrind 3.19 cannot read) up to its last watch."""
     subprocess.run(["gcc", "-O2", "-o", f"{scratch}/lines", "-x", "c", "-"], input=FILTER, text=True, check=True)
-    stripped = f"{scratch}/watchkeeper"
-    objcopy = shutil.which("llvm-objcopy") or "/opt/swift/usr/bin/llvm-objcopy"
-    subprocess.run([objcopy, "--strip-debug", binary, stripped], check=True)
+    stripped = copy_without_dwarf(binary, scratch)
     config, environment = idle_daemon_config(dirs, scratch)
     fifo = f"{scratch}/trace"
     os.mkfifo(fifo)

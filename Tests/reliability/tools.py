@@ -412,16 +412,16 @@ def verdict(row):
 
 
 def runs_of(log, paths, limit=8):
-    """The daemon's run lines (and any other line naming the path) for each of `paths`, so a
-    failure in CI says which event made a version run again."""
+    """The daemon's lines whose `path=` field is each of `paths` (its runs, with the event
+    each came from), so a failure in CI says which event made a version run again."""
     shown = []
     try:
         with open(log, "rb") as f:
-            lines = f.readlines()
+            lines = [(line, wk.metadata(line) or {}) for line in f]
     except OSError as error:
         return [f"(no daemon log: {error})"]
     for path in paths:
-        hits = [line.decode(errors="replace").rstrip()[:400] for line in lines if b"path=" + path + b"," in line or b"(" + path + b")" in line]
+        hits = [line.decode(errors="replace").rstrip()[:400] for line, fields in lines if fields.get("path") == path]
         shown.append(f"{path.decode(errors='replace')}: {len(hits)} line(s)")
         shown += ["  " + hit for hit in hits[-limit:]]
     return shown
