@@ -3,7 +3,8 @@ import Dispatch
 /// STATUS= for `systemctl status`: what runs, and what went wrong last. Two halves on two
 /// queues. On the jobs queue the running jobs are summed up at most every 100 ms after a
 /// change and handed over only when the summary changed (once per job, the summary and
-/// the hop cost ~3 % of the daemon's CPU in a burst: perf, watchkeeper-bench watch). On
+/// the hop cost ~3 % of the daemon's CPU in a burst: perf, watchkeeper-bench watch), and
+/// not at all when the jobs are back to none before the timer fires (StatusSummaryTiming). On
 /// the lifecycle queue the line is sent at most every 500 ms, the latest always
 /// (`StatusThrottle`), on a registered timer.
 // @unchecked Sendable: the summary half is confined to the jobs queue, the line half to the lifecycle queue (each marked below).
@@ -23,8 +24,7 @@ final class StatusReporter: @unchecked Sendable {
 
     // Jobs queue only.
     private var summaryTimer: RegisteredTimer?
-    private var summaryPending = false
-    private var summarySent: (running: Int, text: String) = (0, "")
+    private var summaryTiming = StatusSummaryTiming()
     static let summaryInterval: Duration = .milliseconds(100)
 
     // Lifecycle queue only.
@@ -46,19 +46,19 @@ final class StatusReporter: @unchecked Sendable {
         summaryTimer = sources.makeTimer(owner: "lifecycle", target: "STATUS=: sum up the running jobs, at most every \(Self.summaryInterval.compactDescription)",
                                          on: jobsQueue) { [unowned self, unowned engine] in
             // On the jobs queue: take the figures here, show them from the lifecycle queue.
-            self.summaryPending = false
-            let summary = (engine.runningCount, engine.runningSummary)
-            guard summary != self.summarySent else { return }
-            self.summarySent = summary
+            let summary = (running: engine.runningCount, text: engine.runningSummary)
+            guard self.summaryTiming.fired(running: summary.running, text: summary.text) else { return }
             self.lifecycleQueue.async {
                 self.jobs = summary
                 self.jobsChanged()
             }
         }
-        engine.onChange = { [unowned self] in
-            guard !self.summaryPending else { return }
-            self.summaryPending = true
-            self.summaryTimer?.schedule(after: Self.summaryInterval)
+        engine.onChange = { [unowned self, unowned engine] in
+            switch self.summaryTiming.changed(running: engine.runningCount) {
+            case .arm: self.summaryTimer?.schedule(after: Self.summaryInterval)
+            case .disarm: self.summaryTimer?.schedule(at: .distantFuture)
+            case .none: break
+            }
         }
     }
 
