@@ -36,22 +36,24 @@ def deliveries(system, binary, helpers, files, work):
     """One run: latency in µs of each file in the order written (None: no stamp)."""
     inbox, stamps = os.path.join(work, "in"), os.path.join(work, "stamps")
     os.makedirs(inbox)
+    if system == "baseline":
+        command = [os.path.join(helpers, "baseline"), os.path.join(helpers, "stamp"), inbox]
+    else:
+        shutil.copy(os.path.join(helpers, "stamp"), work)
+        command = [binary, "run", "--config", write_config(work, inbox, stamps)]
+    writes = os.path.join(work, "writes")
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", inbox], check=True)
     try:
-        if system == "baseline":
-            command = [os.path.join(helpers, "baseline"), os.path.join(helpers, "stamp"), inbox]
-        else:
-            shutil.copy(os.path.join(helpers, "stamp"), work)
-            command = [binary, "run", "--config", write_config(work, inbox, stamps)]
         watcher = subprocess.Popen(command, env=dict(os.environ, STAMP_OUT=stamps),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(2)  # bench-peers waits for the watches; both are in place well before
-        writes = os.path.join(work, "writes")
-        subprocess.run([os.path.join(helpers, "writer"), inbox, "L", str(files), "100000", writes],
-                       check=True, stdout=subprocess.DEVNULL)
-        time.sleep(1)
-        watcher.terminate()
-        watcher.wait(30)
+        try:
+            time.sleep(2)  # bench-peers waits for the watches; both are in place well before
+            subprocess.run([os.path.join(helpers, "writer"), inbox, "L", str(files), "100000", writes],
+                           check=True, stdout=subprocess.DEVNULL)
+            time.sleep(1)
+        finally:
+            watcher.terminate()
+            watcher.wait(30)
     finally:
         subprocess.run(["umount", inbox], check=True)
     first = {}
@@ -101,6 +103,8 @@ def main():
             print(f"  chunk by chunk, daemon / C loop: " + " ".join(f"{r:.2f}" for r in ratios)
                   + f"  ({sum(r <= 1.3 for r in ratios)} of {len(ratios)} at or under 1.3x)", flush=True)
     finally:
+        if raw:
+            raw.close()
         shutil.rmtree(helpers, ignore_errors=True)
 
 
