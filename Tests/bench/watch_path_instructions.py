@@ -10,7 +10,11 @@ queued behind another is cloned without CLONE_VFORK on a stack of its own (nowai
 valgrind stops the whole daemon at that clone ("Unsupported clone() flags").
 docs/measurements/latency-path.md ("Issue 39, third round: reader").
 
-    python3 Tests/bench/watch_path_instructions.py STRIPPED_BINARY FILES GAP_MS OUT.callgrind
+    python3 Tests/bench/watch_path_instructions.py STRIPPED_BINARY FILES GAP_MS OUT.callgrind [all]
+
+With `all`, every thread's instructions are counted, not only the watcher's: the engine's
+request, the spawn and the work after it (JobRun.spawnMain, JobEngine.launch) are then in
+the tree too, and the total includes the daemon's stop (its final state dump).
 
 Then `callgrind_annotate --tree=calling --inclusive=yes OUT.callgrind | swift demangle
 --simplified` says where they go. Needs valgrind, gcc and ../shared/bench-peers."""
@@ -18,6 +22,7 @@ import os, subprocess, sys, tempfile, time, shutil, glob
 from latency_path import build_helpers, write_config
 
 binary, files, gap_ms, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+everything = sys.argv[5:] == ["all"]
 work = tempfile.mkdtemp(prefix="wk-reader-cg-")
 try:
     build_helpers(work, ("stamp", "writer"))
@@ -25,9 +30,9 @@ try:
     os.makedirs(inbox)
     write_config(work, inbox, f"{work}/stamps")
     cg = f"{work}/cg.out"
-    daemon = subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={cg}",
-                               "--toggle-collect=$s15WatchkeeperCore18KernelEventWatcherC10readQueued*",
-                               "--toggle-collect=$s15WatchkeeperCore14InotifyBackendC7deliver*",
+    toggles = [] if everything else ["--toggle-collect=$s15WatchkeeperCore18KernelEventWatcherC10readQueued*",
+                                     "--toggle-collect=$s15WatchkeeperCore14InotifyBackendC7deliver*"]
+    daemon = subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={cg}", *toggles,
                                binary, "run", "--config", f"{work}/wk.toml"],
                               stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     def handled():

@@ -39,7 +39,8 @@ final class ChildProcess: @unchecked Sendable {
     /// journaled under when they pass through the daemon. `killAfter`: a budget of the child's own (the expiration handler's),
     /// enforced here so it holds even if the job that started it has already finished.
     /// A spawn made with `reportsLater` has its report collected here (`spawnFailure`).
-    init(name: String, kind: JobKind, runID: String, spawned: consuming SpawnedProcess,
+    /// `owner`: the run's label ("task backup run 0123…"), how its sources are listed.
+    init(name: String, kind: JobKind, runID: String, owner: String, spawned: consuming SpawnedProcess,
          output: consuming JobOutputPlan, streams: (stdout: String, stderr: String), context: JobContext, cgroup: JobCgroup?,
          tail: OutputTail? = nil, killAfter: Duration? = nil, onKill: ((Duration) -> Void)? = nil, onExit: @escaping (ProcessExit) -> Void) {
         let pid = spawned.pid
@@ -51,14 +52,14 @@ final class ChildProcess: @unchecked Sendable {
         self.pid = pid
         self.context = context
         self.onExit = onExit
-        outputs = output.channels(name: name, kind: kind, runID: runID, pid: pid, streams: streams, context: context, tail: tail)
-        let owner = "\(kind.rawValue) \(name) run \(runID)"
-        let stats = context.sources.register(.read, owner: owner, target: "pidfd of pid \(pid)", on: context.queue)
+        outputs = output.channels(name: name, kind: kind, runID: runID, owner: owner, pid: pid, streams: streams, context: context, tail: tail)
+        let target = "pidfd of pid \(pid)"
+        let stats = context.sources.register(.read, owner: owner, target: target, on: context.queue)
         // The handlers hold `self` strongly on purpose: a child's owner lives as long as
         // the child, whoever started it; libdispatch drops the handlers after cancel.
         // Readable means exited (not yet reaped): stop watching first, and reap through the
         // pidfd once it is out of epoll, before it closes.
-        let source = context.poller.watch(spawned.pidfd, owner: owner, target: "pidfd of pid \(pid)", beforeClose: { [sources = context.sources] pidfd in
+        let source = context.poller.watch(spawned.pidfd, owner: owner, target: target, beforeClose: { [sources = context.sources] pidfd in
             let status = reap(pid: pid, pidfd: pidfd.rawValue)
             sources.unregister(stats)
             // Reaped, so its report (if it failed before its exec) is all there.

@@ -159,7 +159,7 @@ final class JobHook {
             let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-\(kind.rawValue)", limits: JobLimits(), cgroup: &cgroup)
             startedAt = .now
             let budget = self.budget
-            child = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned, output: output,
+            child = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, owner: request.label, spawned: spawned, output: output,
                                  streams: ("\(kind.key) stdout", "\(kind.key) stderr"), context: context, cgroup: cgroup,
                                  killAfter: budget, onKill: { [weak self] budget in
                                      guard let self else { return }

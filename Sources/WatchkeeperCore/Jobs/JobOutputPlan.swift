@@ -61,12 +61,12 @@ struct JobOutputPlan: ~Copyable {
     }
 
     /// After the spawn: the channels that read the pipes (none for direct output).
-    consuming func channels(name: String, kind: JobKind, runID: String, pid: pid_t, streams: (stdout: String, stderr: String),
+    consuming func channels(name: String, kind: JobKind, runID: String, owner: String, pid: pid_t, streams: (stdout: String, stderr: String),
                             context: JobContext, tail: OutputTail? = nil) -> [OutputChannel] {
         guard let stdoutPipe = stdoutPipe.take(), let stderrPipe = stderrPipe.take() else { return [] }
         return [
-            OutputChannel(stream: streams.stdout, pipe: stdoutPipe, name: name, kind: kind, runID: runID, pid: pid, context: context, tail: tail),
-            OutputChannel(stream: streams.stderr, pipe: stderrPipe, name: name, kind: kind, runID: runID, pid: pid, context: context, tail: tail),
+            OutputChannel(stream: streams.stdout, pipe: stdoutPipe, name: name, kind: kind, runID: runID, owner: owner, pid: pid, context: context, tail: tail),
+            OutputChannel(stream: streams.stderr, pipe: stderrPipe, name: name, kind: kind, runID: runID, owner: owner, pid: pid, context: context, tail: tail),
         ]
     }
 }

@@ -125,7 +125,7 @@ final class JobRun: @unchecked Sendable {
         let spawned = try context.spawn(request, runID: self.request.runID, limits: self.request.settings.limits, cgroup: &cgroup)
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
-        child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, spawned: spawned,
+        child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, owner: label, spawned: spawned,
                              output: output, streams: ("stdout", "stderr"), context: context, cgroup: cgroup, tail: outputTail) { [weak self] status in
             guard let self else { return }
             if let failure = self.child?.spawnFailure { return self.spawnFailed(failure) }
@@ -337,7 +337,7 @@ final class JobRun: @unchecked Sendable {
             let handlerBudget = squeezed(request.settings.onExpireBudget, share: 0.5)
             let logger = self.logger
             let label = self.label
-            expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, spawned: spawned,
+            expireHandler = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, owner: label, spawned: spawned,
                                          output: output, streams: ("on_expire stdout", "on_expire stderr"), context: context, cgroup: cgroup,
                                          killAfter: handlerBudget, onKill: { budget in
                                              logger.warning("\(label): on_expire handler exceeded its \(budget.compactDescription) budget; SIGKILL")

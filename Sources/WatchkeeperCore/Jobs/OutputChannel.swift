@@ -73,15 +73,16 @@ final class OutputChannel: @unchecked Sendable {
     /// A closing channel keeps itself alive until its end: its child may be let go first.
     private var keepAlive: OutputChannel?
 
-    init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, pid: pid_t, context: JobContext,
-         tail: OutputTail? = nil) {
+    init(stream: String, pipe: consuming OwnedPipe, name: String, kind: JobKind, runID: String, owner: String, pid: pid_t,
+         context: JobContext, tail: OutputTail? = nil) {
         self.stream = stream
         self.tail = tail
         self.context = context
-        owner = "\(kind.rawValue) \(name) run \(runID)"
+        self.owner = owner
         writer = JobOutputWriter(sink: context.sink, name: name, kind: kind, runID: runID, pid: pid, stream: stream)
-        let stats = context.sources.register(.read, owner: owner, target: "\(stream) of pid \(pid)", on: context.queue)
-        let source = context.poller.watch(pipe, owner: owner, target: "\(stream) of pid \(pid)", afterClose: { [sources = context.sources] in
+        let target = "\(stream) of pid \(pid)"
+        let stats = context.sources.register(.read, owner: owner, target: target, on: context.queue)
+        let source = context.poller.watch(pipe, owner: owner, target: target, afterClose: { [sources = context.sources] in
             sources.unregister(stats)
         }, handler: { [weak self] in
             stats.fired()

@@ -23,10 +23,13 @@ public final class SubsystemQueue: Sendable {
     public init(name: String, qos: DispatchQoS = .default) {
         self.name = name
         self.qos = qos
-        self.queue = DispatchQueue(label: "watchkeeper.\(name)", qos: qos)
+        label = "watchkeeper.\(name)"
+        self.queue = DispatchQueue(label: label, qos: qos)
     }
 
-    public var label: String { queue.label }
+    /// Kept: DispatchQueue.label makes a new String from the C label at every read, and
+    /// every source a job registers reads it (about 1,000 instructions each).
+    public let label: String
 
     /// Counted so the dump can show a backlog. Dispatch source handlers target the
     /// queue directly and are not counted; they are listed with the sources instead. From a

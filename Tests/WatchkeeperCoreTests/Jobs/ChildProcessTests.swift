@@ -23,7 +23,7 @@ final class ChildProcessTests: JobTestCase {
                                        environment: [Array("PATH=/usr/bin:/bin".utf8)],
                                        standardOutput: output.stdout, standardError: output.stderr)
             let spawned = try ProcessSpawner.spawn(request)
-            return ChildProcess(name: name, kind: .task, runID: "r1", spawned: spawned, output: output, streams: ("stdout", "stderr"),
+            return ChildProcess(name: name, kind: .task, runID: "r1", owner: "task \(name) run r1", spawned: spawned, output: output, streams: ("stdout", "stderr"),
                                 context: context, cgroup: nil, killAfter: killAfter, onKill: onKill, onExit: onExit)
         }
     }
@@ -73,7 +73,7 @@ final class ChildProcessTests: JobTestCase {
         let child = try context.queue.queue.sync {
             let output = try JobOutputPlan(route: .daemon, name: "early", sink: context.sink, pipes: context.pipeReserve) { XCTFail($0) }
             let spawned = SpawnedProcess(pid: pid, pidfd: OwnedFileDescriptor(adopting: pidfd), spawnToExecNanoseconds: 0, pendingReport: nil)
-            return ChildProcess(name: "early", kind: .task, runID: "r1", spawned: spawned, output: output, streams: ("stdout", "stderr"),
+            return ChildProcess(name: "early", kind: .task, runID: "r1", owner: "task early run r1", spawned: spawned, output: output, streams: ("stdout", "stderr"),
                                 context: context, cgroup: nil) { exits.add($0) }
         }
         XCTAssertTrue(context.queue.queue.sync { child.signalGroup(SIGTERM) }, "the signal reached nothing")

@@ -50,7 +50,7 @@ final class OutputChannelTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(jobEnd, 0)
         var handed: OwnedPipe? = consume pipe
         let channel = context.queue.queue.sync {
-            OutputChannel(stream: "stdout", pipe: handed.take()!, name: "loud", kind: .task, runID: "r1", pid: 42, context: context)
+            OutputChannel(stream: "stdout", pipe: handed.take()!, name: "loud", kind: .task, runID: "r1", owner: "task loud run r1", pid: 42, context: context)
         }
         let text = (0..<lines).map { "line \($0)\n" }.joined()
         XCTAssertEqual(text.utf8.count, Array(text.utf8).withUnsafeBytes { write(jobEnd, $0.baseAddress, $0.count) })
