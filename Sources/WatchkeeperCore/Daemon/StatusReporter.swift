@@ -23,7 +23,7 @@ final class StatusReporter: @unchecked Sendable {
     private let facts: () -> Facts
 
     // Jobs queue only.
-    private var summaryTimer: RegisteredTimer?
+    private var summaryTimer: (any QueueTimer)?
     private var summaryTiming = StatusSummaryTiming()
     static let summaryInterval: Duration = .milliseconds(100)
 
@@ -43,8 +43,21 @@ final class StatusReporter: @unchecked Sendable {
 
     /// Follows `engine`'s changes from now on.
     func follow(_ engine: JobEngine) {
-        summaryTimer = sources.makeTimer(owner: "lifecycle", target: "STATUS=: sum up the running jobs, at most every \(Self.summaryInterval.compactDescription)",
-                                         on: jobsQueue) { [unowned self, unowned engine] in
+        engine.onChange = { [unowned self, unowned engine] in
+            switch self.summaryTiming.changed(running: engine.runningCount) {
+            case .arm: self.summaryTimer(engine).schedule(after: Self.summaryInterval)
+            case .disarm: self.summaryTimer?.disarm()
+            case .none: break
+            }
+        }
+    }
+
+    /// Made on the jobs queue at the first change, set there by the thread that changed the
+    /// jobs: a job's start arms it just after its exec, which must wake no other thread.
+    private func summaryTimer(_ engine: JobEngine) -> any QueueTimer {
+        if let summaryTimer { return summaryTimer }
+        let timer = engine.context.makeTimer(owner: "lifecycle", target: "STATUS=: sum up the running jobs, at most every \(Self.summaryInterval.compactDescription)") {
+            [unowned self, unowned engine] in
             // On the jobs queue: take the figures here, show them from the lifecycle queue.
             let summary = (running: engine.runningCount, text: engine.runningSummary)
             guard self.summaryTiming.fired(running: summary.running, text: summary.text) else { return }
@@ -53,13 +66,8 @@ final class StatusReporter: @unchecked Sendable {
                 self.jobsChanged()
             }
         }
-        engine.onChange = { [unowned self, unowned engine] in
-            switch self.summaryTiming.changed(running: engine.runningCount) {
-            case .arm: self.summaryTimer?.schedule(after: Self.summaryInterval)
-            case .disarm: self.summaryTimer?.schedule(at: .distantFuture)
-            case .none: break
-            }
-        }
+        summaryTimer = timer
+        return timer
     }
 
     private func jobsChanged() {

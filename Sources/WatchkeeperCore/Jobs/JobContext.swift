@@ -51,6 +51,16 @@ public final class JobContext: CgroupRemovalContext, Sendable {
         return strings
     }
 
+    /// A one-shot timer on the jobs queue that the calling thread sets itself (`PolledTimer`),
+    /// or a dispatch timer when no timerfd can be made (no descriptor left).
+    func makeTimer(owner: String, target: String, handler: @escaping () -> Void) -> any QueueTimer {
+        dispatchPrecondition(condition: .onQueue(queue.queue))
+        if let timer = try? PolledTimer(poller: poller, sources: sources, queue: queue, owner: owner, target: target, handler: handler) {
+            return timer
+        }
+        return sources.makeTimer(owner: owner, target: target, on: queue, handler: handler)
+    }
+
     /// A cgroup for one process of a run, when the daemon has cgroups; released by the
     /// ChildProcess it is handed to, or by the caller if the spawn fails.
     func makeCgroup(runID: String, suffix: String = "", limits: JobLimits) throws(SpawnError) -> JobCgroup? {
@@ -73,7 +83,6 @@ public final class JobContext: CgroupRemovalContext, Sendable {
         request.cgroupPath = cgroup?.directory.path
         do {
             let spawned = try ProcessSpawner.spawn(request)
-            pipeReserve.refillSoon()
             return spawned
         } catch {
             if let made = cgroup { release(made) }

@@ -137,6 +137,11 @@ public final class RegisteredTimer: @unchecked Sendable {
         timer.schedule(deadline: deadline, repeating: interval.map(\.dispatchInterval) ?? .never)
     }
 
+    /// Set for no time at all: it does not fire until scheduled again.
+    public func disarm() {
+        timer.schedule(deadline: .distantFuture)
+    }
+
     /// A wall-clock deadline (calendar schedules): follows clock changes.
     public func schedule(wallDeadline: DispatchWallTime) {
         timer.schedule(wallDeadline: wallDeadline)
