@@ -93,8 +93,6 @@ final class ChildProcess: @unchecked Sendable {
         handler?(status)
         // What the child wrote before it exited is read now; its pipes close.
         closeOutputs()
-        // The next job's pipes, made now that this one's start-up is over (JobPipeReserve).
-        context.pipeReserve.refillSoon()
     }
 
     /// Every process of the job: its cgroup's (SIGKILL through cgroup.kill), or its

@@ -83,6 +83,7 @@ public final class JobContext: CgroupRemovalContext, Sendable {
         request.cgroupPath = cgroup?.directory.path
         do {
             let spawned = try ProcessSpawner.spawn(request)
+            pipeReserve.refillSoon()
             return spawned
         } catch {
             if let made = cgroup { release(made) }

@@ -2,13 +2,11 @@ import Dispatch
 
 /// The pipes of the next job (stdout, stderr, progress), made ahead of its event: the
 /// seven system calls that make them (three `pipe2`, three `fcntl` for the non-blocking read
-/// ends, `F_SETPIPE_SZ` for the progress pipe) then run after a child's exit instead of
-/// between an event and its job's exec (docs/measurements/latency-path.md). Not after the
-/// spawn, as before: that queued block woke a worker thread just after the job's exec,
-/// which could take the job's CPU during its start-up. One set, six descriptors: a job
-/// whose event comes while the last one still runs makes its own, as does every job of a
-/// burst but the first. Pipes nobody wrote to are as good as new, and every end is
-/// close-on-exec, so a set waiting here reaches no child. Touched only on the jobs queue.
+/// ends, `F_SETPIPE_SZ` for the progress pipe) then run after the previous job's exec
+/// instead of between an event and its job's (docs/measurements/latency-path.md). One set,
+/// six descriptors: a burst takes the set for its first job and makes the others' in line,
+/// as before. Pipes nobody wrote to are as good as new, and every end is close-on-exec, so
+/// a set waiting here reaches no child. Touched only on the jobs queue.
 final class JobPipeReserve: @unchecked Sendable {
     private let queue: SubsystemQueue
     private var stdout: OwnedPipe?
@@ -44,9 +42,9 @@ final class JobPipeReserve: @unchecked Sendable {
         return try Self.makeProgress()
     }
 
-    /// Makes what was taken, in a queued block: on a later turn of the queue, never on the
-    /// way to an exec. Called when a child has exited. Failing is harmless: the next spawn
-    /// makes its own pipes and reports its own error (descriptors short: the job waits for one).
+    /// Makes what was taken, once the work item that took it (the spawn) has run: a queued
+    /// block, so never on the way to an exec. Failing is harmless: the next spawn makes its
+    /// own pipes and reports its own error (descriptors short: the job waits for one).
     func refillSoon() {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         guard !refillQueued, stdout == nil || stderr == nil || progress == nil else { return }

@@ -18,7 +18,7 @@ protocol QueueTimer: AnyObject {
 /// by libdispatch's manager thread, and each setting writes that thread's eventfd and wakes
 /// it; set once per job (the STATUS= summary), that wake came just after the job's exec
 /// and could run on the job's CPU during its start-up (docs/measurements/latency-path.md,
-/// "Nothing woken after the exec").
+/// "The summary timer after the exec").
 ///
 /// Listed with the sources as a timer. Confined to the poller's queue, where it fires once
 /// per setting; `cancel`, or its last reference going, closes the timerfd.

@@ -10,41 +10,32 @@ import WatchkeeperTestSupport
 import Glibc
 #endif
 
-/// The next job's pipes are made after a child's exit, off the way from an event to an exec
-/// and out of the job's start-up, and are as good as pipes made for the job itself.
+/// The next job's pipes are made after a spawn, off the way from an event to an exec, and
+/// are as good as pipes made for the job itself.
 final class JobPipeReserveTests: JobTestCase {
-    /// `script` under /bin/sh, its output through the daemon, as the jobs queue owns a child.
-    private func spawn(_ script: String, onExit: @escaping (ProcessExit) -> Void) throws -> ChildProcess {
+    private func spawnTrue() throws {
         let context = self.context!
-        return try context.queue.queue.sync {
+        try context.queue.queue.sync {
             let output = try JobOutputPlan(route: .daemon, name: "t", sink: context.sink, pipes: context.pipeReserve) { XCTFail($0) }
             var cgroup: JobCgroup?
-            let spawned = try context.spawn(SpawnRequest(arguments: [Array("/bin/sh".utf8), Array("-c".utf8), Array(script.utf8)], environment: [],
+            let spawned = try context.spawn(SpawnRequest(arguments: [Array("/bin/true".utf8)], environment: [],
                                                          standardOutput: output.stdout, standardError: output.stderr),
                                             runID: "r1", limits: JobLimits(), cgroup: &cgroup)
-            return ChildProcess(name: "t", kind: .task, runID: "r1", owner: "task t run r1", spawned: spawned, output: output,
-                                streams: ("stdout", "stderr"), context: context, cgroup: cgroup, onExit: onExit)
+            var exited = pollfd(fd: spawned.pidfd.rawValue, events: Int16(POLLIN), revents: 0)
+            XCTAssertEqual(poll(&exited, 1, 10_000), 1)
+            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
         }
     }
 
-    private var reserveIsFull: Bool { context.queue.queue.sync { context.pipeReserve.isFull } }
-
-    func testAfterAChildExits_theNextJobsPipesAreMadeAhead_butNotWhileItRuns() throws {
-        XCTAssertFalse(reserveIsFull)
-        let exits = Arrivals<ProcessExit>()
-        let child = try spawn("exec sleep 30") { exits.add($0) }
-        // A later turn of the queue than the spawn's: a refill the spawn had queued has run.
-        XCTAssertFalse(reserveIsFull, "made while the job starts up")
-        XCTAssertEqual(kill(child.pid, SIGTERM), 0)
-        XCTAssertTrue(exits.wait(), "no exit")
-        XCTAssertTrue(waitFor(10) { self.reserveIsFull }, "not made after the exit")
+    func testAfterASpawn_theNextJobsPipesAreMadeAhead() throws {
+        XCTAssertFalse(context.queue.queue.sync { context.pipeReserve.isFull })
+        try spawnTrue()
+        XCTAssertTrue(waitFor(10) { self.context.queue.queue.sync { self.context.pipeReserve.isFull } })
     }
 
     func testPipesTakenFromTheReserve_areLikeFreshOnes_andTheProgressPipeIsEnlarged() throws {
-        let exits = Arrivals<ProcessExit>()
-        _ = try spawn("true") { exits.add($0) }
-        XCTAssertTrue(exits.wait(), "no exit")
-        XCTAssertTrue(waitFor(10) { self.reserveIsFull })
+        try spawnTrue()
+        XCTAssertTrue(waitFor(10) { self.context.queue.queue.sync { self.context.pipeReserve.isFull } })
         let reserve = context.pipeReserve
         try context.queue.queue.sync {
             let output = try reserve.takeOutput()
