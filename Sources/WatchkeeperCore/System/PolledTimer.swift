@@ -24,7 +24,6 @@ protocol QueueTimer: AnyObject {
 /// per setting; `cancel`, or its last reference going, closes the timerfd.
 final class PolledTimer: QueueTimer {
     private let source: PolledDescriptor
-    private let stats: SourceStats
 
     /// Fails with timerfd_create's errno (EMFILE: no descriptor left).
     init(poller: DescriptorPoller, sources: SourceRegistry, queue: SubsystemQueue, owner: String, target: String,
@@ -32,7 +31,6 @@ final class PolledTimer: QueueTimer {
         let descriptor = OwnedFileDescriptor(adopting: try systemCall { timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC)) })
         let raw = descriptor.rawValue
         let stats = sources.register(.timer, owner: owner, target: target, on: queue)
-        self.stats = stats
         source = poller.watch(descriptor, owner: owner, target: target, afterClose: { sources.unregister(stats) }) {
             // Level-triggered: the read clears it. Nothing to read (EAGAIN) means it was set
             // again after it expired, which clears the expiry: the new setting is the one.
