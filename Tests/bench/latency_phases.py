@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from latency_path import build_helpers, write_config
-from latency_tail import percentile
+from latency_tail import matched, percentile
 
 FIELDS = ("se.sum_exec_runtime", "nr_switches", "nr_involuntary_switches")
 
@@ -55,14 +55,13 @@ def spent(before, after):
     return rows
 
 
-def one_run(command, env, helpers, files, work, stamps):
+def one_run(command, env, helpers, files, inbox, stamps):
     """Latencies in µs of the files handled, and what the watcher's threads spent."""
-    inbox, writes = os.path.join(work, "in"), os.path.join(work, "writes")
+    writes = os.path.join(os.path.dirname(inbox), "writes")
     os.makedirs(inbox)
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", inbox], check=True)
     try:
-        watcher = subprocess.Popen(command + ([] if "--config" in command else [inbox]), env=env, start_new_session=True,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        watcher = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(2)  # both have their watch in place well before
             before = thread_times(watcher.pid)
@@ -75,18 +74,7 @@ def one_run(command, env, helpers, files, work, stamps):
             watcher.wait(30)
     finally:
         subprocess.run(["umount", inbox], check=True)
-    first = {}
-    with open(stamps) as f:
-        for line in f:
-            path, at = line.split()
-            first.setdefault(os.path.basename(path), int(at))
-    latencies = []
-    with open(writes) as f:
-        for line in f:
-            name, _, closed = line.split()
-            if os.path.basename(name) in first:
-                latencies.append((first[os.path.basename(name)] - int(closed)) / 1000)
-    return latencies, threads
+    return [latency for _, latency in matched(stamps, writes) if latency is not None], threads
 
 
 def report(label, latencies, threads):
@@ -115,15 +103,15 @@ def main():
         for pair in range(args.pairs):
             for label, extra in [("C loop", None)] + daemons:
                 work = tempfile.mkdtemp(dir=helpers)
-                stamps = os.path.join(work, "stamps")
+                inbox, stamps = os.path.join(work, "in"), os.path.join(work, "stamps")
                 env = dict(os.environ, STAMP_OUT=stamps)
                 if extra is None:
-                    command = [os.path.join(helpers, "baseline"), os.path.join(helpers, "stamp")]
+                    command = [os.path.join(helpers, "baseline"), os.path.join(helpers, "stamp"), inbox]
                 else:
                     shutil.copy(os.path.join(helpers, "stamp"), work)
-                    command = [binary, "run", "--config", write_config(work, os.path.join(work, "in"), stamps)]
+                    command = [binary, "run", "--config", write_config(work, inbox, stamps)]
                     env.update(extra)
-                latencies, threads = one_run(command, env, helpers, args.files, work, stamps)
+                latencies, threads = one_run(command, env, helpers, args.files, inbox, stamps)
                 report(f"{pair} {label}", latencies, threads)
     finally:
         shutil.rmtree(helpers, ignore_errors=True)

@@ -56,6 +56,12 @@ def deliveries(system, binary, helpers, files, work):
             watcher.wait(30)
     finally:
         subprocess.run(["umount", inbox], check=True)
+    return matched(stamps, writes)
+
+
+def matched(stamps, writes):
+    """Each file the writer wrote, in order: (close time in ns, latency in µs to the first stamp
+    of its name, None if it has none)."""
     first = {}
     with open(stamps) as f:
         for line in f:

@@ -27,15 +27,17 @@ final class JobPipeReserveTests: JobTestCase {
         }
     }
 
+    private var reserveIsFull: Bool { context.queue.queue.sync { context.pipeReserve.isFull } }
+
     func testAfterASpawn_theNextJobsPipesAreMadeAhead() throws {
-        XCTAssertFalse(context.queue.queue.sync { context.pipeReserve.isFull })
+        XCTAssertFalse(reserveIsFull)
         try spawnTrue()
-        XCTAssertTrue(waitFor(10) { self.context.queue.queue.sync { self.context.pipeReserve.isFull } })
+        XCTAssertTrue(waitFor(10) { self.reserveIsFull })
     }
 
     func testPipesTakenFromTheReserve_areLikeFreshOnes_andTheProgressPipeIsEnlarged() throws {
         try spawnTrue()
-        XCTAssertTrue(waitFor(10) { self.context.queue.queue.sync { self.context.pipeReserve.isFull } })
+        XCTAssertTrue(waitFor(10) { self.reserveIsFull })
         let reserve = context.pipeReserve
         try context.queue.queue.sync {
             let output = try reserve.takeOutput()
