@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -278,12 +279,10 @@ WK_CHILD_CODE static void set_priority_and_credentials(struct child_plan *plan) 
     }
 }
 
-WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *plan) {
+// What follows the setup every job gets: its nice value, its directory, an empty mask,
+// and execve.
+WK_CHILD_CODE __attribute__((noreturn)) static void finish_and_exec(struct child_plan *plan) {
     const struct wk_spawn_request *req = plan->req;
-    join_cgroup(plan);
-    struct sources moved = move_sources(plan);
-    reset_signals_and_session(plan);
-    install_descriptors(plan, moved);
     set_priority_and_credentials(plan);
 
     // After the credentials, as systemd does: the job may enter only directories its
@@ -307,6 +306,66 @@ WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *pla
     report_and_exit(plan, WK_STEP_EXEC, (int)-rc);
 }
 
+WK_CHILD_CODE __attribute__((noreturn)) void wk_run_child(struct child_plan *plan) {
+    join_cgroup(plan);
+    struct sources moved = move_sources(plan);
+    reset_signals_and_session(plan);
+    install_descriptors(plan, moved);
+    finish_and_exec(plan);
+}
+
 WK_CHILD_CODE int wk_child_entry(void *arg) {
     wk_run_child((struct child_plan *)arg);
+}
+
+// The prepared child (prepared.c). Everything a job gets whatever it is, now; then the wake
+// socket, as fd 4 (close-on-exec), is all it keeps besides 0..3. One byte on it: the parent
+// has written the job into plan->req (and moved this process into the job's cgroup, if it
+// has one); EOF: it was discarded or the daemon is gone. Signals stay blocked while it
+// waits, as in any child's setup: one sent meanwhile takes effect at the empty mask.
+WK_CHILD_CODE int wk_prepared_child_entry(void *arg) {
+    struct child_plan *plan = arg;
+    struct sources moved = {
+        -1,
+        move_above_targets(plan->prepared_stdout),
+        move_above_targets(plan->prepared_stderr),
+        move_above_targets(plan->prepared_extra),
+    };
+    int wake = move_above_targets(plan->wake_fd);
+    if (moved.stdout_fd < 0 || moved.stderr_fd < 0 || moved.extra_fd < 0 || wake < 0) {
+        report_and_exit(plan, WK_STEP_DUP, EBADF);
+    }
+    reset_signals_and_session(plan);
+    // What ps and top show while it waits, instead of the cloning thread's name.
+    (void)SYSCALL2(SYS_prctl, PR_SET_NAME, "wk-next-job");
+    install_stdin(plan, -1);
+    int installed = install(moved.stdout_fd, STDOUT_FILENO);
+    if (installed == 0) {
+        installed = install(moved.stderr_fd, STDERR_FILENO);
+    }
+    if (installed == 0) {
+        installed = install(moved.extra_fd, 3);
+    }
+    if (installed == 0 && wake != 4) {
+        long rc = SYSCALL3(SYS_dup3, wake, 4, O_CLOEXEC);
+        installed = rc < 0 ? (int)rc : 0;
+    }
+    if (installed < 0) {
+        report_and_exit(plan, WK_STEP_DUP, -installed);
+    }
+    int closed = close_range_or_loop(5, ~0U);
+    if (closed < 0) {
+        report_and_exit(plan, WK_STEP_CLOSE_FDS, -closed);
+    }
+    char byte;
+    long got;
+    do {
+        got = SYSCALL3(SYS_read, 4, &byte, 1);
+    } while (got == -EINTR);
+    if (got != 1) {
+        for (;;) {
+            (void)SYSCALL1(SYS_exit_group, 0);
+        }
+    }
+    finish_and_exec(plan);
 }

@@ -36,26 +36,11 @@
 // (2 MiB reserved at the first such spawn, touched only as blocks are used) and the
 // children of failed spawns whose reports wait for their callers. Ticket: generation << 8
 // | index + 1, so at most 255 blocks.
-#define WK_BLOCK_SIZE (64 * 1024)
-#define WK_BLOCK_STACK (16 * 1024)
 #define WK_BLOCKS 32
 
-struct block {
-    // 1 from the clone until the kernel clears it. An int: the kernel writes a 32-bit 0.
-    volatile int in_setup;
-    // A ticket names it: not yet collected, and not recycled after its child's exec.
-    int lent;
-    // In the ticket, so that a spent ticket cannot collect a later child's report.
-    unsigned generation;
-    struct child_plan plan;  // plan.report: the child's
-    struct wk_spawn_request req;
-    size_t used;
-    _Alignas(16) char data[];
-};
+#define WK_BLOCK_DATA (WK_BLOCK_SIZE - WK_BLOCK_STACK - sizeof(struct wk_block))
 
-#define WK_BLOCK_DATA (WK_BLOCK_SIZE - WK_BLOCK_STACK - sizeof(struct block))
-
-static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t wk_blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *blocks;
 static unsigned long long cloned_total;
 
@@ -63,21 +48,29 @@ unsigned long long wk_spawn_nowait_total(void) {
     return __atomic_load_n(&cloned_total, __ATOMIC_RELAXED);
 }
 
-static struct block *block_at(int index) {
-    return (struct block *)(blocks + (size_t)index * WK_BLOCK_SIZE);
+void wk_count_nowait(void) {
+    __atomic_add_fetch(&cloned_total, 1, __ATOMIC_RELAXED);
 }
 
-// Never lent, or lent to a child that is past its setup without a report.
-static int is_free(struct block *b) {
+static struct wk_block *block_at(int index) {
+    return (struct wk_block *)(blocks + (size_t)index * WK_BLOCK_SIZE);
+}
+
+// Never lent, or lent to a child that is past its setup without a report and not held
+// for a prepared child (prepared.c) whose pidfd and wake socket are still in it.
+static int is_free(struct wk_block *b) {
     if (!b->lent) {
         return 1;
+    }
+    if (b->parked) {
+        return 0;
     }
     return __atomic_load_n(&b->in_setup, __ATOMIC_ACQUIRE) == 0 && b->plan.report.step == WK_STEP_NONE;
 }
 
 // The lowest free block, so that a burst keeps touching the same few pages; NULL if none.
-static struct block *take_block(int *index, unsigned *generation) {
-    pthread_mutex_lock(&blocks_lock);
+struct wk_block *wk_block_take(int *index, unsigned *generation) {
+    pthread_mutex_lock(&wk_blocks_lock);
     if (blocks == NULL) {
         size_t size = (size_t)WK_BLOCKS * WK_BLOCK_SIZE;
         void *mapped = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
@@ -87,12 +80,13 @@ static struct block *take_block(int *index, unsigned *generation) {
             blocks = mapped;
         }
     }
-    struct block *taken = NULL;
+    struct wk_block *taken = NULL;
     for (int i = 0; blocks != NULL && i < WK_BLOCKS && taken == NULL; i++) {
-        struct block *b = block_at(i);
+        struct wk_block *b = block_at(i);
         if (is_free(b)) {
             taken = b;
             b->lent = 1;
+            b->parked = 0;
             b->generation++;
             b->in_setup = 1;  // before the lock goes: no other thread may take it meanwhile
             b->plan.report.step = WK_STEP_NONE;
@@ -100,19 +94,20 @@ static struct block *take_block(int *index, unsigned *generation) {
             *generation = b->generation;
         }
     }
-    pthread_mutex_unlock(&blocks_lock);
+    pthread_mutex_unlock(&wk_blocks_lock);
     return taken;
 }
 
-static void give_back(struct block *b) {
-    pthread_mutex_lock(&blocks_lock);
+void wk_block_give_back(struct wk_block *b) {
+    pthread_mutex_lock(&wk_blocks_lock);
     b->lent = 0;
+    b->parked = 0;
     b->in_setup = 0;
     b->plan.report.step = WK_STEP_NONE;
-    pthread_mutex_unlock(&blocks_lock);
+    pthread_mutex_unlock(&wk_blocks_lock);
 }
 
-static void *copy_into(struct block *b, const void *source, size_t size, size_t alignment) {
+static void *copy_into(struct wk_block *b, const void *source, size_t size, size_t alignment) {
     size_t at = (b->used + alignment - 1) & ~(alignment - 1);
     if (at > WK_BLOCK_DATA || size > WK_BLOCK_DATA - at) {
         return NULL;
@@ -122,11 +117,11 @@ static void *copy_into(struct block *b, const void *source, size_t size, size_t 
     return b->data + at;
 }
 
-static const char *copy_string(struct block *b, const char *string) {
+static const char *copy_string(struct wk_block *b, const char *string) {
     return copy_into(b, string, strlen(string) + 1, 1);
 }
 
-static char *const *copy_vector(struct block *b, char *const *vector) {
+static char *const *copy_vector(struct wk_block *b, char *const *vector) {
     size_t count = 0;
     while (vector[count] != NULL) {
         count++;
@@ -142,7 +137,7 @@ static char *const *copy_vector(struct block *b, char *const *vector) {
 }
 
 // 0 if a string does not fit. Never credentials (those are forked), so no groups.
-static int copy_request(struct block *b, const struct wk_spawn_request *req) {
+int wk_block_copy_request(struct wk_block *b, const struct wk_spawn_request *req) {
     b->used = 0;
     b->req = *req;
     b->req.groups = NULL;
@@ -160,12 +155,12 @@ int wk_spawn_nowait(const struct child_plan *plan, struct wk_spawn_result *res) 
     }
     int index = 0;
     unsigned generation = 0;
-    struct block *b = take_block(&index, &generation);
+    struct wk_block *b = wk_block_take(&index, &generation);
     if (b == NULL) {
         return WK_NOWAIT_UNAVAILABLE;
     }
-    if (!copy_request(b, plan->req)) {
-        give_back(b);
+    if (!wk_block_copy_request(b, plan->req)) {
+        wk_block_give_back(b);
         return WK_NOWAIT_UNAVAILABLE;
     }
     b->plan = *plan;
@@ -183,33 +178,33 @@ int wk_spawn_nowait(const struct child_plan *plan, struct wk_spawn_result *res) 
     int clone_errno = errno;
     wk_restore_signals_but_sigchld(previous);
     if (pid < 0) {
-        give_back(b);
+        wk_block_give_back(b);
         // EINVAL: a kernel before 5.2, without CLONE_PIDFD; the vfork path names the child
         // with pidfd_open instead, safe there because the child cannot have exited unseen.
         return clone_errno == EINVAL ? WK_NOWAIT_UNAVAILABLE : wk_spawn_fail(res, WK_STEP_FORK, clone_errno);
     }
-    __atomic_add_fetch(&cloned_total, 1, __ATOMIC_RELAXED);
+    wk_count_nowait();
     wk_spawn_succeed(res, pid, pidfd);
-    res->report_ticket = ((unsigned long long)generation << 8) | (unsigned long long)(index + 1);
+    res->report_ticket = wk_block_ticket(index, generation);
     return 0;
 }
 
-// The ticket's block while it is still lent to the ticket's child, with the lock held.
-static struct block *ticket_block(unsigned long long ticket) {
+// The ticket's block while it is still lent to the ticket's child; call with the lock held.
+struct wk_block *wk_block_of_ticket(unsigned long long ticket) {
     int index = (int)(ticket & 0xff) - 1;
     unsigned generation = (unsigned)(ticket >> 8);
     if (blocks == NULL || index < 0 || index >= WK_BLOCKS) {
         return NULL;
     }
-    struct block *b = block_at(index);
+    struct wk_block *b = block_at(index);
     return b->lent && b->generation == generation ? b : NULL;
 }
 
 int wk_spawn_collect(unsigned long long ticket, struct wk_spawn_result *res, const char **path, const char **program,
                      const char **cwd) {
     int reported = 0;
-    pthread_mutex_lock(&blocks_lock);
-    struct block *b = ticket_block(ticket);
+    pthread_mutex_lock(&wk_blocks_lock);
+    struct wk_block *b = wk_block_of_ticket(ticket);
     // The caller has reaped the child: it is gone, whether or not the kernel cleared the
     // word (it does not for a child that dumped core).
     if (b != NULL && b->plan.report.step != WK_STEP_NONE) {
@@ -221,16 +216,16 @@ int wk_spawn_collect(unsigned long long ticket, struct wk_spawn_result *res, con
     } else if (b != NULL) {
         b->lent = 0;
     }
-    pthread_mutex_unlock(&blocks_lock);
+    pthread_mutex_unlock(&wk_blocks_lock);
     return reported;
 }
 
 void wk_spawn_release(unsigned long long ticket) {
-    pthread_mutex_lock(&blocks_lock);
-    struct block *b = ticket_block(ticket);
+    pthread_mutex_lock(&wk_blocks_lock);
+    struct wk_block *b = wk_block_of_ticket(ticket);
     if (b != NULL) {
         b->lent = 0;
         b->plan.report.step = WK_STEP_NONE;
     }
-    pthread_mutex_unlock(&blocks_lock);
+    pthread_mutex_unlock(&wk_blocks_lock);
 }

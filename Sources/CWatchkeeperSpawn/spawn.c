@@ -43,18 +43,6 @@
 // posix_spawn sizes its own from argv, which the child here never copies.
 #define WK_CHILD_STACK_SIZE (64 * 1024)
 
-// ThreadSanitizer cannot follow a child that shares the parent's memory: its clone
-// interceptor fails a CHECK (tsan_rtl.cpp "!thr->slot") on CLONE_VM. A TSan build (make
-// sanitize) starts every job through fork instead; the code after fork is the same.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WK_FORK_ONLY 1
-#endif
-#endif
-#ifndef WK_FORK_ONLY
-#define WK_FORK_ONLY 0
-#endif
-
 static const char *const step_names[] = {
     [WK_STEP_NONE] = "none",
     [WK_STEP_PIPE] = "pipe2",
@@ -311,7 +299,7 @@ static int spawn_forked(struct child_plan *plan, struct wk_spawn_result *res) {
 // overwrites it. -1 if it cannot be opened: each child then opens its own and reports why.
 static int kept_null = -1;
 
-static int kept_null_fd(void) {
+int wk_kept_null_fd(void) {
     int fd = __atomic_load_n(&kept_null, __ATOMIC_ACQUIRE);
     if (fd >= 0) {
         return fd;
@@ -337,11 +325,22 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     if (req->stdout_fd < 0 || req->stderr_fd < 0) {
         return wk_spawn_fail(res, WK_STEP_DUP, EBADF);
     }
+    // A child made ahead for this job's descriptors (prepared.c) saves the clone and most of
+    // the setup; one that cannot take it is discarded there, and the job is spawned below.
+    if (req->prepared_ticket != 0 && WK_RAW_SYSCALLS && !WK_FORK_ONLY) {
+        int rc = wk_spawn_prepared(req, res);
+        if (rc != WK_NOWAIT_UNAVAILABLE) {
+            if (rc == 0 && req->yield_after_exec && res->report_ticket == 0) {
+                (void)sched_yield();  // as below
+            }
+            return rc;
+        }
+    }
     struct child_plan plan;
     memset(&plan, 0, sizeof(plan));
     plan.req = req;
     sigemptyset(&plan.empty_mask);
-    plan.null_fd = req->stdin_fd >= 0 ? -1 : kept_null_fd();
+    plan.null_fd = req->stdin_fd >= 0 ? -1 : wk_kept_null_fd();
     if (req->set_credentials || req->force_fork || WK_FORK_ONLY) {
         return spawn_forked(&plan, res);
     }

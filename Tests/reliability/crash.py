@@ -133,12 +133,18 @@ def main():
             daemon.signal(signal.SIGHUP)
             time.sleep(rng.uniform(0.0, 0.1))
         record["alive_at_kill"] = daemon.alive()
+        # The process that waits to become the next job (wk-next-job) must not outlive the
+        # daemon: it reads EOF on its wake socket and exits (prepared.c).
+        prepared = [p for p in wk.direct_children(daemon.pid) if wk.comm(p) == "wk-next-job"] if record["alive_at_kill"] else []
+        record["prepared_at_kill"] = len(prepared)
         record["in_flight"] = daemon.kill_counting_children(MARKER) if record["alive_at_kill"] else 0
         if writer:
             writer.join()
         # Jobs left running finish on their own, as after a real crash; then the files they
         # handled that the ledger does not hold are the ones a restart will run again.
         wk.wait_for(10, lambda: not wk.processes_with(MARKER))
+        if not wk.wait_for(10, lambda: all(wk.comm(p) != "wk-next-job" for p in prepared)):
+            failures.append(f"kill {kill + 1} ({phase}): a prepared job process (wk-next-job) outlived the daemon by 10 s")
         # Counted once per life: a file already unrecorded at the last kill and not run since adds nothing.
         counts = collections.Counter(handled_lines(root))
         ledger = ledger_paths(daemon.database, root)
@@ -176,6 +182,7 @@ def main():
               "lost": len(lost), "duplicates": duplicates, "in_flight_at_kills": in_flight, "unrecorded_at_kills": uncommitted,
               "integrity_failures": sum(1 for r in records if r["integrity"] != "ok"),
               "damaged_ledger_lines": damaged, "last_stop_exit": daemon_exit,
+              "prepared_at_kills": sum(r.get("prepared_at_kill", 0) for r in records),
               "ready_s_max": max((r.get("ready_s", 0) for r in records), default=0),
               "seconds": round(time.monotonic() - started, 1)}
     if not complete or lost:

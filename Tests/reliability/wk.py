@@ -70,6 +70,15 @@ def cmdline(pid):
         return []
 
 
+def comm(pid):
+    """The process's name (what ps shows), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def processes_with(marker):
     """Pids whose argv holds `marker`."""
     return [int(e) for e in os.listdir("/proc") if e.isdigit() and marker in cmdline(int(e))]

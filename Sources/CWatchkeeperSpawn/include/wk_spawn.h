@@ -58,6 +58,10 @@ struct wk_spawn_request {
                                   // its exec, where that is possible (nowait.c); a step that fails
                                   // in the child is then collected after the child has exited
                                   // (wk_spawn_collect). Ignored with set_credentials or force_fork.
+    unsigned long long prepared_ticket; // nonzero: a child from wk_prepare, used if its descriptors
+                                  // are this request's (stdin /dev/null, stdout, stderr, extra) and
+                                  // the job runs as the daemon's user; discarded otherwise. Spent
+                                  // either way.
 };
 
 struct wk_spawn_result {
@@ -87,8 +91,24 @@ int wk_spawn_collect(unsigned long long ticket, struct wk_spawn_result *res, con
 // Gives back the block of a ticket whose collect returned 1.
 void wk_spawn_release(unsigned long long ticket);
 
-// Children cloned without waiting for their exec since the start (every thread's).
+// Spawns that returned before their child's exec since the start (every thread's): cloned
+// without waiting, or a prepared child woken without waiting.
 unsigned long long wk_spawn_nowait_total(void);
+
+// A child made ahead of its job, so that a job's spawn is a wake instead of a clone and the
+// setup every job gets (prepared.c): cloned now in the daemon's memory, it resets its signal
+// dispositions, makes its own session, installs /dev/null, stdout_fd, stderr_fd and extra_fd
+// as fds 0..3, closes every other fd and waits. 0 with its ticket and pid, or -errno (no
+// block free, a kernel or build where children cannot run beside their parent: -ENOSYS).
+// The child exits by itself if the daemon goes (its wake socket reads EOF).
+int wk_prepare(int stdout_fd, int stderr_fd, int extra_fd, unsigned long long *ticket, pid_t *pid);
+
+// Ends a prepared child nobody will use: SIGKILL, reaped before this returns (it makes no
+// call that could hold a SIGKILL off), its block given back. A spent ticket is ignored.
+void wk_prepared_discard(unsigned long long ticket);
+
+// Jobs started in a prepared child since the start (every thread's).
+unsigned long long wk_spawn_prepared_total(void);
 
 // "fork", "chdir", "execve", ...; "unknown step" for values outside the enum.
 const char *wk_spawn_step_name(int step);

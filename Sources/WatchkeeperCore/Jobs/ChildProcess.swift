@@ -93,6 +93,7 @@ final class ChildProcess: @unchecked Sendable {
         handler?(status)
         // What the child wrote before it exited is read now; its pipes close.
         closeOutputs()
+        context.pipeReserve.prepareSoon()
     }
 
     /// Every process of the job: its cgroup's (SIGKILL through cgroup.kill), or its

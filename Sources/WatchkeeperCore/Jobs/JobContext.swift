@@ -81,6 +81,7 @@ public final class JobContext: CgroupRemovalContext, Sendable {
         cgroup = try makeCgroup(runID: runID, suffix: suffix, limits: limits)
         request.cgroupProcsDescriptor = cgroup?.procs
         request.cgroupPath = cgroup?.directory.path
+        request.preparedTicket = pipeReserve.takePrepared(for: request)
         do {
             let spawned = try ProcessSpawner.spawn(request)
             pipeReserve.refillSoon()

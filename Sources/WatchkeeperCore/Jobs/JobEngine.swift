@@ -372,6 +372,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue.queue))
         guard accepting else { return }
         accepting = false
+        context.pipeReserve.stopPreparing()
         let waiting = line.removeAllWaiting()
         let retried = retries.take()
         if !waiting.isEmpty || !retried.isEmpty {
@@ -397,6 +398,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
             .init("lingering_groups", .int(Int64(lingering.count))),
             .init("started_since_start", .int(Int64(startedTotal))),
             .init("files_gone_before_start", .int(Int64(filesGoneBeforeStart))),
+            // The process named wk-next-job that waits to become the next job (JobPipeReserve).
+            .init("prepared_job_pid", context.pipeReserve.preparedPID.map { .int(Int64($0)) } ?? .null),
         ] + heldStarts.describe() + [
             .init("running", active.describe(now: now)),
             .init("waiting", .array(line.ordered(limit: 50).map { item in

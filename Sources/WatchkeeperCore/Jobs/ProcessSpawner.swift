@@ -51,6 +51,9 @@ public struct SpawnRequest: Sendable {
     public var cgroupProcsDescriptor: Int32?
     /// For the error message when joining fails.
     public var cgroupPath: String?
+    /// A prepared child for this spawn (JobPipeReserve.takePrepared), or 0. Spent by the
+    /// spawn whatever happens: used if it fits, discarded otherwise.
+    var preparedTicket: UInt64 = 0
     /// argv and envp already written as C strings (the jobs queue's, JobRun); when set,
     /// `arguments` and `environment` are empty and not read.
     var strings: SpawnStrings?
@@ -150,6 +153,9 @@ public enum ProcessSpawner {
     /// the clone (fork with credentials) and the child's setup (docs/measurements/spawn.md),
     /// unless `reportsLater` lets it return at the clone with the report still to come.
     public static func spawn(_ request: SpawnRequest) throws(SpawnError) -> SpawnedProcess {
+        // A failure before the shim has it must not leave the prepared child waiting.
+        var unspentTicket = request.preparedTicket
+        defer { if unspentTicket != 0 { wk_prepared_discard(unspentTicket) } }
         let strings = request.strings ?? SpawnStrings(arguments: request.arguments, environment: request.environment)
         guard let program = strings.program else {
             throw SpawnError(step: .request, errorNumber: 0, description: "unable to run a job: no arguments")
@@ -198,6 +204,8 @@ public enum ProcessSpawner {
         spec.cgroup_procs_fd = request.cgroupProcsDescriptor ?? -1
         spec.yield_after_exec = request.yieldAfterExec ? 1 : 0
         spec.report_later = request.reportsLater ? 1 : 0
+        spec.prepared_ticket = request.preparedTicket
+        unspentTicket = 0
 
         var result = wk_spawn_result()
         let start = monotonicNanoseconds()

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import XCTest
+import CWatchkeeperSpawn
 import CWatchkeeperSystem
 
 @testable import WatchkeeperCore
@@ -60,5 +61,124 @@ final class JobPipeReserveTests: JobTestCase {
             }
             XCTAssertEqual(Int(fcntl(progress.writeEnd.rawValue, Int32(WK_F_GETPIPE_SZ))), min(JobPipeReserve.progressCapacity, OwnedPipe.largestCapacity))
         }
+    }
+
+    // MARK: The prepared child
+
+    private struct Ran {
+        let pid: pid_t
+        let output: String
+    }
+
+    /// `/bin/sh -c script` as a job starts: the reserve's whole set as fds 1 to 3.
+    @discardableResult
+    private func runWithTheSet(_ script: String, workingDirectory: String? = nil, niceness: Int32 = ProcessSpawner.baseNiceness) throws -> Ran {
+        let context = self.context!
+        return try context.queue.queue.sync {
+            let reserve = context.pipeReserve
+            let output = try reserve.takeOutput()
+            let errors = try reserve.takeErrorOutput()
+            let progress = try reserve.takeProgress()
+            var request = SpawnRequest(arguments: ["/bin/sh", "-c", script].map { Array($0.utf8) }, environment: [Array("PATH=/usr/bin:/bin".utf8)],
+                                       workingDirectory: workingDirectory, standardOutput: output.writeEnd.rawValue,
+                                       standardError: errors.writeEnd.rawValue, progressDescriptor: progress.writeEnd.rawValue, niceness: niceness)
+            request.yieldAfterExec = true
+            var cgroup: JobCgroup?
+            let spawned = try context.spawn(request, runID: "r2", limits: JobLimits(), cgroup: &cgroup)
+            var exited = pollfd(fd: spawned.pidfd.rawValue, events: Int16(POLLIN), revents: 0)
+            XCTAssertEqual(poll(&exited, 1, 10_000), 1)
+            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            let count = read(output.readEnd.rawValue, &buffer, buffer.count)
+            return Ran(pid: spawned.pid, output: String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self))
+        }
+    }
+
+    /// What ChildProcess does at every exit, and the wait for the queued block.
+    private func prepare() -> pid_t? {
+        // A job of the kind a prepared child serves: before one, nothing is prepared.
+        XCTAssertNoThrow(try runWithTheSet("true"))
+        XCTAssertTrue(waitFor(10) { self.reserveIsFull })
+        context.queue.queue.sync { context.pipeReserve.prepareSoon() }
+        var pid: pid_t?
+        _ = waitFor(10) {
+            pid = self.context.queue.queue.sync { self.context.pipeReserve.preparedPID }
+            return pid != nil
+        }
+        return pid
+    }
+
+    private func isGone(_ pid: pid_t) -> Bool {
+        kill(pid, 0) == -1 && errno == ESRCH
+    }
+
+    func testAfterAJobExits_theNextJobRunsInAPreparedChild_withWhatEveryJobGets() throws {
+        let prepared = try XCTUnwrap(prepare())
+        let before = wk_spawn_prepared_total()
+        let ran = try runWithTheSet("""
+            echo pid $$; echo sid $(cut -d' ' -f6 /proc/$$/stat); echo nice $(cut -d' ' -f19 /proc/$$/stat); echo cwd $(pwd)
+            echo stdin $(readlink /proc/$$/fd/0); ls /proc/$$/fd
+            grep -E '^Sig(Blk|Ign)' /proc/$$/status
+            """, workingDirectory: "/tmp", niceness: 7)
+        XCTAssertEqual(ran.pid, prepared)
+        XCTAssertEqual(wk_spawn_prepared_total(), before + 1)
+        let lines = ran.output.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines, ["pid \(prepared)", "sid \(prepared)", "nice 7", "cwd /tmp", "stdin /dev/null", "0", "1", "2", "3",
+                               "SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"])
+    }
+
+    func testAPreparedChildKilledWhileItWaits_isReaped_andTheJobRunsInAChildOfItsOwn() throws {
+        let prepared = try XCTUnwrap(prepare())
+        XCTAssertEqual(kill(prepared, SIGKILL), 0)
+        // Gone before the event (killed during the wake it starts as the job, and the job
+        // ends killed by the signal, as a vfork child killed before its exec does).
+        XCTAssertTrue(waitFor(10) { ((try? String(contentsOfFile: "/proc/\(prepared)/stat", encoding: .utf8)) ?? "").contains(") Z ") })
+        let ran = try runWithTheSet("echo ran")
+        XCTAssertNotEqual(ran.pid, prepared)
+        XCTAssertEqual(ran.output, "ran\n")
+        XCTAssertTrue(isGone(prepared))
+    }
+
+    func testAJobThatCannotStartInAPreparedChild_failsAsAnyJobWould() throws {
+        let prepared = try XCTUnwrap(prepare())
+        XCTAssertThrowsError(try runWithTheSet("true", workingDirectory: "/nonexistent/dir")) { error in
+            XCTAssertEqual("\(error)", "unable to run \"/bin/sh\": chdir /nonexistent/dir: No such file or directory")
+        }
+        XCTAssertTrue(isGone(prepared))
+    }
+
+    func testASpawnThatTakesPartOfTheSet_endsThePreparedChild_soThosePipesHaveNoOtherWriter() throws {
+        let prepared = try XCTUnwrap(prepare())
+        let context = self.context!
+        try context.queue.queue.sync {
+            let output = try context.pipeReserve.takeOutput()
+            let errors = try OwnedPipe.forJobOutput()
+            var cgroup: JobCgroup?
+            let spawned = try context.spawn(SpawnRequest(arguments: [Array("/bin/true".utf8)], environment: [], standardOutput: output.writeEnd.rawValue,
+                                                         standardError: errors.writeEnd.rawValue),
+                                            runID: "r3", limits: JobLimits(), cgroup: &cgroup)
+            XCTAssertNotEqual(spawned.pid, prepared)
+            XCTAssertTrue(isGone(prepared))
+            XCTAssertNil(context.pipeReserve.preparedPID)
+            var exited = pollfd(fd: spawned.pidfd.rawValue, events: Int16(POLLIN), revents: 0)
+            XCTAssertEqual(poll(&exited, 1, 10_000), 1)
+            _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
+            // Once our write end is gone too, the read end sees EOF: no copy was left.
+            var pipe = output
+            let readEnd = pipe.readEnd
+            let writeEnd = pipe.writeEnd
+            _ = consume writeEnd
+            var buffer = [UInt8](repeating: 0, count: 16)
+            XCTAssertEqual(read(readEnd.rawValue, &buffer, buffer.count), 0)
+        }
+    }
+
+    func testWhenTheEngineStops_thePreparedChildEnds_andNoneIsMadeAgain() throws {
+        let prepared = try XCTUnwrap(prepare())
+        context.queue.queue.sync { context.pipeReserve.stopPreparing() }
+        XCTAssertTrue(isGone(prepared))
+        context.queue.queue.sync { context.pipeReserve.prepareSoon() }
+        context.queue.queue.sync {}
+        XCTAssertNil(context.queue.queue.sync { context.pipeReserve.preparedPID })
     }
 }

@@ -118,6 +118,8 @@ class JobTestCase: XCTestCase {
 
     override func tearDown() {
         engines.removeAll()
+        // A prepared child waits for its job in a block the whole test process shares.
+        context.queue.queue.sync { context.pipeReserve.stopPreparing() }
         stderr.close()
         super.tearDown()
     }
