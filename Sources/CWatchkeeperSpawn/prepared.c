@@ -49,6 +49,10 @@ unsigned long long wk_spawn_prepared_total(void) {
     return __atomic_load_n(&prepared_total, __ATOMIC_RELAXED);
 }
 
+int wk_prepare_supported(void) {
+    return WK_RAW_SYSCALLS && !WK_FORK_ONLY;
+}
+
 int wk_prepare(int stdout_fd, int stderr_fd, int extra_fd, unsigned long long *ticket, pid_t *pid) {
 #if !WK_RAW_SYSCALLS || WK_FORK_ONLY
     (void)stdout_fd, (void)stderr_fd, (void)extra_fd, (void)ticket, (void)pid;

@@ -103,6 +103,10 @@ unsigned long long wk_spawn_nowait_total(void);
 // The child exits by itself if the daemon goes (its wake socket reads EOF).
 int wk_prepare(int stdout_fd, int stderr_fd, int extra_fd, unsigned long long *ticket, pid_t *pid);
 
+// 1 where wk_prepare can work: an architecture whose child makes raw system calls (x86_64,
+// aarch64), in a build that is not ThreadSanitizer's (which forks every child).
+int wk_prepare_supported(void);
+
 // Ends a prepared child nobody will use: SIGKILL, reaped before this returns (it makes no
 // call that could hold a SIGKILL off), its block given back. A spent ticket is ignored.
 void wk_prepared_discard(unsigned long long ticket);

@@ -51,12 +51,23 @@ final class SharedInboxTests: XCTestCase {
         XCTAssertTrue(waitFor(Double(count) / 10 + 60) {
             (try? FileManager.default.contentsOfDirectory(atPath: inbox + "/done").count) == count
         }, "handled \((try? FileManager.default.contentsOfDirectory(atPath: inbox + "/done").count) ?? 0) of \(count)")
-        let records = lines(shared + "/files").filter { $0.count == 4 }
-        let ended = Set(records.filter { $0[3] == "end" }.map { $0[0] })
-        // A job killed with its host between its move and its line moved the file without
-        // saying so: it is in done/ (checked above), and only that host ever started it.
-        let killedMidLine = Set(records.filter { $0[3] == "start" && $0[1] == victimName }.map { $0[0] })
-            .subtracting(ended).filter { name in records.allSatisfy { $0[0] != name || $0[1] == victimName } }
+        var records: [[String]] = []
+        var ended = Set<String>()
+        var killedMidLine = Set<String>()
+        func tally() {
+            records = lines(shared + "/files").filter { $0.count == 4 }
+            ended = Set(records.filter { $0[3] == "end" }.map { $0[0] })
+            // A job killed with its host between its move and its line moved the file without
+            // saying so: it is in done/ (checked above), and only that host ever started it.
+            killedMidLine = Set(records.filter { $0[3] == "start" && $0[1] == victimName }.map { $0[0] })
+                .subtracting(ended).filter { name in records.allSatisfy { $0[0] != name || $0[1] == victimName } }
+        }
+        // A job writes its end line just after its move: the last file's (often one taken over
+        // from the killed host, seconds after the rest) can still be on its way at the last move.
+        _ = waitFor(10) {
+            tally()
+            return ended.count + killedMidLine.count == count
+        }
         XCTAssertEqual(ended.count + killedMidLine.count, count, "files whose job ended")
         if ended.count + killedMidLine.count != count {
             let missing = (0..<count).map { String(format: "f%05d.dat", $0) }.filter { !ended.contains($0) }
