@@ -159,26 +159,18 @@ static int join_cgroup_for(int procs_fd, pid_t pid) {
     return written == length ? 0 : (written < 0 ? errno : EIO);
 }
 
-// Until the kernel clears in_setup (the child's execve or exit), at most `deadline`.
+// Until the kernel clears in_setup (the child's execve or exit), at most until `deadline`
+// (CLOCK_MONOTONIC, absolute: FUTEX_WAIT_BITSET's timeout). Not FUTEX_PRIVATE: the kernel's
+// wake at CLONE_CHILD_CLEARTID is a shared one.
 static int wait_for_exec(struct wk_block *b, const struct timespec *deadline) {
     for (;;) {
         int value = __atomic_load_n(&b->in_setup, __ATOMIC_ACQUIRE);
         if (value == 0) {
             return 1;
         }
-        struct timespec now, left;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        left.tv_sec = deadline->tv_sec - now.tv_sec;
-        left.tv_nsec = deadline->tv_nsec - now.tv_nsec;
-        if (left.tv_nsec < 0) {
-            left.tv_sec--;
-            left.tv_nsec += 1000000000L;
+        if (syscall(SYS_futex, &b->in_setup, FUTEX_WAIT_BITSET, value, deadline, NULL, FUTEX_BITSET_MATCH_ANY) < 0 && errno == ETIMEDOUT) {
+            return __atomic_load_n(&b->in_setup, __ATOMIC_ACQUIRE) == 0;
         }
-        if (left.tv_sec < 0) {
-            return 0;
-        }
-        // Not FUTEX_PRIVATE: the kernel's wake at CLONE_CHILD_CLEARTID is a shared one.
-        (void)syscall(SYS_futex, &b->in_setup, FUTEX_WAIT, value, &left, NULL, 0);
     }
 }
 

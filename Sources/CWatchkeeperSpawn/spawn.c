@@ -327,7 +327,7 @@ int wk_spawn(const struct wk_spawn_request *req, struct wk_spawn_result *res) {
     }
     // A child made ahead for this job's descriptors (prepared.c) saves the clone and most of
     // the setup; one that cannot take it is discarded there, and the job is spawned below.
-    if (req->prepared_ticket != 0 && WK_RAW_SYSCALLS && !WK_FORK_ONLY) {
+    if (req->prepared_ticket != 0 && wk_prepare_supported()) {
         int rc = wk_spawn_prepared(req, res);
         if (rc != WK_NOWAIT_UNAVAILABLE) {
             if (rc == 0 && req->yield_after_exec && res->report_ticket == 0) {
