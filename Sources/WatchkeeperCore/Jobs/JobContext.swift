@@ -75,16 +75,18 @@ public final class JobContext: CgroupRemovalContext, Sendable {
 
     /// Spawns one process of a run (the job, its on_expire handler, a hook) in a cgroup of
     /// its own, set in `cgroup`, when the daemon has cgroups; the cgroup goes again if the
-    /// spawn fails.
-    func spawn(_ request: SpawnRequest, runID: String, suffix: String = "", limits: JobLimits, cgroup: inout JobCgroup?) throws(SpawnError) -> SpawnedProcess {
+    /// spawn fails. Only a job (`forJob`) uses the pipe reserve and its prepared child: a
+    /// hook's or handler's spawn leaves both to the next job.
+    func spawn(_ request: SpawnRequest, runID: String, suffix: String = "", limits: JobLimits, cgroup: inout JobCgroup?,
+               forJob: Bool = true) throws(SpawnError) -> SpawnedProcess {
         var request = request
         cgroup = try makeCgroup(runID: runID, suffix: suffix, limits: limits)
         request.cgroupProcsDescriptor = cgroup?.procs
         request.cgroupPath = cgroup?.directory.path
-        request.preparedTicket = pipeReserve.takePrepared(for: request)
+        if forJob { request.preparedTicket = pipeReserve.takePrepared(for: request) }
         do {
             let spawned = try ProcessSpawner.spawn(request)
-            pipeReserve.refillSoon()
+            if forJob { pipeReserve.refillSoon() }
             return spawned
         } catch {
             if let made = cgroup { release(made) }

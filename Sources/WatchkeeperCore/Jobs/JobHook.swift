@@ -127,7 +127,7 @@ final class JobHook {
         guard let run, let command else { return end(.unstarted) }
         self.run = nil
         do {
-            let output = try run.outputPlan()
+            let output = try run.outputPlan(forJob: false)
             let tail = run.outputTail
             // Its user reads it through its own fd 3, whatever the directories on the way.
             let file = Self.outputFile(tail?.bytes ?? [], owner: try run.credentials())
@@ -156,7 +156,8 @@ final class JobHook {
                                                                    "budget": Array(budget.compactDescription.utf8)])
             // Its own cgroup, as on_expire's: the job's is gone.
             var cgroup: JobCgroup?
-            let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-\(kind.rawValue)", limits: JobLimits(), cgroup: &cgroup)
+            let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-\(kind.rawValue)", limits: JobLimits(), cgroup: &cgroup,
+                                            forJob: false)
             startedAt = .now
             let budget = self.budget
             child = ChildProcess(name: request.name, kind: request.kind, runID: request.runID, owner: request.label, spawned: spawned, output: output,

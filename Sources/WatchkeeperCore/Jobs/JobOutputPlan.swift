@@ -20,11 +20,21 @@ struct JobOutputPlan: ~Copyable {
     /// For the job: JOURNAL_STREAM when its output is a journal stream, as systemd sets it.
     let environment: [(String, [UInt8])]
 
-    init(route: JobOutputRoute, name: String, sink: LogSink, pipes: JobPipeReserve, warn: (String) -> Void) throws(SpawnError) {
+    /// `pipes`: the reserve a job's pipes come from; nil for a hook or an on_expire handler,
+    /// which make their own and leave the reserve's set (and the prepared child holding it)
+    /// to the next job.
+    init(route: JobOutputRoute, name: String, sink: LogSink, pipes: JobPipeReserve?, warn: (String) -> Void) throws(SpawnError) {
         switch route {
         case .daemon:
-            let stdoutPipe = try pipes.takeOutput()
-            let stderrPipe = try pipes.takeErrorOutput()
+            let stdoutPipe: OwnedPipe
+            let stderrPipe: OwnedPipe
+            if let pipes {
+                stdoutPipe = try pipes.takeOutput()
+                stderrPipe = try pipes.takeErrorOutput()
+            } else {
+                stdoutPipe = try OwnedPipe.forJobOutput()
+                stderrPipe = try OwnedPipe.forJobOutput()
+            }
             stdout = stdoutPipe.writeEnd.rawValue
             stderr = stderrPipe.writeEnd.rawValue
             self.stdoutPipe = consume stdoutPipe

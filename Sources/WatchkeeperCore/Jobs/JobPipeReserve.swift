@@ -14,7 +14,8 @@ import Dispatch
 /// its fds 1 to 3 and waits, so that the job that takes the whole set is a wake, not a
 /// clone and a setup (latency-path.md, "The prepared child"). Only after a spawn of the kind
 /// it serves (stdin /dev/null, the daemon's user, all three pipes), so a configuration whose
-/// jobs cannot use one never makes one, and an idle daemon has none.
+/// jobs cannot use one never makes one, and an idle daemon has none. Hooks and on_expire
+/// handlers make pipes of their own (JobContext.spawn's `forJob`) and never touch either.
 final class JobPipeReserve: @unchecked Sendable {
     private let queue: SubsystemQueue
     private var stdout: OwnedPipe?

@@ -103,7 +103,7 @@ final class JobRun: @unchecked Sendable {
     /// Every pipe end and the pidfd are owned values: on a failed spawn they close as they
     /// go out of scope; on success they pass to the read sources that close them.
     private func spawnMain() throws(SpawnError) -> (pid: pid_t, spawnToExecNanoseconds: UInt64) {
-        let output = try outputPlan()
+        let output = try outputPlan(forJob: true)
         // Enlarged: room for bursts between two progress reads.
         let progressPipe = try context.pipeReserve.takeProgress()
         let plan = self.request.plan ?? JobSpawnPlan(key: self.request.key, settings: self.request.settings, context: context)
@@ -137,8 +137,11 @@ final class JobRun: @unchecked Sendable {
 
     private static let progressEnvironment = [("WATCHKEEPER_PROGRESS_FD", Array("3".utf8))]
 
-    func outputPlan() throws(SpawnError) -> JobOutputPlan {
-        try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink, pipes: context.pipeReserve) { [logger] in logger.warning("\($0)") }
+    /// The job's (`forJob`, from the reserve), or a hook's or handler's (pipes of its own).
+    func outputPlan(forJob: Bool) throws(SpawnError) -> JobOutputPlan {
+        try JobOutputPlan(route: request.settings.output, name: request.name, sink: context.sink, pipes: forJob ? context.pipeReserve : nil) { [logger] in
+            logger.warning("\($0)")
+        }
     }
 
     /// Who the job (and its handlers and hooks) runs as; nil: the daemon's user.
@@ -323,7 +326,7 @@ final class JobRun: @unchecked Sendable {
             return
         }
         do {
-            let output = try outputPlan()
+            let output = try outputPlan(forJob: false)
             let elapsed = startedAt.elapsed()
             let spawnRequest = try self.spawnRequest(command: command, extra: [
                 ("WATCHKEEPER_EXPIRE_REASON", Array(reason.rawValue.utf8)),
@@ -332,7 +335,8 @@ final class JobRun: @unchecked Sendable {
             ] + output.environment, stdout: output.stdout, stderr: output.stderr, descriptor3: nil)
             // Its own cgroup: the job's is killed while the handler may still run.
             var cgroup: JobCgroup?
-            let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-expire", limits: JobLimits(), cgroup: &cgroup)
+            let spawned = try context.spawn(spawnRequest, runID: request.runID, suffix: "-on-expire", limits: JobLimits(), cgroup: &cgroup,
+                                            forJob: false)
             // Squeezed, the handler gets half of what is left; the stop signal and SIGKILL the rest.
             let handlerBudget = squeezed(request.settings.onExpireBudget, share: 0.5)
             let logger = self.logger

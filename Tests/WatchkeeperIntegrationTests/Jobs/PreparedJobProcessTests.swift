@@ -65,6 +65,31 @@ final class PreparedJobProcessTests: WatchTestCase {
         daemon.stop(within: 10)
     }
 
+    /// A hook spawns after every job; it makes its own pipes and leaves the waiting process,
+    /// which holds the reserve's, to the next job.
+    func testWithAnOnSuccessHook_theNextFileStillRunsInTheWaitingProcess() throws {
+        try start("""
+            [[watch]]
+            name = "inbox"
+            path = "@DIR@/in"
+            shell = true
+            command = 'echo $$ >> @DIR@/pids'
+            on_success = 'echo hook >> @DIR@/hooks'
+            """)
+        write("first.csv")
+        XCTAssertTrue(waitFor(10) { self.lines("hooks").count == 1 }, daemon.stderr)
+        let waiting = try XCTUnwrap(waitForValue(10, every: .milliseconds(10)) { self.prepared().first },
+                                    "no wk-next-job after a job and its hook; stderr:\n\(daemon.stderr)")
+        write("second.csv")
+        XCTAssertTrue(waitFor(10) { self.lines("hooks").count == 2 }, daemon.stderr)
+        XCTAssertEqual(lines("pids").last, String(waiting), "the second job did not run in wk-next-job \(waiting)")
+        daemon.stop(within: 10)
+    }
+
+    private func lines(_ name: String) -> [String] {
+        ((try? String(contentsOfFile: sandbox.root + "/" + name, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
     func testWhenTheDaemonIsKilled_theWaitingProcessEndsToo() throws {
         let waiting = try XCTUnwrap(try startAndRunOne(), "no wk-next-job after the first job; stderr:\n\(daemon.stderr)")
         daemon.send(SIGKILL)
