@@ -204,7 +204,10 @@ int wk_spawn_prepared(const struct wk_spawn_request *req, struct wk_spawn_result
         discard(b);
         return WK_NOWAIT_UNAVAILABLE;
     }
-    (void)close(b->wake_fd);
+    // Closed once the child has exec'd: the close of a socket took 10-11 us here, between
+    // the wake and the child's turn on this CPU (latency-path.md, session 16). The block
+    // is not ours after `parked` is cleared, so the fd goes in a local.
+    int wake_fd = b->wake_fd;
     b->wake_fd = -1;
     pid_t pid = b->pid;
     int pidfd = b->pidfd;
@@ -214,7 +217,9 @@ int wk_spawn_prepared(const struct wk_spawn_request *req, struct wk_spawn_result
     pthread_mutex_unlock(&wk_blocks_lock);
     __atomic_add_fetch(&prepared_total, 1, __ATOMIC_RELAXED);
 
-    if (req->report_later || !wait_for_exec(b, &deadline)) {
+    int exec_seen = !req->report_later && wait_for_exec(b, &deadline);
+    (void)close(wake_fd);
+    if (!exec_seen) {
         wk_count_nowait();
         wk_spawn_succeed(res, pid, pidfd);
         res->report_ticket = ticket;
