@@ -78,7 +78,7 @@ public final class JobContext: CgroupRemovalContext, Sendable {
     /// spawn fails. Only a job (`forJob`) uses the pipe reserve and its prepared child: a
     /// hook's or handler's spawn leaves both to the next job.
     func spawn(_ request: SpawnRequest, runID: String, suffix: String = "", limits: JobLimits, cgroup: inout JobCgroup?,
-               forJob: Bool = true) throws(SpawnError) -> SpawnedProcess {
+               forJob: Bool) throws(SpawnError) -> SpawnedProcess {
         var request = request
         cgroup = try makeCgroup(runID: runID, suffix: suffix, limits: limits)
         request.cgroupProcsDescriptor = cgroup?.procs

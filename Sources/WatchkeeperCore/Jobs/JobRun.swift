@@ -122,7 +122,7 @@ final class JobRun: @unchecked Sendable {
         // "the clone that does not wait (implementation)").
         request.reportsLater = !self.request.nothingElseWaiting
         var cgroup: JobCgroup?
-        let spawned = try context.spawn(request, runID: self.request.runID, limits: self.request.settings.limits, cgroup: &cgroup)
+        let spawned = try context.spawn(request, runID: self.request.runID, limits: self.request.settings.limits, cgroup: &cgroup, forJob: true)
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
         // Our write ends stay open until the read sources are cancelled (see ChildProcess).
         child = ChildProcess(name: self.request.name, kind: self.request.kind, runID: self.request.runID, owner: label, spawned: spawned,

@@ -21,7 +21,7 @@ final class JobPipeReserveTests: JobTestCase {
             var cgroup: JobCgroup?
             let spawned = try context.spawn(SpawnRequest(arguments: [Array("/bin/true".utf8)], environment: [],
                                                          standardOutput: output.stdout, standardError: output.stderr),
-                                            runID: "r1", limits: JobLimits(), cgroup: &cgroup)
+                                            runID: "r1", limits: JobLimits(), cgroup: &cgroup, forJob: true)
             var exited = pollfd(fd: spawned.pidfd.rawValue, events: Int16(POLLIN), revents: 0)
             XCTAssertEqual(poll(&exited, 1, 10_000), 1)
             _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
@@ -84,7 +84,7 @@ final class JobPipeReserveTests: JobTestCase {
                                        standardError: errors.writeEnd.rawValue, progressDescriptor: progress.writeEnd.rawValue, niceness: niceness)
             request.yieldAfterExec = true
             var cgroup: JobCgroup?
-            let spawned = try context.spawn(request, runID: "r2", limits: JobLimits(), cgroup: &cgroup)
+            let spawned = try context.spawn(request, runID: "r2", limits: JobLimits(), cgroup: &cgroup, forJob: true)
             var exited = pollfd(fd: spawned.pidfd.rawValue, events: Int16(POLLIN), revents: 0)
             XCTAssertEqual(poll(&exited, 1, 10_000), 1)
             _ = reap(pid: spawned.pid, pidfd: spawned.pidfd.rawValue)
@@ -157,7 +157,7 @@ final class JobPipeReserveTests: JobTestCase {
             var cgroup: JobCgroup?
             let spawned = try context.spawn(SpawnRequest(arguments: [Array("/bin/true".utf8)], environment: [], standardOutput: output.writeEnd.rawValue,
                                                          standardError: errors.writeEnd.rawValue),
-                                            runID: "r3", limits: JobLimits(), cgroup: &cgroup)
+                                            runID: "r3", limits: JobLimits(), cgroup: &cgroup, forJob: true)
             XCTAssertNotEqual(spawned.pid, prepared)
             XCTAssertTrue(isGone(prepared))
             XCTAssertNil(context.pipeReserve.preparedPID)

@@ -9,10 +9,6 @@ import Glibc
 /// `on_failure` and `on_success` run by the real daemon after real jobs: each test reads
 /// what the hooks themselves wrote to files, and the daemon's records on stderr.
 final class JobHookTests: WatchTestCase {
-    func lines(_ path: String) -> [String] {
-        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
-    }
-
     /// KEY=value lines a hook wrote with `env`, as a dictionary of WATCHKEEPER_ names.
     func environment(_ path: String) -> [String: String] {
         var result: [String: String] = [:]

@@ -77,17 +77,13 @@ final class PreparedJobProcessTests: WatchTestCase {
             on_success = 'echo hook >> @DIR@/hooks'
             """)
         write("first.csv")
-        XCTAssertTrue(waitFor(10) { self.lines("hooks").count == 1 }, daemon.stderr)
+        XCTAssertTrue(waitFor(10) { self.lines(self.sandbox.root + "/hooks").count == 1 }, daemon.stderr)
         let waiting = try XCTUnwrap(waitForValue(10, every: .milliseconds(10)) { self.prepared().first },
                                     "no wk-next-job after a job and its hook; stderr:\n\(daemon.stderr)")
         write("second.csv")
-        XCTAssertTrue(waitFor(10) { self.lines("hooks").count == 2 }, daemon.stderr)
-        XCTAssertEqual(lines("pids").last, String(waiting), "the second job did not run in wk-next-job \(waiting)")
+        XCTAssertTrue(waitFor(10) { self.lines(self.sandbox.root + "/hooks").count == 2 }, daemon.stderr)
+        XCTAssertEqual(lines(sandbox.root + "/pids").last, String(waiting), "the second job did not run in wk-next-job \(waiting)")
         daemon.stop(within: 10)
-    }
-
-    private func lines(_ name: String) -> [String] {
-        ((try? String(contentsOfFile: sandbox.root + "/" + name, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
     }
 
     func testWhenTheDaemonIsKilled_theWaitingProcessEndsToo() throws {

@@ -115,6 +115,11 @@ class WatchTestCase: XCTestCase {
         methodTmpfs = nil
     }
 
+    /// A text file's lines; none while it does not exist yet (tests poll for it).
+    func lines(_ path: String) -> [String] {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
     func records(_ path: String) -> [[UInt8]] {
         guard let data = FileManager.default.contents(atPath: path) else { return [] }
         return Array(data).split(separator: 0, omittingEmptySubsequences: true).map(Array.init)
