@@ -40,7 +40,7 @@ public final class JobContext: CgroupRemovalContext, Sendable {
         self.containment = containment
         self.poller = DescriptorPoller(queue: queue, sources: sources, logger: logger, owner: "jobs", purpose: "job descriptors (pidfds, output and progress pipes)")
         self.deadlines = JobDeadlines(queue: queue, sources: sources)
-        self.pipeReserve = JobPipeReserve(queue: queue)
+        self.pipeReserve = JobPipeReserve(queue: queue, prepares: daemonEnvironment[JobPipeReserve.switchedOffBy] == nil)
     }
 
     /// The queue's SpawnStrings, emptied, for the next spawn request: what was in them is

@@ -16,6 +16,8 @@ import Dispatch
 /// it serves (stdin /dev/null, the daemon's user, all three pipes), so a configuration whose
 /// jobs cannot use one never makes one, and an idle daemon has none. Hooks and on_expire
 /// handlers make pipes of their own (JobContext.spawn's `forJob`) and never touch either.
+/// `WATCHKEEPER_NO_PREPARED_CHILD` in the daemon's environment turns prepared children off,
+/// for a tool that cannot follow their clone (valgrind ends the daemon at it).
 final class JobPipeReserve: @unchecked Sendable {
     private let queue: SubsystemQueue
     private var stdout: OwnedPipe?
@@ -31,16 +33,22 @@ final class JobPipeReserve: @unchecked Sendable {
     private var taken: UInt8 = 0
     /// Whether the last spawn could have used a prepared child.
     private var lastSpawnFits = false
-    /// False once the engine stops accepting jobs: nothing is prepared any more.
-    private var preparing = true
+    /// False once the engine stops accepting jobs (or from the start, when switched off):
+    /// nothing is prepared any more.
+    private var preparing: Bool
     private static let wholeSet: UInt8 = 7
 
     /// Bytes asked for the progress pipe: room for bursts between two progress reads.
     static let progressCapacity = 1 << 20
 
-    init(queue: SubsystemQueue) {
+    init(queue: SubsystemQueue, prepares: Bool = true) {
         self.queue = queue
+        preparing = prepares
     }
+
+    /// The environment variable that switches prepared children off, whatever its value.
+    static let switchedOffBy = "WATCHKEEPER_NO_PREPARED_CHILD"
+
 
     /// The prepared stdout pipe, or one made now.
     func takeOutput() throws(SpawnError) -> OwnedPipe {

@@ -72,8 +72,9 @@ final class JobPipeReserveTests: JobTestCase {
 
     /// `/bin/sh -c script` as a job starts: the reserve's whole set as fds 1 to 3.
     @discardableResult
-    private func runWithTheSet(_ script: String, workingDirectory: String? = nil, niceness: Int32 = ProcessSpawner.baseNiceness) throws -> Ran {
-        let context = self.context!
+    private func runWithTheSet(_ script: String, workingDirectory: String? = nil, niceness: Int32 = ProcessSpawner.baseNiceness,
+                               in other: JobContext? = nil) throws -> Ran {
+        let context = other ?? self.context!
         return try context.queue.queue.sync {
             let reserve = context.pipeReserve
             let output = try reserve.takeOutput()
@@ -107,6 +108,19 @@ final class JobPipeReserveTests: JobTestCase {
             return pid != nil
         }
         return pid
+    }
+
+    /// WATCHKEEPER_NO_PREPARED_CHILD: for valgrind, which ends a program at the prepared
+    /// child's clone (Tests/bench/symbol_order.py runs the daemon under it).
+    func testWithPreparedChildrenSwitchedOff_noChildWaitsAfterAJob() throws {
+        try XCTSkipUnless(wk_prepare_supported() != 0, "no prepared children in this build or on this architecture")
+        let off = JobContext(queue: SubsystemQueue(name: "test.jobs.off"), sink: context.sink, logger: log.logger, sources: SourceRegistry(),
+                             daemonEnvironment: ["PATH": "/usr/bin:/bin", JobPipeReserve.switchedOffBy: "1"])
+        XCTAssertNoThrow(try runWithTheSet("true", in: off))
+        XCTAssertTrue(waitFor(10) { off.queue.queue.sync { off.pipeReserve.isFull } })
+        off.queue.queue.sync { off.pipeReserve.prepareSoon() }
+        // prepareSoon's block runs before this sync's (one serial queue), and prepares there.
+        XCTAssertNil(off.queue.queue.sync { off.pipeReserve.preparedPID })
     }
 
     private func isGone(_ pid: pid_t) -> Bool {
