@@ -41,14 +41,13 @@ final class JobPipeReserve: @unchecked Sendable {
     /// Bytes asked for the progress pipe: room for bursts between two progress reads.
     static let progressCapacity = 1 << 20
 
-    init(queue: SubsystemQueue, prepares: Bool = true) {
+    init(queue: SubsystemQueue, prepares: Bool) {
         self.queue = queue
         preparing = prepares
     }
 
     /// The environment variable that switches prepared children off, whatever its value.
     static let switchedOffBy = "WATCHKEEPER_NO_PREPARED_CHILD"
-
 
     /// The prepared stdout pipe, or one made now.
     func takeOutput() throws(SpawnError) -> OwnedPipe {

@@ -116,6 +116,8 @@ final class JobPipeReserveTests: JobTestCase {
         try XCTSkipUnless(wk_prepare_supported() != 0, "no prepared children in this build or on this architecture")
         let off = JobContext(queue: SubsystemQueue(name: "test.jobs.off"), sink: context.sink, logger: log.logger, sources: SourceRegistry(),
                              daemonEnvironment: ["PATH": "/usr/bin:/bin", JobPipeReserve.switchedOffBy: "1"])
+        // Should one be made after all, it does not outlive the test (tearDown stops only `context`'s).
+        defer { off.queue.queue.sync { off.pipeReserve.stopPreparing() } }
         XCTAssertNoThrow(try runWithTheSet("true", in: off))
         XCTAssertTrue(waitFor(10) { off.queue.queue.sync { off.pipeReserve.isFull } })
         off.queue.queue.sync { off.pipeReserve.prepareSoon() }
