@@ -146,7 +146,7 @@ PREPARED_SPAWN = ["wk_spawn_prepared", "parked_block", "fits", "wk_block_copy_re
                   "copy_vector", "join_cgroup_for", "wait_for_exec", "wk_spawn_succeed", "finish_and_exec", "report_and_exit"]
 
 
-def event_path(binary, scratch, env):
+def event_path(binary, symbols, scratch, env):
     """The functions of `binary` the reader thread ran for 10 files of bench-peers' rule, one
     at a time after 3 to warm up, in the order it first ran them."""
     profile = os.path.join(scratch, "event-path.out")
@@ -168,7 +168,6 @@ def event_path(binary, scratch, env):
     daemon.send_signal(signal.SIGTERM)
     if daemon.wait(timeout=120) != 0:
         sys.exit(f"the daemon exited {daemon.returncode}; its log: {log}")
-    symbols = function_symbols(binary)
     functions = executed_functions(profile, binary, symbols)
     if len(functions) < 100:
         sys.exit(f"only {len(functions)} functions on the reader thread: has {READER_THREAD} been renamed?")
@@ -238,7 +237,7 @@ def main():
         by_part = [executed_functions(os.path.join(scratch, part), binary, symbols) for part in parts]
         functions = list(dict.fromkeys(name for part in by_part for name in part))
         print(f"{len(by_part[0])} functions in the start-up, {len(set(by_part[1]) - set(by_part[0]))} more at idle, {len(functions)} in all")
-        hot = event_path(binary, scratch, env)
+        hot = event_path(binary, symbols, scratch, env)
         listed = set(hot)
         functions = hot + [name for name in functions if name not in listed]
         print(f"{len(hot)} functions on the event path, listed first")

@@ -95,13 +95,19 @@ final class JobPipeReserveTests: JobTestCase {
         }
     }
 
-    /// What ChildProcess does at every exit, and the wait for the queued block.
+    /// A job of the kind a prepared child serves (before one, nothing is prepared), its set
+    /// made again, then what ChildProcess does at every exit.
+    private func runAJobAndPrepareSoon(in other: JobContext? = nil) {
+        let context = other ?? self.context!
+        XCTAssertNoThrow(try runWithTheSet("true", in: other))
+        XCTAssertTrue(waitFor(10) { context.queue.queue.sync { context.pipeReserve.isFull } })
+        context.queue.queue.sync { context.pipeReserve.prepareSoon() }
+    }
+
+    /// A prepared child after a job, once the queued block has made it.
     private func prepare() throws -> pid_t? {
         try XCTSkipUnless(wk_prepare_supported() != 0, "no prepared children in this build or on this architecture")
-        // A job of the kind a prepared child serves: before one, nothing is prepared.
-        XCTAssertNoThrow(try runWithTheSet("true"))
-        XCTAssertTrue(waitFor(10) { self.reserveIsFull })
-        context.queue.queue.sync { context.pipeReserve.prepareSoon() }
+        runAJobAndPrepareSoon()
         var pid: pid_t?
         _ = waitFor(10) {
             pid = self.context.queue.queue.sync { self.context.pipeReserve.preparedPID }
@@ -118,9 +124,7 @@ final class JobPipeReserveTests: JobTestCase {
                              daemonEnvironment: ["PATH": "/usr/bin:/bin", JobPipeReserve.switchedOffBy: "1"])
         // Should one be made after all, it does not outlive the test (tearDown stops only `context`'s).
         defer { off.queue.queue.sync { off.pipeReserve.stopPreparing() } }
-        XCTAssertNoThrow(try runWithTheSet("true", in: off))
-        XCTAssertTrue(waitFor(10) { off.queue.queue.sync { off.pipeReserve.isFull } })
-        off.queue.queue.sync { off.pipeReserve.prepareSoon() }
+        runAJobAndPrepareSoon(in: off)
         // prepareSoon's block runs before this sync's (one serial queue), and prepares there.
         XCTAssertNil(off.queue.queue.sync { off.pipeReserve.preparedPID })
     }
