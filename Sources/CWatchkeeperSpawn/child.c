@@ -18,6 +18,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 // Debian 12's headers know it; older ones might not, and the kernel is what matters.
@@ -300,6 +301,16 @@ WK_CHILD_CODE __attribute__((noreturn)) static void finish_and_exec(struct child
     rc = SYSCALL4(SYS_rt_sigprocmask, SIG_SETMASK, &plan->empty_mask, 0, _NSIG / 8);
     if (rc != 0) {
         report_and_exit(plan, WK_STEP_SIGMASK, (int)-rc);
+    }
+
+    // Last of all, after every step that could be slow: a start decided under a fleet
+    // lease must not happen after the instant the decision was good until.
+    if (req->exec_deadline_ns != 0) {
+        struct timespec now;
+        rc = SYSCALL2(SYS_clock_gettime, CLOCK_MONOTONIC, &now);
+        if (rc != 0 || (unsigned long long)now.tv_sec * 1000000000ULL + (unsigned long long)now.tv_nsec >= req->exec_deadline_ns) {
+            report_and_exit(plan, WK_STEP_DEADLINE, rc != 0 ? (int)-rc : ETIME);
+        }
     }
 
     rc = SYSCALL3(SYS_execve, req->path, req->argv, req->envp);

@@ -63,6 +63,7 @@ static const char *const step_names[] = {
     [WK_STEP_CHDIR] = "chdir",
     [WK_STEP_SIGMASK] = "sigprocmask",
     [WK_STEP_EXEC] = "execve",
+    [WK_STEP_DEADLINE] = "exec deadline",
 };
 
 const char *wk_spawn_step_name(int step) {

@@ -116,7 +116,7 @@ final class SimEngine: @unchecked Sendable {
     private func tryStart(_ job: Job) {
         let decision = starts.beforeStart(job.claim.map { .claimed($0) } ?? job.fleet, runID: job.runID) { [weak self, weak job] answer in
             guard let self, let job, self.claiming.removeValue(forKey: job.runID) != nil else { return }
-            if case .start(let claim) = answer {
+            if case .start(let claim, _) = answer {
                 job.claim = claim
                 if self.accepting { self.start(job) } else { self.notStarted(job, .cancelled) }
             } else if case .notStarted(let outcome, _) = answer {
@@ -126,7 +126,7 @@ final class SimEngine: @unchecked Sendable {
             self.pump()
         }
         switch decision {
-        case .start(let claim):
+        case .start(let claim, _):
             job.claim = claim
             start(job)
         case .claiming:

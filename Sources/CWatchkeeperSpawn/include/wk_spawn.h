@@ -31,6 +31,7 @@ enum wk_spawn_step {
     WK_STEP_CHDIR,      // child: chdir
     WK_STEP_SIGMASK,    // child: empty signal mask
     WK_STEP_EXEC,       // child: execve
+    WK_STEP_DEADLINE,   // child: the request's exec deadline had passed (ETIME); nothing exec'd
 };
 
 struct wk_spawn_request {
@@ -62,6 +63,10 @@ struct wk_spawn_request {
                                   // are this request's (stdin /dev/null, stdout, stderr, extra) and
                                   // the job runs as the daemon's user; discarded otherwise. Spent
                                   // either way.
+    unsigned long long exec_deadline_ns; // nonzero: CLOCK_MONOTONIC nanoseconds from which the child
+                                  // must not exec; read by the child just before its execve, so a
+                                  // parent stopped (SIGSTOP) or starved between deciding and
+                                  // spawning cannot start the program late (WK_STEP_DEADLINE).
 };
 
 struct wk_spawn_result {

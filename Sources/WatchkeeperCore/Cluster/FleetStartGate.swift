@@ -28,8 +28,14 @@ public final class FleetStartGate: Sendable {
 
     /// A job whose claim is bound to `lease` may start at `now`.
     public func allows(lease: Int64, at now: MonotonicInstant) -> Bool {
-        guard let opening = current else { return false }
-        return opening.lease == lease && now < opening.until
+        startsUntil(lease: lease, at: now) != nil
+    }
+
+    /// The instant until which a job whose claim is bound to `lease` may start, if it may
+    /// start at `now`: its process must exec before it (`SpawnRequest.execDeadline`).
+    public func startsUntil(lease: Int64, at now: MonotonicInstant) -> MonotonicInstant? {
+        guard let opening = current, opening.lease == lease, now < opening.until else { return nil }
+        return opening.until
     }
 
     /// The lease a claim made at `now` would be bound to, if jobs may start under it.

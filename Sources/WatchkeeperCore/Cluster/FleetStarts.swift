@@ -33,12 +33,12 @@ public final class FleetStarts: FleetJobStarts, FleetJobsListener, @unchecked Se
         let now = clock()
         switch job {
         case .unclaimed:
-            return .start(nil)
+            return .start(nil, by: nil)
         case .claimed(let hold):
-            guard gate.allows(lease: hold.lease, at: now) else {
+            guard let until = gate.startsUntil(lease: hold.lease, at: now) else {
                 return .notStarted(.cancelled, detail: "cancelled: not started, as this host's etcd lease \(FleetMember.hex(hold.lease)) was not known to be alive (it could not be renewed in time); its claim is released")
             }
-            return .start(hold)
+            return .start(hold, by: until)
         case .file(let rule, let relative, let size, let modified):
             guard gate.openLease(at: now) != nil else {
                 return .notStarted(.held, detail: "held: no etcd lease known to be alive")
@@ -58,7 +58,7 @@ public final class FleetStarts: FleetJobStarts, FleetJobsListener, @unchecked Se
         switch claim {
         case .won(let revision, let lease):
             let hold = FleetClaimHold(lease: lease, revision: revision)
-            if gate.allows(lease: lease, at: clock()) { return .start(hold) }
+            if let until = gate.startsUntil(lease: lease, at: clock()) { return .start(hold, by: until) }
             // Won as the lease stopped being known alive: released, and the file waits.
             ended(job, hold: hold, runID: runID, ok: false)
             return .notStarted(.held, detail: "held: claimed as this host's etcd lease stopped being renewed in time; released")

@@ -22,8 +22,10 @@ public enum FleetJob: Sendable, Equatable {
 
 /// What happens to a fleet job that a free slot came to.
 public enum FleetStartDecision: Sendable, Equatable {
-    /// It starts, holding this claim (nil: unclaimed).
-    case start(FleetClaimHold?)
+    /// It starts, holding this claim (nil: unclaimed), and its process must exec before
+    /// `by` (nil: no such instant): the lease's fence point, which a daemon stopped or
+    /// starved between this decision and the exec may have passed.
+    case start(FleetClaimHold?, by: MonotonicInstant?)
     /// A file's claim is on its way; the slot stays the job's until the answer comes.
     case claiming
     /// It does not start, and ends with this outcome: `ranElsewhere` (another host has or

@@ -255,10 +255,10 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
     /// its claim's answer, or the slot is free again.
     private func fleetStart(_ key: JobKey, _ item: Waiting, _ decision: FleetStartDecision) {
         switch decision {
-        case .start(let claim) where accepting:
-            if let group = groups[key] { return launch(key, item.claimed(claim), group) }
+        case .start(let claim, let execBy) where accepting:
+            if let group = groups[key] { return launch(key, item.claimed(claim), group, execBy: execBy) }
             fleetStart(key, item.claimed(claim), .notStarted(.cancelled, detail: "cancelled: \(key) was removed"))
-        case .start(let claim):
+        case .start(let claim, _):
             fleetStart(key, item.claimed(claim), .notStarted(.cancelled, detail: "cancelled: the daemon is stopping"))
         case .claiming:
             claiming.insert(item.runID)
@@ -268,7 +268,8 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
         }
     }
 
-    private func launch(_ key: JobKey, _ item: Waiting, _ group: JobGroup) {
+    /// `execBy`: a fleet job's fence point; its process does not exec after it.
+    private func launch(_ key: JobKey, _ item: Waiting, _ group: JobGroup, execBy: MonotonicInstant? = nil) {
         guard let item = item.checkedBeforeStart(key, logger: logger) else {
             line.finished(key)
             filesGoneBeforeStart += 1
@@ -279,6 +280,7 @@ public final class JobEngine: DumpContributor, @unchecked Sendable {
                                  attempt: item.attempt, submittedAt: item.submittedAt)
         request.plan = groups.plan(for: group, context: context)
         request.nothingElseWaiting = line.waitingCount == 0
+        request.execDeadline = execBy
         let entry = Active(key: key, waiting: item)
         active.insert(entry)
         let run = JobRun(request: request, id: item.runID, context: context, owner: self)

@@ -33,6 +33,8 @@ public struct JobRequest: Sendable {
     /// Nothing else waited to start when the engine launched it: its spawn gives the CPU
     /// back to it once it has exec'd (SpawnRequest.yieldAfterExec).
     var nothingElseWaiting = false
+    /// A fleet job's: the instant its process must exec before (SpawnRequest.execDeadline).
+    var execDeadline: MonotonicInstant?
 
     public init(key: JobKey, runID: String = RunID.random().description, settings: JobSettings, subject: JobSubject = .schedule(scheduledAt: nil),
                 attempt: Int = 1, submittedAt: MonotonicInstant = .now) {

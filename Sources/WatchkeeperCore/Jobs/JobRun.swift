@@ -95,9 +95,19 @@ final class JobRun: @unchecked Sendable {
         } catch where error.isResourceShortage {
             return .shortOfResources(error)
         } catch {
-            finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)")
+            endUnstarted(error)
             return .failed
         }
+    }
+
+    /// A run whose process never ran its program: the job failed, unless it is a fleet job
+    /// whose exec came past its lease's fence point, which did not start at all: cancelled,
+    /// never retried, with no start time, so that its claim is released (a file's, as for any
+    /// run that was not ok; a fire's, as for a fire refused at the gate) for another host.
+    private func endUnstarted(_ error: SpawnError) {
+        guard error.step == .execDeadline else { return finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)") }
+        finish(outcome: .cancelled, exit: nil, expiry: nil, started: false,
+               detail: "cancelled: not started, as its exec came after this host's etcd lease stopped being known alive (the daemon was stopped or starved between the start and the exec); its claim is released")
     }
 
     /// Every pipe end and the pidfd are owned values: on a failed spawn they close as they
@@ -121,6 +131,7 @@ final class JobRun: @unchecked Sendable {
         // without waiting it waited for a CPU of its own on a busy machine (latency-path.md,
         // "the clone that does not wait (implementation)").
         request.reportsLater = !self.request.nothingElseWaiting
+        request.execDeadline = self.request.execDeadline
         var cgroup: JobCgroup?
         let spawned = try context.spawn(request, runID: self.request.runID, limits: self.request.settings.limits, cgroup: &cgroup, forJob: true)
         let started = (pid: spawned.pid, spawnToExecNanoseconds: spawned.spawnToExecNanoseconds)
@@ -372,9 +383,7 @@ final class JobRun: @unchecked Sendable {
     func spawnFailed(_ error: SpawnError) {
         child?.closeOutputs()
         child?.releaseContainment()
-        guard error.isResourceShortage else {
-            return finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)")
-        }
+        guard error.isResourceShortage else { return endUnstarted(error) }
         stopTimersAndProgress()
         guard !recorded else { return }
         recorded = true
@@ -390,11 +399,12 @@ final class JobRun: @unchecked Sendable {
     }
 
     /// `endedAt`: when the job's process exited, if its record waited for its output after.
-    private func finish(outcome: RunOutcome, exit: ProcessExit?, expiry: ExpiryReason?, detail: String?,
+    /// `started`: false for a run whose program never began (its record has no start time).
+    private func finish(outcome: RunOutcome, exit: ProcessExit?, expiry: ExpiryReason?, started: Bool = true, detail: String?,
                         endedAt: (MonotonicInstant, WallTime)? = nil) {
         stopTimersAndProgress()
         let now = endedAt?.0 ?? .now
-        let record = RunRecord.ran(request, outcome: outcome, startedAt: startedWall, finishedAt: endedAt?.1 ?? .now(),
+        let record = RunRecord.ran(request, outcome: outcome, startedAt: started ? startedWall : nil, finishedAt: endedAt?.1 ?? .now(),
                                    duration: now - startedAt, exit: exit, expiry: expiry, detail: detail)
         guard !recorded else { return }
         recorded = true

@@ -54,6 +54,10 @@ public struct SpawnRequest: Sendable {
     /// A prepared child for this spawn (JobPipeReserve.takePrepared), or 0. Spent by the
     /// spawn whatever happens: used if it fits, discarded otherwise.
     var preparedTicket: UInt64 = 0
+    /// The child does not exec from this instant on (checked just before its execve): a
+    /// start decided under a fleet lease is not made late by a daemon stopped or starved in
+    /// between. It fails at step `.execDeadline` instead, nothing of the program run.
+    public var execDeadline: MonotonicInstant?
     /// argv and envp already written as C strings (the jobs queue's, JobRun); when set,
     /// `arguments` and `environment` are empty and not read.
     var strings: SpawnStrings?
@@ -205,6 +209,7 @@ public enum ProcessSpawner {
         spec.yield_after_exec = request.yieldAfterExec ? 1 : 0
         spec.report_later = request.reportsLater ? 1 : 0
         spec.prepared_ticket = request.preparedTicket
+        spec.exec_deadline_ns = request.execDeadline.map { max($0.nanoseconds, 1) } ?? 0
         unspentTicket = 0
 
         var result = wk_spawn_result()
@@ -306,6 +311,9 @@ public enum ProcessSpawner {
         case WK_STEP_EXEC.rawValue:
             step = .execve
             object = String(decoding: path, as: UTF8.self)
+        case WK_STEP_DEADLINE.rawValue:
+            return SpawnError(step: .execDeadline, errorNumber: code,
+                              description: "not started: \"\(name)\" was still to exec when its start deadline passed (the daemon was stopped or starved in between)")
         default: step = .report
         }
         let callText = object.map { "\(call) \($0)" } ?? call

@@ -16,6 +16,8 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
         case cgroup, signals, setsid, stdin, dup, closeDescriptors
         case setpriority
         case setgroups, setgid, setuid, chdir, execve
+        /// The request's exec deadline had passed when the child was about to exec.
+        case execDeadline
     }
 
     public let step: Step

@@ -124,8 +124,8 @@ class JobTestCase: XCTestCase {
         super.tearDown()
     }
 
-    func makeEngine(maxJobs: Int = 4) -> JobEngine {
-        let engine = JobEngine(context: context, maxJobs: maxJobs)
+    func makeEngine(maxJobs: Int = 4, fleetStarts: (any FleetJobStarts)? = nil) -> JobEngine {
+        let engine = JobEngine(context: context, maxJobs: maxJobs, fleetStarts: fleetStarts)
         engines.append(engine)
         return engine
     }

@@ -24,7 +24,7 @@ final class ProcessSpawnerTests: XCTestCase {
     /// Spawns, collects stdout/stderr/progress until EOF, waits for the pidfd and reaps.
     func run(
         _ arguments: [[UInt8]], environment: [[UInt8]] = [searchPath], workingDirectory: String? = nil,
-        credentials: Credentials? = nil, withProgress: Bool = false, forceFork: Bool = false
+        credentials: Credentials? = nil, withProgress: Bool = false, forceFork: Bool = false, execDeadline: MonotonicInstant? = nil
     ) throws -> Finished {
         let output = try OwnedPipe().releaseEnds()
         let errorOutput = try OwnedPipe().releaseEnds()
@@ -40,6 +40,7 @@ final class ProcessSpawnerTests: XCTestCase {
             progressDescriptor: progress?.writeEnd
         )
         request.forceFork = forceFork
+        request.execDeadline = execDeadline
         // The child has its copies of the write ends once spawned; ours close either way.
         func spawnThenCloseWriteEnds() throws -> SpawnedProcess {
             defer {
@@ -367,6 +368,31 @@ final class ProcessSpawnerTests: XCTestCase {
             XCTAssertEqual((error as? SpawnError)?.step, .execve)
             XCTAssertEqual((error as? SpawnError)?.errorNumber, EACCES)
             XCTAssertEqual("\(error)", "unable to run \"\(path)\": execve \(path): Permission denied")
+        }
+    }
+
+    // MARK: exec deadline
+
+    /// A fleet job's start decided before a stop of the daemon must not happen after it: the
+    /// child checks the deadline itself, just before its execve, whichever way it was made.
+    func testAnExecDeadlineThatHasPassed_runsNothingOfTheProgram_andNamesTheDeadline() throws {
+        let marks = try makeScratchDirectory() + "/ran"
+        let passed = MonotonicInstant.now - .milliseconds(1)
+        for forceFork in [false, true] {
+            XCTAssertThrowsError(try run([bytes("/bin/sh"), bytes("-c"), bytes("echo ran >> \(marks)")], forceFork: forceFork, execDeadline: passed)) { error in
+                XCTAssertEqual((error as? SpawnError)?.step, .execDeadline, "fork: \(forceFork)")
+                XCTAssertEqual((error as? SpawnError)?.errorNumber, ETIME)
+                XCTAssertEqual("\(error)", "not started: \"/bin/sh\" was still to exec when its start deadline passed (the daemon was stopped or starved in between)")
+            }
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: marks), "the program ran past its deadline")
+    }
+
+    func testAnExecDeadlineStillAhead_letsTheProgramRun() throws {
+        for forceFork in [false, true] {
+            let finished = try run([bytes("/bin/sh"), bytes("-c"), bytes("echo ran")], forceFork: forceFork, execDeadline: .now + .seconds(30))
+            XCTAssertEqual(finished.exit, .exited(0))
+            XCTAssertEqual(text(finished.output), "ran\n")
         }
     }
 }
