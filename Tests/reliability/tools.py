@@ -413,7 +413,9 @@ def verdict(row):
 
 def runs_of(log, paths, limit=8):
     """The daemon's lines whose `path=` field is each of `paths` (its runs, with the event
-    each came from), so a failure in CI says which event made a version run again."""
+    each came from), and its debug lines that name the path (why a handled file ran again:
+    the form the ledger held and the form found), so a failure in CI says what made a version
+    run again."""
     shown = []
     try:
         with open(log, "rb") as f:
@@ -421,7 +423,8 @@ def runs_of(log, paths, limit=8):
     except OSError as error:
         return [f"(no daemon log: {error})"]
     for path in paths:
-        hits = [line.decode(errors="replace").rstrip()[:400] for line, fields in lines if fields.get("path") == path]
+        hits = [line.decode(errors="replace").rstrip()[:600] for line, fields in lines
+                if fields.get("path") == path or (b" debug: " in line and b" " + path + b" " in line)]
         shown.append(f"{path.decode(errors='replace')}: {len(hits)} line(s)")
         shown += ["  " + hit for hit in hits[-limit:]]
     return shown
@@ -462,7 +465,8 @@ def main():
                 run.cells.append(Cell(name, method, base, names))
         conf = f"{root}/watchkeeper.toml"
         with open(conf, "w") as f:
-            f.write("[daemon]\nmax_jobs = 8\n\n" + "\n".join(c.config(f"{root}/read.sh") for c in run.cells))
+            # Debug: a version read again comes with the daemon's reason (runs_of).
+            f.write("[daemon]\nmax_jobs = 8\nlog_level = \"debug\"\n\n" + "\n".join(c.config(f"{root}/read.sh") for c in run.cells))
         run.daemon = wk.Daemon(os.path.abspath(args.binary), root, conf)
         if not run.daemon.start(ready_within=30):
             raise RuntimeError("no READY=1: " + run.daemon.stderr_tail())

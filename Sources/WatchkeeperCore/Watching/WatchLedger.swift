@@ -81,7 +81,8 @@ final class WatchLedger {
                        replacedAnother: Bool = false) -> Bool {
         guard rule.settings.catchUp, let reader else { return false }
         do {
-            if let entry = try reader.entry(rule: rule.name, path: relative) {
+            let held = try reader.entry(rule: rule.name, path: relative)
+            if let entry = held {
                 if entry.identity.sameFile(as: identity) { return entry.outcome == RunOutcome.ok.rawValue }
                 if replacedAnother && entry.outcome == RunOutcome.ok.rawValue && entry.identity.renamed(as: identity) {
                     rule.counters.movesFollowed += 1
@@ -89,12 +90,16 @@ final class WatchLedger {
                     return true
                 }
             }
-            guard mayHaveMoved else { return false }
+            guard mayHaveMoved else {
+                if let held { explainRunAgain(rule, relative, held: held, now: identity, replacedAnother: replacedAnother) }
+                return false
+            }
             // In a polled tree no event says what was renamed: a handled file found under
             // another name with only its change time moved is taken for that file, moved.
             let polled = rule.isPolled(relative)
             guard let moved = try reader.entries(rule: rule.name, identity: identity, renamed: polled)
                 .first(where: { $0.outcome == RunOutcome.ok.rawValue && $0.path != relative }) else {
+                if let held { explainRunAgain(rule, relative, held: held, now: identity, replacedAnother: replacedAnother) }
                 return false
             }
             rule.counters.movesFollowed += 1
@@ -104,6 +109,20 @@ final class WatchLedger {
             problems.report("unable to read the file ledger", example: "\(error)")
             return false
         }
+    }
+
+    /// Why a file handled before runs again, for whoever reads the debug log (a test that
+    /// caught a file run twice, an administrator asking why): the form the ledger held at its
+    /// name, and the form found now.
+    private func explainRunAgain(_ rule: WatchRule, _ relative: [UInt8], held: LedgerEntry, now: FileIdentity, replacedAnother: Bool) {
+        func form(_ identity: FileIdentity) -> String {
+            let optional = { (value: Int64?) in value.map(String.init) ?? "none" }
+            return "inode \(identity.inode), size \(identity.size), mtime_ns \(identity.modifiedNanoseconds), ctime_ns \(optional(identity.changedNanoseconds)), "
+                + "btime_ns \(optional(identity.bornNanoseconds)), generation \(identity.generation.map(String.init) ?? "none")"
+        }
+        let path = LineEscaping.escaped(rule.absolute(relative))
+        let how = replacedAnother ? "; a poll saw another inode at that name before" : ""
+        logger.debug("watch \(rule.name): \(path) runs again: the ledger held it (\(held.outcome), \(held.handledAt.iso8601)) as \(form(held.identity)), and it is now \(form(now))\(how)")
     }
 
     /// The rule's entry at `relative` (nil when the ledger is not open, has none, or cannot
