@@ -82,6 +82,13 @@ public struct FleetScenario: Sendable {
     /// How often an answer is lost after etcd applied the call, and a leg is slow.
     public var lostAnswers = 0.01
     public var slowLegs = 0.02
+    /// How often a job's exec is held up after the start gate let it through (the jobs
+    /// thread descheduled, the daemon stopped with SIGSTOP just then: CI's nemesis caught
+    /// one), for up to twice the lease's TTL, the jobs queue held up with it. Drawn by each
+    /// host's engine from a stream of its own, so a seed's other draws stay as they were.
+    public var stalledStarts = 0.02
+    /// Off only to show what the child's exec deadline prevents (FleetSimulationCanFailTests).
+    public var execDeadlineChecked = true
     public var faults: [Fault]
     /// When the last fault has healed; the run goes on quietly until `end`.
     public var faultsEnd: Int64

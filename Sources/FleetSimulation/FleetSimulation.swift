@@ -96,7 +96,8 @@ public final class FleetSimulation: @unchecked Sendable {
         let report = FleetHistoryChecker(silenceWindow: 1.0).check(history.ordered)
         return FleetSimulationResult(seed: scenario.seed, report: report, leaseViolations: history.leaseViolations,
                                      tightestFenceMargin: history.tightestFenceMargin, fencedRuns: history.fencedRuns,
-                                     eventsRun: loop.eventsRun, answersLost: network.answersLost, notRun: notRun)
+                                     eventsRun: loop.eventsRun, answersLost: network.answersLost, notRun: notRun,
+                                     lateExecsRefused: history.lateExecsRefused)
     }
 
     private func schedule(_ fault: FleetScenario.Fault) {
@@ -197,6 +198,8 @@ public struct FleetSimulationResult: Sendable {
     public let eventsRun: Int
     public let answersLost: Int
     public let notRun: [String: Int]
+    /// Starts held up past their fence point that did not exec (SimEngine.exec).
+    public var lateExecsRefused = 0
 
     public var passed: Bool { report.anomalyCount == 0 && leaseViolations.isEmpty }
 

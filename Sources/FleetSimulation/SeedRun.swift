@@ -16,6 +16,7 @@ public struct SeedRunSummary: Sendable {
     public var rerunsAfterFailure = 0
     public var anomalies: [String: Int] = [:]
     public var leaseViolations = 0
+    public var lateExecsRefused = 0
 
     mutating func add(_ result: FleetSimulationResult) {
         seeds += 1
@@ -30,6 +31,7 @@ public struct SeedRunSummary: Sendable {
         rerunsAfterFailure += result.report.rerunsAfterFailure
         for (anomaly, count) in result.report.anomalies { anomalies[anomaly.rawValue, default: 0] += count }
         leaseViolations += result.leaseViolations.count
+        lateExecsRefused += result.lateExecsRefused
     }
 
     /// The command that replays a seed exactly, with the daemon's log.
@@ -42,6 +44,7 @@ public struct SeedRunSummary: Sendable {
         var lines = ["\(seeds) seeds, \(failed.count) failed; \(runs) runs, \(events) events; faults \(faultText)"]
         lines.append("anomalies: \(anomalyText.isEmpty ? "none" : anomalyText); runs that broke their lease: \(leaseViolations)")
         lines.append("\(fencedRuns) runs ended under a lease that then expired at etcd, the closest \(margin) before its expiry")
+        lines.append("\(lateExecsRefused) starts held up past their fence point did not exec")
         lines.append("\(rerunsAfterSilencedOk) runs again after an ok run whose host was silenced (\(rerunsAfterStopWithoutEtcd) of them stopping while etcd "
                      + "had no leader), \(rerunsAfterFailure) after a failed or killed one")
         for result in failed.prefix(5) {

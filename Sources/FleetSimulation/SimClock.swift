@@ -82,6 +82,11 @@ final class SimQueue: FleetQueue, @unchecked Sendable {
         enqueue(work)
     }
 
+    /// Nothing queued from now runs before `at`: the queue's thread is held up there.
+    func hold(until at: Int64) {
+        last = max(last, at)
+    }
+
     /// The simulation's own work on this queue (one thread runs a seed: nothing is shared).
     func enqueue(_ work: @escaping () -> Void) {
         let at = max(loop.now + Int64(loop.random.int(1_000...20_000)), last)

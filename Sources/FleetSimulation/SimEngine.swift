@@ -62,6 +62,9 @@ final class SimEngine: @unchecked Sendable {
     private var claiming: [RunID: Job] = [:]
     var starts: FleetStarts!
     private(set) var accepting = true
+    /// Whether a start is held up between the gate and the exec, and for how long: a stream
+    /// of the host's own (the loop's draws stay as they were for every seed).
+    private var stalls: SimRandom
     /// Told when the last running job ended during the drain.
     var onIdle: (() -> Void)?
 
@@ -69,6 +72,7 @@ final class SimEngine: @unchecked Sendable {
         self.host = host
         self.maxJobs = maxJobs
         self.ruleLimit = ruleLimit
+        stalls = SimRandom(seed: host.simulation.scenario.seed ^ 0x57A1_1ED0 ^ UInt64(host.index) << 32 ^ UInt64(host.persistent.incarnations) << 40)
     }
 
     private var loop: SimLoop { host.loop }
@@ -116,9 +120,9 @@ final class SimEngine: @unchecked Sendable {
     private func tryStart(_ job: Job) {
         let decision = starts.beforeStart(job.claim.map { .claimed($0) } ?? job.fleet, runID: job.runID) { [weak self, weak job] answer in
             guard let self, let job, self.claiming.removeValue(forKey: job.runID) != nil else { return }
-            if case .start(let claim, _) = answer {
+            if case .start(let claim, let by) = answer {
                 job.claim = claim
-                if self.accepting { self.start(job) } else { self.notStarted(job, .cancelled) }
+                if self.accepting { self.start(job, by: by) } else { self.notStarted(job, .cancelled) }
             } else if case .notStarted(let outcome, _) = answer {
                 self.notStarted(job, outcome)
             }
@@ -126,9 +130,9 @@ final class SimEngine: @unchecked Sendable {
             self.pump()
         }
         switch decision {
-        case .start(let claim, _):
+        case .start(let claim, let by):
             job.claim = claim
-            start(job)
+            start(job, by: by)
         case .claiming:
             claiming[job.runID] = job
         case .notStarted(let outcome, _):
@@ -146,8 +150,35 @@ final class SimEngine: @unchecked Sendable {
         job.ended(FleetRunEnd(outcome: outcome, startedAt: nil, finishedAt: host.clock.wallNow, expiry: nil))
     }
 
-    private func start(_ job: Job) {
+    /// The job has its slot; its child execs now, or after a stall (`FleetScenario.stalledStarts`)
+    /// during which the jobs queue is held up too (a fence, a claim's answer wait behind it).
+    private func start(_ job: Job, by: MonotonicInstant?) {
         running[job.runID] = job
+        let scenario = host.simulation.scenario
+        guard scenario.stalledStarts > 0, stalls.chance(scenario.stalledStarts) else { return exec(job, by: by) }
+        let stall = stalls.nanos(0.05...(2 * Double(scenario.leaseTTL) / 1e9))
+        host.jobsQueue.hold(until: loop.now + stall + 1)
+        job.token += 1
+        let token = job.token
+        loop.after(stall) { [weak self, weak job] in
+            guard let self, let job, job.token == token, self.host.alive else { return }
+            self.exec(job, by: by)
+        }
+    }
+
+    /// As the child does (child.c): past the instant the gate gave, it does not exec, and the
+    /// run ends unstarted, its claim released.
+    private func exec(_ job: Job, by: MonotonicInstant?) {
+        if let by, host.clock.now >= by {
+            host.history.lateExec(refused: host.simulation.scenario.execDeadlineChecked)
+            if host.simulation.scenario.execDeadlineChecked {
+                running.removeValue(forKey: job.runID)
+                // As JobRun.endUnstarted: a fire's cancelled, a file's held (tried again).
+                if case .file = job.kind { notStarted(job, .held) } else { notStarted(job, .cancelled) }
+                checkIdle()
+                return pump()
+            }
+        }
         job.startedAt = loop.now
         job.startedWall = host.clock.wallNow
         host.history.start(item: item(job), host: host.name, run: job.runID.description, at: loop.now)
@@ -187,7 +218,8 @@ final class SimEngine: @unchecked Sendable {
     /// The expiry sequence, squeezed to end by `stopBy` (on the host's clock): a job that
     /// heeds its stop signal ends soon; a stubborn one at its SIGKILL.
     func expire(_ job: Job, reason: ExpiryReason, by stopBy: MonotonicInstant) {
-        guard running[job.runID] != nil else { return }
+        // Not exec'd yet (a stalled start, `start`): it is stopped, or not run, once it has.
+        guard running[job.runID] != nil, job.startedAt != nil else { return }
         let deadline = max(loop.now, host.clock.simTime(of: stopBy))
         let at = job.stubborn ? deadline + 2_000_000 : min(loop.now + loop.random.nanos(0.01...0.3), deadline)
         // Already ending: only an earlier deadline (the fence's, after the drain's) counts.

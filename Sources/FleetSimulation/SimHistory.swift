@@ -14,6 +14,10 @@ public final class SimHistory {
     /// fence's margin, measured.
     public private(set) var tightestFenceMargin: Int64?
     public private(set) var fencedRuns = 0
+    /// Starts held up past their fence point that did not exec (the child's exec deadline),
+    /// and those that did (with the deadline switched off).
+    public private(set) var lateExecsRefused = 0
+    public private(set) var lateExecs = 0
 
     static func seconds(_ nanos: Int64) -> Double { Double(nanos) / 1e9 }
 
@@ -35,6 +39,10 @@ public final class SimHistory {
 
     func violation(_ text: String) {
         if leaseViolations.count < 20 { leaseViolations.append(text) }
+    }
+
+    func lateExec(refused: Bool) {
+        if refused { lateExecsRefused += 1 } else { lateExecs += 1 }
     }
 
     func fenced(margin: Int64) {

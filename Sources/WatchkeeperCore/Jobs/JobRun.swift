@@ -101,13 +101,17 @@ final class JobRun: @unchecked Sendable {
     }
 
     /// A run whose process never ran its program: the job failed, unless it is a fleet job
-    /// whose exec came past its lease's fence point, which did not start at all: cancelled,
-    /// never retried, with no start time, so that its claim is released (a file's, as for any
-    /// run that was not ok; a fire's, as for a fire refused at the gate) for another host.
+    /// whose exec came past its lease's fence point, which did not start at all. It has no
+    /// start time and is never retried, and its claim is released: a fire's as at the gate
+    /// (cancelled: another host may run it), a file's as for a claim won too late (held: the
+    /// file waits here to be claimed again, FleetInbox).
     private func endUnstarted(_ error: SpawnError) {
         guard error.step == .execDeadline else { return finish(outcome: .failed, exit: nil, expiry: nil, detail: "\(error)") }
-        finish(outcome: .cancelled, exit: nil, expiry: nil, started: false,
-               detail: "cancelled: not started, as its exec came after this host's etcd lease stopped being known alive (the daemon was stopped or starved between the start and the exec); its claim is released")
+        let why = "not started, as its exec came after this host's etcd lease stopped being known alive (the daemon was stopped or starved between the start and the exec); its claim is released"
+        if case .schedule = request.subject {
+            return finish(outcome: .cancelled, exit: nil, expiry: nil, started: false, detail: "cancelled: " + why)
+        }
+        finish(outcome: .held, exit: nil, expiry: nil, started: false, detail: "held: " + why)
     }
 
     /// Every pipe end and the pidfd are owned values: on a failed spawn they close as they

@@ -89,4 +89,27 @@ final class FleetExecDeadlineTests: JobTestCase {
         XCTAssertEqual(try String(contentsOfFile: marks, encoding: .utf8), "ran\nran\nran\n")
         XCTAssertEqual(gate.ends.withLock { $0.map(\.1) }, [true, true, true])
     }
+
+    /// A shared inbox's file whose exec would come past the fence point: held, as a file
+    /// whose claim was won too late is, so that the watcher tries it again (FleetInbox).
+    func testAFileWhoseExecWouldComePastItsFencePoint_isHeldForAnotherClaim_andNeverRuns() throws {
+        let gate = FixedGate(by: .now - .milliseconds(1))
+        let inbox = try makeScratchDirectory()
+        let marks = inbox + "/runs"
+        let engine = makeEngine(maxJobs: 1, fleetStarts: gate)
+        var group = shellGroup(JobKey(.watch, "inbox"), "echo ran >> \(marks)")
+        group.fleet = true
+        let done = Arrivals<JobCompletion>()
+        let file = FileSubject(path: Array((inbox + "/a.dat").utf8), rootLength: inbox.utf8.count, event: .closedWrite, identity: nil)
+        engine.queue.queue.sync {
+            engine.configure(group)
+            _ = engine.submitClaimed(group.key, subject: .file(file), runID: .random(), claim: FleetClaimHold(lease: 7, revision: 1)) { done.add($0) }
+        }
+        XCTAssertTrue(done.wait(), "the file got no record")
+        XCTAssertEqual(done.first?.final.outcome, .held)
+        XCTAssertNil(done.first?.final.startedAt)
+        XCTAssertEqual(done.first?.final.detail?.hasPrefix("held: not started, as its exec came after"), true, "\(String(describing: done.first?.final.detail))")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: marks), "the file's job ran past its fence point")
+        XCTAssertEqual(gate.ends.withLock { $0.map(\.1) }, [false])
+    }
 }
