@@ -97,8 +97,8 @@ final class WatchLedger {
             // In a polled tree no event says what was renamed: a handled file found under
             // another name with only its change time moved is taken for that file, moved.
             let polled = rule.isPolled(relative)
-            guard let moved = try reader.entries(rule: rule.name, identity: identity, renamed: polled)
-                .first(where: { $0.outcome == RunOutcome.ok.rawValue && $0.path != relative }) else {
+            let found = try reader.entries(rule: rule.name, identity: identity, renamed: polled)
+            guard let moved = Self.movedEntry(among: found, held: held, relative: relative, identity: identity) else {
                 if let held { explainRunAgain(rule, relative, held: held, now: identity, replacedAnother: replacedAnother) }
                 return false
             }
@@ -109,6 +109,22 @@ final class WatchLedger {
             problems.report("unable to read the file ledger", example: "\(error)")
             return false
         }
+    }
+
+    /// The entry a file with none of its own at its name came from, among the ok entries of
+    /// its form (`found`, read after `held`, the entry at its name): one at another name (the
+    /// file moved; the ledger follows it here). Or one at its name now, where `held` was
+    /// another inode's: the two reads are two statements, and the other half of an exchange,
+    /// committed between them, swapped the two names' entries (FileLedger.follow), so this
+    /// file's entry reached its name after it was read there. (CI's tools run caught a polled
+    /// exchange run again so on 34c61ac: the entry at the name was the other file's, and the
+    /// file's own was found at that very name.) Otherwise nil: an entry of the same inode at
+    /// its name all along is a change in place (`cp -p`), which runs.
+    static func movedEntry(among found: [LedgerEntry], held: LedgerEntry?, relative: [UInt8], identity: FileIdentity) -> LedgerEntry? {
+        let handled = found.filter { $0.outcome == RunOutcome.ok.rawValue }
+        if let elsewhere = handled.first(where: { $0.path != relative }) { return elsewhere }
+        guard let held, !held.identity.sameInode(as: identity) else { return nil }
+        return handled.first { $0.path == relative }
     }
 
     /// Why a file handled before runs again, for whoever reads the debug log (a test that
