@@ -26,11 +26,6 @@ public final class FleetStartGate: Sendable {
         opening.withLock { $0 = nil }
     }
 
-    /// A job whose claim is bound to `lease` may start at `now`.
-    public func allows(lease: Int64, at now: MonotonicInstant) -> Bool {
-        startsUntil(lease: lease, at: now) != nil
-    }
-
     /// The instant until which a job whose claim is bound to `lease` may start, if it may
     /// start at `now`: its process must exec before it (`SpawnRequest.execDeadline`).
     public func startsUntil(lease: Int64, at now: MonotonicInstant) -> MonotonicInstant? {

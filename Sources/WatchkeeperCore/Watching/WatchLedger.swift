@@ -90,14 +90,9 @@ final class WatchLedger {
                     return true
                 }
             }
-            guard mayHaveMoved else {
-                if let held { explainRunAgain(rule, relative, held: held, now: identity, replacedAnother: replacedAnother) }
-                return false
-            }
             // In a polled tree no event says what was renamed: a handled file found under
             // another name with only its change time moved is taken for that file, moved.
-            let polled = rule.isPolled(relative)
-            let found = try reader.entries(rule: rule.name, identity: identity, renamed: polled)
+            let found = mayHaveMoved ? try reader.entries(rule: rule.name, identity: identity, renamed: rule.isPolled(relative)) : []
             guard let moved = Self.movedEntry(among: found, held: held, relative: relative, identity: identity) else {
                 if let held { explainRunAgain(rule, relative, held: held, now: identity, replacedAnother: replacedAnother) }
                 return false
@@ -136,9 +131,8 @@ final class WatchLedger {
             return "inode \(identity.inode), size \(identity.size), mtime_ns \(identity.modifiedNanoseconds), ctime_ns \(optional(identity.changedNanoseconds)), "
                 + "btime_ns \(optional(identity.bornNanoseconds)), generation \(identity.generation.map(String.init) ?? "none")"
         }
-        let path = LineEscaping.escaped(rule.absolute(relative))
-        let how = replacedAnother ? "; a poll saw another inode at that name before" : ""
-        logger.debug("watch \(rule.name): \(path) runs again: the ledger held it (\(held.outcome), \(held.handledAt.iso8601)) as \(form(held.identity)), and it is now \(form(now))\(how)")
+        // All inside the message, which is made only when debug lines are kept.
+        logger.debug("watch \(rule.name): \(LineEscaping.escaped(rule.absolute(relative))) runs again: the ledger held it (\(held.outcome), \(held.handledAt.iso8601)) as \(form(held.identity)), and it is now \(form(now))\(replacedAnother ? "; a poll saw another inode at that name before" : "")")
     }
 
     /// The rule's entry at `relative` (nil when the ledger is not open, has none, or cannot

@@ -12,7 +12,7 @@ import WatchkeeperTestSupport
 /// not run the job late, when another host may have taken its claim over.
 final class FleetExecDeadlineTests: JobTestCase {
     /// Lets every fleet job start, each to exec before `by`; records each claim's end.
-    final class FixedGate: FleetJobStarts, @unchecked Sendable {
+    final class FixedGate: FleetJobStarts, Sendable {
         let by: MonotonicInstant
         let ends = Mutex<[(RunID, Bool)]>([])
 
