@@ -3,8 +3,9 @@
 start, and for each of the next three: what a just-started daemon adds to its first job's
 latency (bench-peers starts measuring as soon as the watches are in place). bench-peers'
 rule and writer, one file at a time; collection toggled on the reader's thread
-(ReadinessThread.Runner.run), zeroed once the daemon is up. Counts, not times: the same
-at any load. docs/measurements/latency-path.md, "The first event after a start".
+(ReadinessThread.Runner.run), zeroed once the daemon is up; prepared children off, as
+valgrind ends the daemon at their clone (the first job's exit makes one). Counts, not
+times: the same at any load. docs/measurements/latency-path.md, "The first event after a start".
 
     python3 Tests/bench/first_event_instructions.py [--binary .build/release/watchkeeper]
 
@@ -18,7 +19,7 @@ import tempfile
 import time
 
 from latency_path import build_helpers, write_config
-from symbol_order import READER_THREAD, copy_without_dwarf
+from symbol_order import PREPARED_CHILD_OFF, READER_THREAD, copy_without_dwarf
 
 
 def totals(profile):
@@ -46,7 +47,8 @@ def main():
         with open(log, "w") as stderr:
             daemon = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}",
                                        f"--toggle-collect={READER_THREAD}", binary, "run", "--config", config],
-                                      stdout=stderr, stderr=stderr, start_new_session=True)
+                                      stdout=stderr, stderr=stderr, start_new_session=True,
+                                      env=dict(os.environ, **{PREPARED_CHILD_OFF: "1"}))
         try:
             # The bench's rule logs at notice: ready once the control socket listens (made
             # before READY=1), and a moment more under valgrind.

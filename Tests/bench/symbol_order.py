@@ -134,6 +134,8 @@ def executed_functions(profile, binary, symbols):
 # every instruction is a file's way from the read to its job's exec, the engine's included
 # (carried on the same thread), and nothing of the start-up.
 READER_THREAD = "$s15WatchkeeperCore15ReadinessThreadC6Runner*runyyF"
+# Valgrind ends the daemon at a prepared child's clone: the scripts that run it under valgrind turn them off.
+PREPARED_CHILD_OFF = "WATCHKEEPER_NO_PREPARED_CHILD"
 
 
 # What a lone file's job runs that callgrind cannot show: valgrind refuses the prepared
@@ -197,7 +199,7 @@ def main():
         log = os.path.join(scratch, "stderr.log")
         # Valgrind ends a program at the prepared child's clone; PREPARED_SPAWN lists its path.
         env = {"PATH": "/usr/bin:/bin", "RUNTIME_DIRECTORY": scratch + "/run", "STATE_DIRECTORY": scratch + "/state",
-               "WATCHKEEPER_NO_PREPARED_CHILD": "1"}
+               PREPARED_CHILD_OFF: "1"}
         with open(log, "w") as stderr:
             daemon = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}", "--dump-instr=yes",
                                        "--compress-pos=no", "--compress-strings=no", "--demangle=no", binary, "run", "--config", config],

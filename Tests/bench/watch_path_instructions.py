@@ -7,7 +7,8 @@ Counts, not times: the same at any load. valgrind 3.19 cannot read the release b
 DWARF 5, so pass a copy made with `objcopy --strip-debug` (the symbols stay). Keep GAP_MS
 long enough that each job ends before the next file (50 ms is: 30 files, all handled): a job
 queued behind another is cloned without CLONE_VFORK on a stack of its own (nowait.c), and
-valgrind stops the whole daemon at that clone ("Unsupported clone() flags").
+valgrind stops the whole daemon at that clone ("Unsupported clone() flags"), as it does at
+a prepared child's, which this script turns off (`WATCHKEEPER_NO_PREPARED_CHILD`).
 docs/measurements/latency-path.md ("Issue 39, third round: reader").
 
     python3 Tests/bench/watch_path_instructions.py STRIPPED_BINARY FILES GAP_MS OUT.callgrind [all]
@@ -20,6 +21,7 @@ Then `callgrind_annotate --tree=calling --inclusive=yes OUT.callgrind | swift de
 --simplified` says where they go. Needs valgrind, gcc and ../shared/bench-peers."""
 import os, subprocess, sys, tempfile, time, shutil, glob
 from latency_path import build_helpers, write_config
+from symbol_order import PREPARED_CHILD_OFF
 
 binary, files, gap_ms, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 everything = sys.argv[5:] == ["all"]
@@ -34,7 +36,8 @@ try:
                                      "--toggle-collect=$s15WatchkeeperCore14InotifyBackendC7deliver*"]
     daemon = subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={cg}", *toggles,
                                binary, "run", "--config", f"{work}/wk.toml"],
-                              stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+                              stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+                              env=dict(os.environ, **{PREPARED_CHILD_OFF: "1"}))
     def handled():
         return sum(1 for _ in open(f"{work}/stamps")) if os.path.exists(f"{work}/stamps") else 0
     time.sleep(15)
